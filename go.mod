@@ -1,0 +1,3 @@
+module github.com/delaybridge/delaybridge
+
+go 1.26

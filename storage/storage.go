@@ -1,0 +1,94 @@
+// Package storage defines the durable store of pending timeouts: the contract
+// every backend implements and the conformance suite in storage/storetest
+// checks. The semantics follow the ServiceConnect ITimeoutStore and the MSMQ
+// delayed message store: idempotent insert, leased batches of due rows, and
+// owner-checked remove and release.
+package storage
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+var (
+	// ErrNotFound means no pending timeout has the given id.
+	ErrNotFound = errors.New("storage: timeout not found")
+	// ErrConcurrency means the caller's lock no longer matches the row: the
+	// lease expired, was released, or another lease took the row since.
+	ErrConcurrency = errors.New("storage: lock does not match (lease expired or taken)")
+	// ErrClosed means the store was used after Close.
+	ErrClosed = errors.New("storage: store is closed")
+)
+
+// Timeout is one pending message. Message is opaque to the store: the encoded
+// body, AMQP properties and headers (see package message).
+type Timeout struct {
+	ID          string
+	Destination string
+	DueAt       time.Time
+	ReceivedAt  time.Time
+	Message     []byte
+
+	// Attempts counts dispatch failures so far; LastError is the latest reason.
+	Attempts  int
+	LastError string
+
+	// Lock is the token of the current lease, empty when the row is not leased.
+	Lock          string
+	LockExpiresAt time.Time
+	// NotBefore, when set, holds the row back after a release for retry.
+	NotBefore time.Time
+}
+
+// Lease names a timeout handed to one caller of Store.Lease.
+type Lease struct {
+	ID    string
+	Lock  string
+	DueAt time.Time
+}
+
+// Ref addresses a leased row for removal: an empty Lock removes unconditionally.
+type Ref struct {
+	ID   string
+	Lock string
+}
+
+// Store is the contract of contract.md §7. All methods are safe for concurrent
+// use. Times are compared against the store's injected clock.
+type Store interface {
+	// Insert stores timeouts in one commit. inserted[i] is false when a timeout
+	// with the same id is already pending (it is then left as it was).
+	Insert(ctx context.Context, ts []Timeout) (inserted []bool, err error)
+
+	// Lease takes up to limit rows that are due (DueAt and NotBefore reached)
+	// and not leased, or whose lease expired, in due order, and leases them to
+	// owner for d. A row is never handed to two concurrent callers.
+	Lease(ctx context.Context, owner string, limit int, d time.Duration) ([]Lease, error)
+
+	// Get returns a copy of the pending timeout with this id, or ErrNotFound.
+	Get(ctx context.Context, id string) (Timeout, error)
+
+	// Remove deletes rows in one commit. results[i] is nil on success,
+	// ErrConcurrency when refs[i].Lock is set and does not hold the row, and
+	// ErrNotFound when a locked ref finds no row (an unlocked ref to a missing
+	// row is a silent success). err reports a failure of the whole commit.
+	Remove(ctx context.Context, refs []Ref) (results []error, err error)
+
+	// Release ends the lease so the row is leased again once due and not before
+	// notBefore (zero: as soon as due). A non-empty lock must hold the row.
+	Release(ctx context.Context, id, lock string, notBefore time.Time) error
+
+	// IncrementFailureCount records one more dispatch failure and its reason
+	// and returns the new count. A non-empty lock must hold the row.
+	IncrementFailureCount(ctx context.Context, id, lock, reason string) (int, error)
+
+	// NextDue returns the earliest time at which a row becomes leasable
+	// (due time, NotBefore or lease expiry); ok is false when nothing is pending.
+	NextDue(ctx context.Context) (at time.Time, ok bool, err error)
+
+	// Reap frees rows whose lease expired and returns how many it freed.
+	Reap(ctx context.Context) (int, error)
+
+	Close() error
+}
