@@ -1,0 +1,143 @@
+// Package config reads the bridge's environment variables (contract §5).
+// Only main reads it; components receive their own small option structs.
+package config
+
+import (
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/kelseyhightower/envconfig"
+	"github.com/rs/zerolog"
+)
+
+// Config mirrors contract §5; every field is DELAYBRIDGE_<split_words>.
+type Config struct {
+	AMQPURL                          string        `envconfig:"AMQP_URL" default:"amqp://guest:guest@localhost:5672/"`
+	Endpoint                         string        `envconfig:"ENDPOINT" default:"delaybridge"`
+	ErrorQueue                       string        `envconfig:"ERROR_QUEUE" default:"error"`
+	Store                            string        `envconfig:"STORE" default:"bbolt"`
+	StorePath                        string        `envconfig:"STORE_PATH" default:"./data/delaybridge.db"`
+	PostgresURL                      string        `envconfig:"POSTGRES_URL"`
+	HTTPAddr                         string        `envconfig:"HTTP_ADDR" default:":8080"`
+	PollInterval                     time.Duration `envconfig:"POLL_INTERVAL" default:"1s"`
+	BatchSize                        int           `envconfig:"BATCH_SIZE" default:"1000"`
+	LockLeaseDuration                time.Duration `envconfig:"LOCK_LEASE_DURATION" default:"5m"`
+	Prefetch                         int           `envconfig:"PREFETCH" default:"500"`
+	NumberOfRetries                  int           `envconfig:"NUMBER_OF_RETRIES" default:"5"`
+	TimeToTriggerStoreCircuitBreaker time.Duration `envconfig:"TIME_TO_TRIGGER_STORE_CIRCUIT_BREAKER" default:"30s"`
+	TimeToTriggerFetchCircuitBreaker time.Duration `envconfig:"TIME_TO_TRIGGER_FETCH_CIRCUIT_BREAKER" default:"30s"`
+	TimeToTriggerDispatchBreaker     time.Duration `envconfig:"TIME_TO_TRIGGER_DISPATCH_CIRCUIT_BREAKER" default:"30s"`
+	MaxRecoveryFailuresPerSecond     int           `envconfig:"MAXIMUM_RECOVERY_FAILURES_PER_SECOND" default:"1"`
+	MaxDelay                         time.Duration `envconfig:"MAX_DELAY" default:"0"`
+	MaxMessageBytes                  int           `envconfig:"MAX_MESSAGE_BYTES" default:"16777216"`
+	AllowedDestinations              []string      `envconfig:"ALLOWED_DESTINATIONS" default:"*"`
+	AdminToken                       string        `envconfig:"ADMIN_TOKEN"`
+	QueueType                        string        `envconfig:"QUEUE_TYPE" default:"classic"`
+	LogLevel                         string        `envconfig:"LOG_LEVEL" default:"info"`
+	LogFormat                        string        `envconfig:"LOG_FORMAT" default:"json"`
+}
+
+// Prefix is the environment variable prefix.
+const Prefix = "DELAYBRIDGE"
+
+// Load reads and validates the environment. The error names the variable.
+func Load() (Config, error) {
+	var c Config
+	if err := envconfig.Process(Prefix, &c); err != nil {
+		return Config{}, explain(err)
+	}
+	return c, c.Validate()
+}
+
+// explain turns envconfig's parse error into one line naming the variable.
+func explain(err error) error {
+	if pe, ok := err.(*envconfig.ParseError); ok {
+		return fmt.Errorf("%s: invalid value %q: expected %s", pe.KeyName, pe.Value, pe.TypeName)
+	}
+	return err
+}
+
+// Validate checks values envconfig cannot: ranges, enums and URLs.
+func (c Config) Validate() error {
+	bad := func(name, format string, a ...any) error {
+		return fmt.Errorf("%s_%s: %s", Prefix, name, fmt.Sprintf(format, a...))
+	}
+	u, err := url.Parse(c.AMQPURL)
+	if err != nil || (u.Scheme != "amqp" && u.Scheme != "amqps") || u.Host == "" {
+		// Never echo the URL: it may carry the password.
+		return bad("AMQP_URL", "must be an amqp:// or amqps:// URL with a host")
+	}
+	if c.Endpoint == "" || len(c.Endpoint) > 200 {
+		return bad("ENDPOINT", "must be 1 to 200 characters")
+	}
+	if c.ErrorQueue == "" || len(c.ErrorQueue) > 255 {
+		return bad("ERROR_QUEUE", "must be 1 to 255 characters")
+	}
+	switch c.Store {
+	case "bbolt":
+		if c.StorePath == "" {
+			return bad("STORE_PATH", "must not be empty with DELAYBRIDGE_STORE=bbolt")
+		}
+	case "postgres":
+		return bad("STORE", "postgres is not available in this version; use bbolt")
+	default:
+		return bad("STORE", "%q is not one of bbolt, postgres", c.Store)
+	}
+	if c.PollInterval <= 0 {
+		return bad("POLL_INTERVAL", "must be positive, got %s", c.PollInterval)
+	}
+	if c.BatchSize < 1 || c.BatchSize > 100000 {
+		return bad("BATCH_SIZE", "must be 1 to 100000, got %d", c.BatchSize)
+	}
+	if c.LockLeaseDuration < time.Second {
+		return bad("LOCK_LEASE_DURATION", "must be at least 1s, got %s", c.LockLeaseDuration)
+	}
+	if c.Prefetch < 1 || c.Prefetch > 65535 {
+		return bad("PREFETCH", "must be 1 to 65535, got %d", c.Prefetch)
+	}
+	if c.NumberOfRetries < 0 {
+		return bad("NUMBER_OF_RETRIES", "must not be negative, got %d", c.NumberOfRetries)
+	}
+	for name, d := range map[string]time.Duration{
+		"TIME_TO_TRIGGER_STORE_CIRCUIT_BREAKER":    c.TimeToTriggerStoreCircuitBreaker,
+		"TIME_TO_TRIGGER_FETCH_CIRCUIT_BREAKER":    c.TimeToTriggerFetchCircuitBreaker,
+		"TIME_TO_TRIGGER_DISPATCH_CIRCUIT_BREAKER": c.TimeToTriggerDispatchBreaker,
+	} {
+		if d <= 0 {
+			return bad(name, "must be positive, got %s", d)
+		}
+	}
+	if c.MaxRecoveryFailuresPerSecond < 1 {
+		return bad("MAXIMUM_RECOVERY_FAILURES_PER_SECOND", "must be at least 1, got %d", c.MaxRecoveryFailuresPerSecond)
+	}
+	if c.MaxDelay < 0 {
+		return bad("MAX_DELAY", "must not be negative, got %s", c.MaxDelay)
+	}
+	if c.MaxMessageBytes < 1 {
+		return bad("MAX_MESSAGE_BYTES", "must be positive, got %d", c.MaxMessageBytes)
+	}
+	if len(c.AllowedDestinations) == 0 {
+		return bad("ALLOWED_DESTINATIONS", "must name at least one pattern (use * for any)")
+	}
+	for _, p := range c.AllowedDestinations {
+		if strings.TrimSpace(p) == "" {
+			return bad("ALLOWED_DESTINATIONS", "has an empty pattern")
+		}
+	}
+	switch c.QueueType {
+	case "classic", "quorum":
+	default:
+		return bad("QUEUE_TYPE", "%q is not one of classic, quorum", c.QueueType)
+	}
+	if _, err := zerolog.ParseLevel(c.LogLevel); err != nil || c.LogLevel == "" {
+		return bad("LOG_LEVEL", "%q is not a zerolog level (trace, debug, info, warn, error, fatal, panic, disabled)", c.LogLevel)
+	}
+	switch c.LogFormat {
+	case "json", "console":
+	default:
+		return bad("LOG_FORMAT", "%q is not one of json, console", c.LogFormat)
+	}
+	return nil
+}

@@ -1,0 +1,119 @@
+package config
+
+import (
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func TestDefaultsMatchTheContract(t *testing.T) {
+	c, err := loadClean(t, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Config{
+		AMQPURL: "amqp://guest:guest@localhost:5672/", Endpoint: "delaybridge", ErrorQueue: "error",
+		Store: "bbolt", StorePath: "./data/delaybridge.db", HTTPAddr: ":8080", PollInterval: time.Second,
+		BatchSize: 1000, LockLeaseDuration: 5 * time.Minute, Prefetch: 500, NumberOfRetries: 5,
+		TimeToTriggerStoreCircuitBreaker: 30 * time.Second, TimeToTriggerFetchCircuitBreaker: 30 * time.Second,
+		TimeToTriggerDispatchBreaker: 30 * time.Second, MaxRecoveryFailuresPerSecond: 1,
+		MaxMessageBytes: 16777216, AllowedDestinations: []string{"*"}, QueueType: "classic",
+		LogLevel: "info", LogFormat: "json",
+	}
+	if diff := cmp.Diff(want, c); diff != "" {
+		t.Fatalf("defaults differ from contract §5 (-want +got):\n%s", diff)
+	}
+}
+
+// loadClean loads with only the given DELAYBRIDGE_ variables set.
+func loadClean(t *testing.T, env map[string]string) (Config, error) {
+	t.Helper()
+	for _, name := range allNames {
+		t.Setenv(name, "") // registers the restore
+		if err := os.Unsetenv(name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for k, v := range env {
+		t.Setenv(k, v)
+	}
+	return Load()
+}
+
+var allNames = []string{
+	"DELAYBRIDGE_AMQP_URL", "DELAYBRIDGE_ENDPOINT", "DELAYBRIDGE_ERROR_QUEUE", "DELAYBRIDGE_STORE",
+	"DELAYBRIDGE_STORE_PATH", "DELAYBRIDGE_POSTGRES_URL", "DELAYBRIDGE_HTTP_ADDR", "DELAYBRIDGE_POLL_INTERVAL",
+	"DELAYBRIDGE_BATCH_SIZE", "DELAYBRIDGE_LOCK_LEASE_DURATION", "DELAYBRIDGE_PREFETCH",
+	"DELAYBRIDGE_NUMBER_OF_RETRIES", "DELAYBRIDGE_TIME_TO_TRIGGER_STORE_CIRCUIT_BREAKER",
+	"DELAYBRIDGE_TIME_TO_TRIGGER_FETCH_CIRCUIT_BREAKER", "DELAYBRIDGE_TIME_TO_TRIGGER_DISPATCH_CIRCUIT_BREAKER",
+	"DELAYBRIDGE_MAXIMUM_RECOVERY_FAILURES_PER_SECOND", "DELAYBRIDGE_MAX_DELAY", "DELAYBRIDGE_MAX_MESSAGE_BYTES",
+	"DELAYBRIDGE_ALLOWED_DESTINATIONS", "DELAYBRIDGE_ADMIN_TOKEN", "DELAYBRIDGE_QUEUE_TYPE",
+	"DELAYBRIDGE_LOG_LEVEL", "DELAYBRIDGE_LOG_FORMAT",
+}
+
+func TestEveryContractVariableIsRead(t *testing.T) {
+	c, err := loadClean(t, map[string]string{
+		"DELAYBRIDGE_AMQP_URL": "amqps://u:p@rabbit:5671/vh", "DELAYBRIDGE_ENDPOINT": "svc",
+		"DELAYBRIDGE_ERROR_QUEUE": "errs", "DELAYBRIDGE_STORE_PATH": "/tmp/x.db",
+		"DELAYBRIDGE_POSTGRES_URL": "postgres://x", "DELAYBRIDGE_HTTP_ADDR": "",
+		"DELAYBRIDGE_POLL_INTERVAL": "250ms", "DELAYBRIDGE_BATCH_SIZE": "10",
+		"DELAYBRIDGE_LOCK_LEASE_DURATION": "1m", "DELAYBRIDGE_PREFETCH": "7",
+		"DELAYBRIDGE_NUMBER_OF_RETRIES": "0", "DELAYBRIDGE_TIME_TO_TRIGGER_STORE_CIRCUIT_BREAKER": "1s",
+		"DELAYBRIDGE_TIME_TO_TRIGGER_FETCH_CIRCUIT_BREAKER": "2s", "DELAYBRIDGE_TIME_TO_TRIGGER_DISPATCH_CIRCUIT_BREAKER": "3s",
+		"DELAYBRIDGE_MAXIMUM_RECOVERY_FAILURES_PER_SECOND": "4", "DELAYBRIDGE_MAX_DELAY": "48h",
+		"DELAYBRIDGE_MAX_MESSAGE_BYTES": "1024", "DELAYBRIDGE_ALLOWED_DESTINATIONS": "orders.*,billing",
+		"DELAYBRIDGE_ADMIN_TOKEN": "tok", "DELAYBRIDGE_QUEUE_TYPE": "quorum", "DELAYBRIDGE_LOG_LEVEL": "debug",
+		"DELAYBRIDGE_LOG_FORMAT": "console",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.AMQPURL != "amqps://u:p@rabbit:5671/vh" || c.Endpoint != "svc" || c.ErrorQueue != "errs" ||
+		c.StorePath != "/tmp/x.db" || c.PostgresURL != "postgres://x" || c.HTTPAddr != "" ||
+		c.PollInterval != 250*time.Millisecond || c.BatchSize != 10 || c.LockLeaseDuration != time.Minute ||
+		c.Prefetch != 7 || c.NumberOfRetries != 0 || c.TimeToTriggerStoreCircuitBreaker != time.Second ||
+		c.TimeToTriggerFetchCircuitBreaker != 2*time.Second || c.TimeToTriggerDispatchBreaker != 3*time.Second ||
+		c.MaxRecoveryFailuresPerSecond != 4 || c.MaxDelay != 48*time.Hour || c.MaxMessageBytes != 1024 ||
+		strings.Join(c.AllowedDestinations, "|") != "orders.*|billing" || c.AdminToken != "tok" ||
+		c.QueueType != "quorum" || c.LogLevel != "debug" || c.LogFormat != "console" {
+		t.Fatalf("not every variable was read: %+v", c)
+	}
+}
+
+func TestBadValuesNameTheVariable(t *testing.T) {
+	for name, value := range map[string]string{
+		"DELAYBRIDGE_POLL_INTERVAL":                         "banana",
+		"DELAYBRIDGE_BATCH_SIZE":                            "0",
+		"DELAYBRIDGE_PREFETCH":                              "many",
+		"DELAYBRIDGE_LOCK_LEASE_DURATION":                   "10ms",
+		"DELAYBRIDGE_NUMBER_OF_RETRIES":                     "-1",
+		"DELAYBRIDGE_MAX_DELAY":                             "-1h",
+		"DELAYBRIDGE_MAX_MESSAGE_BYTES":                     "0",
+		"DELAYBRIDGE_QUEUE_TYPE":                            "fancy",
+		"DELAYBRIDGE_LOG_FORMAT":                            "xml",
+		"DELAYBRIDGE_LOG_LEVEL":                             "loud",
+		"DELAYBRIDGE_STORE":                                 "redis",
+		"DELAYBRIDGE_AMQP_URL":                              "http://guest:secret@host/",
+		"DELAYBRIDGE_ALLOWED_DESTINATIONS":                  "a,,b",
+		"DELAYBRIDGE_ENDPOINT":                              "",
+		"DELAYBRIDGE_TIME_TO_TRIGGER_FETCH_CIRCUIT_BREAKER": "0s",
+		"DELAYBRIDGE_MAXIMUM_RECOVERY_FAILURES_PER_SECOND":  "0",
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := loadClean(t, map[string]string{name: value})
+			if err == nil {
+				t.Fatalf("%s=%q accepted", name, value)
+			}
+			msg := err.Error()
+			if !strings.Contains(msg, name) || strings.Contains(msg, "\n") {
+				t.Fatalf("error %q must be one line naming %s", msg, name)
+			}
+			if strings.Contains(msg, "secret") {
+				t.Fatalf("error leaks the password: %q", msg)
+			}
+		})
+	}
+}
