@@ -1,0 +1,205 @@
+// Package broker holds the AMQP plumbing shared by ingest, poller and
+// dispatch: dialing without leaking credentials, declaring the bridge's
+// queues, and a confirm-mode publisher that tells confirmed, returned and
+// nacked publishes apart.
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// Redact returns the URL with any password replaced, for logs and errors.
+func Redact(rawURL string) string {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return "(unparsable AMQP URL)"
+	}
+	if u.User != nil {
+		if _, ok := u.User.Password(); ok {
+			u.User = url.UserPassword(u.User.Username(), "xxxxx")
+		}
+	}
+	return u.String()
+}
+
+// Dial connects and names the connection so operators can tell the bridge's
+// connections apart in the management UI. Errors never contain the password.
+func Dial(rawURL, name string) (*amqp.Connection, error) {
+	props := amqp.NewConnectionProperties()
+	props.SetClientConnectionName(name)
+	conn, err := amqp.DialConfig(rawURL, amqp.Config{
+		Properties: props,
+		Heartbeat:  10 * time.Second,
+		Locale:     "en_US",
+		Dial:       amqp.DefaultDial(10 * time.Second),
+	})
+	if err != nil {
+		msg := err.Error()
+		if u, perr := url.Parse(rawURL); perr == nil && u.User != nil {
+			if pw, ok := u.User.Password(); ok && pw != "" {
+				msg = strings.ReplaceAll(msg, pw, "xxxxx")
+			}
+		}
+		return nil, fmt.Errorf("connect to %s: %s", Redact(rawURL), msg)
+	}
+	return conn, nil
+}
+
+// Topology names the queues the bridge owns (contract §1).
+type Topology struct {
+	Endpoint   string
+	ErrorQueue string
+	QueueType  string // classic or quorum
+}
+
+// TimeoutsQueue is where clients publish messages to delay.
+func (t Topology) TimeoutsQueue() string { return t.Endpoint + ".Timeouts" }
+
+// DispatcherQueue carries lease tokens from the poller to the dispatcher.
+func (t Topology) DispatcherQueue() string { return t.Endpoint + ".TimeoutsDispatcher" }
+
+// Declare declares the three durable queues. It never deletes or purges.
+func (t Topology) Declare(ch *amqp.Channel) error {
+	args := amqp.Table{amqp.QueueTypeArg: t.QueueType}
+	for _, q := range []string{t.TimeoutsQueue(), t.DispatcherQueue(), t.ErrorQueue} {
+		if _, err := ch.QueueDeclare(q, true, false, false, false, args); err != nil {
+			return fmt.Errorf("declare queue %q: %w", q, err)
+		}
+	}
+	return nil
+}
+
+// Outcomes of one publish. ErrReturned and ErrNacked are about the message
+// (retrying it may not help); ErrNotConfirmed is about the connection.
+var (
+	ErrReturned     = errors.New("returned by the broker as unroutable")
+	ErrNacked       = errors.New("rejected by the broker (nack)")
+	ErrNotConfirmed = errors.New("not confirmed: channel or connection failed")
+)
+
+// Outgoing is one message to publish.
+type Outgoing struct {
+	Exchange   string
+	RoutingKey string
+	Mandatory  bool
+	Msg        amqp.Publishing
+}
+
+// Publisher publishes on one confirm-mode channel. Publish calls are
+// serialized: returns are matched to publishes by order, which is only sound
+// while one batch at a time is in flight on the channel.
+type Publisher struct {
+	ch       *amqp.Channel
+	returns  chan amqp.Return
+	closed   chan *amqp.Error
+	maxBatch int
+}
+
+// NewPublisher opens a channel in confirm mode. maxBatch caps the publishes
+// in flight at once (and sizes the return buffer so the connection's reader
+// never blocks on it).
+func NewPublisher(conn *amqp.Connection, maxBatch int) (*Publisher, error) {
+	ch, err := conn.Channel()
+	if err != nil {
+		return nil, fmt.Errorf("open publish channel: %w", err)
+	}
+	if err := ch.Confirm(false); err != nil {
+		_ = ch.Close()
+		return nil, fmt.Errorf("enable publisher confirms: %w", err)
+	}
+	if maxBatch < 1 {
+		maxBatch = 1
+	}
+	p := &Publisher{
+		ch:       ch,
+		returns:  ch.NotifyReturn(make(chan amqp.Return, maxBatch)),
+		closed:   ch.NotifyClose(make(chan *amqp.Error, 1)),
+		maxBatch: maxBatch,
+	}
+	return p, nil
+}
+
+// Channel exposes the underlying channel (for declarations).
+func (p *Publisher) Channel() *amqp.Channel { return p.ch }
+
+// Closed is notified when the channel closes.
+func (p *Publisher) Closed() <-chan *amqp.Error { return p.closed }
+
+// Close closes the channel; safe to call twice.
+func (p *Publisher) Close() error {
+	if p.ch.IsClosed() {
+		return nil
+	}
+	return p.ch.Close()
+}
+
+// Publish sends msgs and waits for every confirm. results[i] is nil when the
+// broker confirmed msgs[i] and did not return it; otherwise it wraps
+// ErrReturned, ErrNacked or ErrNotConfirmed. ctx bounds the wait; a message
+// whose confirm did not arrive in time counts as not confirmed.
+func (p *Publisher) Publish(ctx context.Context, msgs []Outgoing) []error {
+	results := make([]error, len(msgs))
+	for start := 0; start < len(msgs); start += p.maxBatch {
+		end := min(start+p.maxBatch, len(msgs))
+		p.publishWindow(ctx, msgs[start:end], results[start:end])
+	}
+	return results
+}
+
+func (p *Publisher) publishWindow(ctx context.Context, msgs []Outgoing, results []error) {
+	confirms := make([]*amqp.DeferredConfirmation, len(msgs))
+	for i := range msgs {
+		m := &msgs[i]
+		dc, err := p.ch.PublishWithDeferredConfirmWithContext(ctx, m.Exchange, m.RoutingKey, m.Mandatory, false, m.Msg)
+		if err != nil {
+			results[i] = fmt.Errorf("%w: %v", ErrNotConfirmed, err)
+			continue
+		}
+		confirms[i] = dc
+	}
+	for i, dc := range confirms {
+		if dc == nil {
+			continue
+		}
+		acked, err := dc.WaitContext(ctx)
+		switch {
+		case err != nil:
+			results[i] = fmt.Errorf("%w: %v", ErrNotConfirmed, err)
+		case !acked && p.ch.IsClosed():
+			// The library nacks outstanding confirms when the channel dies.
+			results[i] = fmt.Errorf("%w: channel closed", ErrNotConfirmed)
+		case !acked:
+			results[i] = ErrNacked
+		}
+	}
+	// The broker sends basic.return before the basic.ack of the same message,
+	// and the library queues it before resolving the confirm, so every return
+	// for this window is buffered by now.
+	for {
+		select {
+		case r := <-p.returns:
+			p.matchReturn(msgs, results, r)
+		default:
+			return
+		}
+	}
+}
+
+// matchReturn marks the first confirmed publish with the same exchange,
+// routing key and message id as returned. Returns arrive in publish order.
+func (p *Publisher) matchReturn(msgs []Outgoing, results []error, r amqp.Return) {
+	for i := range msgs {
+		m := &msgs[i]
+		if results[i] == nil && m.Exchange == r.Exchange && m.RoutingKey == r.RoutingKey && m.Msg.MessageId == r.MessageId {
+			results[i] = fmt.Errorf("%w: %d %s", ErrReturned, r.ReplyCode, r.ReplyText)
+			return
+		}
+	}
+}
