@@ -1,0 +1,269 @@
+// Package ingest consumes E.Timeouts, validates each message, stores the good
+// ones and moves the bad ones to the error queue. A delivery is acknowledged
+// only after the store committed it, or the error queue confirmed its copy.
+package ingest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/rs/zerolog"
+
+	"github.com/delaybridge/delaybridge/broker"
+	"github.com/delaybridge/delaybridge/message"
+	"github.com/delaybridge/delaybridge/storage"
+)
+
+// Store is what ingest needs of the store.
+type Store interface {
+	Insert(ctx context.Context, ts []storage.Timeout) ([]bool, error)
+}
+
+// Publisher sends error-queue copies with confirms.
+type Publisher interface {
+	Publish(ctx context.Context, msgs []broker.Outgoing) []error
+}
+
+// Options configure an Ingester.
+type Options struct {
+	Queue      string // E.Timeouts
+	ErrorQueue string
+	Prefetch   int
+	// MaxBatch caps deliveries stored in one commit (group commit).
+	MaxBatch int
+	Rules    Rules
+	// Wake is told the earliest due time of every committed batch, so the
+	// poller can wake early. Optional.
+	Wake func(due time.Time)
+	// RetryDelay is how long to wait before redelivery after a store failure.
+	RetryDelay time.Duration
+	Now        func() time.Time
+	Logger     zerolog.Logger
+}
+
+// Ingester moves messages from E.Timeouts into the store.
+type Ingester struct {
+	conn  *amqp.Connection
+	pub   Publisher
+	store Store
+	opts  Options
+	log   zerolog.Logger
+}
+
+// New returns an Ingester that consumes on conn; it starts nothing.
+func New(conn *amqp.Connection, pub Publisher, store Store, opts Options) *Ingester {
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.MaxBatch < 1 {
+		opts.MaxBatch = 1
+	}
+	if opts.RetryDelay <= 0 {
+		opts.RetryDelay = time.Second
+	}
+	return &Ingester{conn: conn, pub: pub, store: store, opts: opts, log: opts.Logger}
+}
+
+// Run consumes until ctx ends, then cancels the consumer, finishes the batch
+// in hand and returns nil. Unacknowledged prefetched deliveries go back to the
+// queue when the channel closes. It returns an error if the channel fails.
+func (in *Ingester) Run(ctx context.Context) error {
+	ch, err := in.conn.Channel()
+	if err != nil {
+		return fmt.Errorf("ingest: open channel: %w", err)
+	}
+	defer ch.Close()
+	closed := ch.NotifyClose(make(chan *amqp.Error, 1))
+	if err := ch.Qos(in.opts.Prefetch, 0, false); err != nil {
+		return fmt.Errorf("ingest: set prefetch: %w", err)
+	}
+	tag := "delaybridge-ingest-" + uuid.NewString()
+	deliveries, err := ch.Consume(in.opts.Queue, tag, false, false, false, false, nil)
+	if err != nil {
+		return fmt.Errorf("ingest: consume %s: %w", in.opts.Queue, err)
+	}
+	in.log.Info().Str("queue", in.opts.Queue).Msg("ingest consuming")
+
+	batch := make([]amqp.Delivery, 0, in.opts.MaxBatch)
+	for {
+		batch = batch[:0]
+		select {
+		case <-ctx.Done():
+			// Stop the flow first; deliveries already in the buffer stay
+			// unacked and are requeued when the channel closes.
+			_ = ch.Cancel(tag, false)
+			return nil
+		case e := <-closed:
+			return fmt.Errorf("ingest: channel closed: %v", e)
+		case d, ok := <-deliveries:
+			if !ok {
+				return fmt.Errorf("ingest: consumer cancelled by the broker")
+			}
+			batch = append(batch, d)
+		}
+		// Group commit: take whatever else has already arrived.
+	fill:
+		for len(batch) < in.opts.MaxBatch {
+			select {
+			case d, ok := <-deliveries:
+				if !ok {
+					break fill
+				}
+				batch = append(batch, d)
+			default:
+				break fill
+			}
+		}
+		if err := in.handle(ctx, batch); err != nil {
+			return err
+		}
+	}
+}
+
+type rejected struct {
+	d      *amqp.Delivery
+	reason string
+}
+
+// handle stores the valid deliveries of a batch in one commit and sends the
+// invalid ones to the error queue, then settles every delivery.
+func (in *Ingester) handle(ctx context.Context, batch []amqp.Delivery) error {
+	now := in.opts.Now()
+	var (
+		rows    = make([]storage.Timeout, 0, len(batch))
+		stored  = make([]*amqp.Delivery, 0, len(batch))
+		invalid []rejected
+	)
+	for i := range batch {
+		d := &batch[i]
+		row, err := in.prepare(d, now)
+		if err != nil {
+			invalid = append(invalid, rejected{d: d, reason: err.Error()})
+			continue
+		}
+		rows = append(rows, row)
+		stored = append(stored, d)
+	}
+
+	if len(rows) > 0 {
+		// Store failures are not the message's fault: requeue and retry.
+		// The commit must not be abandoned half-way by shutdown, so it does
+		// not take ctx.
+		inserted, err := in.store.Insert(context.WithoutCancel(ctx), rows)
+		if err != nil {
+			in.log.Error().Err(err).Int("messages", len(rows)).Msg("store failed; messages requeued")
+			for _, d := range stored {
+				_ = d.Nack(false, true)
+			}
+			for _, r := range invalid {
+				_ = r.d.Nack(false, true)
+			}
+			select {
+			case <-time.After(in.opts.RetryDelay):
+			case <-ctx.Done():
+			}
+			return nil
+		}
+		earliest := time.Time{}
+		for i, ok := range inserted {
+			if !ok {
+				in.log.Info().Str("id", rows[i].ID).Msg("duplicate: id already pending, not stored again")
+				continue
+			}
+			if earliest.IsZero() || rows[i].DueAt.Before(earliest) {
+				earliest = rows[i].DueAt
+			}
+			in.log.Debug().Str("id", rows[i].ID).Str("destination", rows[i].Destination).
+				Time("due_at", rows[i].DueAt).Msg("stored")
+		}
+		if !earliest.IsZero() && in.opts.Wake != nil {
+			in.opts.Wake(earliest)
+		}
+	}
+
+	if len(invalid) > 0 && !in.reject(ctx, invalid, now) {
+		// The error queue is not taking copies; do not spin on redeliveries.
+		select {
+		case <-time.After(in.opts.RetryDelay):
+		case <-ctx.Done():
+		}
+	}
+	if len(invalid) == 0 {
+		// Everything before this tag on the channel is settled: one frame.
+		if err := batch[len(batch)-1].Ack(true); err != nil {
+			return fmt.Errorf("ingest: ack: %w", err)
+		}
+		return nil
+	}
+	for _, d := range stored {
+		if err := d.Ack(false); err != nil {
+			return fmt.Errorf("ingest: ack: %w", err)
+		}
+	}
+	return nil
+}
+
+// prepare validates a delivery and builds its store row.
+func (in *Ingester) prepare(d *amqp.Delivery, now time.Time) (storage.Timeout, error) {
+	if _, ok := d.Headers[HeaderCancel]; ok {
+		return storage.Timeout{}, errors.New("header x-delaybridge-cancel: cancelling over AMQP is not supported by this version")
+	}
+	p, err := Parse(d, now)
+	if err != nil {
+		return storage.Timeout{}, err
+	}
+	if err := in.opts.Rules.Check(p, len(d.Body), now); err != nil {
+		return storage.Timeout{}, err
+	}
+	pub := broker.Forwardable(message.FromDelivery(d), DueTimeHeaders)
+	if p.ID == "" {
+		p.ID = uuid.NewString()
+		pub.MessageId = p.ID
+	}
+	enc, err := message.Encode(nil, &pub)
+	if err != nil {
+		return storage.Timeout{}, fmt.Errorf("headers cannot be stored: %w", err)
+	}
+	return storage.Timeout{
+		ID:          p.ID,
+		Destination: p.Destination,
+		DueAt:       p.DueAt,
+		ReceivedAt:  now,
+		Message:     enc,
+	}, nil
+}
+
+// reject copies invalid deliveries to the error queue and acks each one whose
+// copy the broker confirmed; the others are requeued. It reports whether all moved.
+func (in *Ingester) reject(ctx context.Context, invalid []rejected, now time.Time) bool {
+	out := make([]broker.Outgoing, len(invalid))
+	for i, r := range invalid {
+		out[i] = broker.Outgoing{
+			RoutingKey: in.opts.ErrorQueue,
+			Mandatory:  true,
+			Msg: broker.ErrorCopy(message.FromDelivery(r.d), broker.ErrorFacts{
+				Reason: r.reason, Stage: broker.StageIngest, FailedAt: now, FailedQ: in.opts.Queue,
+			}),
+		}
+	}
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	results := in.pub.Publish(wctx, out)
+	all := true
+	for i, r := range invalid {
+		if results[i] != nil {
+			all = false
+			in.log.Error().Err(results[i]).Str("reason", r.reason).Msg("could not move invalid message to the error queue; requeued")
+			_ = r.d.Nack(false, true)
+			continue
+		}
+		in.log.Warn().Str("message_id", r.d.MessageId).Str("reason", r.reason).
+			Str("error_queue", in.opts.ErrorQueue).Msg("invalid message moved to the error queue")
+		_ = r.d.Ack(false)
+	}
+	return all
+}

@@ -1,0 +1,274 @@
+package ingest
+
+import (
+	"fmt"
+	"math"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// Header names of contract §2.
+const (
+	HeaderDestination    = "x-destination"
+	HeaderNSBDestination = "NServiceBus.Timeout.RouteExpiredTimeoutTo"
+	HeaderDueAt          = "x-due-at"
+	HeaderNSBExpire      = "NServiceBus.Timeout.Expire"
+	HeaderDelay          = "x-delay"
+	HeaderNSBMessageID   = "NServiceBus.MessageId"
+	HeaderCancel         = "x-delaybridge-cancel"
+)
+
+// DueTimeHeaders are removed before forwarding so a forwarded message can
+// never loop back into a delay.
+var DueTimeHeaders = []string{HeaderDueAt, HeaderNSBExpire, HeaderDelay}
+
+// maxDelay is the longest x-delay whose due time a time.Duration can hold.
+const maxDelay = math.MaxInt64 / int64(time.Millisecond)
+
+// Limits of what the store and AMQP can carry.
+const (
+	maxIDBytes          = 255 // the AMQP message-id property is a short string
+	maxDestinationBytes = 255 // queue names are short strings
+)
+
+var (
+	// NServiceBus writes DateTimeExtensions.ToWireFormattedString: yyyy-MM-dd HH:mm:ss:ffffff Z.
+	nsbExpire = regexp.MustCompile(`^(\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}):(\d{1,9}) Z$`)
+	// The earliest and latest due times the bridge accepts: what RFC 3339 can write.
+	minDue = time.Date(0, 1, 1, 0, 0, 0, 0, time.UTC)
+	maxDue = time.Date(9999, 12, 31, 23, 59, 59, 999999999, time.UTC)
+)
+
+// Parsed is what ingest needs to store a message.
+type Parsed struct {
+	ID          string
+	Destination string
+	DueAt       time.Time
+	// GeneratedID is true when neither message-id nor NServiceBus.MessageId
+	// was set and ID was assigned by the bridge.
+	GeneratedID bool
+}
+
+// Parse reads destination, due time and id from a delivery. receivedAt is
+// the base of x-delay. The error says in words what is wrong; it is what lands
+// in x-delaybridge-error.
+func Parse(d *amqp.Delivery, receivedAt time.Time) (Parsed, error) {
+	var p Parsed
+	var err error
+	if p.Destination, err = destination(d.Headers); err != nil {
+		return p, err
+	}
+	if p.DueAt, err = dueAt(d.Headers, receivedAt); err != nil {
+		return p, err
+	}
+	if p.ID, err = messageID(d); err != nil {
+		return p, err
+	}
+	return p, nil
+}
+
+// headerString accepts AMQP long strings and byte arrays (some clients send
+// text as 'x'). ok is false when the header is absent.
+func headerString(h amqp.Table, name string) (s string, ok bool, err error) {
+	v, present := h[name]
+	if !present || v == nil {
+		return "", false, nil
+	}
+	switch v := v.(type) {
+	case string:
+		return v, true, nil
+	case []byte:
+		return string(v), true, nil
+	default:
+		return "", true, fmt.Errorf("header %s must be a string, got %s", name, typeName(v))
+	}
+}
+
+func destination(h amqp.Table) (string, error) {
+	for _, name := range []string{HeaderDestination, HeaderNSBDestination} {
+		s, ok, err := headerString(h, name)
+		if err != nil {
+			return "", err
+		}
+		if !ok {
+			continue
+		}
+		switch {
+		case s == "":
+			return "", fmt.Errorf("header %s is empty", name)
+		case len(s) > maxDestinationBytes:
+			return "", fmt.Errorf("header %s is %d bytes; a queue name is at most %d", name, len(s), maxDestinationBytes)
+		case !utf8.ValidString(s):
+			return "", fmt.Errorf("header %s is not valid UTF-8", name)
+		case strings.IndexFunc(s, unicode.IsControl) >= 0:
+			return "", fmt.Errorf("header %s contains control characters", name)
+		}
+		return s, nil
+	}
+	return "", fmt.Errorf("no destination: set header %s (or %s) to the queue to deliver to", HeaderDestination, HeaderNSBDestination)
+}
+
+func dueAt(h amqp.Table, receivedAt time.Time) (time.Time, error) {
+	if v, ok := h[HeaderDueAt]; ok && v != nil {
+		return parseDueAt(v)
+	}
+	if v, ok := h[HeaderNSBExpire]; ok && v != nil {
+		return parseNSBExpire(v)
+	}
+	if v, ok := h[HeaderDelay]; ok && v != nil {
+		ms, err := parseDelay(v)
+		if err != nil {
+			return time.Time{}, err
+		}
+		if ms <= 0 {
+			return receivedAt, nil
+		}
+		return receivedAt.Add(time.Duration(ms) * time.Millisecond), nil
+	}
+	return time.Time{}, fmt.Errorf("no due time: set header %s (RFC 3339), %s or %s (milliseconds)", HeaderDueAt, HeaderNSBExpire, HeaderDelay)
+}
+
+func parseDueAt(v any) (time.Time, error) {
+	var s string
+	switch v := v.(type) {
+	case string:
+		s = v
+	case []byte:
+		s = string(v)
+	case time.Time: // an AMQP timestamp is unambiguous, if only to the second
+		return v.UTC(), nil
+	default:
+		return time.Time{}, fmt.Errorf("header %s must be an RFC 3339 string, got %s", HeaderDueAt, typeName(v))
+	}
+	t, err := time.Parse(time.RFC3339Nano, strings.TrimSpace(s))
+	if err != nil {
+		return time.Time{}, fmt.Errorf("header %s %q is not an RFC 3339 timestamp like 2026-11-21T20:00:00.250Z", HeaderDueAt, clip(s))
+	}
+	return inRange(HeaderDueAt, t.UTC())
+}
+
+func parseNSBExpire(v any) (time.Time, error) {
+	var s string
+	switch v := v.(type) {
+	case string:
+		s = v
+	case []byte:
+		s = string(v)
+	default:
+		return time.Time{}, fmt.Errorf("header %s must be a string, got %s", HeaderNSBExpire, typeName(v))
+	}
+	m := nsbExpire.FindStringSubmatch(s)
+	if m == nil {
+		return time.Time{}, fmt.Errorf("header %s %q is not in the NServiceBus wire format yyyy-MM-dd HH:mm:ss:ffffff Z", HeaderNSBExpire, clip(s))
+	}
+	t, err := time.Parse("2006-01-02 15:04:05", m[1])
+	if err != nil {
+		return time.Time{}, fmt.Errorf("header %s %q: %v", HeaderNSBExpire, clip(s), err)
+	}
+	frac := m[2] + strings.Repeat("0", 9-len(m[2]))
+	ns, _ := strconv.Atoi(frac) // nine digits at most: always fits
+	return inRange(HeaderNSBExpire, t.Add(time.Duration(ns)).UTC())
+}
+
+// parseDelay accepts every AMQP integer type and decimal strings, as the
+// delayed-message-exchange plugin's clients send them.
+func parseDelay(v any) (int64, error) {
+	var ms int64
+	switch v := v.(type) {
+	case int8:
+		ms = int64(v)
+	case uint8:
+		ms = int64(v)
+	case int16:
+		ms = int64(v)
+	case uint16:
+		ms = int64(v)
+	case int32:
+		ms = int64(v)
+	case uint32:
+		ms = int64(v)
+	case int64:
+		ms = v
+	case int:
+		ms = int64(v)
+	case string, []byte:
+		var s string
+		if b, ok := v.([]byte); ok {
+			s = string(b)
+		} else {
+			s = v.(string)
+		}
+		n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("header %s %q is not a whole number of milliseconds", HeaderDelay, clip(s))
+		}
+		ms = n
+	default:
+		return 0, fmt.Errorf("header %s must be an integer number of milliseconds, got %s", HeaderDelay, typeName(v))
+	}
+	if ms > maxDelay {
+		return 0, fmt.Errorf("header %s %d ms is longer than the %d ms the bridge can represent", HeaderDelay, ms, maxDelay)
+	}
+	return ms, nil
+}
+
+func inRange(header string, t time.Time) (time.Time, error) {
+	if t.Before(minDue) || t.After(maxDue) {
+		return time.Time{}, fmt.Errorf("header %s %s is outside years 0000 to 9999", header, t.Format(time.RFC3339Nano))
+	}
+	return t, nil
+}
+
+func messageID(d *amqp.Delivery) (string, error) {
+	id, source := d.MessageId, "message-id property"
+	if strings.TrimSpace(id) == "" {
+		s, ok, err := headerString(d.Headers, HeaderNSBMessageID)
+		if err != nil {
+			return "", err
+		}
+		id, source = s, "header "+HeaderNSBMessageID
+		if !ok || strings.TrimSpace(id) == "" {
+			return "", nil // the caller assigns one
+		}
+	}
+	switch {
+	case len(id) > maxIDBytes:
+		return "", fmt.Errorf("%s is %d bytes; at most %d", source, len(id), maxIDBytes)
+	case !utf8.ValidString(id):
+		return "", fmt.Errorf("%s is not valid UTF-8", source)
+	case strings.IndexFunc(id, unicode.IsControl) >= 0:
+		return "", fmt.Errorf("%s contains control characters", source)
+	}
+	return id, nil
+}
+
+func typeName(v any) string {
+	switch v.(type) {
+	case float32, float64:
+		return fmt.Sprintf("a floating-point number (%v)", v)
+	case bool:
+		return "a boolean"
+	case amqp.Table:
+		return "a table"
+	case []any:
+		return "an array"
+	case amqp.Decimal:
+		return "a decimal"
+	}
+	return fmt.Sprintf("%T", v)
+}
+
+// clip keeps error text short when a header value is huge.
+func clip(s string) string {
+	const n = 64
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}

@@ -1,0 +1,203 @@
+package ingest
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+var received = time.Date(2026, 11, 21, 19, 0, 0, 0, time.UTC)
+
+func delivery(h amqp.Table) *amqp.Delivery {
+	return &amqp.Delivery{Headers: h, MessageId: "m1"}
+}
+
+func TestDueTimeForms(t *testing.T) {
+	at := func(s string) time.Time {
+		v, err := time.Parse(time.RFC3339Nano, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v.UTC()
+	}
+	cases := []struct {
+		name string
+		h    amqp.Table
+		want time.Time
+	}{
+		{"x-due-at Z", amqp.Table{HeaderDueAt: "2026-11-21T20:00:00.250Z"}, at("2026-11-21T20:00:00.250Z")},
+		{"x-due-at offset", amqp.Table{HeaderDueAt: "2026-11-21T22:00:00+02:00"}, at("2026-11-21T20:00:00Z")},
+		{"x-due-at nanos", amqp.Table{HeaderDueAt: "2026-11-21T20:00:00.123456789Z"}, at("2026-11-21T20:00:00.123456789Z")},
+		{"x-due-at bytes", amqp.Table{HeaderDueAt: []byte("2026-11-21T20:00:00Z")}, at("2026-11-21T20:00:00Z")},
+		{"x-due-at timestamp", amqp.Table{HeaderDueAt: time.Unix(1763755200, 0)}, time.Unix(1763755200, 0).UTC()},
+		{"nsb expire", amqp.Table{HeaderNSBExpire: "2026-11-21 20:00:00:250000 Z"}, at("2026-11-21T20:00:00.25Z")},
+		{"nsb expire 7 digits", amqp.Table{HeaderNSBExpire: "2026-11-21 20:00:00:1234567 Z"}, at("2026-11-21T20:00:00.1234567Z")},
+		{"x-delay int8", amqp.Table{HeaderDelay: int8(100)}, received.Add(100 * time.Millisecond)},
+		{"x-delay uint8", amqp.Table{HeaderDelay: uint8(200)}, received.Add(200 * time.Millisecond)},
+		{"x-delay int16", amqp.Table{HeaderDelay: int16(30000)}, received.Add(30 * time.Second)},
+		{"x-delay uint16", amqp.Table{HeaderDelay: uint16(60000)}, received.Add(60 * time.Second)},
+		{"x-delay int32", amqp.Table{HeaderDelay: int32(1500)}, received.Add(1500 * time.Millisecond)},
+		{"x-delay uint32", amqp.Table{HeaderDelay: uint32(4000000000)}, received.Add(4000000000 * time.Millisecond)},
+		{"x-delay int64", amqp.Table{HeaderDelay: int64(86400000 * 365)}, received.Add(365 * 24 * time.Hour)},
+		{"x-delay int", amqp.Table{HeaderDelay: 5}, received.Add(5 * time.Millisecond)},
+		{"x-delay string", amqp.Table{HeaderDelay: "1500"}, received.Add(1500 * time.Millisecond)},
+		{"x-delay string spaces", amqp.Table{HeaderDelay: " 1500 "}, received.Add(1500 * time.Millisecond)},
+		{"x-delay zero", amqp.Table{HeaderDelay: int32(0)}, received},
+		{"x-delay negative", amqp.Table{HeaderDelay: int32(-5000)}, received},
+		{"x-delay negative string", amqp.Table{HeaderDelay: "-5"}, received},
+		{"past due", amqp.Table{HeaderDueAt: "2000-01-01T00:00:00Z"}, at("2000-01-01T00:00:00Z")},
+		{"far future", amqp.Table{HeaderDueAt: "9999-12-31T23:59:59Z"}, at("9999-12-31T23:59:59Z")},
+		{"x-due-at wins over others", amqp.Table{HeaderDueAt: "2026-11-21T20:00:00Z", HeaderNSBExpire: "2030-01-01 00:00:00:000000 Z", HeaderDelay: int32(1)}, at("2026-11-21T20:00:00Z")},
+		{"expire wins over delay", amqp.Table{HeaderNSBExpire: "2030-01-01 00:00:00:000000 Z", HeaderDelay: int32(1)}, at("2030-01-01T00:00:00Z")},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			c.h[HeaderDestination] = "orders"
+			p, err := Parse(delivery(c.h), received)
+			if err != nil {
+				t.Fatalf("Parse: %v", err)
+			}
+			if !p.DueAt.Equal(c.want) {
+				t.Fatalf("due %s, want %s", p.DueAt.Format(time.RFC3339Nano), c.want.Format(time.RFC3339Nano))
+			}
+		})
+	}
+}
+
+func TestParseRejectsWithAClearReason(t *testing.T) {
+	due := "2026-11-21T20:00:00Z"
+	cases := []struct {
+		name string
+		d    *amqp.Delivery
+		want string // part of the reason
+	}{
+		{"no destination", delivery(amqp.Table{HeaderDueAt: due}), "no destination"},
+		{"empty destination", delivery(amqp.Table{HeaderDestination: "", HeaderDueAt: due}), "is empty"},
+		{"destination not a string", delivery(amqp.Table{HeaderDestination: int32(5), HeaderDueAt: due}), "must be a string"},
+		{"destination too long", delivery(amqp.Table{HeaderDestination: strings.Repeat("q", 256), HeaderDueAt: due}), "at most 255"},
+		{"destination control chars", delivery(amqp.Table{HeaderDestination: "a\nb", HeaderDueAt: due}), "control"},
+		{"destination bad utf8", delivery(amqp.Table{HeaderDestination: "\xff\xfe", HeaderDueAt: due}), "UTF-8"},
+		{"no due time", delivery(amqp.Table{HeaderDestination: "q"}), "no due time"},
+		{"bad x-due-at", delivery(amqp.Table{HeaderDestination: "q", HeaderDueAt: "tomorrow"}), "RFC 3339"},
+		{"x-due-at without zone", delivery(amqp.Table{HeaderDestination: "q", HeaderDueAt: "2026-11-21T20:00:00"}), "RFC 3339"},
+		{"x-due-at number", delivery(amqp.Table{HeaderDestination: "q", HeaderDueAt: int64(5)}), "RFC 3339 string"},
+		{"bad nsb expire", delivery(amqp.Table{HeaderDestination: "q", HeaderNSBExpire: "2026-11-21T20:00:00Z"}), "NServiceBus wire format"},
+		{"nsb expire bad date", delivery(amqp.Table{HeaderDestination: "q", HeaderNSBExpire: "2026-13-41 20:00:00:000000 Z"}), "month out of range"},
+		{"x-delay float", delivery(amqp.Table{HeaderDestination: "q", HeaderDelay: 1.5}), "floating-point"},
+		{"x-delay bool", delivery(amqp.Table{HeaderDestination: "q", HeaderDelay: true}), "boolean"},
+		{"x-delay words", delivery(amqp.Table{HeaderDestination: "q", HeaderDelay: "ten"}), "whole number"},
+		{"x-delay decimal point", delivery(amqp.Table{HeaderDestination: "q", HeaderDelay: "1.5"}), "whole number"},
+		{"x-delay overflow", delivery(amqp.Table{HeaderDestination: "q", HeaderDelay: int64(1) << 62}), "longer than"},
+		{"x-delay huge string", delivery(amqp.Table{HeaderDestination: "q", HeaderDelay: strings.Repeat("9", 100000)}), "whole number"},
+		{"id too long", &amqp.Delivery{Headers: amqp.Table{HeaderDestination: "q", HeaderDueAt: due, HeaderNSBMessageID: strings.Repeat("i", 300)}}, "at most 255"},
+		{"id control chars", &amqp.Delivery{MessageId: "a\x00b", Headers: amqp.Table{HeaderDestination: "q", HeaderDueAt: due}}, "control"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := Parse(c.d, received)
+			if err == nil {
+				t.Fatal("Parse accepted it")
+			}
+			if !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("reason %q does not mention %q", err, c.want)
+			}
+			if len(err.Error()) > 400 {
+				t.Fatalf("reason is %d bytes; huge inputs must be clipped", len(err.Error()))
+			}
+		})
+	}
+}
+
+func TestDestinationAndIdentity(t *testing.T) {
+	due := "2026-11-21T20:00:00Z"
+	cases := []struct {
+		name             string
+		d                *amqp.Delivery
+		wantDest, wantID string
+	}{
+		{"x-destination", &amqp.Delivery{MessageId: "a", Headers: amqp.Table{HeaderDestination: "orders", HeaderDueAt: due}}, "orders", "a"},
+		{"nsb destination", &amqp.Delivery{MessageId: "a", Headers: amqp.Table{HeaderNSBDestination: "billing", HeaderDueAt: due}}, "billing", "a"},
+		{"x-destination wins", &amqp.Delivery{MessageId: "a", Headers: amqp.Table{HeaderDestination: "orders", HeaderNSBDestination: "billing", HeaderDueAt: due}}, "orders", "a"},
+		{"destination as bytes", &amqp.Delivery{MessageId: "a", Headers: amqp.Table{HeaderDestination: []byte("orders"), HeaderDueAt: due}}, "orders", "a"},
+		{"nsb message id", &amqp.Delivery{Headers: amqp.Table{HeaderDestination: "q", HeaderDueAt: due, HeaderNSBMessageID: "nsb-1"}}, "q", "nsb-1"},
+		{"property wins", &amqp.Delivery{MessageId: "prop", Headers: amqp.Table{HeaderDestination: "q", HeaderDueAt: due, HeaderNSBMessageID: "nsb-1"}}, "q", "prop"},
+		{"no id: caller assigns", &amqp.Delivery{Headers: amqp.Table{HeaderDestination: "q", HeaderDueAt: due}}, "q", ""},
+		{"blank id is no id", &amqp.Delivery{MessageId: "  ", Headers: amqp.Table{HeaderDestination: "q", HeaderDueAt: due}}, "q", ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			p, err := Parse(c.d, received)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p.Destination != c.wantDest || p.ID != c.wantID {
+				t.Fatalf("got destination %q id %q, want %q %q", p.Destination, p.ID, c.wantDest, c.wantID)
+			}
+		})
+	}
+}
+
+func TestRules(t *testing.T) {
+	globs, err := CompileGlobs([]string{"orders.*", " billing ", "a?c", "x/*"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]bool{
+		"orders.eu": true, "orders.": true, "orders": false, "billing": true, "billing2": false,
+		"abc": true, "abbc": false, "x/y/z": true, "ordersXeu": false, "a.c": true,
+	} {
+		if got := globs.Match(name); got != want {
+			t.Errorf("Match(%q) = %v, want %v", name, got, want)
+		}
+	}
+	if all, _ := CompileGlobs([]string{"*"}); !all.Match("any/thing.at all") {
+		t.Error("* must match every queue name")
+	}
+	if _, err := CompileGlobs([]string{"a", " "}); err == nil {
+		t.Error("an empty pattern must be refused")
+	}
+
+	r := Rules{MaxDelay: time.Hour, MaxMessageBytes: 10, Allowed: globs, Reserved: []string{"e.Timeouts"}}
+	ok := Parsed{Destination: "billing", DueAt: received.Add(time.Minute)}
+	if err := r.Check(ok, 10, received); err != nil {
+		t.Fatalf("valid message refused: %v", err)
+	}
+	for name, c := range map[string]struct {
+		p    Parsed
+		size int
+		want string
+	}{
+		"too big":     {ok, 11, "MAX_MESSAGE_BYTES"},
+		"not allowed": {Parsed{Destination: "shipping", DueAt: ok.DueAt}, 1, "ALLOWED_DESTINATIONS"},
+		"own queue":   {Parsed{Destination: "e.Timeouts", DueAt: ok.DueAt}, 1, "own queues"},
+		"too far out": {Parsed{Destination: "billing", DueAt: received.Add(time.Hour + time.Nanosecond)}, 1, "MAX_DELAY"},
+	} {
+		if err := r.Check(c.p, c.size, received); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: got %v, want an error mentioning %s", name, err, c.want)
+		}
+	}
+}
+
+func FuzzParse(f *testing.F) {
+	f.Add("orders", "2026-11-21T20:00:00Z", "2026-11-21 20:00:00:250000 Z", "1500", int64(7), "id")
+	f.Add("", "", "", "", int64(-1), "")
+	f.Add("\xff", "9999-99-99T99:99:99Z", "0000-00-00 00:00:00:0 Z", "-9223372036854775808", int64(1)<<62, "\x00")
+	f.Fuzz(func(t *testing.T, dest, dueAt, expire, delayStr string, delayInt int64, id string) {
+		for _, h := range []amqp.Table{
+			{HeaderDestination: dest, HeaderDueAt: dueAt},
+			{HeaderNSBDestination: dest, HeaderNSBExpire: expire},
+			{HeaderDestination: []byte(dest), HeaderDelay: delayStr},
+			{HeaderDestination: dest, HeaderDelay: delayInt},
+		} {
+			p, err := Parse(&amqp.Delivery{MessageId: id, Headers: h}, received)
+			if err != nil {
+				continue
+			}
+			if p.Destination == "" || p.DueAt.IsZero() && !received.IsZero() {
+				t.Fatalf("accepted without destination or due time: %+v", p)
+			}
+		}
+	})
+}

@@ -1,0 +1,77 @@
+package ingest
+
+import (
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+)
+
+// Rules are the operator's limits on what may be scheduled (contract §4, §5).
+type Rules struct {
+	MaxDelay        time.Duration // 0: no limit
+	MaxMessageBytes int
+	Allowed         *Globs
+	// Reserved are queues a message may never be forwarded to (the bridge's own).
+	Reserved []string
+}
+
+// Check returns why a parsed message may not be stored, or nil.
+func (r Rules) Check(p Parsed, bodyLen int, receivedAt time.Time) error {
+	if r.MaxMessageBytes > 0 && bodyLen > r.MaxMessageBytes {
+		return fmt.Errorf("body is %d bytes, over DELAYBRIDGE_MAX_MESSAGE_BYTES (%d)", bodyLen, r.MaxMessageBytes)
+	}
+	for _, q := range r.Reserved {
+		if p.Destination == q {
+			return fmt.Errorf("destination %q is one of the bridge's own queues", p.Destination)
+		}
+	}
+	if r.Allowed != nil && !r.Allowed.Match(p.Destination) {
+		return fmt.Errorf("destination %q is not allowed by DELAYBRIDGE_ALLOWED_DESTINATIONS", p.Destination)
+	}
+	if r.MaxDelay > 0 && p.DueAt.Sub(receivedAt) > r.MaxDelay {
+		return fmt.Errorf("due at %s, further out than DELAYBRIDGE_MAX_DELAY (%s)", p.DueAt.Format(time.RFC3339Nano), r.MaxDelay)
+	}
+	return nil
+}
+
+// Globs matches queue names against patterns where * is any run of characters
+// (including none) and ? is one character; everything else is literal. Unlike
+// path.Match, * also crosses '/' and '.', which queue names may contain.
+type Globs struct {
+	patterns []string
+	re       *regexp.Regexp
+}
+
+// CompileGlobs compiles patterns; surrounding spaces are ignored.
+func CompileGlobs(patterns []string) (*Globs, error) {
+	alts := make([]string, 0, len(patterns))
+	for _, p := range patterns {
+		p = strings.TrimSpace(p)
+		if p == "" {
+			return nil, fmt.Errorf("empty destination pattern")
+		}
+		var b strings.Builder
+		for _, r := range p {
+			switch r {
+			case '*':
+				b.WriteString(".*")
+			case '?':
+				b.WriteString(".")
+			default:
+				b.WriteString(regexp.QuoteMeta(string(r)))
+			}
+		}
+		alts = append(alts, b.String())
+	}
+	re, err := regexp.Compile(`^(?s:` + strings.Join(alts, "|") + `)$`)
+	if err != nil {
+		return nil, err
+	}
+	return &Globs{patterns: patterns, re: re}, nil
+}
+
+// Match reports whether name matches any pattern.
+func (g *Globs) Match(name string) bool { return g.re.MatchString(name) }
+
+func (g *Globs) String() string { return strings.Join(g.patterns, ",") }
