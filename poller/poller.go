@@ -1,0 +1,210 @@
+// Package poller leases due timeouts from the store and hands their lease
+// tokens to the dispatcher through E.TimeoutsDispatcher. It sleeps until the
+// next due time (at most PollInterval) and wakes early when ingest stores
+// something due sooner.
+package poller
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"sync/atomic"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/rs/zerolog"
+
+	"github.com/delaybridge/delaybridge/broker"
+	"github.com/delaybridge/delaybridge/storage"
+)
+
+// Store is what the poller needs of the store.
+type Store interface {
+	Lease(ctx context.Context, owner string, limit int, d time.Duration) ([]storage.Lease, error)
+	Release(ctx context.Context, id, lock string, notBefore time.Time) error
+	NextDue(ctx context.Context) (time.Time, bool, error)
+}
+
+// Publisher sends dispatcher messages with confirms.
+type Publisher interface {
+	Publish(ctx context.Context, msgs []broker.Outgoing) []error
+}
+
+// Options configure a Poller.
+type Options struct {
+	Owner           string // this instance's lock owner
+	DispatcherQueue string
+	BatchSize       int
+	LeaseDuration   time.Duration
+	PollInterval    time.Duration
+	// TokensPerMessage caps the lease tokens carried by one dispatcher message.
+	TokensPerMessage int
+	// RetryDelay is the pause after a failed store read.
+	RetryDelay time.Duration
+	Now        func() time.Time
+	Logger     zerolog.Logger
+}
+
+// Poller moves due timeouts to the dispatcher queue.
+type Poller struct {
+	store Store
+	pub   Publisher
+	opts  Options
+	log   zerolog.Logger
+
+	wake       chan struct{}
+	sleepUntil atomic.Int64 // unix nanos the poller sleeps toward; MaxInt64 while busy
+}
+
+// New returns a Poller; it starts nothing.
+func New(store Store, pub Publisher, opts Options) *Poller {
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.TokensPerMessage < 1 {
+		opts.TokensPerMessage = 100
+	}
+	if opts.RetryDelay <= 0 {
+		opts.RetryDelay = time.Second
+	}
+	p := &Poller{store: store, pub: pub, opts: opts, log: opts.Logger, wake: make(chan struct{}, 1)}
+	p.sleepUntil.Store(math.MaxInt64)
+	return p
+}
+
+// Wake tells the poller a timeout due at due was stored. It wakes the poller
+// at once if it sleeps toward a later time, and never blocks.
+func (p *Poller) Wake(due time.Time) {
+	if due.UnixNano() < p.sleepUntil.Load() {
+		select {
+		case p.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// Run polls until ctx ends. A lease batch in hand when ctx ends is still
+// published (or released) before Run returns.
+func (p *Poller) Run(ctx context.Context) error {
+	for ctx.Err() == nil {
+		p.sleepUntil.Store(math.MaxInt64) // busy: any wake counts
+		n, err := p.pollOnce(ctx)
+		if err != nil {
+			return err
+		}
+		if n == p.opts.BatchSize {
+			continue // a full batch: more may be due right now
+		}
+		wait, err := p.untilNext(ctx)
+		if err != nil {
+			p.log.Error().Err(err).Msg("reading next due time failed")
+			wait = p.opts.RetryDelay
+		}
+		if wait <= 0 {
+			if n > 0 {
+				continue
+			}
+			// Something is due yet nothing was leasable: do not spin if the
+			// clocks of store and poller disagree by a hair.
+			wait = time.Millisecond
+		}
+		p.sleepUntil.Store(p.opts.Now().Add(wait).UnixNano())
+		timer := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+		case <-timer.C:
+		case <-p.wake:
+		}
+		timer.Stop()
+	}
+	return nil
+}
+
+func (p *Poller) untilNext(ctx context.Context) (time.Duration, error) {
+	next, ok, err := p.store.NextDue(ctx)
+	if err != nil {
+		return 0, err
+	}
+	wait := p.opts.PollInterval
+	if ok {
+		wait = min(wait, next.Sub(p.opts.Now()))
+	}
+	return wait, nil
+}
+
+// Token names one leased timeout in a dispatcher message.
+type Token struct {
+	ID   string `json:"id"`
+	Lock string `json:"lock"`
+}
+
+// Batch is the body of a dispatcher message.
+type Batch struct {
+	Tokens []Token `json:"tokens"`
+}
+
+// pollOnce leases one batch and publishes it, returning how many it leased.
+// Leases whose dispatcher message was not confirmed are released at once.
+func (p *Poller) pollOnce(ctx context.Context) (int, error) {
+	leases, err := p.store.Lease(ctx, p.opts.Owner, p.opts.BatchSize, p.opts.LeaseDuration)
+	if err != nil {
+		if ctx.Err() != nil {
+			return 0, nil
+		}
+		p.log.Error().Err(err).Msg("leasing due timeouts failed")
+		select {
+		case <-time.After(p.opts.RetryDelay):
+		case <-ctx.Done():
+		}
+		return 0, nil
+	}
+	if len(leases) == 0 {
+		return 0, nil
+	}
+	var msgs []broker.Outgoing
+	var groups [][]storage.Lease
+	for start := 0; start < len(leases); start += p.opts.TokensPerMessage {
+		group := leases[start:min(start+p.opts.TokensPerMessage, len(leases))]
+		b := Batch{Tokens: make([]Token, len(group))}
+		for i, l := range group {
+			b.Tokens[i] = Token{ID: l.ID, Lock: l.Lock}
+		}
+		body, err := json.Marshal(b)
+		if err != nil {
+			return 0, fmt.Errorf("poller: encode tokens: %w", err)
+		}
+		msgs = append(msgs, broker.Outgoing{
+			RoutingKey: p.opts.DispatcherQueue,
+			Mandatory:  true,
+			Msg: amqp.Publishing{
+				ContentType:  "application/json",
+				DeliveryMode: amqp.Persistent,
+				Timestamp:    p.opts.Now(),
+				Body:         body,
+			},
+		})
+		groups = append(groups, group)
+	}
+	// Confirms are awaited even during shutdown so the leases are settled.
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	results := p.pub.Publish(wctx, msgs)
+	var failed error
+	for i, err := range results {
+		if err == nil {
+			continue
+		}
+		failed = err
+		for _, l := range groups[i] {
+			if rerr := p.store.Release(wctx, l.ID, l.Lock, time.Time{}); rerr != nil {
+				p.log.Error().Err(rerr).Str("id", l.ID).Msg("releasing an unpublished lease failed; it returns when the lease expires")
+			}
+		}
+	}
+	p.log.Debug().Int("leased", len(leases)).Int("messages", len(msgs)).Msg("handed due timeouts to the dispatcher")
+	if failed != nil {
+		return len(leases), fmt.Errorf("poller: publish to %s: %w", p.opts.DispatcherQueue, failed)
+	}
+	return len(leases), nil
+}

@@ -1,0 +1,180 @@
+package poller
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/delaybridge/delaybridge/broker"
+	"github.com/delaybridge/delaybridge/storage"
+	"github.com/delaybridge/delaybridge/storage/boltstore"
+)
+
+type fakePublisher struct {
+	mu     sync.Mutex
+	tokens []Token
+	fail   error
+	sent   chan struct{}
+}
+
+func (p *fakePublisher) Publish(_ context.Context, msgs []broker.Outgoing) []error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	res := make([]error, len(msgs))
+	for i, m := range msgs {
+		if p.fail != nil {
+			res[i] = p.fail
+			continue
+		}
+		var b Batch
+		if err := json.Unmarshal(m.Msg.Body, &b); err != nil {
+			panic(err)
+		}
+		p.tokens = append(p.tokens, b.Tokens...)
+	}
+	select {
+	case p.sent <- struct{}{}:
+	default:
+	}
+	return res
+}
+
+func (p *fakePublisher) count() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.tokens)
+}
+
+func openStore(t *testing.T) *boltstore.Store {
+	t.Helper()
+	s, err := boltstore.Open(filepath.Join(t.TempDir(), "s.db"), boltstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+func insert(t *testing.T, s *boltstore.Store, id string, due time.Time) {
+	t.Helper()
+	if _, err := s.Insert(context.Background(), []storage.Timeout{{ID: id, Destination: "q", DueAt: due, Message: []byte{1}}}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func start(t *testing.T, p *Poller) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func TestWakeInterruptsALongSleep(t *testing.T) {
+	store := openStore(t)
+	pub := &fakePublisher{sent: make(chan struct{}, 1)}
+	p := New(store, pub, Options{Owner: "o", BatchSize: 10, LeaseDuration: time.Minute,
+		PollInterval: time.Hour, Logger: zerolog.Nop()})
+	insert(t, store, "later", time.Now().Add(time.Hour))
+	start(t, p)
+	waitFor(t, "the poller to sleep toward the hour", func() bool {
+		return p.sleepUntil.Load() < int64(1<<62) && p.sleepUntil.Load() > time.Now().Add(30*time.Minute).UnixNano()
+	})
+	// A message due now arrives: without the wake the poller would sleep an hour.
+	insert(t, store, "now", time.Now())
+	p.Wake(time.Now())
+	select {
+	case <-pub.sent:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Wake did not make the poller lease the new due message")
+	}
+	if pub.count() != 1 || pub.tokens[0].ID != "now" {
+		t.Fatalf("tokens %+v", pub.tokens)
+	}
+}
+
+func TestWakeForALaterTimeDoesNotWake(t *testing.T) {
+	store := openStore(t)
+	pub := &fakePublisher{}
+	p := New(store, pub, Options{Owner: "o", BatchSize: 10, LeaseDuration: time.Minute,
+		PollInterval: time.Hour, Logger: zerolog.Nop()})
+	insert(t, store, "soon", time.Now().Add(time.Hour))
+	start(t, p)
+	waitFor(t, "sleep", func() bool { return p.sleepUntil.Load() < int64(1<<62) })
+	p.Wake(time.Now().Add(2 * time.Hour))
+	if len(p.wake) != 0 {
+		t.Fatal("a wake for a time after the one slept toward must be ignored")
+	}
+}
+
+func TestSleepsUntilTheNextDueTimeNotThePollInterval(t *testing.T) {
+	store := openStore(t)
+	pub := &fakePublisher{}
+	p := New(store, pub, Options{Owner: "o", BatchSize: 10, LeaseDuration: time.Minute,
+		PollInterval: time.Hour, Logger: zerolog.Nop()})
+	due := time.Now().Add(150 * time.Millisecond)
+	insert(t, store, "a", due)
+	start(t, p)
+	waitFor(t, "the due message", func() bool { return pub.count() == 1 })
+	if now := time.Now(); now.Before(due) {
+		t.Fatalf("leased %s before due", due.Sub(now))
+	}
+}
+
+func TestFullBatchesDrainWithoutSleeping(t *testing.T) {
+	store := openStore(t)
+	pub := &fakePublisher{}
+	p := New(store, pub, Options{Owner: "o", BatchSize: 7, TokensPerMessage: 3, LeaseDuration: time.Minute,
+		PollInterval: time.Hour, Logger: zerolog.Nop()})
+	for i := range 50 {
+		insert(t, store, fmt.Sprint(i), time.Now().Add(-time.Second))
+	}
+	start(t, p)
+	waitFor(t, "all 50 handed over", func() bool { return pub.count() == 50 })
+	seen := map[string]bool{}
+	for _, tok := range pub.tokens {
+		if seen[tok.ID] {
+			t.Fatalf("%s handed over twice", tok.ID)
+		}
+		seen[tok.ID] = true
+	}
+}
+
+func TestUnpublishedLeasesAreReleased(t *testing.T) {
+	store := openStore(t)
+	pub := &fakePublisher{fail: fmt.Errorf("%w: boom", broker.ErrNotConfirmed)}
+	p := New(store, pub, Options{Owner: "o", BatchSize: 10, LeaseDuration: time.Hour,
+		PollInterval: time.Hour, Logger: zerolog.Nop()})
+	insert(t, store, "a", time.Now().Add(-time.Second))
+	n, err := p.pollOnce(context.Background())
+	if n != 1 || !errors.Is(err, broker.ErrNotConfirmed) {
+		t.Fatalf("pollOnce = %d, %v", n, err)
+	}
+	row, err := store.Get(context.Background(), "a")
+	if err != nil || row.Lock != "" {
+		t.Fatalf("lease kept after the dispatcher message failed (would wait an hour): %+v %v", row, err)
+	}
+}
