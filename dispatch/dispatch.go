@@ -1,0 +1,356 @@
+// Package dispatch consumes lease tokens from E.TimeoutsDispatcher, forwards
+// each still-leased timeout to its destination and removes it from the store
+// after the broker confirmed the forward. A failed forward is counted and
+// released for a later retry, and after NumberOfRetries retries the message
+// goes to the error queue.
+package dispatch
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/rs/zerolog"
+
+	"github.com/delaybridge/delaybridge/broker"
+	"github.com/delaybridge/delaybridge/message"
+	"github.com/delaybridge/delaybridge/poller"
+	"github.com/delaybridge/delaybridge/storage"
+)
+
+// Store is what the dispatcher needs of the store.
+type Store interface {
+	Get(ctx context.Context, id string) (storage.Timeout, error)
+	Remove(ctx context.Context, refs []storage.Ref) ([]error, error)
+	Release(ctx context.Context, id, lock string, notBefore time.Time) error
+	IncrementFailureCount(ctx context.Context, id, lock, reason string) (int, error)
+}
+
+// Publisher forwards with confirms. Each worker gets its own.
+type Publisher interface {
+	Publish(ctx context.Context, msgs []broker.Outgoing) []error
+}
+
+// Options configure a Dispatcher.
+type Options struct {
+	Queue         string // E.TimeoutsDispatcher
+	TimeoutsQueue string // E.Timeouts, named in NServiceBus.FailedQ
+	ErrorQueue    string
+	Prefetch      int
+	// Workers process dispatcher messages in parallel, each with its own
+	// publisher, so confirms of one batch overlap the next.
+	Workers         int
+	NumberOfRetries int
+	// Allowed is checked again at dispatch: the operator may have narrowed
+	// it since the message was stored. Nil allows all.
+	Allowed interface{ Match(string) bool }
+	// RetryBackoff returns how long to hold a message back after its n-th
+	// failure. Nil: 1s doubling to 5m.
+	RetryBackoff func(failures int) time.Duration
+	Now          func() time.Time
+	Logger       zerolog.Logger
+}
+
+// Dispatcher forwards due timeouts.
+type Dispatcher struct {
+	conn   *amqp.Connection
+	pubs   []Publisher
+	store  Store
+	opts   Options
+	log    zerolog.Logger
+	stats  Stats
+	statsM sync.Mutex
+}
+
+// Stats count what the dispatcher did.
+type Stats struct {
+	Forwarded, Stale, Failed, ErrorQueued, RemoveConflicts int64
+}
+
+// New returns a Dispatcher consuming on conn with one publisher per worker.
+func New(conn *amqp.Connection, pubs []Publisher, store Store, opts Options) *Dispatcher {
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.RetryBackoff == nil {
+		opts.RetryBackoff = DefaultBackoff
+	}
+	opts.Workers = len(pubs)
+	return &Dispatcher{conn: conn, pubs: pubs, store: store, opts: opts, log: opts.Logger}
+}
+
+// DefaultBackoff waits 1s after the first failure, doubling up to 5 minutes.
+func DefaultBackoff(failures int) time.Duration {
+	if failures < 1 {
+		failures = 1
+	}
+	d := time.Second << min(failures-1, 20)
+	return min(d, 5*time.Minute)
+}
+
+// Stats returns a snapshot of the counters.
+func (d *Dispatcher) Stats() Stats {
+	d.statsM.Lock()
+	defer d.statsM.Unlock()
+	return d.stats
+}
+
+func (d *Dispatcher) count(f func(*Stats)) {
+	d.statsM.Lock()
+	f(&d.stats)
+	d.statsM.Unlock()
+}
+
+// Run consumes until ctx ends, then stops consuming and lets every worker
+// finish the message in hand (drain) before returning.
+func (d *Dispatcher) Run(ctx context.Context) error {
+	ch, err := d.conn.Channel()
+	if err != nil {
+		return fmt.Errorf("dispatch: open channel: %w", err)
+	}
+	defer ch.Close()
+	closed := ch.NotifyClose(make(chan *amqp.Error, 1))
+	if err := ch.Qos(d.opts.Prefetch, 0, false); err != nil {
+		return fmt.Errorf("dispatch: set prefetch: %w", err)
+	}
+	tag := "delaybridge-dispatch-" + uuid.NewString()
+	deliveries, err := ch.Consume(d.opts.Queue, tag, false, false, false, false, nil)
+	if err != nil {
+		return fmt.Errorf("dispatch: consume %s: %w", d.opts.Queue, err)
+	}
+	d.log.Info().Str("queue", d.opts.Queue).Int("workers", len(d.pubs)).Msg("dispatcher consuming")
+
+	// Workers stop taking new messages when stop closes; the message in hand
+	// is finished with a context that shutdown does not cancel.
+	stop := make(chan struct{})
+	errs := make(chan error, len(d.pubs))
+	var wg sync.WaitGroup
+	for _, pub := range d.pubs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs <- d.work(ctx, stop, deliveries, pub)
+		}()
+	}
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case e := <-closed:
+		runErr = fmt.Errorf("dispatch: channel closed: %v", e)
+	case runErr = <-errs:
+	}
+	_ = ch.Cancel(tag, false)
+	close(stop)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if runErr == nil {
+			runErr = err
+		}
+	}
+	return runErr
+}
+
+func (d *Dispatcher) work(ctx context.Context, stop <-chan struct{}, deliveries <-chan amqp.Delivery, pub Publisher) error {
+	for {
+		select {
+		case <-stop:
+			return nil
+		case del, ok := <-deliveries:
+			if !ok {
+				return nil
+			}
+			if err := d.handle(context.WithoutCancel(ctx), &del, pub); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// item is one token on its way through a dispatcher message.
+type item struct {
+	tok poller.Token
+	row storage.Timeout
+	msg amqp.Publishing
+}
+
+// handle processes one dispatcher message. It returns an error only when the
+// broker connection failed; per-message problems are settled here.
+func (d *Dispatcher) handle(ctx context.Context, del *amqp.Delivery, pub Publisher) error {
+	var batch poller.Batch
+	if err := json.Unmarshal(del.Body, &batch); err != nil {
+		// Not ours or corrupt: nobody else can read it either.
+		d.log.Error().Err(err).Msg("unreadable dispatcher message dropped")
+		return ackErr(del.Ack(false))
+	}
+	now := d.opts.Now()
+	items := make([]item, 0, len(batch.Tokens))
+	for _, tok := range batch.Tokens {
+		it, ok := d.load(ctx, pub, tok, now)
+		if ok {
+			items = append(items, it)
+		}
+	}
+	if len(items) == 0 {
+		return ackErr(del.Ack(false))
+	}
+
+	out := make([]broker.Outgoing, len(items))
+	for i, it := range items {
+		out[i] = broker.Outgoing{RoutingKey: it.row.Destination, Mandatory: true, Msg: it.msg}
+	}
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	results := pub.Publish(wctx, out)
+
+	var done []storage.Ref
+	var brokerErr error
+	for i, it := range items {
+		err := results[i]
+		switch {
+		case err == nil:
+			done = append(done, storage.Ref{ID: it.tok.ID, Lock: it.tok.Lock})
+		case errors.Is(err, broker.ErrNotConfirmed):
+			// The connection failed, not the message: release without
+			// counting a retry.
+			brokerErr = err
+			d.release(ctx, it, time.Time{})
+		default:
+			d.fail(ctx, pub, it, err.Error())
+		}
+	}
+	n := d.remove(ctx, done)
+	d.count(func(s *Stats) { s.Forwarded += int64(n) })
+	if brokerErr != nil {
+		_ = del.Nack(false, true)
+		return fmt.Errorf("dispatch: forward: %w", brokerErr)
+	}
+	return ackErr(del.Ack(false))
+}
+
+// load fetches the row behind a token and decides whether it may be
+// forwarded now. Stale tokens (row gone, released, leased again or lease
+// expired) are skipped: whoever holds the row now forwards it.
+func (d *Dispatcher) load(ctx context.Context, pub Publisher, tok poller.Token, now time.Time) (item, bool) {
+	it := item{tok: tok}
+	row, err := d.store.Get(ctx, tok.ID)
+	switch {
+	case errors.Is(err, storage.ErrNotFound):
+		d.stale(tok, "timeout no longer pending")
+		return it, false
+	case err != nil:
+		// The lease expires and the poller hands the row out again.
+		d.log.Error().Err(err).Str("id", tok.ID).Msg("reading a leased timeout failed; it is retried after its lease expires")
+		return it, false
+	case row.Lock != tok.Lock:
+		d.stale(tok, "lease released or taken again")
+		return it, false
+	case !now.Before(row.LockExpiresAt):
+		d.stale(tok, "lease expired")
+		return it, false
+	}
+	it.row = row
+	if now.Before(row.DueAt) {
+		// Never early, whatever the clocks did: hold it until it is due.
+		d.release(ctx, it, row.DueAt)
+		return it, false
+	}
+	msg, err := message.Decode(row.Message)
+	if err != nil {
+		// No retry can fix this; keep the raw record so nothing is lost.
+		it.msg = amqp.Publishing{MessageId: row.ID, Body: row.Message}
+		d.moveToErrorQueue(ctx, pub, it, "stored message is corrupt: "+err.Error())
+		return it, false
+	}
+	it.msg = msg
+	if d.opts.Allowed != nil && !d.opts.Allowed.Match(row.Destination) {
+		d.moveToErrorQueue(ctx, pub, it, fmt.Sprintf("destination %q is not allowed by DELAYBRIDGE_ALLOWED_DESTINATIONS", row.Destination))
+		return it, false
+	}
+	return it, true
+}
+
+func (d *Dispatcher) stale(tok poller.Token, why string) {
+	d.count(func(s *Stats) { s.Stale++ })
+	d.log.Debug().Str("id", tok.ID).Str("why", why).Msg("stale dispatcher token skipped")
+}
+
+func (d *Dispatcher) release(ctx context.Context, it item, notBefore time.Time) {
+	if err := d.store.Release(ctx, it.tok.ID, it.tok.Lock, notBefore); err != nil {
+		d.log.Error().Err(err).Str("id", it.tok.ID).Msg("release failed; the timeout returns when its lease expires")
+	}
+}
+
+// fail records a per-message dispatch failure: retry later, or after the
+// last retry move the message to the error queue.
+func (d *Dispatcher) fail(ctx context.Context, pub Publisher, it item, reason string) {
+	d.count(func(s *Stats) { s.Failed++ })
+	attempts, err := d.store.IncrementFailureCount(ctx, it.tok.ID, it.tok.Lock, reason)
+	if err != nil {
+		d.log.Error().Err(err).Str("id", it.tok.ID).Msg("recording a dispatch failure failed; the timeout returns when its lease expires")
+		return
+	}
+	if attempts <= d.opts.NumberOfRetries {
+		retryAt := d.opts.Now().Add(d.opts.RetryBackoff(attempts))
+		d.log.Warn().Str("id", it.tok.ID).Str("destination", it.row.Destination).Str("reason", reason).
+			Int("attempts", attempts).Time("retry_at", retryAt).Msg("dispatch failed; will retry")
+		d.release(ctx, it, retryAt)
+		return
+	}
+	it.row.Attempts = attempts
+	d.moveToErrorQueue(ctx, pub, it, fmt.Sprintf("dispatch to %q failed %d times: %s", it.row.Destination, attempts, reason))
+}
+
+func (d *Dispatcher) moveToErrorQueue(ctx context.Context, pub Publisher, it item, reason string) {
+	copyMsg := broker.ErrorCopy(it.msg, broker.ErrorFacts{
+		Reason: reason, Stage: broker.StageDispatch, Attempts: it.row.Attempts,
+		FailedAt: d.opts.Now(), FailedQ: d.opts.TimeoutsQueue,
+	})
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	res := pub.Publish(wctx, []broker.Outgoing{{RoutingKey: d.opts.ErrorQueue, Mandatory: true, Msg: copyMsg}})
+	if res[0] != nil {
+		d.log.Error().Err(res[0]).Str("id", it.tok.ID).Msg("could not move a failed message to the error queue; it is retried")
+		d.release(ctx, it, d.opts.Now().Add(d.opts.RetryBackoff(it.row.Attempts)))
+		return
+	}
+	d.log.Error().Str("id", it.tok.ID).Str("destination", it.row.Destination).Str("reason", reason).
+		Str("error_queue", d.opts.ErrorQueue).Msg("message moved to the error queue")
+	n := d.remove(ctx, []storage.Ref{{ID: it.tok.ID, Lock: it.tok.Lock}})
+	d.count(func(s *Stats) { s.ErrorQueued += int64(n) })
+}
+
+// remove deletes forwarded rows in one commit and returns how many it
+// removed. A failure here can only cause a duplicate (the row is forwarded
+// again after its lease expires), never a loss.
+func (d *Dispatcher) remove(ctx context.Context, refs []storage.Ref) int {
+	if len(refs) == 0 {
+		return 0
+	}
+	results, err := d.store.Remove(ctx, refs)
+	if err != nil {
+		d.log.Error().Err(err).Int("timeouts", len(refs)).Msg("removing forwarded timeouts failed; they may be delivered again")
+		return 0
+	}
+	var conflicts int64
+	for i, rerr := range results {
+		if rerr != nil {
+			conflicts++
+			d.log.Warn().Err(rerr).Str("id", refs[i].ID).Msg("forwarded timeout could not be removed with its lease; a duplicate is possible")
+		}
+	}
+	d.count(func(s *Stats) { s.RemoveConflicts += conflicts })
+	return len(refs) - int(conflicts)
+}
+
+func ackErr(err error) error {
+	if err != nil {
+		return fmt.Errorf("dispatch: ack: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,360 @@
+package dispatch
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/rs/zerolog"
+
+	"github.com/delaybridge/delaybridge/broker"
+	"github.com/delaybridge/delaybridge/message"
+	"github.com/delaybridge/delaybridge/poller"
+	"github.com/delaybridge/delaybridge/storage"
+	"github.com/delaybridge/delaybridge/storage/boltstore"
+	"github.com/delaybridge/delaybridge/storage/storetest"
+)
+
+var t0 = time.Date(2026, 11, 21, 20, 0, 0, 0, time.UTC)
+
+// fakePublisher records publishes and answers with outcome(routing key).
+type fakePublisher struct {
+	mu      sync.Mutex
+	sent    []broker.Outgoing
+	outcome func(broker.Outgoing) error
+}
+
+func (p *fakePublisher) Publish(_ context.Context, msgs []broker.Outgoing) []error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	res := make([]error, len(msgs))
+	for i, m := range msgs {
+		p.sent = append(p.sent, m)
+		if p.outcome != nil {
+			res[i] = p.outcome(m)
+		}
+	}
+	return res
+}
+
+func (p *fakePublisher) to(queue string) []broker.Outgoing {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []broker.Outgoing
+	for _, m := range p.sent {
+		if m.RoutingKey == queue {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// acker records how a dispatcher message was settled.
+type acker struct{ acks, nacks, requeues int }
+
+func (a *acker) Ack(uint64, bool) error { a.acks++; return nil }
+func (a *acker) Nack(_ uint64, _ bool, requeue bool) error {
+	a.nacks++
+	if requeue {
+		a.requeues++
+	}
+	return nil
+}
+func (a *acker) Reject(uint64, bool) error { return errors.New("unexpected reject") }
+
+type fixture struct {
+	t     *testing.T
+	clock *storetest.Clock
+	store *boltstore.Store
+	pub   *fakePublisher
+	d     *Dispatcher
+}
+
+func newFixture(t *testing.T, retries int) *fixture {
+	t.Helper()
+	clock := storetest.NewClock(t0)
+	store, err := boltstore.Open(filepath.Join(t.TempDir(), "s.db"), boltstore.Options{Now: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = store.Close() })
+	pub := &fakePublisher{}
+	d := New(nil, []Publisher{pub}, store, Options{
+		Queue: "e.TimeoutsDispatcher", TimeoutsQueue: "e.Timeouts", ErrorQueue: "error",
+		NumberOfRetries: retries, Now: clock.Now, Logger: zerolog.Nop(),
+	})
+	return &fixture{t: t, clock: clock, store: store, pub: pub, d: d}
+}
+
+func (f *fixture) insert(id, dest string, due time.Time, p amqp.Publishing) {
+	f.t.Helper()
+	enc, err := message.Encode(nil, &p)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	if _, err := f.store.Insert(context.Background(), []storage.Timeout{{ID: id, Destination: dest, DueAt: due, ReceivedAt: t0, Message: enc}}); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+func (f *fixture) lease() []poller.Token {
+	f.t.Helper()
+	ls, err := f.store.Lease(context.Background(), "me", 100, time.Minute)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	toks := make([]poller.Token, len(ls))
+	for i, l := range ls {
+		toks[i] = poller.Token{ID: l.ID, Lock: l.Lock}
+	}
+	return toks
+}
+
+// deliver runs one dispatcher message through the dispatcher.
+func (f *fixture) deliver(toks ...poller.Token) (*acker, error) {
+	f.t.Helper()
+	body, _ := json.Marshal(poller.Batch{Tokens: toks})
+	a := &acker{}
+	err := f.d.handle(context.Background(), &amqp.Delivery{Acknowledger: a, Body: body}, f.pub)
+	return a, err
+}
+
+func (f *fixture) pending(id string) (storage.Timeout, bool) {
+	row, err := f.store.Get(context.Background(), id)
+	if errors.Is(err, storage.ErrNotFound) {
+		return row, false
+	}
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return row, true
+}
+
+func TestForwardsThenRemoves(t *testing.T) {
+	f := newFixture(t, 3)
+	msg := amqp.Publishing{MessageId: "a", Headers: amqp.Table{"k": "v"}, Body: []byte("hello")}
+	f.insert("a", "orders", t0, msg)
+	a, err := f.deliver(f.lease()...)
+	if err != nil || a.acks != 1 {
+		t.Fatalf("err %v, acks %d", err, a.acks)
+	}
+	sent := f.pub.to("orders")
+	if len(sent) != 1 || !sent[0].Mandatory || string(sent[0].Msg.Body) != "hello" || sent[0].Msg.Headers["k"] != "v" {
+		t.Fatalf("forwarded %+v", sent)
+	}
+	if _, ok := f.pending("a"); ok {
+		t.Fatal("row still pending after a confirmed forward")
+	}
+	if s := f.d.Stats(); s.Forwarded != 1 {
+		t.Fatalf("stats %+v", s)
+	}
+}
+
+func TestStaleTokensAreNotForwarded(t *testing.T) {
+	f := newFixture(t, 3)
+	f.insert("a", "orders", t0, amqp.Publishing{})
+	old := f.lease()
+	if err := f.store.Release(context.Background(), "a", old[0].Lock, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	current := f.lease() // leased again under a new lock
+	a, err := f.deliver(old...)
+	if err != nil || a.acks != 1 {
+		t.Fatalf("err %v acks %d", err, a.acks)
+	}
+	if n := len(f.pub.sent); n != 0 {
+		t.Fatalf("a stale token was forwarded %d times", n)
+	}
+	// The current token still works, exactly once.
+	if _, err := f.deliver(current...); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.deliver(current...); err != nil { // redelivered dispatcher message
+		t.Fatal(err)
+	}
+	if n := len(f.pub.to("orders")); n != 1 {
+		t.Fatalf("forwarded %d times, want 1", n)
+	}
+	if s := f.d.Stats(); s.Stale != 2 {
+		t.Fatalf("stale = %d, want 2", s.Stale)
+	}
+}
+
+func TestExpiredLeaseIsNotForwarded(t *testing.T) {
+	f := newFixture(t, 3)
+	f.insert("a", "orders", t0, amqp.Publishing{})
+	toks := f.lease()
+	f.clock.Advance(time.Minute) // lease was for a minute
+	if _, err := f.deliver(toks...); err != nil {
+		t.Fatal(err)
+	}
+	if len(f.pub.sent) != 0 {
+		t.Fatal("forwarded under an expired lease")
+	}
+	if _, ok := f.pending("a"); !ok {
+		t.Fatal("row lost")
+	}
+}
+
+func TestNeverEarlyEvenWithAnEarlyToken(t *testing.T) {
+	f := newFixture(t, 3)
+	due := t0.Add(time.Second)
+	f.insert("a", "orders", due, amqp.Publishing{})
+	// A token for a row that is not due (say, another instance's clock ran
+	// ahead): the dispatcher holds it back until due.
+	f.clock.Set(due)
+	toks := f.lease()
+	f.clock.Set(due.Add(-time.Millisecond))
+	if _, err := f.deliver(toks...); err != nil {
+		t.Fatal(err)
+	}
+	if len(f.pub.sent) != 0 {
+		t.Fatal("forwarded before its due time")
+	}
+	row, ok := f.pending("a")
+	if !ok || row.Lock != "" || row.NotBefore.Before(due) {
+		t.Fatalf("row not released until due: %+v ok=%v", row, ok)
+	}
+}
+
+func TestFailuresRetryWithBackoffThenErrorQueue(t *testing.T) {
+	f := newFixture(t, 2)
+	f.pub.outcome = func(m broker.Outgoing) error {
+		if m.RoutingKey == "nowhere" {
+			return fmt.Errorf("%w: 312 NO_ROUTE", broker.ErrReturned)
+		}
+		return nil
+	}
+	f.insert("a", "nowhere", t0, amqp.Publishing{MessageId: "a", Body: []byte("keep me"), Headers: amqp.Table{"h": int16(3)}})
+	var lastFail time.Time
+	for attempt := 1; attempt <= 3; attempt++ {
+		toks := f.lease()
+		if len(toks) != 1 {
+			t.Fatalf("attempt %d: leased %d rows", attempt, len(toks))
+		}
+		if attempt > 1 && f.clock.Now().Sub(lastFail) < time.Second {
+			t.Fatalf("retry %d came %s after the failure; each retry waits at least 1s", attempt, f.clock.Now().Sub(lastFail))
+		}
+		if _, err := f.deliver(toks...); err != nil {
+			t.Fatal(err)
+		}
+		lastFail = f.clock.Now()
+		if attempt < 3 {
+			row, ok := f.pending("a")
+			if !ok || row.Attempts != attempt || !strings.Contains(row.LastError, "NO_ROUTE") {
+				t.Fatalf("after attempt %d: %+v", attempt, row)
+			}
+			if again := f.lease(); len(again) != 0 {
+				t.Fatal("retried without backoff")
+			}
+			f.clock.Set(row.NotBefore)
+		}
+	}
+	if _, ok := f.pending("a"); ok {
+		t.Fatal("row still pending after moving to the error queue")
+	}
+	eq := f.pub.to("error")
+	if len(eq) != 1 {
+		t.Fatalf("%d error-queue messages, want 1", len(eq))
+	}
+	m := eq[0].Msg
+	if string(m.Body) != "keep me" || m.MessageId != "a" || m.Headers["h"] != int16(3) {
+		t.Fatalf("error copy lost content: %+v", m)
+	}
+	for k, want := range map[string]any{
+		broker.HeaderStage: "dispatch", broker.HeaderAttempts: int32(3), broker.HeaderNSBFailedQ: "e.Timeouts",
+	} {
+		if m.Headers[k] != want {
+			t.Errorf("header %s = %v, want %v", k, m.Headers[k], want)
+		}
+	}
+	if r, _ := m.Headers[broker.HeaderError].(string); !strings.Contains(r, "NO_ROUTE") {
+		t.Errorf("reason %q", r)
+	}
+	if _, err := time.Parse(time.RFC3339Nano, m.Headers[broker.HeaderFailedAt].(string)); err != nil {
+		t.Errorf("failed-at: %v", err)
+	}
+}
+
+func TestBrokerFailureDoesNotBurnRetries(t *testing.T) {
+	f := newFixture(t, 0)
+	f.pub.outcome = func(broker.Outgoing) error { return fmt.Errorf("%w: channel closed", broker.ErrNotConfirmed) }
+	f.insert("a", "orders", t0, amqp.Publishing{})
+	a, err := f.deliver(f.lease()...)
+	if !errors.Is(err, broker.ErrNotConfirmed) {
+		t.Fatalf("want the connection failure reported, got %v", err)
+	}
+	if a.requeues != 1 {
+		t.Fatal("dispatcher message not requeued")
+	}
+	row, ok := f.pending("a")
+	if !ok || row.Attempts != 0 || row.Lock != "" {
+		t.Fatalf("want the row released with no failure counted: %+v", row)
+	}
+	if len(f.pub.to("error")) != 0 {
+		t.Fatal("a broker outage sent a message to the error queue")
+	}
+}
+
+func TestDisallowedAndCorruptGoToErrorQueue(t *testing.T) {
+	f := newFixture(t, 5)
+	f.d.opts.Allowed = matchFunc(func(q string) bool { return q == "orders" })
+	f.insert("bad-dest", "secret", t0, amqp.Publishing{Body: []byte("x")})
+	if _, err := f.store.Insert(context.Background(), []storage.Timeout{{ID: "corrupt", Destination: "orders", DueAt: t0, Message: []byte{99, 1, 2}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.deliver(f.lease()...); err != nil {
+		t.Fatal(err)
+	}
+	if len(f.pub.to("secret")) != 0 || len(f.pub.to("orders")) != 0 {
+		t.Fatal("forwarded a message that must not leave the bridge")
+	}
+	eq := f.pub.to("error")
+	if len(eq) != 2 {
+		t.Fatalf("%d on the error queue, want 2", len(eq))
+	}
+	for _, id := range []string{"bad-dest", "corrupt"} {
+		if _, ok := f.pending(id); ok {
+			t.Errorf("%s still pending", id)
+		}
+	}
+	var corrupt amqp.Publishing
+	for _, m := range eq {
+		if m.Msg.MessageId == "corrupt" {
+			corrupt = m.Msg
+		}
+	}
+	if string(corrupt.Body) != string([]byte{99, 1, 2}) {
+		t.Fatalf("corrupt record's bytes not kept: %q", corrupt.Body)
+	}
+}
+
+func TestUnreadableDispatcherMessageIsSettled(t *testing.T) {
+	f := newFixture(t, 3)
+	a := &acker{}
+	if err := f.d.handle(context.Background(), &amqp.Delivery{Acknowledger: a, Body: []byte("{nope")}, f.pub); err != nil {
+		t.Fatal(err)
+	}
+	if a.acks != 1 {
+		t.Fatal("garbage on the dispatcher queue must not block it")
+	}
+}
+
+func TestDefaultBackoff(t *testing.T) {
+	for n, want := range map[int]time.Duration{0: time.Second, 1: time.Second, 2: 2 * time.Second, 3: 4 * time.Second, 10: 5 * time.Minute, 1000: 5 * time.Minute} {
+		if got := DefaultBackoff(n); got != want {
+			t.Errorf("DefaultBackoff(%d) = %s, want %s", n, got, want)
+		}
+	}
+}
+
+type matchFunc func(string) bool
+
+func (m matchFunc) Match(s string) bool { return m(s) }
