@@ -1,0 +1,210 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/rs/zerolog"
+
+	"github.com/delaybridge/delaybridge/broker"
+	"github.com/delaybridge/delaybridge/config"
+	"github.com/delaybridge/delaybridge/dispatch"
+	"github.com/delaybridge/delaybridge/httpapi"
+	"github.com/delaybridge/delaybridge/ingest"
+	"github.com/delaybridge/delaybridge/poller"
+	"github.com/delaybridge/delaybridge/storage/boltstore"
+)
+
+// dispatchWorkers overlap the confirms of one forwarded batch with the next.
+const dispatchWorkers = 4
+
+var errCritical = errors.New("critical")
+
+func newLogger(cfg config.Config) zerolog.Logger {
+	level, _ := zerolog.ParseLevel(cfg.LogLevel) // validated by config
+	var w = zerolog.New(os.Stderr)
+	if cfg.LogFormat == "console" {
+		w = zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr, TimeFormat: time.RFC3339Nano})
+	}
+	return w.Level(level).With().Timestamp().Logger()
+}
+
+// bridge owns every component and shuts them down in data-flow order.
+type bridge struct {
+	cfg   config.Config
+	log   zerolog.Logger
+	owner string
+	ready atomic.Bool
+}
+
+func newBridge(cfg config.Config, log zerolog.Logger) (*bridge, error) {
+	host, _ := os.Hostname()
+	return &bridge{cfg: cfg, log: log, owner: host + "-" + uuid.NewString()[:8]}, nil
+}
+
+func (b *bridge) Run(ctx context.Context) (err error) {
+	cfg, log := b.cfg, b.log
+	topo := broker.Topology{Endpoint: cfg.Endpoint, ErrorQueue: cfg.ErrorQueue, QueueType: cfg.QueueType}
+	allowed, err := ingest.CompileGlobs(cfg.AllowedDestinations)
+	if err != nil {
+		return fmt.Errorf("DELAYBRIDGE_ALLOWED_DESTINATIONS: %w", err)
+	}
+	now := time.Now
+
+	store, err := boltstore.Open(cfg.StorePath, boltstore.Options{Now: now})
+	if err != nil {
+		return fmt.Errorf("open store: %w", err)
+	}
+	defer func() {
+		if cerr := store.Close(); cerr != nil && err == nil {
+			err = fmt.Errorf("close store: %w", cerr)
+		}
+	}()
+	log.Info().Str("path", cfg.StorePath).Int("recovered_leases", store.RecoveredLeases()).Msg("store open")
+
+	// Separate connections: a publisher blocked by flow control must not
+	// stall the consumers, and vice versa.
+	consumeConn, err := broker.Dial(cfg.AMQPURL, "delaybridge consume "+b.owner)
+	if err != nil {
+		return err
+	}
+	defer consumeConn.Close()
+	publishConn, err := broker.Dial(cfg.AMQPURL, "delaybridge publish "+b.owner)
+	if err != nil {
+		return err
+	}
+	defer publishConn.Close()
+	log.Info().Str("url", broker.Redact(cfg.AMQPURL)).Msg("connected to the broker")
+	consumeClosed := consumeConn.NotifyClose(make(chan *amqp.Error, 1))
+	publishClosed := publishConn.NotifyClose(make(chan *amqp.Error, 1))
+
+	declareCh, err := publishConn.Channel()
+	if err != nil {
+		return fmt.Errorf("open channel: %w", err)
+	}
+	if err := topo.Declare(declareCh); err != nil {
+		return err
+	}
+	_ = declareCh.Close()
+
+	newPub := func(window int) (*broker.Publisher, error) { return broker.NewPublisher(publishConn, window) }
+	ingestPub, err := newPub(cfg.Prefetch)
+	if err != nil {
+		return err
+	}
+	pollPub, err := newPub(cfg.BatchSize)
+	if err != nil {
+		return err
+	}
+	dispatchPubs := make([]dispatch.Publisher, dispatchWorkers)
+	for i := range dispatchPubs {
+		if dispatchPubs[i], err = newPub(1000); err != nil {
+			return err
+		}
+	}
+
+	pl := poller.New(store, pollPub, poller.Options{
+		Owner: b.owner, DispatcherQueue: topo.DispatcherQueue(), BatchSize: cfg.BatchSize,
+		LeaseDuration: cfg.LockLeaseDuration, PollInterval: cfg.PollInterval, Now: now,
+		Logger: log.With().Str("component", "poller").Logger(),
+	})
+	in := ingest.New(consumeConn, ingestPub, store, ingest.Options{
+		Queue: topo.TimeoutsQueue(), ErrorQueue: cfg.ErrorQueue, Prefetch: cfg.Prefetch,
+		MaxBatch: min(cfg.Prefetch, 500), Wake: pl.Wake, Now: now,
+		Rules: ingest.Rules{
+			MaxDelay: cfg.MaxDelay, MaxMessageBytes: cfg.MaxMessageBytes, Allowed: allowed,
+			Reserved: []string{topo.TimeoutsQueue(), topo.DispatcherQueue()},
+		},
+		Logger: log.With().Str("component", "ingest").Logger(),
+	})
+	dp := dispatch.New(consumeConn, dispatchPubs, store, dispatch.Options{
+		Queue: topo.DispatcherQueue(), TimeoutsQueue: topo.TimeoutsQueue(), ErrorQueue: cfg.ErrorQueue,
+		Prefetch: cfg.Prefetch, NumberOfRetries: cfg.NumberOfRetries, Allowed: allowed, Now: now,
+		Logger: log.With().Str("component", "dispatch").Logger(),
+	})
+
+	var httpSrv *httpapi.Server
+	if cfg.HTTPAddr != "" {
+		httpSrv = httpapi.New(httpapi.Options{Addr: cfg.HTTPAddr, Ready: func() error {
+			switch {
+			case !b.ready.Load():
+				return errors.New("starting or stopping")
+			case consumeConn.IsClosed() || publishConn.IsClosed():
+				return errors.New("not connected to the broker")
+			}
+			return nil
+		}, Logger: log})
+		if err := httpSrv.Listen(); err != nil {
+			return err
+		}
+	}
+
+	// One context per stage so shutdown can stop them in data-flow order.
+	type stage struct {
+		name string
+		run  func(context.Context) error
+		stop context.CancelFunc
+		done chan struct{}
+	}
+	failed := make(chan error, 4)
+	start := func(name string, run func(context.Context) error) *stage {
+		sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		s := &stage{name: name, run: run, stop: cancel, done: make(chan struct{})}
+		go func() {
+			defer close(s.done)
+			if err := run(sctx); err != nil {
+				failed <- fmt.Errorf("%s: %w", name, err)
+			}
+		}()
+		return s
+	}
+	var httpStage *stage
+	if httpSrv != nil {
+		httpStage = start("http", httpSrv.Run)
+		log.Info().Str("addr", httpSrv.Addr()).Msg("http listening")
+	}
+	stages := []*stage{
+		start("dispatch", dp.Run),
+		start("poller", pl.Run),
+		start("ingest", in.Run),
+	}
+	b.ready.Store(true)
+	log.Info().Str("endpoint", cfg.Endpoint).Str("owner", b.owner).Msg("delaybridge running")
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+		log.Info().Msg("shutting down")
+	case e := <-consumeClosed:
+		runErr = fmt.Errorf("%w: consume connection lost: %v", errCritical, e)
+	case e := <-publishClosed:
+		runErr = fmt.Errorf("%w: publish connection lost: %v", errCritical, e)
+	case runErr = <-failed:
+	}
+	b.ready.Store(false)
+
+	// Data-flow order: stop consuming, stop polling, drain dispatch.
+	for i := len(stages) - 1; i >= 0; i-- {
+		s := stages[i]
+		s.stop()
+		<-s.done
+		log.Debug().Str("stage", s.name).Msg("stopped")
+	}
+	if httpStage != nil {
+		httpStage.stop()
+		<-httpStage.done
+	}
+	close(failed)
+	for e := range failed {
+		if runErr == nil {
+			runErr = e
+		}
+	}
+	return runErr
+}

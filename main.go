@@ -1,0 +1,78 @@
+// Command delaybridge gives an AMQP endpoint durable delayed delivery: it
+// consumes E.Timeouts, stores each message until its due time and then
+// forwards it to its destination queue.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/delaybridge/delaybridge/config"
+)
+
+// Exit codes of contract §5.
+const (
+	exitOK       = 0
+	exitCritical = 1
+	exitConfig   = 2
+)
+
+func main() {
+	os.Exit(run(os.Args[1:]))
+}
+
+func run(args []string) int {
+	cmd := "run"
+	if len(args) > 0 {
+		cmd, args = args[0], args[1:]
+	}
+	switch cmd {
+	case "run":
+		return runBridge()
+	case "schedule":
+		return runSchedule(args)
+	case "help", "-h", "--help":
+		fmt.Print(usage)
+		return exitOK
+	default:
+		fmt.Fprintf(os.Stderr, "delaybridge: unknown command %q\n\n%s", cmd, usage)
+		return exitConfig
+	}
+}
+
+const usage = `usage:
+  delaybridge [run]              run the bridge (configured by DELAYBRIDGE_* variables)
+  delaybridge schedule [flags] BODY
+                                 publish BODY to E.Timeouts for delivery later
+                                 (delaybridge schedule --help for flags)
+`
+
+func runBridge() int {
+	cfg, err := config.Load()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "delaybridge: configuration:", err)
+		return exitConfig
+	}
+	log := newLogger(cfg)
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	b, err := newBridge(cfg, log)
+	if err != nil {
+		log.Error().Err(err).Msg("start-up failed")
+		return exitCritical
+	}
+	if err := b.Run(ctx); err != nil {
+		if errors.Is(err, errCritical) {
+			log.Error().Err(err).Msg("critical error: stopped so a supervisor can restart the bridge")
+		} else {
+			log.Error().Err(err).Msg("stopped on error")
+		}
+		return exitCritical
+	}
+	log.Info().Msg("stopped")
+	return exitOK
+}
