@@ -3,13 +3,16 @@ module github.com/delaybridge/delaybridge
 go 1.26
 
 require (
-	github.com/google/go-cmp v0.7.0 // indirect
-	github.com/google/uuid v1.6.0 // indirect
-	github.com/kelseyhightower/envconfig v1.4.0 // indirect
+	github.com/google/go-cmp v0.7.0
+	github.com/google/uuid v1.6.0
+	github.com/kelseyhightower/envconfig v1.4.0
+	github.com/rabbitmq/amqp091-go v1.16.0
+	github.com/rs/zerolog v1.35.1
+	go.etcd.io/bbolt v1.5.0
+)
+
+require (
 	github.com/mattn/go-colorable v0.1.14 // indirect
 	github.com/mattn/go-isatty v0.0.20 // indirect
-	github.com/rabbitmq/amqp091-go v1.16.0 // indirect
-	github.com/rs/zerolog v1.35.1 // indirect
-	go.etcd.io/bbolt v1.5.0 // indirect
 	golang.org/x/sys v0.45.0 // indirect
 )

@@ -1,0 +1,668 @@
+// Package boltstore is the embedded storage.Store: one bbolt file owned by one
+// process (DELAYBRIDGE_STORE=bbolt).
+//
+// Layout (all buckets at the top level):
+//
+//	timeouts  id -> record (see codec.go); its sequence numbers index keys and locks
+//	ready     visible-at (8 bytes) + seq (8 bytes) -> id, rows not leased,
+//	          visible-at = max(DueAt, NotBefore)
+//	leased    lock expiry (8 bytes) + seq (8 bytes) -> id, rows leased
+//	meta      "format" -> file format version
+//
+// Every row is in exactly one of ready and leased, and its record names the
+// key it occupies there, so leasing, releasing and removing a row cost
+// O(log n). Lease walks both indexes from the start and stops at the first
+// key in the future; NextDue reads the first key of each. Nothing ever scans
+// the pending rows to find due work.
+//
+// The file belongs to one process: Open frees every lease it finds, since a
+// lease in the file was left by a predecessor that died.
+package boltstore
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+	bolterrors "go.etcd.io/bbolt/errors"
+
+	"github.com/delaybridge/delaybridge/storage"
+)
+
+var (
+	bucketTimeouts = []byte("timeouts")
+	bucketReady    = []byte("ready")
+	bucketLeased   = []byte("leased")
+	bucketMeta     = []byte("meta")
+	keyFormat      = []byte("format")
+)
+
+// fileFormat is the layout version stored in bucket meta.
+const fileFormat = "1"
+
+// DefaultOpenTimeout is how long Open waits for the file lock by default.
+const DefaultOpenTimeout = time.Second
+
+// Options configure Open.
+type Options struct {
+	// Now is the store's clock; nil means time.Now.
+	Now func() time.Time
+	// OpenTimeout is how long Open waits for another process to release the
+	// file lock; zero or negative means DefaultOpenTimeout.
+	OpenTimeout time.Duration
+}
+
+// Store is a storage.Store on a bbolt file.
+type Store struct {
+	mu     sync.RWMutex // read-held by every call, write-held by Close
+	closed bool
+	db     *bolt.DB
+	now    func() time.Time
+	path   string
+
+	recovered int
+
+	// steps counts index entries visited by Lease and NextDue (tests assert
+	// that due work is found without scanning).
+	steps atomic.Int64
+}
+
+var _ storage.Store = (*Store)(nil)
+
+// Open opens or creates the store file at path, creating its parent
+// directories, and frees every lease left in it (see RecoveredLeases).
+func Open(path string, opts Options) (*Store, error) {
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.OpenTimeout <= 0 {
+		opts.OpenTimeout = DefaultOpenTimeout
+	}
+	if dir := filepath.Dir(path); dir != "" {
+		if err := os.MkdirAll(dir, 0o750); err != nil {
+			return nil, fmt.Errorf("boltstore: create directory for %s: %w", path, err)
+		}
+	}
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: opts.OpenTimeout})
+	if err != nil {
+		if errors.Is(err, bolterrors.ErrTimeout) {
+			return nil, fmt.Errorf("boltstore: %s is in use by another process (file lock not acquired within %s): %w",
+				path, opts.OpenTimeout, err)
+		}
+		return nil, fmt.Errorf("boltstore: open %s: %w", path, err)
+	}
+	s := &Store{db: db, now: opts.Now, path: path}
+	err = db.Update(func(tx *bolt.Tx) error {
+		meta, err := tx.CreateBucketIfNotExists(bucketMeta)
+		if err != nil {
+			return err
+		}
+		switch f := meta.Get(keyFormat); {
+		case f == nil:
+			if err := meta.Put(keyFormat, []byte(fileFormat)); err != nil {
+				return err
+			}
+		case string(f) != fileFormat:
+			return fmt.Errorf("unsupported file format %q (this build reads %q)", f, fileFormat)
+		}
+		for _, name := range [][]byte{bucketTimeouts, bucketReady, bucketLeased} {
+			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
+				return err
+			}
+		}
+		n, err := s.freeLeases(tx, nil, -1)
+		s.recovered = n
+		return err
+	})
+	if err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("boltstore: open %s: %w", path, err)
+	}
+	return s, nil
+}
+
+// RecoveredLeases is the number of leases Open found in the file and freed.
+func (s *Store) RecoveredLeases() int { return s.recovered }
+
+// Path is the file the store was opened on.
+func (s *Store) Path() string { return s.path }
+
+// Close closes the file. It waits for calls in flight; later calls return
+// storage.ErrClosed. Closing twice is not an error.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	if err := s.db.Close(); err != nil {
+		return fmt.Errorf("boltstore: close: %w", err)
+	}
+	return nil
+}
+
+// enter starts a call: it holds the read lock until the returned func runs.
+func (s *Store) enter(ctx context.Context) (func(), error) {
+	s.mu.RLock()
+	if s.closed {
+		s.mu.RUnlock()
+		return nil, fmt.Errorf("boltstore: %w", storage.ErrClosed)
+	}
+	if err := ctx.Err(); err != nil {
+		s.mu.RUnlock()
+		return nil, fmt.Errorf("boltstore: %w", err)
+	}
+	return s.mu.RUnlock, nil
+}
+
+// buckets of one transaction.
+type txb struct {
+	timeouts, ready, leased *bolt.Bucket
+}
+
+func buckets(tx *bolt.Tx) (txb, error) {
+	b := txb{
+		timeouts: tx.Bucket(bucketTimeouts),
+		ready:    tx.Bucket(bucketReady),
+		leased:   tx.Bucket(bucketLeased),
+	}
+	if b.timeouts == nil || b.ready == nil || b.leased == nil {
+		return b, errors.New("buckets missing")
+	}
+	return b, nil
+}
+
+func (b txb) index(idx byte) *bolt.Bucket {
+	if idx == idxLeased {
+		return b.leased
+	}
+	return b.ready
+}
+
+// load returns the record of id, or nil when there is none.
+func (b txb) load(id string) (*record, error) {
+	v := b.timeouts.Get([]byte(id))
+	if v == nil {
+		return nil, nil
+	}
+	r, err := decodeRecord(v)
+	if err != nil {
+		return nil, fmt.Errorf("record %q: %w", id, err)
+	}
+	if r.ID != id {
+		return nil, fmt.Errorf("record %q: %w: holds id %q", id, errCorrupt, r.ID)
+	}
+	return r, nil
+}
+
+func (b txb) save(r *record) error {
+	return b.timeouts.Put([]byte(r.ID), encodeRecord(r))
+}
+
+// place puts r into index idx at time at, removing it from the index it was
+// in (unless fresh), and saves it.
+func (b txb) place(r *record, fresh bool, idx byte, at time.Time, seq uint64) error {
+	if !fresh {
+		if err := b.index(r.index).Delete(r.key[:]); err != nil {
+			return err
+		}
+	}
+	r.index = idx
+	r.key = indexKey(at, seq)
+	if err := b.index(idx).Put(r.key[:], []byte(r.ID)); err != nil {
+		return err
+	}
+	return b.save(r)
+}
+
+// makeReady clears r's lease and moves it to the ready index.
+func (b txb) makeReady(r *record) error {
+	seq, err := b.timeouts.NextSequence()
+	if err != nil {
+		return err
+	}
+	r.Lock = ""
+	r.LockExpiresAt = time.Time{}
+	return b.place(r, false, idxReady, visibleAt(&r.Timeout), seq)
+}
+
+// dueRecords walks index idx from its start while the key time is at or
+// before now and returns up to limit records (limit < 0: all) whose exact
+// time when(r) is at or before now; now nil takes every record of the index.
+// The walk stops at the first key in the future. Records are decoded copies,
+// so the caller may modify the buckets afterwards.
+func (s *Store) dueRecords(b txb, idx byte, now *time.Time, limit int, when func(*record) time.Time) ([]*record, error) {
+	var nowKey uint64
+	if now != nil {
+		nowKey = keyTime(*now)
+	}
+	var out []*record
+	c := b.index(idx).Cursor()
+	for k, v := c.First(); k != nil && limit != 0; k, v = c.Next() {
+		s.steps.Add(1)
+		if now != nil && !keyDue(k, nowKey) {
+			break
+		}
+		r, err := b.load(string(v))
+		if err != nil {
+			return nil, err
+		}
+		if r == nil {
+			return nil, fmt.Errorf("%w: index entry for %q has no record", errCorrupt, v)
+		}
+		if r.index != idx || !bytes.Equal(r.key[:], k) {
+			return nil, fmt.Errorf("%w: index entry for %q does not match its record", errCorrupt, v)
+		}
+		if now != nil && when(r).After(*now) {
+			// Only in a clamped key range (before 1678 or after 2262),
+			// where keys order by sequence, not by time.
+			continue
+		}
+		out = append(out, r)
+		limit--
+	}
+	return out, nil
+}
+
+func leaseExpiry(r *record) time.Time { return r.LockExpiresAt }
+
+func readyAt(r *record) time.Time { return visibleAt(&r.Timeout) }
+
+// freeLeases moves leased rows back to ready: those whose lease expired by
+// *now (at most limit of them; limit < 0: all), or all of them when now is
+// nil. It returns how many it moved.
+func (s *Store) freeLeases(tx *bolt.Tx, now *time.Time, limit int) (int, error) {
+	b, err := buckets(tx)
+	if err != nil {
+		return 0, err
+	}
+	rs, err := s.dueRecords(b, idxLeased, now, limit, leaseExpiry)
+	if err != nil {
+		return 0, err
+	}
+	for _, r := range rs {
+		if err := b.makeReady(r); err != nil {
+			return 0, err
+		}
+	}
+	return len(rs), nil
+}
+
+// lockErr checks that lock (unless empty) holds r's lease at now.
+func lockErr(r *record, lock string, now time.Time) error {
+	if lock == "" {
+		return nil
+	}
+	if r.Lock != lock || !now.Before(r.LockExpiresAt) {
+		return storage.ErrConcurrency
+	}
+	return nil
+}
+
+// Insert stores ts in one commit; see storage.Store. Lock and LockExpiresAt
+// of the input are ignored: a new row is never leased.
+func (s *Store) Insert(ctx context.Context, ts []storage.Timeout) ([]bool, error) {
+	exit, err := s.enter(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer exit()
+	for i := range ts {
+		switch t := &ts[i]; {
+		case t.ID == "":
+			return nil, fmt.Errorf("boltstore: insert: timeout %d has an empty id", i)
+		case len(t.ID) > bolt.MaxKeySize:
+			return nil, fmt.Errorf("boltstore: insert: timeout %d: id is %d bytes, longer than %d", i, len(t.ID), bolt.MaxKeySize)
+		case t.Destination == "":
+			return nil, fmt.Errorf("boltstore: insert: timeout %q has an empty destination", t.ID)
+		}
+	}
+	inserted := make([]bool, len(ts))
+	if len(ts) == 0 {
+		return inserted, nil
+	}
+	err = s.db.Update(func(tx *bolt.Tx) error {
+		b, err := buckets(tx)
+		if err != nil {
+			return err
+		}
+		for i := range ts {
+			// Get sees this transaction's own puts, so a repeated id in ts
+			// is caught here too.
+			if b.timeouts.Get([]byte(ts[i].ID)) != nil {
+				continue
+			}
+			r := &record{Timeout: ts[i]}
+			r.Lock = ""
+			r.LockExpiresAt = time.Time{}
+			seq, err := b.timeouts.NextSequence()
+			if err != nil {
+				return err
+			}
+			if err := b.place(r, true, idxReady, visibleAt(&r.Timeout), seq); err != nil {
+				return fmt.Errorf("timeout %q: %w", r.ID, err)
+			}
+			inserted[i] = true
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("boltstore: insert: %w", err)
+	}
+	return inserted, nil
+}
+
+// Lease leases up to limit due rows to owner for d; see storage.Store. Rows
+// whose lease expired are first returned to the ready index (up to limit of
+// them per call), then rows are taken from the ready index in order of
+// max(DueAt, NotBefore).
+func (s *Store) Lease(ctx context.Context, owner string, limit int, d time.Duration) ([]storage.Lease, error) {
+	exit, err := s.enter(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer exit()
+	if limit <= 0 {
+		return nil, fmt.Errorf("boltstore: lease: limit must be positive, got %d", limit)
+	}
+	if d <= 0 {
+		return nil, fmt.Errorf("boltstore: lease: duration must be positive, got %s", d)
+	}
+	now := s.now()
+	// An idle poll should not cost a write transaction and an fsync: look
+	// first, in a read transaction, whether anything may be due. A row that
+	// becomes due right after the look is found by the next poll.
+	var maybeDue bool
+	err = s.db.View(func(tx *bolt.Tx) error {
+		b, err := buckets(tx)
+		if err != nil {
+			return err
+		}
+		nowKey := keyTime(now)
+		for _, idx := range []byte{idxLeased, idxReady} {
+			k, _ := b.index(idx).Cursor().First()
+			if k != nil {
+				s.steps.Add(1)
+				maybeDue = maybeDue || keyDue(k, nowKey)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("boltstore: lease: %w", err)
+	}
+	if !maybeDue {
+		return []storage.Lease{}, nil
+	}
+	var leases []storage.Lease
+	err = s.db.Update(func(tx *bolt.Tx) error {
+		// Expired leases go back to ready first, so that they are taken in
+		// the same order as everything else.
+		if _, err := s.freeLeases(tx, &now, limit); err != nil {
+			return err
+		}
+		b, err := buckets(tx)
+		if err != nil {
+			return err
+		}
+		rs, err := s.dueRecords(b, idxReady, &now, limit, readyAt)
+		if err != nil {
+			return err
+		}
+		leases = make([]storage.Lease, 0, len(rs))
+		for _, r := range rs {
+			seq, err := b.timeouts.NextSequence()
+			if err != nil {
+				return err
+			}
+			r.Lock = owner + ":" + strconv.FormatUint(seq, 10)
+			r.LockExpiresAt = now.Add(d)
+			if err := b.place(r, false, idxLeased, r.LockExpiresAt, seq); err != nil {
+				return err
+			}
+			leases = append(leases, storage.Lease{ID: r.ID, Lock: r.Lock, DueAt: r.DueAt})
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("boltstore: lease: %w", err)
+	}
+	return leases, nil
+}
+
+// Get returns a copy of the row with this id.
+func (s *Store) Get(ctx context.Context, id string) (storage.Timeout, error) {
+	exit, err := s.enter(ctx)
+	if err != nil {
+		return storage.Timeout{}, err
+	}
+	defer exit()
+	var r *record
+	err = s.db.View(func(tx *bolt.Tx) error {
+		b, err := buckets(tx)
+		if err != nil {
+			return err
+		}
+		r, err = b.load(id)
+		return err
+	})
+	if err != nil {
+		return storage.Timeout{}, fmt.Errorf("boltstore: get %q: %w", id, err)
+	}
+	if r == nil {
+		return storage.Timeout{}, fmt.Errorf("boltstore: get %q: %w", id, storage.ErrNotFound)
+	}
+	return r.Timeout, nil
+}
+
+// Remove deletes rows in one commit; see storage.Store.
+func (s *Store) Remove(ctx context.Context, refs []storage.Ref) ([]error, error) {
+	exit, err := s.enter(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer exit()
+	results := make([]error, len(refs))
+	if len(refs) == 0 {
+		return results, nil
+	}
+	now := s.now()
+	err = s.db.Update(func(tx *bolt.Tx) error {
+		clear(results)
+		b, err := buckets(tx)
+		if err != nil {
+			return err
+		}
+		for i, ref := range refs {
+			r, err := b.load(ref.ID)
+			if err != nil {
+				return err
+			}
+			if r == nil {
+				if ref.Lock != "" {
+					results[i] = fmt.Errorf("boltstore: remove %q: %w", ref.ID, storage.ErrNotFound)
+				}
+				continue
+			}
+			if err := lockErr(r, ref.Lock, now); err != nil {
+				results[i] = fmt.Errorf("boltstore: remove %q: %w", ref.ID, err)
+				continue
+			}
+			if err := b.index(r.index).Delete(r.key[:]); err != nil {
+				return err
+			}
+			if err := b.timeouts.Delete([]byte(r.ID)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("boltstore: remove: %w", err)
+	}
+	return results, nil
+}
+
+// Release ends the lease of id; see storage.Store.
+func (s *Store) Release(ctx context.Context, id, lock string, notBefore time.Time) error {
+	exit, err := s.enter(ctx)
+	if err != nil {
+		return err
+	}
+	defer exit()
+	now := s.now()
+	err = s.db.Update(func(tx *bolt.Tx) error {
+		b, err := buckets(tx)
+		if err != nil {
+			return err
+		}
+		r, err := b.load(id)
+		if err != nil {
+			return err
+		}
+		if r == nil {
+			return storage.ErrNotFound
+		}
+		if err := lockErr(r, lock, now); err != nil {
+			return err
+		}
+		r.NotBefore = notBefore
+		return b.makeReady(r)
+	})
+	if err != nil {
+		return fmt.Errorf("boltstore: release %q: %w", id, err)
+	}
+	return nil
+}
+
+// IncrementFailureCount records a dispatch failure of id; the lease is kept.
+func (s *Store) IncrementFailureCount(ctx context.Context, id, lock, reason string) (int, error) {
+	exit, err := s.enter(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer exit()
+	now := s.now()
+	var attempts int
+	err = s.db.Update(func(tx *bolt.Tx) error {
+		b, err := buckets(tx)
+		if err != nil {
+			return err
+		}
+		r, err := b.load(id)
+		if err != nil {
+			return err
+		}
+		if r == nil {
+			return storage.ErrNotFound
+		}
+		if err := lockErr(r, lock, now); err != nil {
+			return err
+		}
+		r.Attempts++
+		r.LastError = reason
+		attempts = r.Attempts
+		return b.save(r)
+	})
+	if err != nil {
+		return 0, fmt.Errorf("boltstore: increment failure count %q: %w", id, err)
+	}
+	return attempts, nil
+}
+
+// NextDue returns the earliest time a row becomes leasable; see
+// storage.Store. It reads the first entry of each index and its record.
+func (s *Store) NextDue(ctx context.Context) (time.Time, bool, error) {
+	exit, err := s.enter(ctx)
+	if err != nil {
+		return time.Time{}, false, err
+	}
+	defer exit()
+	var at time.Time
+	var ok bool
+	err = s.db.View(func(tx *bolt.Tx) error {
+		b, err := buckets(tx)
+		if err != nil {
+			return err
+		}
+		for _, idx := range []byte{idxReady, idxLeased} {
+			k, v := b.index(idx).Cursor().First()
+			if k == nil {
+				continue
+			}
+			s.steps.Add(1)
+			r, err := b.load(string(v))
+			if err != nil {
+				return err
+			}
+			if r == nil || r.index != idx || !bytes.Equal(r.key[:], k) {
+				return fmt.Errorf("%w: index entry for %q does not match its record", errCorrupt, v)
+			}
+			t := r.LockExpiresAt
+			if idx == idxReady {
+				t = visibleAt(&r.Timeout)
+			}
+			if !ok || t.Before(at) {
+				at, ok = t, true
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return time.Time{}, false, fmt.Errorf("boltstore: next due: %w", err)
+	}
+	return at, ok, nil
+}
+
+// Reap frees every row whose lease expired and returns how many.
+func (s *Store) Reap(ctx context.Context) (int, error) {
+	exit, err := s.enter(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer exit()
+	now := s.now()
+	var n int
+	err = s.db.Update(func(tx *bolt.Tx) error {
+		var err error
+		n, err = s.freeLeases(tx, &now, -1)
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("boltstore: reap: %w", err)
+	}
+	return n, nil
+}
+
+// Stats returns how many rows the store holds (pending, leased or not) and
+// how many of them are leased. It counts keys page by page in the two
+// indexes (bbolt Bucket.Stats): no record is read, but every index page is.
+func (s *Store) Stats(ctx context.Context) (pending, leased int, err error) {
+	exit, err := s.enter(ctx)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer exit()
+	err = s.db.View(func(tx *bolt.Tx) error {
+		b, err := buckets(tx)
+		if err != nil {
+			return err
+		}
+		leased = b.leased.Stats().KeyN
+		pending = b.ready.Stats().KeyN + leased
+		return nil
+	})
+	if err != nil {
+		return 0, 0, fmt.Errorf("boltstore: stats: %w", err)
+	}
+	return pending, leased, nil
+}

@@ -1,0 +1,502 @@
+package boltstore
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	bolt "go.etcd.io/bbolt"
+	bolterrors "go.etcd.io/bbolt/errors"
+
+	"github.com/delaybridge/delaybridge/storage"
+	"github.com/delaybridge/delaybridge/storage/storetest"
+)
+
+var ctx = context.Background()
+
+func TestConformance(t *testing.T) {
+	storetest.Run(t, func(t *testing.T, clock *storetest.Clock) storage.Store {
+		path := filepath.Join(t.TempDir(), "nested", "dir", "delaybridge.db")
+		s, err := Open(path, Options{Now: clock.Now})
+		if err != nil {
+			t.Fatalf("Open: %v", err)
+		}
+		// Runs after the suite's own Close: check the file it left.
+		t.Cleanup(func() {
+			if err := s.Close(); err != nil {
+				t.Errorf("Close: %v", err)
+			}
+			verifyFile(t, path)
+		})
+		return s
+	})
+}
+
+// verifyFile checks bbolt's own consistency and the store's invariants:
+// every record decodes, sits under its own id, and is in exactly the index
+// entry it names, keyed by the right time; no index entry is left over.
+func verifyFile(t *testing.T, path string) {
+	t.Helper()
+	db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, Timeout: time.Second})
+	if err != nil {
+		t.Fatalf("verify: open: %v", err)
+	}
+	defer db.Close()
+	err = db.View(func(tx *bolt.Tx) error {
+		for err := range tx.Check() {
+			return fmt.Errorf("bbolt check: %w", err)
+		}
+		b, err := buckets(tx)
+		if err != nil {
+			return err
+		}
+		rows := 0
+		err = b.timeouts.ForEach(func(k, v []byte) error {
+			rows++
+			r, err := decodeRecord(v)
+			if err != nil {
+				return fmt.Errorf("record %q: %w", k, err)
+			}
+			if r.ID != string(k) {
+				return fmt.Errorf("record under %q has id %q", k, r.ID)
+			}
+			if got := b.index(r.index).Get(r.key[:]); string(got) != r.ID {
+				return fmt.Errorf("record %q: index %d entry %x holds %q", k, r.index, r.key, got)
+			}
+			want := visibleAt(&r.Timeout)
+			if r.index == idxLeased {
+				want = r.LockExpiresAt
+			}
+			if (r.index == idxLeased) != (r.Lock != "") {
+				return fmt.Errorf("record %q: index %d with lock %q", k, r.index, r.Lock)
+			}
+			if !bytes.Equal(r.key[:8], func() []byte { k := indexKey(want, 0); return k[:8] }()) {
+				return fmt.Errorf("record %q: index key %x not at time %s", k, r.key, want)
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		if n := b.ready.Stats().KeyN + b.leased.Stats().KeyN; n != rows {
+			return fmt.Errorf("%d index entries for %d records", n, rows)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("verify %s: %v", path, err)
+	}
+}
+
+func open(t testing.TB, path string, now func() time.Time) *Store {
+	t.Helper()
+	s, err := Open(path, Options{Now: now})
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+var t0 = storetest.T0
+
+func TestReopenPersistsEveryField(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "db")
+	clock := storetest.NewClock(t0)
+	s := open(t, path, clock.Now)
+	zone := time.FixedZone("minus-3", -3*3600)
+	full := storage.Timeout{
+		ID:          "full",
+		Destination: "billing",
+		DueAt:       time.Date(2026, 3, 1, 8, 59, 59, 123456789, zone), // ns precision
+		ReceivedAt:  time.Date(2026, 3, 1, 11, 0, 0, 1, time.UTC),
+		Message:     []byte("\x00\x01binary\xff"),
+		Attempts:    4,
+		LastError:   "NO_ROUTE",
+		NotBefore:   time.Date(2026, 3, 1, 12, 0, 0, 999999999, time.UTC),
+	}
+	if _, err := s.Insert(ctx, []storage.Timeout{full, {ID: "leased", Destination: "d", DueAt: time.Date(1969, 7, 20, 20, 17, 40, 7, time.UTC)}}); err != nil {
+		t.Fatal(err)
+	}
+	clock.Set(t0.Add(time.Second))
+	ls, err := s.Lease(ctx, "me", 10, time.Hour)
+	if err != nil || len(ls) != 2 {
+		t.Fatalf("Lease = %v, %v", ls, err)
+	}
+	want := map[string]storage.Timeout{}
+	for _, id := range []string{"full", "leased"} {
+		if _, err := s.IncrementFailureCount(ctx, id, "", "reason of "+id); err != nil {
+			t.Fatal(err)
+		}
+		want[id], err = s.Get(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Release one of them so that NotBefore is set by Release too.
+	rl := ls[0]
+	if err := s.Release(ctx, rl.ID, rl.Lock, t0.Add(time.Minute+time.Nanosecond)); err != nil {
+		t.Fatal(err)
+	}
+	want[rl.ID], _ = s.Get(ctx, rl.ID)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	s2 := open(t, path, clock.Now)
+	if got := s2.RecoveredLeases(); got != 1 {
+		t.Errorf("RecoveredLeases = %d, want 1", got)
+	}
+	for id, w := range want {
+		got, err := s2.Get(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Open frees leases: expect the lock fields cleared, all else kept.
+		w.Lock, w.LockExpiresAt = "", time.Time{}
+		if diff := cmp.Diff(w, got); diff != "" {
+			t.Errorf("row %s after reopen (-before +after):\n%s", id, diff)
+		}
+		for name, tm := range map[string]time.Time{"DueAt": got.DueAt, "ReceivedAt": got.ReceivedAt, "NotBefore": got.NotBefore} {
+			if !tm.IsZero() && tm.Location() != time.UTC {
+				t.Errorf("row %s: %s in %s, want UTC", id, name, tm.Location())
+			}
+		}
+	}
+	if !want["full"].DueAt.Equal(full.DueAt) || want["full"].DueAt.Nanosecond() != 123456789 {
+		t.Errorf("DueAt lost nanoseconds: %s", want["full"].DueAt)
+	}
+	// Lock tokens keep counting across reopen.
+	clock.Set(t0.Add(time.Hour))
+	ls2, err := s2.Lease(ctx, "me", 10, time.Hour)
+	if err != nil || len(ls2) != 2 {
+		t.Fatalf("Lease after reopen = %v, %v", ls2, err)
+	}
+	for _, a := range ls {
+		for _, b := range ls2 {
+			if a.Lock == b.Lock {
+				t.Errorf("lock %q reused after reopen", a.Lock)
+			}
+		}
+	}
+	_ = s2.Close()
+	verifyFile(t, path)
+}
+
+func TestOpenFreesLeasesOfPredecessor(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "db")
+	clock := storetest.NewClock(t0)
+	s := open(t, path, clock.Now)
+	if n := s.RecoveredLeases(); n != 0 {
+		t.Fatalf("fresh file: RecoveredLeases = %d", n)
+	}
+	var ts []storage.Timeout
+	for i := range 5 {
+		ts = append(ts, storage.Timeout{ID: fmt.Sprint("r", i), Destination: "d", DueAt: t0.Add(-time.Duration(i) * time.Second)})
+	}
+	if _, err := s.Insert(ctx, ts); err != nil {
+		t.Fatal(err)
+	}
+	old, err := s.Lease(ctx, "dead", 3, time.Hour)
+	if err != nil || len(old) != 3 {
+		t.Fatalf("Lease = %v, %v", old, err)
+	}
+	if err := s.Close(); err != nil { // the process "dies" holding 3 leases
+		t.Fatal(err)
+	}
+
+	s2 := open(t, path, clock.Now) // same instant: no lease has expired
+	if n := s2.RecoveredLeases(); n != 3 {
+		t.Fatalf("RecoveredLeases = %d, want 3", n)
+	}
+	pending, leased, err := s2.Stats(ctx)
+	if err != nil || pending != 5 || leased != 0 {
+		t.Fatalf("Stats = %d, %d, %v; want 5, 0", pending, leased, err)
+	}
+	if at, ok, err := s2.NextDue(ctx); err != nil || !ok || !at.Equal(t0.Add(-4*time.Second)) {
+		t.Fatalf("NextDue = %s, %v, %v", at, ok, err)
+	}
+	ls, err := s2.Lease(ctx, "heir", 10, time.Hour)
+	if err != nil || len(ls) != 5 {
+		t.Fatalf("Lease after reopen = %d rows, %v; want all 5 at once", len(ls), err)
+	}
+	for i := 1; i < len(ls); i++ {
+		if ls[i].DueAt.Before(ls[i-1].DueAt) {
+			t.Fatalf("recovered rows out of due order: %v", ls)
+		}
+	}
+	res, err := s2.Remove(ctx, []storage.Ref{{ID: old[0].ID, Lock: old[0].Lock}})
+	if err != nil || !errors.Is(res[0], storage.ErrConcurrency) {
+		t.Fatalf("Remove with the predecessor's lock = %v, %v; want ErrConcurrency", res, err)
+	}
+	_ = s2.Close()
+	s3 := open(t, path, clock.Now)
+	if n := s3.RecoveredLeases(); n != 5 {
+		t.Fatalf("third Open: RecoveredLeases = %d, want 5", n)
+	}
+}
+
+func TestOpenWhileInUse(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "db")
+	s := open(t, path, nil)
+	start := time.Now()
+	s2, err := Open(path, Options{OpenTimeout: 200 * time.Millisecond})
+	if err == nil {
+		_ = s2.Close()
+		t.Fatal("second Open of a file in use succeeded")
+	}
+	t.Logf("second Open failed after %s: %v", time.Since(start), err)
+	if !strings.Contains(err.Error(), "in use by another process") || !strings.Contains(err.Error(), path) {
+		t.Errorf("error does not say the file is in use: %v", err)
+	}
+	if !errors.Is(err, bolterrors.ErrTimeout) {
+		t.Errorf("error does not wrap bbolt's ErrTimeout: %v", err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s3, err := Open(path, Options{OpenTimeout: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatalf("Open after the first store closed: %v", err)
+	}
+	_ = s3.Close()
+}
+
+func TestOpenCreatesDirectories(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "a", "b")
+	s := open(t, filepath.Join(dir, "c.db"), nil)
+	fi, err := os.Stat(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if perm := fi.Mode().Perm(); perm&^0o750 != 0 {
+		t.Errorf("directory mode %o, want at most 0750", perm)
+	}
+	_ = s.Close()
+}
+
+func TestOpenRejectsOtherFormat(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "db")
+	db, err := bolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = db.Update(func(tx *bolt.Tx) error {
+		b, err := tx.CreateBucket(bucketMeta)
+		if err != nil {
+			return err
+		}
+		return b.Put(keyFormat, []byte("99"))
+	})
+	_ = db.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s, err := Open(path, Options{}); err == nil {
+		_ = s.Close()
+		t.Fatal("Open accepted a file of format 99")
+	} else if !strings.Contains(err.Error(), "format") {
+		t.Fatalf("error does not name the format: %v", err)
+	}
+	// The failed Open released the file.
+	db, err = bolt.Open(path, 0o600, &bolt.Options{Timeout: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatalf("file still locked after a failed Open: %v", err)
+	}
+	_ = db.Close()
+}
+
+func TestOpenError(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "file")
+	if err := os.WriteFile(file, []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// Parent "directory" is a file.
+	if s, err := Open(filepath.Join(file, "db"), Options{}); err == nil {
+		_ = s.Close()
+		t.Fatal("Open under a regular file succeeded")
+	}
+	// Not a bbolt file.
+	if s, err := Open(file, Options{}); err == nil {
+		_ = s.Close()
+		t.Fatal("Open of a non-bbolt file succeeded")
+	} else if !strings.HasPrefix(err.Error(), "boltstore:") {
+		t.Fatalf("error without boltstore prefix: %v", err)
+	}
+}
+
+func TestStats(t *testing.T) {
+	clock := storetest.NewClock(t0)
+	s := open(t, filepath.Join(t.TempDir(), "db"), clock.Now)
+	check := func(wantPending, wantLeased int) {
+		t.Helper()
+		p, l, err := s.Stats(ctx)
+		if err != nil || p != wantPending || l != wantLeased {
+			t.Fatalf("Stats = %d, %d, %v; want %d, %d", p, l, err, wantPending, wantLeased)
+		}
+	}
+	check(0, 0)
+	var ts []storage.Timeout
+	for i := range 1500 { // enough for several index pages
+		ts = append(ts, storage.Timeout{ID: fmt.Sprintf("s%04d", i), Destination: "d", DueAt: t0.Add(time.Duration(i-1000) * time.Second)})
+	}
+	if _, err := s.Insert(ctx, ts); err != nil {
+		t.Fatal(err)
+	}
+	check(1500, 0)
+	ls, err := s.Lease(ctx, "o", 600, time.Minute)
+	if err != nil || len(ls) != 600 {
+		t.Fatalf("Lease = %d, %v", len(ls), err)
+	}
+	check(1500, 600)
+	if _, err := s.Remove(ctx, []storage.Ref{{ID: ls[0].ID, Lock: ls[0].Lock}, {ID: "s1499"}}); err != nil {
+		t.Fatal(err)
+	}
+	check(1498, 599)
+	_ = s.Close()
+	if _, _, err := s.Stats(ctx); !errors.Is(err, storage.ErrClosed) {
+		t.Fatalf("Stats after Close: %v", err)
+	}
+}
+
+// TestNoScan: with 100k rows due in the future, Lease and NextDue visit a
+// handful of index entries, not the pending rows.
+func TestNoScan(t *testing.T) {
+	if testing.Short() {
+		t.Skip("inserts 100k rows")
+	}
+	clock := storetest.NewClock(t0)
+	s := open(t, filepath.Join(t.TempDir(), "db"), clock.Now)
+	insertFuture(t, s, 100_000)
+	due := []storage.Timeout{
+		{ID: "due-1", Destination: "d", DueAt: t0.Add(-time.Second)},
+		{ID: "due-2", Destination: "d", DueAt: t0},
+	}
+	if _, err := s.Insert(ctx, due); err != nil {
+		t.Fatal(err)
+	}
+	steps := func(what string, max int64, f func()) {
+		t.Helper()
+		s.steps.Store(0)
+		f()
+		if n := s.steps.Load(); n > max {
+			t.Errorf("%s visited %d index entries, want at most %d", what, n, max)
+		}
+	}
+	steps("Lease", 4, func() { // first keys, then two due rows and the first future one
+		ls, err := s.Lease(ctx, "o", 1000, time.Minute)
+		if err != nil || len(ls) != 2 {
+			t.Fatalf("Lease = %v, %v", ls, err)
+		}
+	})
+	steps("empty Lease", 2, func() { // first key of each index, no write transaction
+		if ls, err := s.Lease(ctx, "o", 1000, time.Minute); err != nil || len(ls) != 0 {
+			t.Fatalf("Lease = %v, %v", ls, err)
+		}
+	})
+	steps("NextDue", 2, func() {
+		if at, ok, err := s.NextDue(ctx); err != nil || !ok || !at.Equal(t0.Add(time.Minute)) {
+			t.Fatalf("NextDue = %s, %v, %v", at, ok, err)
+		}
+	})
+	clock.Set(t0.Add(time.Minute))
+	steps("Lease of expired leases", 7, func() {
+		ls, err := s.Lease(ctx, "o", 1000, time.Minute)
+		if err != nil || len(ls) != 2 {
+			t.Fatalf("Lease = %v, %v", ls, err)
+		}
+	})
+	steps("Reap", 1, func() {
+		if n, err := s.Reap(ctx); err != nil || n != 0 {
+			t.Fatalf("Reap = %d, %v", n, err)
+		}
+	})
+}
+
+func insertFuture(t testing.TB, s *Store, n int) {
+	t.Helper()
+	const batch = 10_000
+	body := bytes.Repeat([]byte("m"), 200)
+	for i := 0; i < n; i += batch {
+		ts := make([]storage.Timeout, 0, batch)
+		for j := i; j < i+batch && j < n; j++ {
+			ts = append(ts, storage.Timeout{
+				ID:          fmt.Sprintf("future-%07d", j),
+				Destination: "d",
+				DueAt:       t0.Add(time.Hour + time.Duration(j*7919%n)*time.Second),
+				Message:     body,
+			})
+		}
+		if _, err := s.Insert(ctx, ts); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestCloseDuringCalls: calls racing Close either finish or see ErrClosed.
+func TestCloseDuringCalls(t *testing.T) {
+	s := open(t, filepath.Join(t.TempDir(), "db"), nil)
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				id := fmt.Sprintf("w%d-%d", w, i)
+				_, err := s.Insert(ctx, []storage.Timeout{{ID: id, Destination: "d", DueAt: time.Now()}})
+				if err == nil {
+					_, err = s.Lease(ctx, "o", 2, time.Minute)
+				}
+				if err == nil {
+					_, _, err = s.NextDue(ctx)
+				}
+				if err != nil {
+					if !errors.Is(err, storage.ErrClosed) {
+						t.Errorf("call racing Close: %v", err)
+					}
+					return
+				}
+			}
+		})
+	}
+	time.Sleep(20 * time.Millisecond)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+}
+
+// TestCorruptRecord: a damaged record is reported as an error, never a panic
+// or a silent skip.
+func TestCorruptRecord(t *testing.T) {
+	clock := storetest.NewClock(t0)
+	s := open(t, filepath.Join(t.TempDir(), "db"), clock.Now)
+	if _, err := s.Insert(ctx, []storage.Timeout{{ID: "x", Destination: "d", DueAt: t0}}); err != nil {
+		t.Fatal(err)
+	}
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketTimeouts).Put([]byte("x"), []byte{recordVersion, idxReady, 1, 2, 3})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Get(ctx, "x"); err == nil || errors.Is(err, storage.ErrNotFound) || !errors.Is(err, errCorrupt) {
+		t.Errorf("Get of a corrupt record: %v", err)
+	}
+	if _, err := s.Lease(ctx, "o", 10, time.Minute); err == nil {
+		t.Error("Lease over a corrupt record succeeded")
+	}
+	if _, _, err := s.NextDue(ctx); err == nil {
+		t.Error("NextDue over a corrupt record succeeded")
+	}
+	if _, err := s.Remove(ctx, []storage.Ref{{ID: "x"}}); err == nil {
+		t.Error("Remove of a corrupt record succeeded")
+	}
+}

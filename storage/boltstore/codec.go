@@ -1,0 +1,272 @@
+package boltstore
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/delaybridge/delaybridge/storage"
+)
+
+// recordVersion is the first byte of every encoded record.
+const recordVersion = 1
+
+// Index a record currently occupies.
+const (
+	idxReady  byte = 1 // in bucket "ready": not leased, keyed by visible-at
+	idxLeased byte = 2 // in bucket "leased": keyed by lock expiry
+)
+
+// keyLen is the length of an index key: 8-byte time + 8-byte sequence.
+const keyLen = 16
+
+// record is one row of bucket "timeouts": the timeout plus the index entry
+// that points at it, so that moving or deleting the row never needs a scan.
+type record struct {
+	storage.Timeout
+	index byte
+	key   [keyLen]byte
+}
+
+// Record encoding, version 1 (all integers are encoding/binary varints):
+//
+//	version     byte   = 1
+//	index       byte   1 = ready, 2 = leased
+//	key         [16]byte index key (see indexKey)
+//	ID          string
+//	Destination string
+//	DueAt       time
+//	ReceivedAt  time
+//	Message     bytes
+//	Attempts    varint
+//	LastError   string
+//	Lock        string
+//	LockExpires time
+//	NotBefore   time
+//
+// string: uvarint length, then the bytes.
+// bytes:  uvarint length+1, then the bytes; 0 encodes a nil slice.
+// time:   varint seconds since 0001-01-01T00:00:00Z, then uvarint nanoseconds
+//
+//	(< 1e9). The zero time.Time encodes as 0,0 and decodes as the zero
+//	time; every time decodes in UTC.
+//
+// Decoding is strict: an unknown version or index, a length running past the
+// end, nanoseconds >= 1e9 or trailing bytes are errors.
+
+// secondsToUnix is the offset between seconds since year 1 and Unix seconds.
+const secondsToUnix int64 = 62135596800
+
+var errCorrupt = errors.New("corrupt record")
+
+func encodeRecord(r *record) []byte {
+	n := 2 + keyLen +
+		3*binary.MaxVarintLen64 + len(r.ID) + len(r.Destination) + len(r.LastError) +
+		2*binary.MaxVarintLen64 + len(r.Lock) + len(r.Message) +
+		8*binary.MaxVarintLen64
+	b := make([]byte, 0, n)
+	b = append(b, recordVersion, r.index)
+	b = append(b, r.key[:]...)
+	b = appendString(b, r.ID)
+	b = appendString(b, r.Destination)
+	b = appendTime(b, r.DueAt)
+	b = appendTime(b, r.ReceivedAt)
+	if r.Message == nil {
+		b = binary.AppendUvarint(b, 0)
+	} else {
+		b = binary.AppendUvarint(b, uint64(len(r.Message))+1)
+		b = append(b, r.Message...)
+	}
+	b = binary.AppendVarint(b, int64(r.Attempts))
+	b = appendString(b, r.LastError)
+	b = appendString(b, r.Lock)
+	b = appendTime(b, r.LockExpiresAt)
+	b = appendTime(b, r.NotBefore)
+	return b
+}
+
+func appendString(b []byte, s string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(s)))
+	return append(b, s...)
+}
+
+func appendTime(b []byte, t time.Time) []byte {
+	if t.IsZero() {
+		return append(b, 0, 0)
+	}
+	b = binary.AppendVarint(b, t.Unix()+secondsToUnix)
+	return binary.AppendUvarint(b, uint64(t.Nanosecond()))
+}
+
+// decodeRecord decodes v into a record that shares no memory with v (v may
+// be bbolt's mmap, valid only inside the transaction).
+func decodeRecord(v []byte) (*record, error) {
+	d := decoder{b: v}
+	version := d.byte()
+	if d.err == nil && version != recordVersion {
+		return nil, fmt.Errorf("%w: unknown version %d", errCorrupt, version)
+	}
+	r := &record{}
+	r.index = d.byte()
+	if d.err == nil && r.index != idxReady && r.index != idxLeased {
+		return nil, fmt.Errorf("%w: unknown index %d", errCorrupt, r.index)
+	}
+	copy(r.key[:], d.next(keyLen))
+	r.ID = d.string()
+	r.Destination = d.string()
+	r.DueAt = d.time()
+	r.ReceivedAt = d.time()
+	if n := d.uvarint(); n > 0 {
+		if msg := d.next(n - 1); msg != nil {
+			r.Message = make([]byte, len(msg))
+			copy(r.Message, msg)
+		}
+	}
+	attempts := d.varint()
+	if d.err == nil && (attempts < math.MinInt || attempts > math.MaxInt) {
+		d.fail("attempts out of range")
+	}
+	r.Attempts = int(attempts)
+	r.LastError = d.string()
+	r.Lock = d.string()
+	r.LockExpiresAt = d.time()
+	r.NotBefore = d.time()
+	if d.err == nil && len(d.b) != 0 {
+		d.fail(fmt.Sprintf("%d trailing bytes", len(d.b)))
+	}
+	if d.err != nil {
+		return nil, d.err
+	}
+	return r, nil
+}
+
+// decoder consumes v; after the first error every read returns zero values.
+type decoder struct {
+	b   []byte
+	err error
+}
+
+func (d *decoder) fail(what string) {
+	if d.err == nil {
+		d.err = fmt.Errorf("%w: %s", errCorrupt, what)
+	}
+	d.b = nil
+}
+
+func (d *decoder) next(n uint64) []byte {
+	if d.err != nil {
+		return nil
+	}
+	if n > uint64(len(d.b)) {
+		d.fail("truncated")
+		return nil
+	}
+	p := d.b[:n:n]
+	d.b = d.b[n:]
+	return p
+}
+
+func (d *decoder) byte() byte {
+	if p := d.next(1); p != nil {
+		return p[0]
+	}
+	return 0
+}
+
+func (d *decoder) uvarint() uint64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(d.b)
+	if n <= 0 {
+		d.fail("bad uvarint")
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *decoder) varint() int64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Varint(d.b)
+	if n <= 0 {
+		d.fail("bad varint")
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *decoder) string() string {
+	n := d.uvarint()
+	return string(d.next(n)) // string() copies
+}
+
+func (d *decoder) time() time.Time {
+	sec := d.varint()
+	nsec := d.uvarint()
+	if d.err != nil {
+		return time.Time{}
+	}
+	if nsec >= 1e9 {
+		d.fail("nanoseconds out of range")
+		return time.Time{}
+	}
+	if sec == 0 && nsec == 0 {
+		return time.Time{}
+	}
+	if sec < math.MinInt64+secondsToUnix {
+		d.fail("time out of range")
+		return time.Time{}
+	}
+	return time.Unix(sec-secondsToUnix, int64(nsec)).UTC()
+}
+
+// Index keys: 8 bytes big-endian time, then 8 bytes big-endian sequence (the
+// sequence makes keys unique and orders equal times by arrival).
+//
+// The time part is the Unix nanosecond count with its sign bit flipped, so
+// that unsigned byte order equals time order for every instant Unix
+// nanoseconds can express (years 1678 to 2262), including those before 1970.
+// Earlier instants clamp to 0 and later ones to all ones; inside a clamped
+// range keys order by sequence, and callers compare the exact time stored in
+// the record before acting.
+
+var (
+	minKeyTime = time.Unix(0, math.MinInt64)
+	maxKeyTime = time.Unix(0, math.MaxInt64)
+)
+
+func keyTime(t time.Time) uint64 {
+	switch {
+	case t.Before(minKeyTime):
+		return 0
+	case t.After(maxKeyTime):
+		return math.MaxUint64
+	}
+	return uint64(t.UnixNano()) ^ (1 << 63)
+}
+
+func indexKey(t time.Time, seq uint64) [keyLen]byte {
+	var k [keyLen]byte
+	binary.BigEndian.PutUint64(k[:8], keyTime(t))
+	binary.BigEndian.PutUint64(k[8:], seq)
+	return k
+}
+
+// keyDue reports whether index key k's time part is at or before now's.
+func keyDue(k []byte, now uint64) bool {
+	return len(k) == keyLen && binary.BigEndian.Uint64(k[:8]) <= now
+}
+
+// visibleAt is when a row that is not leased becomes leasable.
+func visibleAt(t *storage.Timeout) time.Time {
+	if t.NotBefore.After(t.DueAt) {
+		return t.NotBefore
+	}
+	return t.DueAt
+}

@@ -1,0 +1,1323 @@
+// Package storetest is the conformance suite of storage.Store: every backend
+// runs Run from its own tests.
+//
+//	func TestConformance(t *testing.T) {
+//		storetest.Run(t, func(t *testing.T, clock *storetest.Clock) storage.Store {
+//			s, err := mystore.Open(..., clock.Now)
+//			if err != nil {
+//				t.Fatal(err)
+//			}
+//			return s
+//		})
+//	}
+//
+// Beyond the comments in package storage, the suite pins down:
+//
+//   - A row is due when DueAt <= now and NotBefore <= now; a lease is valid
+//     while now < LockExpiresAt, and a row whose lease reached LockExpiresAt
+//     is leasable again. All times come from the injected clock.
+//   - Insert stores ID, Destination, DueAt, ReceivedAt, Message, Attempts,
+//     LastError and NotBefore; it ignores Lock and LockExpiresAt (a new row
+//     is never leased). Empty ID or Destination fails the whole call.
+//   - Lease with limit <= 0 or a duration <= 0 is an error. Each lease gets a
+//     lock token no other lease ever had, even for the same owner.
+//   - A non-empty lock given to Remove, Release or IncrementFailureCount must
+//     be the row's current lock and the lease must not have expired, else
+//     ErrConcurrency. Release and IncrementFailureCount of a missing row give
+//     ErrNotFound whatever the lock.
+//   - Get returns times that are Equal to those stored; the suite stores
+//     whole microseconds only, so backends with microsecond precision pass.
+//     nil and empty Message are not told apart.
+//   - Every method returns ErrClosed after Close; Close twice is no error. A
+//     cancelled context fails the call with an error wrapping ctx.Err().
+package storetest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+
+	"github.com/delaybridge/delaybridge/storage"
+)
+
+// T0 is the time every fake clock of the suite starts at.
+var T0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+
+// Run runs the conformance suite. open must return a fresh, empty store that
+// reads time from clock.Now; the suite closes it when the subtest ends.
+func Run(t *testing.T, open func(t *testing.T, clock *Clock) storage.Store) {
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			clock := NewClock(T0)
+			s := open(t, clock)
+			if s == nil {
+				t.Fatal("open returned a nil store")
+			}
+			t.Cleanup(func() { _ = s.Close() })
+			tc.fn(&env{T: t, s: s, clock: clock, ctx: context.Background()})
+		})
+	}
+}
+
+var tests = []struct {
+	name string
+	fn   func(e *env)
+}{
+	{"InsertGetRoundTrip", testInsertGetRoundTrip},
+	{"InsertGetMinimalRow", testInsertGetMinimalRow},
+	{"InsertAndGetCopy", testInsertAndGetCopy},
+	{"InsertIgnoresLockFields", testInsertIgnoresLockFields},
+	{"InsertLargeAndOddValues", testInsertLargeAndOddValues},
+	{"GetMissing", testGetMissing},
+	{"InsertEmptyBatch", testInsertEmptyBatch},
+	{"InsertIdempotent", testInsertIdempotent},
+	{"InsertIdempotentWithinBatch", testInsertIdempotentWithinBatch},
+	{"InsertIdempotentWhileLeased", testInsertIdempotentWhileLeased},
+	{"InsertConcurrentSameIDs", testInsertConcurrentSameIDs},
+	{"InsertValidation", testInsertValidation},
+	{"ReinsertAfterRemove", testReinsertAfterRemove},
+	{"LeaseEmptyStore", testLeaseEmptyStore},
+	{"LeaseDueOrder", testLeaseDueOrder},
+	{"LeaseOrderAcrossBatches", testLeaseOrderAcrossBatches},
+	{"LeaseDueExactlyNow", testLeaseDueExactlyNow},
+	{"LeaseInsertedNotBefore", testLeaseInsertedNotBefore},
+	{"LeaseLimit", testLeaseLimit},
+	{"LeaseInvalidArguments", testLeaseInvalidArguments},
+	{"LeaseRecordsLockOnRow", testLeaseRecordsLockOnRow},
+	{"LeaseLocksUnique", testLeaseLocksUnique},
+	{"LeaseExclusiveConcurrent", testLeaseExclusiveConcurrent},
+	{"LeaseRemoveConcurrent", testLeaseRemoveConcurrent},
+	{"LeaseExpiry", testLeaseExpiry},
+	{"ExpiredLockRejected", testExpiredLockRejected},
+	{"Remove", testRemove},
+	{"RemoveMixedBatch", testRemoveMixedBatch},
+	{"Release", testRelease},
+	{"ReleaseNotBefore", testReleaseNotBefore},
+	{"ReleaseNotBeforeEarlierThanDue", testReleaseNotBeforeEarlierThanDue},
+	{"ReleaseErrors", testReleaseErrors},
+	{"ReleaseUnconditional", testReleaseUnconditional},
+	{"IncrementFailureCount", testIncrementFailureCount},
+	{"IncrementFailureCountErrors", testIncrementFailureCountErrors},
+	{"NextDue", testNextDue},
+	{"NextDueExtremeTimes", testNextDueExtremeTimes},
+	{"Reap", testReap},
+	{"Closed", testClosed},
+	{"ContextCancelled", testContextCancelled},
+}
+
+// env is one subtest's store and clock.
+type env struct {
+	*testing.T
+	s     storage.Store
+	clock *Clock
+	ctx   context.Context
+}
+
+// cmpOpts compare timeouts: times with Equal (cmp's default for types with
+// an Equal method), nil and empty slices alike.
+var cmpOpts = cmp.Options{cmpopts.EquateEmpty()}
+
+// at is T0 plus d; the suite stores whole microseconds only.
+func at(d time.Duration) time.Time { return T0.Add(d) }
+
+func newTimeout(id string, due time.Time) storage.Timeout {
+	return storage.Timeout{
+		ID:          id,
+		Destination: "dest." + id,
+		DueAt:       due,
+		ReceivedAt:  T0.Add(-time.Hour),
+		Message:     []byte("body of " + id),
+	}
+}
+
+func (e *env) insert(ts ...storage.Timeout) []bool {
+	e.Helper()
+	got, err := e.s.Insert(e.ctx, ts)
+	if err != nil {
+		e.Fatalf("Insert: %v", err)
+	}
+	if len(got) != len(ts) {
+		e.Fatalf("Insert returned %d results for %d timeouts", len(got), len(ts))
+	}
+	return got
+}
+
+func (e *env) insertDue(ids ...string) {
+	e.Helper()
+	var ts []storage.Timeout
+	for _, id := range ids {
+		ts = append(ts, newTimeout(id, at(-time.Minute)))
+	}
+	for i, ok := range e.insert(ts...) {
+		if !ok {
+			e.Fatalf("Insert of new id %q returned false", ids[i])
+		}
+	}
+}
+
+func (e *env) lease(owner string, limit int, d time.Duration) []storage.Lease {
+	e.Helper()
+	ls, err := e.s.Lease(e.ctx, owner, limit, d)
+	if err != nil {
+		e.Fatalf("Lease(%q, %d, %s): %v", owner, limit, d, err)
+	}
+	if len(ls) > limit {
+		e.Fatalf("Lease(limit %d) returned %d rows", limit, len(ls))
+	}
+	for _, l := range ls {
+		if l.Lock == "" {
+			e.Fatalf("Lease returned row %q with an empty lock", l.ID)
+		}
+	}
+	return ls
+}
+
+// leaseOne leases exactly the row id.
+func (e *env) leaseOne(id string, d time.Duration) storage.Lease {
+	e.Helper()
+	ls := e.lease("owner", 1000, d)
+	if len(ls) != 1 || ls[0].ID != id {
+		e.Fatalf("Lease: got %v, want exactly [%s]", leaseIDs(ls), id)
+	}
+	return ls[0]
+}
+
+func (e *env) expectNoLease() {
+	e.Helper()
+	if ls := e.lease("probe", 1000, time.Minute); len(ls) != 0 {
+		e.Fatalf("at %s Lease returned %v, want nothing", e.clock.Now().Format(time.RFC3339Nano), leaseIDs(ls))
+	}
+}
+
+func (e *env) get(id string) storage.Timeout {
+	e.Helper()
+	got, err := e.s.Get(e.ctx, id)
+	if err != nil {
+		e.Fatalf("Get(%q): %v", id, err)
+	}
+	return got
+}
+
+func (e *env) expectMissing(id string) {
+	e.Helper()
+	_, err := e.s.Get(e.ctx, id)
+	if !errors.Is(err, storage.ErrNotFound) {
+		e.Fatalf("Get(%q) = %v, want ErrNotFound", id, err)
+	}
+}
+
+func (e *env) remove(refs ...storage.Ref) []error {
+	e.Helper()
+	res, err := e.s.Remove(e.ctx, refs)
+	if err != nil {
+		e.Fatalf("Remove: %v", err)
+	}
+	if len(res) != len(refs) {
+		e.Fatalf("Remove returned %d results for %d refs", len(res), len(refs))
+	}
+	return res
+}
+
+func (e *env) nextDue() (time.Time, bool) {
+	e.Helper()
+	t, ok, err := e.s.NextDue(e.ctx)
+	if err != nil {
+		e.Fatalf("NextDue: %v", err)
+	}
+	return t, ok
+}
+
+func (e *env) expectNextDue(want time.Time) {
+	e.Helper()
+	got, ok := e.nextDue()
+	if !ok || !got.Equal(want) {
+		e.Fatalf("NextDue = %s, %v; want %s, true", got.Format(time.RFC3339Nano), ok, want.Format(time.RFC3339Nano))
+	}
+}
+
+func (e *env) expectErr(what string, err, want error) {
+	e.Helper()
+	if !errors.Is(err, want) {
+		e.Fatalf("%s: got error %v, want %v", what, err, want)
+	}
+}
+
+func leaseIDs(ls []storage.Lease) []string {
+	ids := make([]string, len(ls))
+	for i, l := range ls {
+		ids[i] = l.ID
+	}
+	return ids
+}
+
+func sortedIDs(ls []storage.Lease) []string {
+	ids := leaseIDs(ls)
+	slices.Sort(ids)
+	return ids
+}
+
+// --- insert and get ---
+
+func testInsertGetRoundTrip(e *env) {
+	zone := time.FixedZone("IST", 5*3600+1800)
+	in := storage.Timeout{
+		ID:          "rt-1",
+		Destination: "orders.billing",
+		DueAt:       time.Date(2026, 3, 1, 17, 35, 1, 123456000, zone), // 12:05:01.123456Z
+		ReceivedAt:  time.Date(2026, 3, 1, 11, 59, 58, 999999000, time.UTC),
+		Message:     []byte{0, 1, 2, 0xff, 'h', 'i', 0},
+		Attempts:    2,
+		LastError:   "broker returned the message: NO_ROUTE",
+		NotBefore:   time.Date(2026, 3, 1, 12, 10, 0, 1000, time.UTC),
+	}
+	if got := e.insert(in); !got[0] {
+		e.Fatal("Insert of a new id returned false")
+	}
+	got := e.get("rt-1")
+	if diff := cmp.Diff(in, got, cmpOpts); diff != "" {
+		e.Fatalf("Get after Insert differs (-inserted +got):\n%s", diff)
+	}
+}
+
+func testInsertGetMinimalRow(e *env) {
+	in := storage.Timeout{ID: "min", Destination: "d", DueAt: at(time.Hour)}
+	e.insert(in)
+	got := e.get("min")
+	if diff := cmp.Diff(in, got, cmpOpts); diff != "" {
+		e.Fatalf("Get after Insert differs (-inserted +got):\n%s", diff)
+	}
+	for name, tm := range map[string]time.Time{
+		"ReceivedAt": got.ReceivedAt, "LockExpiresAt": got.LockExpiresAt, "NotBefore": got.NotBefore,
+	} {
+		if !tm.IsZero() {
+			e.Errorf("%s = %s, want the zero time", name, tm)
+		}
+	}
+	if len(got.Message) != 0 || got.Attempts != 0 || got.LastError != "" || got.Lock != "" {
+		e.Errorf("zero fields came back set: %+v", got)
+	}
+}
+
+func testInsertAndGetCopy(e *env) {
+	body := []byte("original")
+	e.insert(storage.Timeout{ID: "c", Destination: "d", DueAt: at(time.Hour), Message: body})
+	copy(body, "XXXXXXXX")
+	got := e.get("c")
+	if string(got.Message) != "original" {
+		e.Fatalf("store shares the caller's Message: got %q", got.Message)
+	}
+	copy(got.Message, "YYYYYYYY")
+	if again := e.get("c"); string(again.Message) != "original" {
+		e.Fatalf("Get returns the store's own Message: got %q", again.Message)
+	}
+}
+
+func testInsertIgnoresLockFields(e *env) {
+	in := newTimeout("locked-in", at(-time.Minute))
+	in.Lock = "someone:1"
+	in.LockExpiresAt = at(time.Hour)
+	e.insert(in)
+	got := e.get("locked-in")
+	if got.Lock != "" || !got.LockExpiresAt.IsZero() {
+		e.Fatalf("inserted row is leased: Lock %q, LockExpiresAt %s", got.Lock, got.LockExpiresAt)
+	}
+	l := e.leaseOne("locked-in", time.Minute)
+	if l.Lock == in.Lock {
+		e.Fatalf("lease reused the lock %q given to Insert", l.Lock)
+	}
+}
+
+func testInsertLargeAndOddValues(e *env) {
+	big := make([]byte, 1<<20)
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := range big {
+		big[i] = byte(rng.Uint32())
+	}
+	ids := []string{
+		"big",
+		"ünïcødé-✓-ключ",
+		"with spaces and : colons / slashes",
+		"x€",
+		fmt.Sprintf("long-%0500d", 7),
+	}
+	var ts []storage.Timeout
+	for i, id := range ids {
+		tm := newTimeout(id, at(time.Duration(i)*time.Second))
+		if id == "big" {
+			tm.Message = big
+		}
+		tm.Destination = "dest-" + id
+		ts = append(ts, tm)
+	}
+	e.insert(ts...)
+	for _, want := range ts {
+		got := e.get(want.ID)
+		if !bytes.Equal(got.Message, want.Message) {
+			e.Fatalf("row %q: Message of %d bytes came back as %d different bytes", want.ID, len(want.Message), len(got.Message))
+		}
+		// cmp walks a byte slice element by element: compare the rest only.
+		got.Message, want.Message = nil, nil
+		if diff := cmp.Diff(want, got, cmpOpts); diff != "" {
+			e.Fatalf("row %q differs (-inserted +got):\n%s", want.ID, diff)
+		}
+	}
+}
+
+func testGetMissing(e *env) {
+	e.expectMissing("nope")
+	e.insertDue("other")
+	e.expectMissing("nope")
+	e.expectMissing("othe")
+	e.expectMissing("other2")
+}
+
+func testInsertEmptyBatch(e *env) {
+	got, err := e.s.Insert(e.ctx, nil)
+	if err != nil || len(got) != 0 {
+		e.Fatalf("Insert(nil) = %v, %v; want empty, nil", got, err)
+	}
+	if _, ok := e.nextDue(); ok {
+		e.Fatal("NextDue ok after inserting nothing")
+	}
+}
+
+func testInsertIdempotent(e *env) {
+	first := newTimeout("dup", at(-time.Minute))
+	if got := e.insert(first); !got[0] {
+		e.Fatal("first Insert returned false")
+	}
+	second := newTimeout("dup", at(time.Hour))
+	second.Destination = "elsewhere"
+	second.Message = []byte("other body")
+	second.Attempts = 9
+	third := newTimeout("fresh", at(time.Hour))
+	if got := e.insert(second, third); got[0] || !got[1] {
+		e.Fatalf("Insert(dup, fresh) = %v, want [false true]", got)
+	}
+	if diff := cmp.Diff(first, e.get("dup"), cmpOpts); diff != "" {
+		e.Fatalf("second Insert changed the row (-first +got):\n%s", diff)
+	}
+	// Still due at the first row's time, not the second's.
+	e.leaseOne("dup", time.Minute)
+}
+
+func testInsertIdempotentWithinBatch(e *env) {
+	a := newTimeout("same", at(-time.Minute))
+	b := newTimeout("same", at(time.Hour))
+	b.Message = []byte("second copy")
+	got := e.insert(a, newTimeout("x", at(time.Hour)), b)
+	if diff := cmp.Diff([]bool{true, true, false}, got); diff != "" {
+		e.Fatalf("Insert results (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(a, e.get("same"), cmpOpts); diff != "" {
+		e.Fatalf("row differs from the first copy (-first +got):\n%s", diff)
+	}
+	e.leaseOne("same", time.Minute) // exactly one row for the id
+}
+
+func testInsertIdempotentWhileLeased(e *env) {
+	e.insertDue("l")
+	l := e.leaseOne("l", time.Hour)
+	if got := e.insert(newTimeout("l", at(-time.Hour))); got[0] {
+		e.Fatal("Insert of a leased id returned true")
+	}
+	row := e.get("l")
+	if row.Lock != l.Lock {
+		e.Fatalf("Insert of a leased id changed the lock to %q", row.Lock)
+	}
+	e.expectNoLease()
+	if res := e.remove(storage.Ref{ID: "l", Lock: l.Lock}); res[0] != nil {
+		e.Fatalf("Remove with the lease's lock after a duplicate Insert: %v", res[0])
+	}
+}
+
+func testInsertConcurrentSameIDs(e *env) {
+	const workers, n = 8, 50
+	var mu sync.Mutex
+	wins := map[string]int{}
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(w), 99))
+			ts := make([]storage.Timeout, n)
+			for i, j := range rng.Perm(n) {
+				ts[i] = newTimeout(fmt.Sprintf("c-%02d", j), at(-time.Minute))
+			}
+			got, err := e.s.Insert(e.ctx, ts)
+			if err != nil {
+				e.Errorf("Insert: %v", err)
+				return
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			for i, ok := range got {
+				if ok {
+					wins[ts[i].ID]++
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if len(wins) != n {
+		e.Fatalf("%d ids inserted, want %d", len(wins), n)
+	}
+	for id, c := range wins {
+		if c != 1 {
+			e.Errorf("id %s: Insert returned true %d times, want once", id, c)
+		}
+	}
+	if ls := e.lease("o", 1000, time.Minute); len(ls) != n {
+		e.Fatalf("leased %d rows, want %d", len(ls), n)
+	}
+}
+
+func testInsertValidation(e *env) {
+	cases := map[string]storage.Timeout{
+		"empty id":          {ID: "", Destination: "d", DueAt: at(-time.Minute)},
+		"empty destination": {ID: "x", Destination: "", DueAt: at(-time.Minute)},
+	}
+	for name, bad := range cases {
+		good := newTimeout("good", at(-time.Minute))
+		got, err := e.s.Insert(e.ctx, []storage.Timeout{good, bad})
+		if err == nil {
+			e.Fatalf("Insert with %s: got %v and no error", name, got)
+		}
+		e.expectMissing("good")
+		if bad.ID != "" {
+			e.expectMissing(bad.ID)
+		}
+	}
+	if _, ok := e.nextDue(); ok {
+		e.Fatal("NextDue ok after failed Inserts: something was written")
+	}
+	e.expectNoLease()
+}
+
+func testReinsertAfterRemove(e *env) {
+	e.insertDue("r")
+	if res := e.remove(storage.Ref{ID: "r"}); res[0] != nil {
+		e.Fatal(res[0])
+	}
+	again := newTimeout("r", at(time.Hour))
+	again.Message = []byte("second life")
+	if got := e.insert(again); !got[0] {
+		e.Fatal("Insert after Remove returned false")
+	}
+	if diff := cmp.Diff(again, e.get("r"), cmpOpts); diff != "" {
+		e.Fatalf("re-inserted row differs (-inserted +got):\n%s", diff)
+	}
+	e.expectNoLease() // due in an hour now
+}
+
+// --- lease ---
+
+func testLeaseEmptyStore(e *env) {
+	e.expectNoLease()
+	if _, ok := e.nextDue(); ok {
+		e.Fatal("NextDue ok on an empty store")
+	}
+}
+
+func testLeaseDueOrder(e *env) {
+	rows := []struct {
+		id  string
+		due time.Time
+	}{
+		{"y1600", time.Date(1600, 6, 1, 0, 0, 0, 0, time.UTC)},
+		{"y1960", time.Date(1960, 5, 1, 8, 30, 0, 0, time.UTC)},
+		{"y1969", time.Date(1969, 12, 31, 23, 59, 59, 999999000, time.UTC)},
+		{"epoch", time.Unix(0, 0).UTC()},
+		{"hour-ago-a", at(-time.Hour)},
+		{"hour-ago-b", at(-time.Hour)},
+		{"hour-ago-c", at(-time.Hour)},
+		{"us-ago", at(-time.Microsecond)},
+		{"now", at(0)},
+		{"us-ahead", at(time.Microsecond)},
+		{"hour-ahead", at(time.Hour)},
+		{"y2200", time.Date(2200, 1, 1, 0, 0, 0, 0, time.UTC)},
+	}
+	due := map[string]time.Time{}
+	var ts []storage.Timeout
+	for _, r := range rows {
+		due[r.id] = r.due
+		ts = append(ts, newTimeout(r.id, r.due))
+	}
+	rng := rand.New(rand.NewPCG(7, 11))
+	rng.Shuffle(len(ts), func(i, j int) { ts[i], ts[j] = ts[j], ts[i] })
+	// Half in one batch, the rest one by one.
+	e.insert(ts[:len(ts)/2]...)
+	for _, t := range ts[len(ts)/2:] {
+		e.insert(t)
+	}
+
+	check := func(ls []storage.Lease, want ...string) {
+		e.Helper()
+		if len(ls) != len(want) {
+			e.Fatalf("at %s leased %v, want %v (in any order among equal due times)", e.clock.Now(), leaseIDs(ls), want)
+		}
+		for i, l := range ls {
+			if !l.DueAt.Equal(due[l.ID]) {
+				e.Errorf("lease of %s has DueAt %s, row is due %s", l.ID, l.DueAt, due[l.ID])
+			}
+			if !due[l.ID].Equal(due[want[i]]) {
+				e.Fatalf("at %s leased %v, want %v (in any order among equal due times)", e.clock.Now(), leaseIDs(ls), want)
+			}
+		}
+		got := sortedIDs(ls)
+		w := slices.Clone(want)
+		slices.Sort(w)
+		if !slices.Equal(got, w) {
+			e.Fatalf("leased %v, want %v", leaseIDs(ls), want)
+		}
+	}
+
+	check(e.lease("o", 100, 48*time.Hour),
+		"y1600", "y1960", "y1969", "epoch", "hour-ago-a", "hour-ago-b", "hour-ago-c", "us-ago", "now")
+	e.expectNoLease()
+	e.clock.Set(at(time.Microsecond - time.Nanosecond))
+	e.expectNoLease()
+	e.clock.Set(at(time.Microsecond))
+	check(e.lease("o", 100, 48*time.Hour), "us-ahead")
+	e.clock.Set(at(time.Hour - time.Nanosecond))
+	e.expectNoLease()
+	e.clock.Set(at(time.Hour))
+	check(e.lease("o", 100, 48*time.Hour), "hour-ahead")
+	e.clock.Set(time.Date(2199, 12, 31, 23, 59, 59, 999999999, time.UTC))
+	// The leases above (48h) expired long ago: those rows come back,
+	// but y2200 is still not due.
+	rest := e.lease("o", 100, time.Hour)
+	if slices.Contains(leaseIDs(rest), "y2200") {
+		e.Fatal("row due in 2200 leased in 2199")
+	}
+	if len(rest) != len(rows)-1 {
+		e.Fatalf("after every lease expired, leased %d rows, want %d", len(rest), len(rows)-1)
+	}
+	e.clock.Set(time.Date(2200, 1, 1, 0, 0, 0, 0, time.UTC))
+	check(e.lease("o", 100, time.Hour), "y2200")
+	e.expectNoLease()
+}
+
+func testLeaseOrderAcrossBatches(e *env) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	const n = 200
+	due := map[string]time.Time{}
+	var ts []storage.Timeout
+	for i := range n {
+		id := fmt.Sprintf("o-%03d", i)
+		// Many collisions: only 50 distinct due times.
+		d := at(-time.Duration(rng.IntN(50)) * time.Second)
+		due[id] = d
+		ts = append(ts, newTimeout(id, d))
+	}
+	e.insert(ts...)
+	var all []storage.Lease
+	for {
+		ls := e.lease("o", 7, time.Hour)
+		if len(ls) == 0 {
+			break
+		}
+		if len(ls) != 7 && len(all)+len(ls) != n {
+			e.Fatalf("Lease(limit 7) returned %d rows with more due", len(ls))
+		}
+		all = append(all, ls...)
+	}
+	if len(all) != n {
+		e.Fatalf("leased %d rows in total, want %d", len(all), n)
+	}
+	for i := 1; i < len(all); i++ {
+		if due[all[i].ID].Before(due[all[i-1].ID]) {
+			e.Fatalf("lease %d (%s due %s) came after %s due %s", i, all[i].ID, due[all[i].ID], all[i-1].ID, due[all[i-1].ID])
+		}
+	}
+	seen := map[string]bool{}
+	for _, l := range all {
+		if seen[l.ID] {
+			e.Fatalf("row %s leased twice", l.ID)
+		}
+		seen[l.ID] = true
+	}
+}
+
+func testLeaseDueExactlyNow(e *env) {
+	e.insert(newTimeout("exact", at(time.Minute)))
+	e.clock.Set(at(time.Minute - time.Nanosecond))
+	e.expectNoLease()
+	e.clock.Set(at(time.Minute))
+	e.leaseOne("exact", time.Minute)
+}
+
+func testLeaseInsertedNotBefore(e *env) {
+	tm := newTimeout("held", at(-time.Hour))
+	tm.NotBefore = at(time.Hour)
+	e.insert(tm)
+	e.expectNextDue(at(time.Hour))
+	e.clock.Set(at(time.Hour - time.Nanosecond))
+	e.expectNoLease()
+	e.clock.Set(at(time.Hour))
+	e.leaseOne("held", time.Minute)
+}
+
+func testLeaseLimit(e *env) {
+	var ids []string
+	for i := range 10 {
+		ids = append(ids, fmt.Sprintf("lim-%d", i))
+	}
+	e.insertDue(ids...)
+	var got []string
+	for _, want := range []int{3, 3, 3, 1, 0} {
+		ls := e.lease("o", 3, time.Hour)
+		if len(ls) != want {
+			e.Fatalf("Lease(limit 3) returned %d rows, want %d", len(ls), want)
+		}
+		got = append(got, leaseIDs(ls)...)
+	}
+	slices.Sort(got)
+	if !slices.Equal(got, ids) {
+		e.Fatalf("leased %v, want %v", got, ids)
+	}
+	e.clock.Advance(time.Hour)
+	if ls := e.lease("o", 1, time.Hour); len(ls) != 1 {
+		e.Fatalf("Lease(limit 1) returned %d rows", len(ls))
+	}
+}
+
+func testLeaseInvalidArguments(e *env) {
+	e.insertDue("a", "b")
+	for _, limit := range []int{0, -1, -1000} {
+		if ls, err := e.s.Lease(e.ctx, "o", limit, time.Minute); err == nil {
+			e.Fatalf("Lease(limit %d) = %v and no error", limit, leaseIDs(ls))
+		}
+	}
+	for _, d := range []time.Duration{0, -time.Second} {
+		if ls, err := e.s.Lease(e.ctx, "o", 10, d); err == nil {
+			e.Fatalf("Lease(d %s) = %v and no error", d, leaseIDs(ls))
+		}
+	}
+	// The failed calls leased nothing.
+	if ls := e.lease("o", 10, time.Minute); len(ls) != 2 {
+		e.Fatalf("after invalid Lease calls, leased %v, want both rows", leaseIDs(ls))
+	}
+}
+
+func testLeaseRecordsLockOnRow(e *env) {
+	in := newTimeout("row", at(-time.Minute))
+	e.insert(in)
+	l := e.leaseOne("row", 90*time.Second)
+	if !l.DueAt.Equal(in.DueAt) {
+		e.Errorf("Lease.DueAt = %s, want %s", l.DueAt, in.DueAt)
+	}
+	got := e.get("row")
+	want := in
+	want.Lock = l.Lock
+	want.LockExpiresAt = at(90 * time.Second)
+	if diff := cmp.Diff(want, got, cmpOpts); diff != "" {
+		e.Fatalf("leased row (-want +got):\n%s", diff)
+	}
+}
+
+func testLeaseLocksUnique(e *env) {
+	e.insertDue("u1", "u2", "u3")
+	locks := map[string]string{}
+	add := func(ls []storage.Lease) {
+		for _, l := range ls {
+			if prev, dup := locks[l.Lock]; dup {
+				e.Fatalf("lock %q handed out twice (%s and %s)", l.Lock, prev, l.ID)
+			}
+			locks[l.Lock] = l.ID
+		}
+	}
+	add(e.lease("same-owner", 1, time.Minute))
+	add(e.lease("same-owner", 1, time.Minute))
+	add(e.lease("same-owner", 1, time.Minute))
+	for range 3 { // the same rows again after expiry, same owner
+		e.clock.Advance(time.Minute)
+		ls := e.lease("same-owner", 10, time.Minute)
+		if len(ls) != 3 {
+			e.Fatalf("after expiry leased %d rows, want 3", len(ls))
+		}
+		add(ls)
+	}
+}
+
+func testLeaseExclusiveConcurrent(e *env) {
+	const n, workers, limit = 2000, 16, 7
+	ids := make([]string, n)
+	ts := make([]storage.Timeout, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("ex-%04d", i)
+		ts[i] = newTimeout(ids[i], at(-time.Duration(i%13)*time.Second))
+	}
+	e.insert(ts...)
+	var mu sync.Mutex
+	got := map[string]int{}
+	locks := map[string]bool{}
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			owner := fmt.Sprintf("worker-%d", w)
+			for {
+				ls, err := e.s.Lease(e.ctx, owner, limit, time.Hour)
+				if err != nil {
+					e.Errorf("%s: Lease: %v", owner, err)
+					return
+				}
+				if len(ls) > limit {
+					e.Errorf("%s: Lease(limit %d) returned %d rows", owner, limit, len(ls))
+				}
+				if len(ls) == 0 {
+					return
+				}
+				mu.Lock()
+				for _, l := range ls {
+					got[l.ID]++
+					if locks[l.Lock] {
+						e.Errorf("lock %q handed out twice", l.Lock)
+					}
+					locks[l.Lock] = true
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if len(got) != n {
+		e.Fatalf("%d distinct rows leased, want %d", len(got), n)
+	}
+	for id, c := range got {
+		if c != 1 {
+			e.Errorf("row %s leased %d times", id, c)
+		}
+	}
+	e.expectNoLease()
+}
+
+func testLeaseRemoveConcurrent(e *env) {
+	const n, workers = 600, 8
+	ts := make([]storage.Timeout, n)
+	for i := range ts {
+		ts[i] = newTimeout(fmt.Sprintf("lr-%03d", i), at(-time.Second))
+	}
+	e.insert(ts...)
+	var mu sync.Mutex
+	removed := map[string]int{}
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for {
+				ls, err := e.s.Lease(e.ctx, fmt.Sprint("w", w), 5, time.Hour)
+				if err != nil {
+					e.Errorf("Lease: %v", err)
+					return
+				}
+				if len(ls) == 0 {
+					return
+				}
+				refs := make([]storage.Ref, len(ls))
+				for i, l := range ls {
+					refs[i] = storage.Ref{ID: l.ID, Lock: l.Lock}
+				}
+				res, err := e.s.Remove(e.ctx, refs)
+				if err != nil {
+					e.Errorf("Remove: %v", err)
+					return
+				}
+				mu.Lock()
+				for i, r := range res {
+					if r != nil {
+						e.Errorf("Remove(%s) with its own valid lock: %v", refs[i].ID, r)
+					}
+					removed[refs[i].ID]++
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if len(removed) != n {
+		e.Fatalf("%d rows removed, want %d", len(removed), n)
+	}
+	for id, c := range removed {
+		if c != 1 {
+			e.Errorf("row %s removed %d times", id, c)
+		}
+	}
+	if _, ok := e.nextDue(); ok {
+		e.Fatal("NextDue ok after every row was removed")
+	}
+}
+
+func testLeaseExpiry(e *env) {
+	e.insertDue("exp")
+	old := e.leaseOne("exp", time.Minute)
+	e.expectNoLease()
+	e.clock.Set(at(time.Minute - time.Nanosecond))
+	e.expectNoLease()
+	e.clock.Set(at(time.Minute))
+	fresh := e.leaseOne("exp", time.Minute)
+	if fresh.Lock == old.Lock {
+		e.Fatalf("re-lease after expiry kept the lock %q", old.Lock)
+	}
+	if row := e.get("exp"); row.Lock != fresh.Lock || !row.LockExpiresAt.Equal(at(2*time.Minute)) {
+		e.Fatalf("row after re-lease: Lock %q LockExpiresAt %s; want %q, %s", row.Lock, row.LockExpiresAt, fresh.Lock, at(2*time.Minute))
+	}
+	e.expectErr("Remove with the old lock", e.remove(storage.Ref{ID: "exp", Lock: old.Lock})[0], storage.ErrConcurrency)
+	e.expectErr("Release with the old lock", e.s.Release(e.ctx, "exp", old.Lock, time.Time{}), storage.ErrConcurrency)
+	_, err := e.s.IncrementFailureCount(e.ctx, "exp", old.Lock, "late")
+	e.expectErr("IncrementFailureCount with the old lock", err, storage.ErrConcurrency)
+	row := e.get("exp")
+	if row.Lock != fresh.Lock || row.Attempts != 0 || row.LastError != "" {
+		e.Fatalf("calls with the old lock changed the row: %+v", row)
+	}
+	e.expectNoLease()
+	// The new lock works.
+	if n, err := e.s.IncrementFailureCount(e.ctx, "exp", fresh.Lock, "boom"); err != nil || n != 1 {
+		e.Fatalf("IncrementFailureCount with the new lock = %d, %v", n, err)
+	}
+	if res := e.remove(storage.Ref{ID: "exp", Lock: fresh.Lock}); res[0] != nil {
+		e.Fatalf("Remove with the new lock: %v", res[0])
+	}
+	e.expectMissing("exp")
+}
+
+func testExpiredLockRejected(e *env) {
+	// Nobody took the row after the lease expired; the lock still must not
+	// work, since another caller could lease the row at any moment.
+	e.insertDue("a", "b", "c")
+	ls := e.lease("o", 3, time.Minute)
+	lock := map[string]string{}
+	for _, l := range ls {
+		lock[l.ID] = l.Lock
+	}
+	e.clock.Set(at(time.Minute))
+	e.expectErr("Remove with an expired lock", e.remove(storage.Ref{ID: "a", Lock: lock["a"]})[0], storage.ErrConcurrency)
+	e.expectErr("Release with an expired lock", e.s.Release(e.ctx, "b", lock["b"], time.Time{}), storage.ErrConcurrency)
+	_, err := e.s.IncrementFailureCount(e.ctx, "c", lock["c"], "x")
+	e.expectErr("IncrementFailureCount with an expired lock", err, storage.ErrConcurrency)
+	e.get("a")
+	if got := sortedIDs(e.lease("o", 10, time.Minute)); !slices.Equal(got, []string{"a", "b", "c"}) {
+		e.Fatalf("after expiry leased %v, want [a b c]", got)
+	}
+}
+
+// --- remove ---
+
+func testRemove(e *env) {
+	e.insertDue("ok", "wrong", "uncond", "unleased")
+	lock := map[string]string{}
+	for _, l := range e.lease("o", 3, time.Hour) {
+		lock[l.ID] = l.Lock
+	}
+	if len(lock) != 3 {
+		e.Fatalf("leased %d rows, want 3", len(lock))
+	}
+	// Leasing took three of the four; find the one left unleased.
+	var free string
+	for _, id := range []string{"ok", "wrong", "uncond", "unleased"} {
+		if _, ok := lock[id]; !ok {
+			free = id
+		}
+	}
+	var leased []string
+	for id := range lock {
+		leased = append(leased, id)
+	}
+	slices.Sort(leased)
+	okID, wrongID, uncondID := leased[0], leased[1], leased[2]
+
+	if res := e.remove(storage.Ref{ID: okID, Lock: lock[okID]}); res[0] != nil {
+		e.Fatalf("Remove with the right lock: %v", res[0])
+	}
+	e.expectMissing(okID)
+	e.expectErr("second Remove with the same lock", e.remove(storage.Ref{ID: okID, Lock: lock[okID]})[0], storage.ErrNotFound)
+
+	e.expectErr("Remove with another row's lock", e.remove(storage.Ref{ID: wrongID, Lock: lock[uncondID]})[0], storage.ErrConcurrency)
+	e.expectErr("Remove with a made-up lock", e.remove(storage.Ref{ID: wrongID, Lock: "o:999999"})[0], storage.ErrConcurrency)
+	if row := e.get(wrongID); row.Lock != lock[wrongID] {
+		e.Fatalf("failed Remove changed the lock to %q", row.Lock)
+	}
+
+	e.expectErr("Remove of an unleased row with a lock", e.remove(storage.Ref{ID: free, Lock: lock[wrongID]})[0], storage.ErrConcurrency)
+	e.get(free)
+
+	if res := e.remove(storage.Ref{ID: uncondID}); res[0] != nil {
+		e.Fatalf("unconditional Remove of a leased row: %v", res[0])
+	}
+	e.expectMissing(uncondID)
+	if res := e.remove(storage.Ref{ID: free}); res[0] != nil {
+		e.Fatalf("unconditional Remove of an unleased row: %v", res[0])
+	}
+	e.expectMissing(free)
+
+	if res := e.remove(storage.Ref{ID: "never"}); res[0] != nil {
+		e.Fatalf("unconditional Remove of a missing row = %v, want nil", res[0])
+	}
+	e.expectErr("locked Remove of a missing row", e.remove(storage.Ref{ID: "never", Lock: "o:1"})[0], storage.ErrNotFound)
+
+	if res, err := e.s.Remove(e.ctx, nil); err != nil || len(res) != 0 {
+		e.Fatalf("Remove(nil) = %v, %v; want empty, nil", res, err)
+	}
+	// Only the row with the wrong lock is left, still leased.
+	e.expectNoLease()
+	e.expectNextDue(at(time.Hour))
+	if res := e.remove(storage.Ref{ID: wrongID, Lock: lock[wrongID]}); res[0] != nil {
+		e.Fatal(res[0])
+	}
+	if _, ok := e.nextDue(); ok {
+		e.Fatal("NextDue ok on an emptied store")
+	}
+}
+
+func testRemoveMixedBatch(e *env) {
+	e.insertDue("a", "b", "c", "d")
+	lock := map[string]string{}
+	for _, l := range e.lease("o", 10, time.Hour) {
+		lock[l.ID] = l.Lock
+	}
+	refs := []storage.Ref{
+		{ID: "a", Lock: lock["a"]},     // ok
+		{ID: "b", Lock: lock["a"]},     // wrong lock
+		{ID: "ghost"},                  // missing, unconditional
+		{ID: "ghost2", Lock: "o:1234"}, // missing, locked
+		{ID: "c"},                      // unconditional
+		{ID: "a", Lock: lock["a"]},     // already removed by this batch
+		{ID: "d", Lock: lock["d"]},     // ok
+	}
+	want := []error{nil, storage.ErrConcurrency, nil, storage.ErrNotFound, nil, storage.ErrNotFound, nil}
+	res := e.remove(refs...)
+	for i := range refs {
+		if (want[i] == nil) != (res[i] == nil) || (want[i] != nil && !errors.Is(res[i], want[i])) {
+			e.Errorf("result %d (%+v) = %v, want %v", i, refs[i], res[i], want[i])
+		}
+	}
+	for _, id := range []string{"a", "c", "d"} {
+		e.expectMissing(id)
+	}
+	if row := e.get("b"); row.Lock != lock["b"] {
+		e.Fatalf("row b lost its lease: %q", row.Lock)
+	}
+}
+
+// --- release ---
+
+func testRelease(e *env) {
+	e.insertDue("r")
+	first := e.leaseOne("r", time.Hour)
+	if n, err := e.s.IncrementFailureCount(e.ctx, "r", first.Lock, "nack"); err != nil || n != 1 {
+		e.Fatalf("IncrementFailureCount = %d, %v", n, err)
+	}
+	if err := e.s.Release(e.ctx, "r", first.Lock, time.Time{}); err != nil {
+		e.Fatalf("Release: %v", err)
+	}
+	row := e.get("r")
+	if row.Lock != "" || !row.LockExpiresAt.IsZero() || !row.NotBefore.IsZero() {
+		e.Fatalf("released row still leased: Lock %q LockExpiresAt %s NotBefore %s", row.Lock, row.LockExpiresAt, row.NotBefore)
+	}
+	if row.Attempts != 1 || row.LastError != "nack" {
+		e.Fatalf("Release lost the failure count: Attempts %d LastError %q", row.Attempts, row.LastError)
+	}
+	e.expectNextDue(at(-time.Minute))
+	second := e.leaseOne("r", time.Hour) // due again at once
+	if second.Lock == first.Lock {
+		e.Fatalf("lease after release reused lock %q", first.Lock)
+	}
+	e.expectErr("Remove with the lock released before", e.remove(storage.Ref{ID: "r", Lock: first.Lock})[0], storage.ErrConcurrency)
+	e.expectErr("Release with the lock released before", e.s.Release(e.ctx, "r", first.Lock, time.Time{}), storage.ErrConcurrency)
+	if res := e.remove(storage.Ref{ID: "r", Lock: second.Lock}); res[0] != nil {
+		e.Fatal(res[0])
+	}
+}
+
+func testReleaseNotBefore(e *env) {
+	e.insertDue("nb", "other")
+	ls := e.lease("o", 10, time.Hour)
+	lock := map[string]string{}
+	for _, l := range ls {
+		lock[l.ID] = l.Lock
+	}
+	notBefore := at(10 * time.Minute)
+	if err := e.s.Release(e.ctx, "nb", lock["nb"], notBefore); err != nil {
+		e.Fatal(err)
+	}
+	if row := e.get("nb"); !row.NotBefore.Equal(notBefore) || row.Lock != "" {
+		e.Fatalf("released row: NotBefore %s Lock %q; want %s, \"\"", row.NotBefore, row.Lock, notBefore)
+	}
+	e.expectNoLease()
+	e.expectNextDue(notBefore)
+	e.clock.Set(notBefore.Add(-time.Nanosecond))
+	e.expectNoLease()
+	e.clock.Set(notBefore)
+	e.leaseOne("nb", time.Hour)
+	e.expectNextDue(at(time.Hour)) // "other" lease expiry
+	e.get("other")
+}
+
+func testReleaseNotBeforeEarlierThanDue(e *env) {
+	e.insert(newTimeout("future", at(time.Hour)))
+	// Unconditional release of a row that is not leased only sets NotBefore;
+	// a NotBefore before DueAt does not make the row due early.
+	if err := e.s.Release(e.ctx, "future", "", at(time.Minute)); err != nil {
+		e.Fatal(err)
+	}
+	e.expectNextDue(at(time.Hour))
+	e.clock.Set(at(30 * time.Minute))
+	e.expectNoLease()
+	e.clock.Set(at(time.Hour))
+	e.leaseOne("future", time.Minute)
+}
+
+func testReleaseErrors(e *env) {
+	e.insertDue("r")
+	l := e.leaseOne("r", time.Minute)
+	e.expectErr("Release with a wrong lock", e.s.Release(e.ctx, "r", l.Lock+"x", time.Time{}), storage.ErrConcurrency)
+	if row := e.get("r"); row.Lock != l.Lock {
+		e.Fatalf("failed Release changed the lock to %q", row.Lock)
+	}
+	e.expectNoLease()
+	e.expectErr("Release of a missing row with a lock", e.s.Release(e.ctx, "missing", l.Lock, time.Time{}), storage.ErrNotFound)
+	e.expectErr("Release of a missing row without a lock", e.s.Release(e.ctx, "missing", "", time.Time{}), storage.ErrNotFound)
+	e.clock.Set(at(time.Minute))
+	e.expectErr("Release with an expired lock", e.s.Release(e.ctx, "r", l.Lock, time.Time{}), storage.ErrConcurrency)
+	e.insertDue("unleased")
+	e.expectErr("Release of an unleased row with a lock", e.s.Release(e.ctx, "unleased", l.Lock, time.Time{}), storage.ErrConcurrency)
+}
+
+func testReleaseUnconditional(e *env) {
+	e.insertDue("u")
+	l := e.leaseOne("u", time.Hour)
+	if err := e.s.Release(e.ctx, "u", "", time.Time{}); err != nil {
+		e.Fatal(err)
+	}
+	if row := e.get("u"); row.Lock != "" {
+		e.Fatalf("unconditional Release left lock %q", row.Lock)
+	}
+	e.expectErr("Remove with the lock of the released lease", e.remove(storage.Ref{ID: "u", Lock: l.Lock})[0], storage.ErrConcurrency)
+	e.leaseOne("u", time.Hour)
+}
+
+// --- failure count ---
+
+func testIncrementFailureCount(e *env) {
+	e.insertDue("f")
+	l := e.leaseOne("f", time.Minute)
+	for i := 1; i <= 3; i++ {
+		n, err := e.s.IncrementFailureCount(e.ctx, "f", l.Lock, fmt.Sprint("error ", i))
+		if err != nil || n != i {
+			e.Fatalf("IncrementFailureCount #%d = %d, %v", i, n, err)
+		}
+	}
+	row := e.get("f")
+	if row.Attempts != 3 || row.LastError != "error 3" {
+		e.Fatalf("Get: Attempts %d LastError %q; want 3, \"error 3\"", row.Attempts, row.LastError)
+	}
+	if row.Lock != l.Lock || !row.LockExpiresAt.Equal(at(time.Minute)) {
+		e.Fatalf("IncrementFailureCount changed the lease: Lock %q LockExpiresAt %s", row.Lock, row.LockExpiresAt)
+	}
+	e.expectNoLease() // still leased
+	e.expectNextDue(at(time.Minute))
+	e.clock.Set(at(time.Minute - time.Nanosecond))
+	if res := e.remove(storage.Ref{ID: "f", Lock: l.Lock}); res[0] != nil {
+		e.Fatalf("Remove with the lease still valid: %v", res[0])
+	}
+
+	// Unconditional, on a row that is not leased: counts, leaves it unleased.
+	in := newTimeout("g", at(-time.Minute))
+	in.Attempts = 5
+	e.insert(in)
+	if n, err := e.s.IncrementFailureCount(e.ctx, "g", "", ""); err != nil || n != 6 {
+		e.Fatalf("unconditional IncrementFailureCount = %d, %v; want 6", n, err)
+	}
+	if row := e.get("g"); row.Attempts != 6 || row.LastError != "" || row.Lock != "" {
+		e.Fatalf("row g: %+v", row)
+	}
+	e.leaseOne("g", time.Minute)
+}
+
+func testIncrementFailureCountErrors(e *env) {
+	e.insertDue("f")
+	l := e.leaseOne("f", time.Minute)
+	_, err := e.s.IncrementFailureCount(e.ctx, "f", "not-the-lock", "x")
+	e.expectErr("IncrementFailureCount with a wrong lock", err, storage.ErrConcurrency)
+	if row := e.get("f"); row.Attempts != 0 || row.LastError != "" {
+		e.Fatalf("failed IncrementFailureCount changed the row: %+v", row)
+	}
+	_, err = e.s.IncrementFailureCount(e.ctx, "missing", l.Lock, "x")
+	e.expectErr("IncrementFailureCount of a missing row with a lock", err, storage.ErrNotFound)
+	_, err = e.s.IncrementFailureCount(e.ctx, "missing", "", "x")
+	e.expectErr("IncrementFailureCount of a missing row without a lock", err, storage.ErrNotFound)
+}
+
+// --- next due ---
+
+func testNextDue(e *env) {
+	if _, ok := e.nextDue(); ok {
+		e.Fatal("NextDue ok on an empty store")
+	}
+	e.insert(newTimeout("y", at(10*time.Minute)))
+	e.expectNextDue(at(10 * time.Minute))
+	e.insert(newTimeout("x", at(-time.Minute)))
+	e.expectNextDue(at(-time.Minute)) // in the past: due now
+	e.insert(newTimeout("z", at(time.Hour)))
+	e.expectNextDue(at(-time.Minute))
+
+	x := e.leaseOne("x", 5*time.Minute)
+	e.expectNextDue(at(5 * time.Minute)) // lease expiry before y
+	if err := e.s.Release(e.ctx, "x", x.Lock, time.Time{}); err != nil {
+		e.Fatal(err)
+	}
+	e.expectNextDue(at(-time.Minute))
+	x = e.leaseOne("x", 30*time.Minute)
+	e.expectNextDue(at(10 * time.Minute)) // y before the lease expiry
+	if err := e.s.Release(e.ctx, "x", x.Lock, at(20*time.Minute)); err != nil {
+		e.Fatal(err)
+	}
+	e.expectNextDue(at(10 * time.Minute))
+	if res := e.remove(storage.Ref{ID: "y"}); res[0] != nil {
+		e.Fatal(res[0])
+	}
+	e.expectNextDue(at(20 * time.Minute)) // x's NotBefore
+	e.clock.Set(at(20 * time.Minute))
+	e.leaseOne("x", 24*time.Hour)
+	e.expectNextDue(at(time.Hour)) // z
+	if res := e.remove(storage.Ref{ID: "z"}); res[0] != nil {
+		e.Fatal(res[0])
+	}
+	e.expectNextDue(at(20*time.Minute + 24*time.Hour))
+	if res := e.remove(storage.Ref{ID: "x"}); res[0] != nil {
+		e.Fatal(res[0])
+	}
+	if _, ok := e.nextDue(); ok {
+		e.Fatal("NextDue ok after every row was removed")
+	}
+}
+
+func testNextDueExtremeTimes(e *env) {
+	far := time.Date(2200, 1, 1, 0, 0, 0, 0, time.UTC)
+	e.insert(newTimeout("far", far))
+	e.expectNextDue(far)
+	old := time.Date(1950, 6, 1, 0, 0, 0, 123456000, time.UTC)
+	older := time.Date(1950, 6, 1, 0, 0, 0, 123455000, time.UTC)
+	e.insert(newTimeout("old", old))
+	e.expectNextDue(old)
+	e.insert(newTimeout("older", older))
+	e.expectNextDue(older)
+	ls := e.lease("o", 10, time.Hour)
+	if got := leaseIDs(ls); !slices.Equal(got, []string{"older", "old"}) {
+		e.Fatalf("leased %v, want [older old]", got)
+	}
+	e.expectNextDue(at(time.Hour))
+}
+
+// --- reap ---
+
+func testReap(e *env) {
+	e.insertDue("s1", "s2", "s3")
+	short := e.lease("o", 3, time.Minute)
+	e.insertDue("l1", "l2")
+	long := e.lease("o", 2, time.Hour)
+	if len(short) != 3 || len(long) != 2 {
+		e.Fatalf("leased %d and %d rows, want 3 and 2", len(short), len(long))
+	}
+	if n, err := e.s.Reap(e.ctx); err != nil || n != 0 {
+		e.Fatalf("Reap with no expired lease = %d, %v; want 0", n, err)
+	}
+	e.clock.Set(at(time.Minute))
+	if n, err := e.s.Reap(e.ctx); err != nil || n != 3 {
+		e.Fatalf("Reap = %d, %v; want 3", n, err)
+	}
+	if n, err := e.s.Reap(e.ctx); err != nil || n != 0 {
+		e.Fatalf("second Reap = %d, %v; want 0", n, err)
+	}
+	for _, l := range short {
+		if row := e.get(l.ID); row.Lock != "" || !row.LockExpiresAt.IsZero() {
+			e.Fatalf("reaped row %s still leased: %q %s", l.ID, row.Lock, row.LockExpiresAt)
+		}
+		e.expectErr("Remove with a reaped lock", e.remove(storage.Ref{ID: l.ID, Lock: l.Lock})[0], storage.ErrConcurrency)
+	}
+	e.expectNextDue(at(-time.Minute))
+	if got := sortedIDs(e.lease("o", 10, time.Hour)); !slices.Equal(got, []string{"s1", "s2", "s3"}) {
+		e.Fatalf("after Reap leased %v, want [s1 s2 s3]", got)
+	}
+	for _, l := range long {
+		if row := e.get(l.ID); row.Lock != l.Lock {
+			e.Fatalf("Reap touched valid lease of %s: lock %q", l.ID, row.Lock)
+		}
+		if n, err := e.s.IncrementFailureCount(e.ctx, l.ID, l.Lock, "still mine"); err != nil || n != 1 {
+			e.Fatalf("valid lease after Reap: IncrementFailureCount = %d, %v", n, err)
+		}
+	}
+}
+
+// --- lifecycle ---
+
+func testClosed(e *env) {
+	e.insertDue("a")
+	if err := e.s.Close(); err != nil {
+		e.Fatalf("Close: %v", err)
+	}
+	if err := e.s.Close(); err != nil {
+		e.Fatalf("second Close: %v", err)
+	}
+	closed := func(what string, err error) {
+		e.Helper()
+		if !errors.Is(err, storage.ErrClosed) {
+			e.Errorf("%s after Close: %v, want ErrClosed", what, err)
+		}
+	}
+	_, err := e.s.Insert(e.ctx, []storage.Timeout{newTimeout("b", at(0))})
+	closed("Insert", err)
+	_, err = e.s.Lease(e.ctx, "o", 1, time.Minute)
+	closed("Lease", err)
+	_, err = e.s.Get(e.ctx, "a")
+	closed("Get", err)
+	_, err = e.s.Remove(e.ctx, []storage.Ref{{ID: "a"}})
+	closed("Remove", err)
+	closed("Release", e.s.Release(e.ctx, "a", "", time.Time{}))
+	_, err = e.s.IncrementFailureCount(e.ctx, "a", "", "x")
+	closed("IncrementFailureCount", err)
+	_, _, err = e.s.NextDue(e.ctx)
+	closed("NextDue", err)
+	_, err = e.s.Reap(e.ctx)
+	closed("Reap", err)
+}
+
+func testContextCancelled(e *env) {
+	e.insertDue("a")
+	ctx, cancel := context.WithCancel(e.ctx)
+	cancel()
+	cancelled := func(what string, err error) {
+		e.Helper()
+		if !errors.Is(err, context.Canceled) {
+			e.Errorf("%s with a cancelled context: %v, want context.Canceled", what, err)
+		}
+	}
+	_, err := e.s.Insert(ctx, []storage.Timeout{newTimeout("b", at(-time.Minute))})
+	cancelled("Insert", err)
+	_, err = e.s.Lease(ctx, "o", 10, time.Minute)
+	cancelled("Lease", err)
+	_, err = e.s.Get(ctx, "a")
+	cancelled("Get", err)
+	_, err = e.s.Remove(ctx, []storage.Ref{{ID: "a"}})
+	cancelled("Remove", err)
+	cancelled("Release", e.s.Release(ctx, "a", "", at(time.Hour)))
+	_, err = e.s.IncrementFailureCount(ctx, "a", "", "x")
+	cancelled("IncrementFailureCount", err)
+	_, _, err = e.s.NextDue(ctx)
+	cancelled("NextDue", err)
+	_, err = e.s.Reap(ctx)
+	cancelled("Reap", err)
+	// None of them did anything.
+	e.expectMissing("b")
+	if row := e.get("a"); row.Attempts != 0 || !row.NotBefore.IsZero() {
+		e.Fatalf("a cancelled call changed the row: %+v", row)
+	}
+	e.leaseOne("a", time.Minute)
+}
