@@ -146,7 +146,8 @@ func parseDueAt(v any) (time.Time, error) {
 	default:
 		return time.Time{}, fmt.Errorf("header %s must be an RFC 3339 string, got %s", HeaderDueAt, typeName(v))
 	}
-	t, err := time.Parse(time.RFC3339Nano, strings.TrimSpace(s))
+	// RFC 3339 allows lower-case t and z; Go's parser wants them upper-case.
+	t, err := time.Parse(time.RFC3339Nano, strings.ToUpper(strings.TrimSpace(s)))
 	if err != nil {
 		return time.Time{}, fmt.Errorf("header %s %q is not an RFC 3339 timestamp like 2026-11-21T20:00:00.250Z", HeaderDueAt, clip(s))
 	}

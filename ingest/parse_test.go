@@ -29,6 +29,7 @@ func TestDueTimeForms(t *testing.T) {
 	}{
 		{"x-due-at Z", amqp.Table{HeaderDueAt: "2026-11-21T20:00:00.250Z"}, at("2026-11-21T20:00:00.250Z")},
 		{"x-due-at offset", amqp.Table{HeaderDueAt: "2026-11-21T22:00:00+02:00"}, at("2026-11-21T20:00:00Z")},
+		{"x-due-at lower case", amqp.Table{HeaderDueAt: "2026-11-21t20:00:00.5z"}, at("2026-11-21T20:00:00.5Z")},
 		{"x-due-at nanos", amqp.Table{HeaderDueAt: "2026-11-21T20:00:00.123456789Z"}, at("2026-11-21T20:00:00.123456789Z")},
 		{"x-due-at bytes", amqp.Table{HeaderDueAt: []byte("2026-11-21T20:00:00Z")}, at("2026-11-21T20:00:00Z")},
 		{"x-due-at timestamp", amqp.Table{HeaderDueAt: time.Unix(1763755200, 0)}, time.Unix(1763755200, 0).UTC()},

@@ -100,12 +100,15 @@ func appendString(b []byte, s string) []byte {
 	return append(b, s...)
 }
 
+// appendTime writes seconds and nanoseconds separately: an AMQP timestamp is
+// any 64-bit second count, far outside what UnixNano can hold.
 func appendTime(b []byte, t time.Time) []byte {
 	if t.IsZero() {
 		return append(b, 0)
 	}
 	b = append(b, 1)
-	return binary.AppendVarint(b, t.UnixNano())
+	b = binary.AppendVarint(b, t.Unix())
+	return binary.AppendUvarint(b, uint64(t.Nanosecond()))
 }
 
 func appendTable(b []byte, t amqp.Table) ([]byte, error) {
@@ -244,13 +247,18 @@ func (r *reader) time() time.Time {
 		if r.err != nil {
 			return time.Time{}
 		}
-		v, n := binary.Varint(r.b)
+		sec, n := binary.Varint(r.b)
 		if n <= 0 {
 			r.fail("bad time")
 			return time.Time{}
 		}
 		r.b = r.b[n:]
-		return time.Unix(0, v).UTC()
+		nsec := r.uvarint()
+		if nsec >= 1e9 {
+			r.fail("bad nanoseconds")
+			return time.Time{}
+		}
+		return time.Unix(sec, int64(nsec)).UTC()
 	}
 	r.fail("bad time flag")
 	return time.Time{}

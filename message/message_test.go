@@ -31,6 +31,9 @@ func TestRoundTripKeepsEveryFieldAndType(t *testing.T) {
 		"full":       fullPublishing(),
 		"empty":      {},
 		"emptyTable": {Headers: amqp.Table{}, Body: []byte{}},
+		// AMQP timestamps are 64-bit seconds: far beyond UnixNano's years 1678-2262.
+		"extremeTimes": {Timestamp: time.Unix(1<<40, 0).UTC(), Headers: amqp.Table{
+			"old": time.Unix(-1<<40, 0).UTC(), "max": time.Unix(1<<62, 0).UTC()}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			enc, err := Encode(nil, &p)
