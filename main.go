@@ -10,7 +10,11 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
+	"github.com/rs/zerolog"
+
+	"github.com/delaybridge/delaybridge/bridge"
 	"github.com/delaybridge/delaybridge/config"
 )
 
@@ -60,13 +64,8 @@ func runBridge() int {
 	log := newLogger(cfg)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	b, err := newBridge(cfg, log)
-	if err != nil {
-		log.Error().Err(err).Msg("start-up failed")
-		return exitCritical
-	}
-	if err := b.Run(ctx); err != nil {
-		if errors.Is(err, errCritical) {
+	if err := bridge.New(cfg, bridge.Deps{Logger: log}).Run(ctx); err != nil {
+		if errors.Is(err, bridge.ErrCritical) {
 			log.Error().Err(err).Msg("critical error: stopped so a supervisor can restart the bridge")
 		} else {
 			log.Error().Err(err).Msg("stopped on error")
@@ -75,4 +74,13 @@ func runBridge() int {
 	}
 	log.Info().Msg("stopped")
 	return exitOK
+}
+
+func newLogger(cfg config.Config) zerolog.Logger {
+	level, _ := zerolog.ParseLevel(cfg.LogLevel) // validated by config
+	w := zerolog.New(os.Stderr)
+	if cfg.LogFormat == "console" {
+		w = zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr, TimeFormat: time.RFC3339Nano})
+	}
+	return w.Level(level).With().Timestamp().Logger()
 }

@@ -1,4 +1,8 @@
-package main
+// Package bridge wires ingest, store, poller, dispatcher and HTTP into one
+// running delaybridge and shuts them down in data-flow order. main reads the
+// configuration and hands it here; tests build a bridge in-process with an
+// injected store and clock.
+package bridge
 
 import (
 	"context"
@@ -18,55 +22,73 @@ import (
 	"github.com/delaybridge/delaybridge/httpapi"
 	"github.com/delaybridge/delaybridge/ingest"
 	"github.com/delaybridge/delaybridge/poller"
+	"github.com/delaybridge/delaybridge/storage"
 	"github.com/delaybridge/delaybridge/storage/boltstore"
 )
 
 // dispatchWorkers overlap the confirms of one forwarded batch with the next.
 const dispatchWorkers = 4
 
-var errCritical = errors.New("critical")
+// ErrCritical marks errors after which the process should exit 1 so that a
+// supervisor restarts it.
+var ErrCritical = errors.New("critical")
 
-func newLogger(cfg config.Config) zerolog.Logger {
-	level, _ := zerolog.ParseLevel(cfg.LogLevel) // validated by config
-	var w = zerolog.New(os.Stderr)
-	if cfg.LogFormat == "console" {
-		w = zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr, TimeFormat: time.RFC3339Nano})
-	}
-	return w.Level(level).With().Timestamp().Logger()
+// Deps are what a bridge takes besides its configuration; all optional.
+type Deps struct {
+	Logger zerolog.Logger
+	// Now is the clock of store, poller and dispatcher; nil means time.Now.
+	Now func() time.Time
+	// Store replaces the store cfg names (tests inject faults this way). The
+	// bridge closes it on shutdown.
+	Store storage.Store
 }
 
-// bridge owns every component and shuts them down in data-flow order.
-type bridge struct {
+// Bridge owns every component and shuts them down in data-flow order.
+type Bridge struct {
 	cfg   config.Config
+	deps  Deps
 	log   zerolog.Logger
 	owner string
 	ready atomic.Bool
 }
 
-func newBridge(cfg config.Config, log zerolog.Logger) (*bridge, error) {
+// New returns a bridge for cfg; it starts nothing.
+func New(cfg config.Config, deps Deps) *Bridge {
 	host, _ := os.Hostname()
-	return &bridge{cfg: cfg, log: log, owner: host + "-" + uuid.NewString()[:8]}, nil
+	if deps.Now == nil {
+		deps.Now = time.Now
+	}
+	return &Bridge{cfg: cfg, deps: deps, log: deps.Logger, owner: host + "-" + uuid.NewString()[:8]}
 }
 
-func (b *bridge) Run(ctx context.Context) (err error) {
+// Ready reports whether the bridge is running and connected.
+func (b *Bridge) Ready() bool { return b.ready.Load() }
+
+// Run runs the bridge until ctx ends (returning nil after a clean shutdown)
+// or a critical error (wrapping ErrCritical).
+func (b *Bridge) Run(ctx context.Context) (err error) {
 	cfg, log := b.cfg, b.log
 	topo := broker.Topology{Endpoint: cfg.Endpoint, ErrorQueue: cfg.ErrorQueue, QueueType: cfg.QueueType}
 	allowed, err := ingest.CompileGlobs(cfg.AllowedDestinations)
 	if err != nil {
 		return fmt.Errorf("DELAYBRIDGE_ALLOWED_DESTINATIONS: %w", err)
 	}
-	now := time.Now
+	now := b.deps.Now
 
-	store, err := boltstore.Open(cfg.StorePath, boltstore.Options{Now: now})
-	if err != nil {
-		return fmt.Errorf("open store: %w", err)
+	store := b.deps.Store
+	if store == nil {
+		bs, err := boltstore.Open(cfg.StorePath, boltstore.Options{Now: now})
+		if err != nil {
+			return fmt.Errorf("open store: %w", err)
+		}
+		log.Info().Str("path", cfg.StorePath).Int("recovered_leases", bs.RecoveredLeases()).Msg("store open")
+		store = bs
 	}
 	defer func() {
 		if cerr := store.Close(); cerr != nil && err == nil {
 			err = fmt.Errorf("close store: %w", cerr)
 		}
 	}()
-	log.Info().Str("path", cfg.StorePath).Int("recovered_leases", store.RecoveredLeases()).Msg("store open")
 
 	// Separate connections: a publisher blocked by flow control must not
 	// stall the consumers, and vice versa.
@@ -182,9 +204,9 @@ func (b *bridge) Run(ctx context.Context) (err error) {
 	case <-ctx.Done():
 		log.Info().Msg("shutting down")
 	case e := <-consumeClosed:
-		runErr = fmt.Errorf("%w: consume connection lost: %v", errCritical, e)
+		runErr = fmt.Errorf("%w: consume connection lost: %v", ErrCritical, e)
 	case e := <-publishClosed:
-		runErr = fmt.Errorf("%w: publish connection lost: %v", errCritical, e)
+		runErr = fmt.Errorf("%w: publish connection lost: %v", ErrCritical, e)
 	case runErr = <-failed:
 	}
 	b.ready.Store(false)
