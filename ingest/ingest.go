@@ -33,8 +33,10 @@ type Options struct {
 	Queue      string // E.Timeouts
 	ErrorQueue string
 	Prefetch   int
-	// MaxBatch caps deliveries stored in one commit (group commit).
+	// MaxBatch caps deliveries stored in one commit (group commit), and
+	// Linger is how long a batch waits for more deliveries before its commit.
 	MaxBatch int
+	Linger   time.Duration
 	Rules    Rules
 	// Wake is told the earliest due time of every committed batch, so the
 	// poller can wake early. Optional.
@@ -65,6 +67,9 @@ func New(conn *amqp.Connection, pub Publisher, store Store, opts Options) *Inges
 	if opts.RetryDelay <= 0 {
 		opts.RetryDelay = time.Second
 	}
+	if opts.Linger <= 0 {
+		opts.Linger = 2 * time.Millisecond
+	}
 	return &Ingester{conn: conn, pub: pub, store: store, opts: opts, log: opts.Logger}
 }
 
@@ -89,6 +94,8 @@ func (in *Ingester) Run(ctx context.Context) error {
 	in.log.Info().Str("queue", in.opts.Queue).Msg("ingest consuming")
 
 	batch := make([]amqp.Delivery, 0, in.opts.MaxBatch)
+	linger := time.NewTimer(time.Hour)
+	linger.Stop()
 	for {
 		batch = batch[:0]
 		select {
@@ -105,7 +112,10 @@ func (in *Ingester) Run(ctx context.Context) error {
 			}
 			batch = append(batch, d)
 		}
-		// Group commit: take whatever else has already arrived.
+		// Group commit: gather what arrives within a short linger. The
+		// library hands deliveries over one at a time, so a non-blocking
+		// drain alone yields batches of one and an fsync per message.
+		linger.Reset(in.opts.Linger)
 	fill:
 		for len(batch) < in.opts.MaxBatch {
 			select {
@@ -114,10 +124,11 @@ func (in *Ingester) Run(ctx context.Context) error {
 					break fill
 				}
 				batch = append(batch, d)
-			default:
+			case <-linger.C:
 				break fill
 			}
 		}
+		linger.Stop()
 		if err := in.handle(ctx, batch); err != nil {
 			return err
 		}

@@ -1,0 +1,655 @@
+// Package integration runs the real delaybridge binary against a real
+// RabbitMQ broker and checks the external contract (shared contract.md
+// §1–§5) from the outside: what goes into E.Timeouts, what comes out on the
+// destination and error queues, and how the process behaves on signals,
+// crashes and bad configuration.
+//
+// The broker is taken from DELAYBRIDGE_TEST_AMQP_URL (default
+// amqp://guest:guest@127.0.0.1:5672/). Without a reachable broker the tests
+// are skipped, except under CI=true where that is a failure.
+package integration
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+const defaultAMQPURL = "amqp://guest:guest@127.0.0.1:5672/"
+
+var (
+	// amqpURL is the broker every test and every bridge uses.
+	amqpURL string
+	// brokerDown is set by TestMain when the broker is unreachable outside CI.
+	brokerDown bool
+	// bridgeBin is the race-enabled bridge binary built once by TestMain.
+	bridgeBin string
+)
+
+func TestMain(m *testing.M) { os.Exit(testMain(m)) }
+
+func testMain(m *testing.M) int {
+	amqpURL = os.Getenv("DELAYBRIDGE_TEST_AMQP_URL")
+	if amqpURL == "" {
+		amqpURL = defaultAMQPURL
+	}
+	conn, err := amqp.DialConfig(amqpURL, amqp.Config{Dial: amqp.DefaultDial(5 * time.Second)})
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			fmt.Fprintf(os.Stderr, "integration: FAIL: RabbitMQ is not reachable at %s: %v\n"+
+				"integration: CI=true, so a missing broker is a failure, not a skip "+
+				"(start one, e.g. scripts/ensure-rabbitmq.sh, or set DELAYBRIDGE_TEST_AMQP_URL)\n",
+				redactURL(amqpURL), err)
+			return 1
+		}
+		fmt.Fprintf(os.Stderr, "integration: RabbitMQ is not reachable at %s (%v): skipping the integration tests "+
+			"(set DELAYBRIDGE_TEST_AMQP_URL or start a broker; under CI=true this fails)\n", redactURL(amqpURL), err)
+		brokerDown = true
+		return m.Run()
+	}
+	_ = conn.Close()
+
+	tmp, err := os.MkdirTemp("", "delaybridge-it-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "integration:", err)
+		return 1
+	}
+	defer os.RemoveAll(tmp)
+	root, err := repoRoot()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "integration: cannot find the repository root:", err)
+		return 1
+	}
+	bridgeBin = filepath.Join(tmp, "delaybridge")
+	build := exec.Command("go", "build", "-race", "-o", bridgeBin, ".")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "integration: go build -race of the bridge failed: %v\n%s", err, out)
+		return 1
+	}
+	return m.Run()
+}
+
+// repoRoot is the directory of the module's go.mod.
+func repoRoot() (string, error) {
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err == nil {
+		if mod := strings.TrimSpace(string(out)); mod != "" && mod != os.DevNull {
+			return filepath.Dir(mod), nil
+		}
+	}
+	wd, werr := os.Getwd()
+	if werr != nil {
+		return "", werr
+	}
+	root := filepath.Join(wd, "..", "..")
+	if _, serr := os.Stat(filepath.Join(root, "go.mod")); serr != nil {
+		return "", fmt.Errorf("go env GOMOD: %v; ../../go.mod: %v", err, serr)
+	}
+	return root, nil
+}
+
+func redactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	if u.User != nil {
+		if _, ok := u.User.Password(); ok {
+			u.User = url.UserPassword(u.User.Username(), "xxxxx")
+		}
+	}
+	return u.String()
+}
+
+// requireBroker skips the test when TestMain found no broker (never under CI).
+func requireBroker(t testing.TB) {
+	t.Helper()
+	if brokerDown {
+		t.Skip("RabbitMQ not reachable; integration tests skipped (they fail under CI=true)")
+	}
+}
+
+// randomHex returns n random bytes as hex.
+func randomHex(n int) string {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		panic(err)
+	}
+	return hex.EncodeToString(b)
+}
+
+var unsafeName = regexp.MustCompile(`[^a-z0-9-]+`)
+
+// uniqueEndpoint is it-<testname-sanitized>-<random>.
+func uniqueEndpoint(t testing.TB) string {
+	name := strings.Trim(unsafeName.ReplaceAllString(strings.ToLower(t.Name()), "-"), "-")
+	if len(name) > 60 {
+		name = name[:60]
+	}
+	return "it-" + name + "-" + randomHex(4)
+}
+
+func freeAddr(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("find a free port: %v", err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// ---------------------------------------------------------------------------
+// The bridge process
+
+// syncBuffer collects a process's output; safe for concurrent use.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// bridgeProc is one running (or exited) bridge process.
+type bridgeProc struct {
+	t        testing.TB
+	Env      map[string]string // the DELAYBRIDGE_* variables it was started with
+	Endpoint string
+	ErrorQ   string
+	HTTPAddr string
+	cmd      *exec.Cmd
+	stderr   *syncBuffer
+	stdout   *syncBuffer
+	done     chan struct{}
+	exitCode int
+}
+
+// TimeoutsQueue is E.Timeouts.
+func (b *bridgeProc) TimeoutsQueue() string { return b.Endpoint + ".Timeouts" }
+
+// DispatcherQueue is E.TimeoutsDispatcher.
+func (b *bridgeProc) DispatcherQueue() string { return b.Endpoint + ".TimeoutsDispatcher" }
+
+// Stderr is everything the process wrote to stderr so far.
+func (b *bridgeProc) Stderr() string { return b.stderr.String() }
+
+// bridgeEnv fills in the per-test defaults: a unique endpoint and error queue,
+// a store file in t.TempDir(), a free HTTP port and JSON logs. Values already
+// in env win, so a restart can pass the same endpoint and store path.
+func bridgeEnv(t testing.TB, env map[string]string) map[string]string {
+	full := map[string]string{}
+	for k, v := range env {
+		full[k] = v
+	}
+	setDefault := func(k, v string) {
+		if _, ok := full[k]; !ok {
+			full[k] = v
+		}
+	}
+	setDefault("DELAYBRIDGE_ENDPOINT", uniqueEndpoint(t))
+	setDefault("DELAYBRIDGE_ERROR_QUEUE", full["DELAYBRIDGE_ENDPOINT"]+".error")
+	setDefault("DELAYBRIDGE_AMQP_URL", amqpURL)
+	setDefault("DELAYBRIDGE_STORE_PATH", filepath.Join(t.TempDir(), "store.db"))
+	setDefault("DELAYBRIDGE_HTTP_ADDR", freeAddr(t))
+	setDefault("DELAYBRIDGE_LOG_FORMAT", "json")
+	return full
+}
+
+// execBridge starts the binary with args and exactly the given DELAYBRIDGE_*
+// variables (none inherited from the test's environment).
+func execBridge(t testing.TB, env map[string]string, args ...string) *bridgeProc {
+	t.Helper()
+	if bridgeBin == "" {
+		requireBroker(t) // TestMain builds the binary only when the broker is up
+		t.Fatal("the bridge binary was not built (TestMain)")
+	}
+	cmd := exec.Command(bridgeBin, args...)
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "DELAYBRIDGE_") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	for k, v := range env {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	b := &bridgeProc{
+		t: t, Env: env, Endpoint: env["DELAYBRIDGE_ENDPOINT"], ErrorQ: env["DELAYBRIDGE_ERROR_QUEUE"],
+		HTTPAddr: env["DELAYBRIDGE_HTTP_ADDR"], cmd: cmd,
+		stderr: &syncBuffer{}, stdout: &syncBuffer{}, done: make(chan struct{}), exitCode: -1,
+	}
+	cmd.Stderr = b.stderr
+	cmd.Stdout = b.stdout
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", bridgeBin, err)
+	}
+	go func() {
+		_ = cmd.Wait()
+		b.exitCode = cmd.ProcessState.ExitCode()
+		close(b.done)
+	}()
+	t.Cleanup(func() {
+		if b.Running() {
+			_ = b.cmd.Process.Kill()
+			<-b.done
+		}
+		logs := b.Stderr()
+		if strings.Contains(logs, "DATA RACE") {
+			t.Errorf("the race detector reported a DATA RACE in the bridge (%s %s)", filepath.Base(bridgeBin), strings.Join(args, " "))
+		}
+		if t.Failed() {
+			t.Logf("bridge %q %v exit code %d; stderr (last 24 KiB):\n%s", b.Endpoint, args, b.exitCode, tail(logs, 24<<10))
+			if out := b.stdout.String(); out != "" {
+				t.Logf("bridge stdout:\n%s", tail(out, 4<<10))
+			}
+		}
+	})
+	return b
+}
+
+func tail(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return "…" + s[len(s)-n:]
+}
+
+// startBridge starts a bridge (see bridgeEnv for the defaults) and waits until
+// GET /readyz answers 200. The test's cleanup kills a bridge still running,
+// fails the test on a DATA RACE report, and deletes the bridge's queues.
+func startBridge(t testing.TB, env map[string]string) *bridgeProc {
+	t.Helper()
+	requireBroker(t)
+	full := bridgeEnv(t, env)
+	// Registered before the process's own cleanup, so it runs after the
+	// process is gone.
+	deleteQueuesOnCleanup(t, full["DELAYBRIDGE_ENDPOINT"]+".Timeouts",
+		full["DELAYBRIDGE_ENDPOINT"]+".TimeoutsDispatcher", full["DELAYBRIDGE_ERROR_QUEUE"])
+	b := execBridge(t, full)
+	b.waitReady(20 * time.Second)
+	return b
+}
+
+// Restart starts a new bridge with the same variables (endpoint, error
+// queue, store file) on a new HTTP port. The previous process must be gone.
+func (b *bridgeProc) Restart(extra map[string]string) *bridgeProc {
+	b.t.Helper()
+	if b.Running() {
+		b.t.Fatal("Restart: the previous bridge is still running")
+	}
+	env := map[string]string{}
+	for k, v := range b.Env {
+		env[k] = v
+	}
+	delete(env, "DELAYBRIDGE_HTTP_ADDR")
+	for k, v := range extra {
+		env[k] = v
+	}
+	return startBridge(b.t, env)
+}
+
+func (b *bridgeProc) waitReady(timeout time.Duration) {
+	b.t.Helper()
+	client := &http.Client{Timeout: time.Second}
+	deadline := time.Now().Add(timeout)
+	for {
+		resp, err := client.Get("http://" + b.HTTPAddr + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		if !b.Running() {
+			b.t.Fatalf("bridge exited with code %d before /readyz answered 200", b.exitCode)
+		}
+		if time.Now().After(deadline) {
+			b.t.Fatalf("bridge not ready within %s (last /readyz: %v)", timeout, describe(resp, err))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func describe(resp *http.Response, err error) string {
+	if err != nil {
+		return err.Error()
+	}
+	return resp.Status
+}
+
+// Running reports whether the process has not exited yet.
+func (b *bridgeProc) Running() bool {
+	select {
+	case <-b.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// Wait waits up to timeout for the process to exit and returns its exit code
+// (-1 when killed by a signal). It fails the test on timeout.
+func (b *bridgeProc) Wait(timeout time.Duration) int {
+	b.t.Helper()
+	select {
+	case <-b.done:
+		return b.exitCode
+	case <-time.After(timeout):
+		_ = b.cmd.Process.Kill()
+		<-b.done
+		b.t.Fatalf("bridge did not exit within %s; killed it", timeout)
+		return b.exitCode
+	}
+}
+
+// Stop sends SIGTERM and asserts a graceful exit with code 0 within 15 s.
+func (b *bridgeProc) Stop() {
+	b.t.Helper()
+	if err := b.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		b.t.Fatalf("SIGTERM: %v", err)
+	}
+	if code := b.Wait(15 * time.Second); code != 0 {
+		b.t.Fatalf("after SIGTERM the bridge exited with code %d, want 0", code)
+	}
+}
+
+// Kill sends SIGKILL and waits for the process to be gone.
+func (b *bridgeProc) Kill() {
+	b.t.Helper()
+	if err := b.cmd.Process.Kill(); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		b.t.Fatalf("SIGKILL: %v", err)
+	}
+	b.Wait(10 * time.Second)
+}
+
+// ---------------------------------------------------------------------------
+// AMQP helpers
+
+// dial opens a connection closed at cleanup.
+func dial(t testing.TB) *amqp.Connection {
+	t.Helper()
+	requireBroker(t)
+	conn, err := amqp.DialConfig(amqpURL, amqp.Config{Dial: amqp.DefaultDial(10 * time.Second)})
+	if err != nil {
+		t.Fatalf("connect to %s: %v", redactURL(amqpURL), err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	return conn
+}
+
+// deleteQueuesOnCleanup deletes the queues when the test ends, on a
+// connection of its own (the test's may be closed by then).
+func deleteQueuesOnCleanup(t testing.TB, names ...string) {
+	t.Cleanup(func() {
+		conn, err := amqp.DialConfig(amqpURL, amqp.Config{Dial: amqp.DefaultDial(10 * time.Second)})
+		if err != nil {
+			t.Logf("cleanup: cannot connect to delete queues %v: %v", names, err)
+			return
+		}
+		defer conn.Close()
+		for _, q := range names {
+			ch, err := conn.Channel()
+			if err != nil {
+				t.Logf("cleanup: open channel: %v", err)
+				return
+			}
+			if _, err := ch.QueueDelete(q, false, false, false); err != nil {
+				t.Logf("cleanup: delete queue %q: %v", q, err)
+			}
+			_ = ch.Close()
+		}
+	})
+}
+
+// declareQueue declares a durable destination queue, deleted at cleanup.
+func declareQueue(t testing.TB, conn *amqp.Connection, name string) {
+	t.Helper()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatalf("open channel: %v", err)
+	}
+	defer ch.Close()
+	if _, err := ch.QueueDeclare(name, true, false, false, false, nil); err != nil {
+		t.Fatalf("declare queue %q: %v", name, err)
+	}
+	deleteQueuesOnCleanup(t, name)
+}
+
+// queueDepth returns the number of ready messages in an existing queue.
+func queueDepth(t testing.TB, conn *amqp.Connection, name string) int {
+	t.Helper()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatalf("open channel: %v", err)
+	}
+	defer ch.Close()
+	q, err := ch.QueueDeclarePassive(name, true, false, false, false, nil)
+	if err != nil {
+		t.Fatalf("inspect queue %q: %v", name, err)
+	}
+	return q.Messages
+}
+
+// waitQueueEmpty waits until queue has no ready messages.
+func waitQueueEmpty(t testing.TB, conn *amqp.Connection, name string, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		n := queueDepth(t, conn, name)
+		if n == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("queue %q still has %d ready messages after %s", name, n, timeout)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// publisher publishes with confirms and mandatory, so a message that is not
+// routed or not confirmed fails the test.
+type publisher struct {
+	t       testing.TB
+	ch      *amqp.Channel
+	returns chan amqp.Return
+	mu      sync.Mutex
+}
+
+func newPublisher(t testing.TB, conn *amqp.Connection) *publisher {
+	t.Helper()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatalf("open channel: %v", err)
+	}
+	if err := ch.Confirm(false); err != nil {
+		t.Fatalf("confirm mode: %v", err)
+	}
+	t.Cleanup(func() { _ = ch.Close() })
+	return &publisher{t: t, ch: ch, returns: ch.NotifyReturn(make(chan amqp.Return, 10000))}
+}
+
+// Publish sends one message to queue through the default exchange and waits
+// for the broker's confirm.
+func (p *publisher) Publish(queue string, msg amqp.Publishing) {
+	p.t.Helper()
+	p.PublishAll(queue, []amqp.Publishing{msg})
+}
+
+// PublishAll sends msgs to queue and waits for every confirm.
+func (p *publisher) PublishAll(queue string, msgs []amqp.Publishing) {
+	p.t.Helper()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	dcs := make([]*amqp.DeferredConfirmation, len(msgs))
+	for i, m := range msgs {
+		dc, err := p.ch.PublishWithDeferredConfirmWithContext(ctx, "", queue, true, false, m)
+		if err != nil {
+			p.t.Fatalf("publish %d to %q: %v", i, queue, err)
+		}
+		dcs[i] = dc
+	}
+	for i, dc := range dcs {
+		ok, err := dc.WaitContext(ctx)
+		if err != nil || !ok {
+			p.t.Fatalf("publish %d to %q not confirmed (acked=%v, err=%v)", i, queue, ok, err)
+		}
+	}
+	select {
+	case r := <-p.returns:
+		p.t.Fatalf("publish to %q returned by the broker: %d %s", queue, r.ReplyCode, r.ReplyText)
+	default:
+	}
+}
+
+// arrival is one delivery and the local time it was received.
+type arrival struct {
+	amqp.Delivery
+	At time.Time
+}
+
+// consumer records every delivery on a queue with its arrival time.
+type consumer struct {
+	t      testing.TB
+	queue  string
+	mu     sync.Mutex
+	got    []arrival
+	signal chan struct{}
+}
+
+// consume starts an auto-ack consumer on queue (which must exist).
+func consume(t testing.TB, conn *amqp.Connection, queue string) *consumer {
+	t.Helper()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatalf("open channel: %v", err)
+	}
+	deliveries, err := ch.Consume(queue, "", true, false, false, false, nil)
+	if err != nil {
+		t.Fatalf("consume %q: %v", queue, err)
+	}
+	c := &consumer{t: t, queue: queue, signal: make(chan struct{}, 1)}
+	go func() {
+		for d := range deliveries {
+			now := time.Now()
+			c.mu.Lock()
+			c.got = append(c.got, arrival{Delivery: d, At: now})
+			c.mu.Unlock()
+			select {
+			case c.signal <- struct{}{}:
+			default:
+			}
+		}
+	}()
+	t.Cleanup(func() { _ = ch.Close() })
+	return c
+}
+
+// declareAndConsume declares a destination queue and consumes it.
+func declareAndConsume(t testing.TB, conn *amqp.Connection, queue string) *consumer {
+	t.Helper()
+	declareQueue(t, conn, queue)
+	return consume(t, conn, queue)
+}
+
+// All returns a copy of the deliveries so far.
+func (c *consumer) All() []arrival {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]arrival(nil), c.got...)
+}
+
+// Count is the number of deliveries so far.
+func (c *consumer) Count() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.got)
+}
+
+// WaitFor waits until at least n deliveries arrived and returns them all;
+// it fails the test after timeout.
+func (c *consumer) WaitFor(n int, timeout time.Duration) []arrival {
+	c.t.Helper()
+	return c.WaitUntil(timeout, fmt.Sprintf("%d deliveries", n), func(got []arrival) bool { return len(got) >= n })
+}
+
+// WaitUntil waits until done(deliveries so far) holds; it fails the test
+// after timeout, naming what.
+func (c *consumer) WaitUntil(timeout time.Duration, what string, done func([]arrival) bool) []arrival {
+	c.t.Helper()
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	for {
+		got := c.All()
+		if done(got) {
+			return got
+		}
+		select {
+		case <-c.signal:
+		case <-time.After(100 * time.Millisecond):
+		case <-deadline.C:
+			got = c.All()
+			if done(got) {
+				return got
+			}
+			c.t.Fatalf("queue %q: waited %s for %s, have %d deliveries", c.queue, timeout, what, len(got))
+			return nil
+		}
+	}
+}
+
+// Quiet waits d and returns every delivery so far: used after the expected
+// deliveries arrived, to see duplicates that come late.
+func (c *consumer) Quiet(d time.Duration) []arrival {
+	time.Sleep(d)
+	return c.All()
+}
+
+// headerString returns header name as a string ("" when absent or not a string).
+func headerString(h amqp.Table, name string) string {
+	switch v := h[name].(type) {
+	case string:
+		return v
+	case []byte:
+		return string(v)
+	}
+	return ""
+}
+
+// dueTimeHeaders are removed from every forwarded message (contract §3).
+var dueTimeHeaders = []string{"x-due-at", "NServiceBus.Timeout.Expire", "x-delay"}
+
+// nsbExpire formats t in the NServiceBus wire format (microsecond precision,
+// UTC) and returns the string and the instant it denotes.
+func nsbExpire(t time.Time) (string, time.Time) {
+	t = t.UTC().Truncate(time.Microsecond)
+	return fmt.Sprintf("%s:%06d Z", t.Format("2006-01-02 15:04:05"), t.Nanosecond()/1000), t
+}
