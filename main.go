@@ -78,6 +78,8 @@ func runBridge() int {
 
 func newLogger(cfg config.Config) zerolog.Logger {
 	level, _ := zerolog.ParseLevel(cfg.LogLevel) // validated by config
+	// Millisecond timing matters in a scheduler's logs.
+	zerolog.TimeFieldFormat = time.RFC3339Nano
 	w := zerolog.New(os.Stderr)
 	if cfg.LogFormat == "console" {
 		w = zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr, TimeFormat: time.RFC3339Nano})
