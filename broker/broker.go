@@ -29,17 +29,31 @@ func Redact(rawURL string) string {
 	return u.String()
 }
 
-// Dial connects and names the connection so operators can tell the bridge's
+// Dial connects once, for short-lived clients like the schedule command.
+func Dial(rawURL, name string, cfg amqp.Config) (*amqp.Connection, error) {
+	return dial(rawURL, name, cfg)
+}
+
+// dial connects and names the connection so operators can tell the bridge's
 // connections apart in the management UI. Errors never contain the password.
-func Dial(rawURL, name string) (*amqp.Connection, error) {
-	props := amqp.NewConnectionProperties()
-	props.SetClientConnectionName(name)
-	conn, err := amqp.DialConfig(rawURL, amqp.Config{
-		Properties: props,
-		Heartbeat:  10 * time.Second,
-		Locale:     "en_US",
-		Dial:       amqp.DefaultDial(10 * time.Second),
-	})
+func dial(rawURL, name string, cfg amqp.Config) (*amqp.Connection, error) {
+	cfg.Properties = amqp.NewConnectionProperties()
+	if cfg.TLSClientConfig != nil {
+		// amqp091-go writes the URL host into an empty ServerName: never
+		// share one *tls.Config between dials.
+		cfg.TLSClientConfig = cfg.TLSClientConfig.Clone()
+	}
+	cfg.Properties.SetClientConnectionName(name)
+	if cfg.Heartbeat == 0 {
+		cfg.Heartbeat = 10 * time.Second
+	}
+	if cfg.Locale == "" {
+		cfg.Locale = "en_US"
+	}
+	if cfg.Dial == nil {
+		cfg.Dial = amqp.DefaultDial(10 * time.Second)
+	}
+	conn, err := amqp.DialConfig(rawURL, cfg)
 	if err != nil {
 		msg := err.Error()
 		if u, perr := url.Parse(rawURL); perr == nil && u.User != nil {
@@ -159,7 +173,7 @@ func (p *Publisher) publishWindow(ctx context.Context, msgs []Outgoing, results 
 		m := &msgs[i]
 		dc, err := p.ch.PublishWithDeferredConfirmWithContext(ctx, m.Exchange, m.RoutingKey, m.Mandatory, false, m.Msg)
 		if err != nil {
-			results[i] = fmt.Errorf("%w: %v", ErrNotConfirmed, err)
+			results[i] = fmt.Errorf("%w: %w", ErrNotConfirmed, err)
 			continue
 		}
 		confirms[i] = dc
@@ -170,8 +184,8 @@ func (p *Publisher) publishWindow(ctx context.Context, msgs []Outgoing, results 
 		}
 		acked, err := dc.WaitContext(ctx)
 		switch {
-		case err != nil:
-			results[i] = fmt.Errorf("%w: %v", ErrNotConfirmed, err)
+		case err != nil: // wraps context.DeadlineExceeded when the broker is slow
+			results[i] = fmt.Errorf("%w: %w", ErrNotConfirmed, err)
 		case !acked && p.ch.IsClosed():
 			// The library nacks outstanding confirms when the channel dies.
 			results[i] = fmt.Errorf("%w: channel closed", ErrNotConfirmed)
@@ -184,7 +198,10 @@ func (p *Publisher) publishWindow(ctx context.Context, msgs []Outgoing, results 
 	// for this window is buffered by now.
 	for {
 		select {
-		case r := <-p.returns:
+		case r, ok := <-p.returns:
+			if !ok { // the library closes it with the channel
+				return
+			}
 			p.matchReturn(msgs, results, r)
 		default:
 			return

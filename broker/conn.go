@@ -1,0 +1,196 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/rs/zerolog"
+)
+
+// ErrNeverConnected is returned by Run when the first connection attempt
+// fails: a wrong URL, password or certificate should stop start-up loudly
+// rather than retry forever in silence.
+var ErrNeverConnected = errors.New("could not connect to the broker")
+
+// ConnOptions configure a Conn.
+type ConnOptions struct {
+	URL    string
+	Name   string // connection_name shown in the management UI
+	Config amqp.Config
+	// OnConnect runs on every new connection before it is handed out (the
+	// bridge redeclares its queues here). An error closes the connection
+	// and counts as a failed attempt.
+	OnConnect func(*amqp.Connection) error
+	// MinBackoff and MaxBackoff bound the jittered, doubling pause between
+	// attempts; defaults 100ms and 10s.
+	MinBackoff, MaxBackoff time.Duration
+	Logger                 zerolog.Logger
+}
+
+// Conn keeps one AMQP connection up. It dials, and when the broker closes
+// the connection or the network drops it, dials again with capped, jittered
+// backoff. Users take the current connection with Wait and open their own
+// channels; when a channel dies they call Wait again.
+type Conn struct {
+	opts ConnOptions
+
+	mu   sync.Mutex
+	conn *amqp.Connection
+	up   chan struct{} // closed while conn is usable
+}
+
+// NewConn returns a Conn; it connects only in Run.
+func NewConn(opts ConnOptions) *Conn {
+	if opts.MinBackoff <= 0 {
+		opts.MinBackoff = 100 * time.Millisecond
+	}
+	if opts.MaxBackoff <= 0 {
+		opts.MaxBackoff = 10 * time.Second
+	}
+	return &Conn{opts: opts, up: make(chan struct{})}
+}
+
+// Connect makes the first connection. It fails with ErrNeverConnected.
+func (c *Conn) Connect() error {
+	conn, err := c.dial()
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrNeverConnected, err)
+	}
+	c.set(conn)
+	return nil
+}
+
+// Run keeps the connection up until ctx ends, then closes it. Connect must
+// have succeeded first.
+func (c *Conn) Run(ctx context.Context) error {
+	for {
+		c.mu.Lock()
+		conn := c.conn
+		c.mu.Unlock()
+		if conn == nil {
+			return errors.New("broker: Run before Connect")
+		}
+		closed := conn.NotifyClose(make(chan *amqp.Error, 1))
+		select {
+		case <-ctx.Done():
+			c.unset()
+			_ = conn.Close()
+			return nil
+		case e := <-closed:
+			c.unset()
+			c.opts.Logger.Warn().Str("connection", c.opts.Name).Str("reason", errString(e)).
+				Msg("broker connection lost; reconnecting")
+		}
+		for attempt := 1; ; attempt++ {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(c.backoff(attempt)):
+			}
+			next, err := c.dial()
+			if err == nil {
+				c.opts.Logger.Info().Str("connection", c.opts.Name).Int("attempts", attempt).Msg("broker connection restored")
+				c.set(next)
+				break
+			}
+			c.opts.Logger.Warn().Err(err).Str("connection", c.opts.Name).Int("attempt", attempt).
+				Msg("reconnecting to the broker failed")
+		}
+	}
+}
+
+// Wait returns the current connection, waiting while there is none.
+func (c *Conn) Wait(ctx context.Context) (*amqp.Connection, error) {
+	for {
+		c.mu.Lock()
+		conn, up := c.conn, c.up
+		c.mu.Unlock()
+		if conn != nil && !conn.IsClosed() {
+			return conn, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-up:
+		case <-time.After(50 * time.Millisecond): // closed but not yet noticed by Run
+		}
+	}
+}
+
+// Close closes the current connection without waiting for Run; for
+// start-up failures before Run was started.
+func (c *Conn) Close() {
+	c.mu.Lock()
+	conn := c.conn
+	c.mu.Unlock()
+	c.unset()
+	if conn != nil {
+		_ = conn.Close()
+	}
+}
+
+// Connected reports whether the connection is up.
+func (c *Conn) Connected() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.conn != nil && !c.conn.IsClosed()
+}
+
+// Publisher waits for the connection and opens a confirm-mode publisher on it.
+func (c *Conn) Publisher(ctx context.Context, maxBatch int) (*Publisher, error) {
+	conn, err := c.Wait(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return NewPublisher(conn, maxBatch)
+}
+
+func (c *Conn) dial() (*amqp.Connection, error) {
+	conn, err := dial(c.opts.URL, c.opts.Name, c.opts.Config)
+	if err != nil {
+		return nil, err
+	}
+	if c.opts.OnConnect != nil {
+		if err := c.opts.OnConnect(conn); err != nil {
+			_ = conn.Close()
+			return nil, err
+		}
+	}
+	return conn, nil
+}
+
+func (c *Conn) set(conn *amqp.Connection) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.conn = conn
+	close(c.up)
+}
+
+func (c *Conn) unset() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.conn != nil {
+		c.conn = nil
+		c.up = make(chan struct{})
+	}
+}
+
+// backoff doubles from MinBackoff to MaxBackoff with full jitter over the
+// upper half, so a fleet of bridges does not reconnect in lockstep.
+func (c *Conn) backoff(attempt int) time.Duration {
+	d := c.opts.MinBackoff << min(attempt-1, 20)
+	d = min(d, c.opts.MaxBackoff)
+	return d/2 + time.Duration(rand.Int64N(int64(d/2)+1))
+}
+
+func errString(e *amqp.Error) string {
+	if e == nil {
+		return "closed"
+	}
+	return e.Error()
+}
