@@ -1,6 +1,6 @@
 module github.com/delaybridge/delaybridge
 
-go 1.26
+go 1.26.0
 
 require (
 	github.com/google/go-cmp v0.7.0
@@ -15,4 +15,5 @@ require (
 	github.com/mattn/go-colorable v0.1.14 // indirect
 	github.com/mattn/go-isatty v0.0.20 // indirect
 	golang.org/x/sys v0.45.0 // indirect
+	golang.org/x/time v0.16.0 // indirect
 )

@@ -6,6 +6,7 @@ package bridge
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"os"
@@ -16,7 +17,10 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/rs/zerolog"
 
+	"golang.org/x/time/rate"
+
 	"github.com/delaybridge/delaybridge/broker"
+	"github.com/delaybridge/delaybridge/circuit"
 	"github.com/delaybridge/delaybridge/config"
 	"github.com/delaybridge/delaybridge/dispatch"
 	"github.com/delaybridge/delaybridge/httpapi"
@@ -41,6 +45,8 @@ type Deps struct {
 	// Store replaces the store cfg names (tests inject faults this way). The
 	// bridge closes it on shutdown.
 	Store storage.Store
+	// TLS configures amqps:// connections; nil uses the system's roots.
+	TLS *tls.Config
 }
 
 // Bridge owns every component and shuts them down in data-flow order.
@@ -84,71 +90,83 @@ func (b *Bridge) Run(ctx context.Context) (err error) {
 		log.Info().Str("path", cfg.StorePath).Int("recovered_leases", bs.RecoveredLeases()).Msg("store open")
 		store = bs
 	}
-	defer func() {
-		if cerr := store.Close(); cerr != nil && err == nil {
-			err = fmt.Errorf("close store: %w", cerr)
-		}
-	}()
+	defer store.Close() // for early returns; Close is idempotent
 
 	// Separate connections: a publisher blocked by flow control must not
-	// stall the consumers, and vice versa.
-	consumeConn, err := broker.Dial(cfg.AMQPURL, "delaybridge consume "+b.owner)
-	if err != nil {
-		return err
-	}
-	defer consumeConn.Close()
-	publishConn, err := broker.Dial(cfg.AMQPURL, "delaybridge publish "+b.owner)
-	if err != nil {
-		return err
-	}
-	defer publishConn.Close()
-	log.Info().Str("url", broker.Redact(cfg.AMQPURL)).Msg("connected to the broker")
-	consumeClosed := consumeConn.NotifyClose(make(chan *amqp.Error, 1))
-	publishClosed := publishConn.NotifyClose(make(chan *amqp.Error, 1))
-
-	declareCh, err := publishConn.Channel()
-	if err != nil {
-		return fmt.Errorf("open channel: %w", err)
-	}
-	if err := topo.Declare(declareCh); err != nil {
-		return err
-	}
-	_ = declareCh.Close()
-
-	newPub := func(window int) (*broker.Publisher, error) { return broker.NewPublisher(publishConn, window) }
-	ingestPub, err := newPub(cfg.Prefetch)
-	if err != nil {
-		return err
-	}
-	pollPub, err := newPub(cfg.BatchSize)
-	if err != nil {
-		return err
-	}
-	dispatchPubs := make([]dispatch.Publisher, dispatchWorkers)
-	for i := range dispatchPubs {
-		if dispatchPubs[i], err = newPub(1000); err != nil {
-			return err
+	// stall the consumers, and vice versa. Each reconnects on its own.
+	declare := func(conn *amqp.Connection) error {
+		ch, err := conn.Channel()
+		if err != nil {
+			return fmt.Errorf("open channel: %w", err)
 		}
+		defer ch.Close()
+		return topo.Declare(ch)
 	}
+	amqpCfg := amqp.Config{TLSClientConfig: b.deps.TLS}
+	newConn := func(role string) *broker.Conn {
+		return broker.NewConn(broker.ConnOptions{
+			URL: cfg.AMQPURL, Name: "delaybridge " + role + " " + b.owner, Config: amqpCfg, OnConnect: declare,
+			Logger: log.With().Str("component", "broker").Logger(),
+		})
+	}
+	consumeConn, publishConn := newConn("consume"), newConn("publish")
+	if err := publishConn.Connect(); err != nil {
+		return err
+	}
+	if err := consumeConn.Connect(); err != nil {
+		publishConn.Close()
+		return err
+	}
+	log.Info().Str("url", broker.Redact(cfg.AMQPURL)).Msg("connected to the broker")
 
-	pl := poller.New(store, pollPub, poller.Options{
+	// A triggered breaker is a critical error: the bridge stops so that a
+	// supervisor restarts it.
+	critical := make(chan error, 1)
+	breaker := func(name string, ttt time.Duration) *circuit.Breaker {
+		return circuit.New(name, ttt, circuit.Options{
+			Now: now,
+			OnTrigger: func(err error) {
+				select {
+				case critical <- err:
+				default:
+				}
+			},
+			OnChange: func(name string, s circuit.State, cause error) {
+				ev := log.Warn()
+				if s == circuit.Disarmed {
+					ev = log.Info()
+				}
+				ev.Str("breaker", name).Str("state", s.String()).AnErr("cause", cause).Msg("circuit breaker " + s.String())
+			},
+		})
+	}
+	publisher := func(window int) func(context.Context) (*broker.Publisher, error) {
+		return func(ctx context.Context) (*broker.Publisher, error) { return publishConn.Publisher(ctx, window) }
+	}
+	ingestPub, pollPub, dispatchPub := publisher(cfg.Prefetch), publisher(cfg.BatchSize), publisher(1000)
+
+	pl := poller.New(store, func(ctx context.Context) (poller.Publisher, error) { return pollPub(ctx) }, poller.Options{
 		Owner: b.owner, DispatcherQueue: topo.DispatcherQueue(), BatchSize: cfg.BatchSize,
 		LeaseDuration: cfg.LockLeaseDuration, PollInterval: cfg.PollInterval, Now: now,
-		Logger: log.With().Str("component", "poller").Logger(),
+		FetchBreaker: breaker("fetch", cfg.TimeToTriggerFetchCircuitBreaker),
+		Logger:       log.With().Str("component", "poller").Logger(),
 	})
-	in := ingest.New(consumeConn, ingestPub, store, ingest.Options{
+	in := ingest.New(consumeConn, func(ctx context.Context) (ingest.Publisher, error) { return ingestPub(ctx) }, store, ingest.Options{
 		Queue: topo.TimeoutsQueue(), ErrorQueue: cfg.ErrorQueue, Prefetch: cfg.Prefetch,
 		MaxBatch: min(cfg.Prefetch, 500), Wake: pl.Wake, Now: now,
 		Rules: ingest.Rules{
 			MaxDelay: cfg.MaxDelay, MaxMessageBytes: cfg.MaxMessageBytes, Allowed: allowed,
 			Reserved: []string{topo.TimeoutsQueue(), topo.DispatcherQueue()},
 		},
-		Logger: log.With().Str("component", "ingest").Logger(),
+		StoreBreaker: breaker("store", cfg.TimeToTriggerStoreCircuitBreaker),
+		Logger:       log.With().Str("component", "ingest").Logger(),
 	})
-	dp := dispatch.New(consumeConn, dispatchPubs, store, dispatch.Options{
+	dp := dispatch.New(consumeConn, func(ctx context.Context) (dispatch.Publisher, error) { return dispatchPub(ctx) }, store, dispatch.Options{
 		Queue: topo.DispatcherQueue(), TimeoutsQueue: topo.TimeoutsQueue(), ErrorQueue: cfg.ErrorQueue,
-		Prefetch: cfg.Prefetch, NumberOfRetries: cfg.NumberOfRetries, Allowed: allowed, Now: now,
-		Logger: log.With().Str("component", "dispatch").Logger(),
+		Prefetch: cfg.Prefetch, Workers: dispatchWorkers, NumberOfRetries: cfg.NumberOfRetries, Allowed: allowed,
+		FailureCountLimit: rate.NewLimiter(rate.Limit(cfg.MaxRecoveryFailuresPerSecond), cfg.MaxRecoveryFailuresPerSecond),
+		Breaker:           breaker("dispatch", cfg.TimeToTriggerDispatchBreaker),
+		Now:               now, Logger: log.With().Str("component", "dispatch").Logger(),
 	})
 
 	var httpSrv *httpapi.Server
@@ -157,7 +175,7 @@ func (b *Bridge) Run(ctx context.Context) (err error) {
 			switch {
 			case !b.ready.Load():
 				return errors.New("starting or stopping")
-			case consumeConn.IsClosed() || publishConn.IsClosed():
+			case !consumeConn.Connected() || !publishConn.Connected():
 				return errors.New("not connected to the broker")
 			}
 			return nil
@@ -174,7 +192,7 @@ func (b *Bridge) Run(ctx context.Context) (err error) {
 		stop context.CancelFunc
 		done chan struct{}
 	}
-	failed := make(chan error, 4)
+	failed := make(chan error, 8)
 	start := func(name string, run func(context.Context) error) *stage {
 		sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 		s := &stage{name: name, run: run, stop: cancel, done: make(chan struct{})}
@@ -186,6 +204,7 @@ func (b *Bridge) Run(ctx context.Context) (err error) {
 		}()
 		return s
 	}
+	connStages := []*stage{start("publish connection", publishConn.Run), start("consume connection", consumeConn.Run)}
 	var httpStage *stage
 	if httpSrv != nil {
 		httpStage = start("http", httpSrv.Run)
@@ -203,10 +222,9 @@ func (b *Bridge) Run(ctx context.Context) (err error) {
 	select {
 	case <-ctx.Done():
 		log.Info().Msg("shutting down")
-	case e := <-consumeClosed:
-		runErr = fmt.Errorf("%w: consume connection lost: %v", ErrCritical, e)
-	case e := <-publishClosed:
-		runErr = fmt.Errorf("%w: publish connection lost: %v", ErrCritical, e)
+	case e := <-critical:
+		runErr = fmt.Errorf("%w: %w", ErrCritical, e)
+		log.Error().Err(e).Msg("critical error: stopping intake and shutting down")
 	case runErr = <-failed:
 	}
 	b.ready.Store(false)
@@ -221,6 +239,13 @@ func (b *Bridge) Run(ctx context.Context) (err error) {
 	if httpStage != nil {
 		httpStage.stop()
 		<-httpStage.done
+	}
+	if cerr := store.Close(); cerr != nil && runErr == nil {
+		runErr = fmt.Errorf("close store: %w", cerr)
+	}
+	for _, s := range connStages {
+		s.stop()
+		<-s.done
 	}
 	close(failed)
 	for e := range failed {

@@ -10,14 +10,17 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"time"
 
 	"github.com/google/uuid"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/rs/zerolog"
+	"golang.org/x/time/rate"
 
 	"github.com/delaybridge/delaybridge/broker"
+	"github.com/delaybridge/delaybridge/circuit"
 	"github.com/delaybridge/delaybridge/message"
 	"github.com/delaybridge/delaybridge/poller"
 	"github.com/delaybridge/delaybridge/storage"
@@ -36,6 +39,15 @@ type Publisher interface {
 	Publish(ctx context.Context, msgs []broker.Outgoing) []error
 }
 
+// Connection hands out the current consume connection, waiting while the
+// broker is unreachable (broker.Conn).
+type Connection interface {
+	Wait(ctx context.Context) (*amqp.Connection, error)
+}
+
+// NewPublisher opens a publisher on the current publish connection.
+type NewPublisher func(ctx context.Context) (Publisher, error)
+
 // Options configure a Dispatcher.
 type Options struct {
 	Queue         string // E.TimeoutsDispatcher
@@ -52,14 +64,22 @@ type Options struct {
 	// RetryBackoff returns how long to hold a message back after its n-th
 	// failure. Nil: 1s doubling to 5m.
 	RetryBackoff func(failures int) time.Duration
-	Now          func() time.Time
-	Logger       zerolog.Logger
+	// FailureCountLimit caps per-message failure-count updates
+	// (MAXIMUM_RECOVERY_FAILURES_PER_SECOND); a failure over the cap is
+	// retried later without being counted. Nil: no cap.
+	FailureCountLimit *rate.Limiter
+	// Breaker watches forwarding: store errors and confirms that time out
+	// arm it, a confirmed forward disarms it. A lost connection does not
+	// count: reconnecting handles that. Nil: never triggers.
+	Breaker *circuit.Breaker
+	Now     func() time.Time
+	Logger  zerolog.Logger
 }
 
 // Dispatcher forwards due timeouts.
 type Dispatcher struct {
-	conn   *amqp.Connection
-	pubs   []Publisher
+	conn   Connection
+	newPub NewPublisher
 	store  Store
 	opts   Options
 	log    zerolog.Logger
@@ -72,16 +92,22 @@ type Stats struct {
 	Forwarded, Stale, Failed, ErrorQueued, RemoveConflicts int64
 }
 
-// New returns a Dispatcher consuming on conn with one publisher per worker.
-func New(conn *amqp.Connection, pubs []Publisher, store Store, opts Options) *Dispatcher {
+// New returns a Dispatcher consuming on conn, with opts.Workers workers that
+// each forward through their own publisher from newPub; it starts nothing.
+func New(conn Connection, newPub NewPublisher, store Store, opts Options) *Dispatcher {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
 	if opts.RetryBackoff == nil {
 		opts.RetryBackoff = DefaultBackoff
 	}
-	opts.Workers = len(pubs)
-	return &Dispatcher{conn: conn, pubs: pubs, store: store, opts: opts, log: opts.Logger}
+	if opts.Workers < 1 {
+		opts.Workers = 1
+	}
+	if opts.Breaker == nil {
+		opts.Breaker = circuit.New("dispatch", time.Duration(1<<62), circuit.Options{Now: opts.Now})
+	}
+	return &Dispatcher{conn: conn, newPub: newPub, store: store, opts: opts, log: opts.Logger}
 }
 
 // DefaultBackoff waits 1s after the first failure, doubling up to 5 minutes.
@@ -107,9 +133,49 @@ func (d *Dispatcher) count(f func(*Stats)) {
 }
 
 // Run consumes until ctx ends, then stops consuming and lets every worker
-// finish the message in hand (drain) before returning.
+// finish the message in hand (drain) before returning. When the broker
+// connection fails it resumes on the next one; dispatcher messages not yet
+// acknowledged return to the queue with the old channel.
 func (d *Dispatcher) Run(ctx context.Context) error {
-	ch, err := d.conn.Channel()
+	for {
+		err := d.session(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		d.log.Warn().Err(err).Msg("dispatch interrupted; resuming on the next broker connection")
+		t := time.NewTimer(100*time.Millisecond + time.Duration(rand.Int64N(int64(400*time.Millisecond))))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// session consumes on one channel with one publisher per worker until
+// something fails or ctx ends.
+func (d *Dispatcher) session(ctx context.Context) error {
+	conn, err := d.conn.Wait(ctx)
+	if err != nil {
+		return err
+	}
+	pubs := make([]Publisher, 0, d.opts.Workers)
+	defer func() {
+		for _, p := range pubs {
+			if c, ok := p.(interface{ Close() error }); ok {
+				_ = c.Close()
+			}
+		}
+	}()
+	for range d.opts.Workers {
+		p, err := d.newPub(ctx)
+		if err != nil {
+			return fmt.Errorf("dispatch: open publisher: %w", err)
+		}
+		pubs = append(pubs, p)
+	}
+	ch, err := conn.Channel()
 	if err != nil {
 		return fmt.Errorf("dispatch: open channel: %w", err)
 	}
@@ -123,14 +189,14 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("dispatch: consume %s: %w", d.opts.Queue, err)
 	}
-	d.log.Info().Str("queue", d.opts.Queue).Int("workers", len(d.pubs)).Msg("dispatcher consuming")
+	d.log.Info().Str("queue", d.opts.Queue).Int("workers", len(pubs)).Msg("dispatcher consuming")
 
 	// Workers stop taking new messages when stop closes; the message in hand
 	// is finished with a context that shutdown does not cancel.
 	stop := make(chan struct{})
-	errs := make(chan error, len(d.pubs))
+	errs := make(chan error, len(pubs))
 	var wg sync.WaitGroup
-	for _, pub := range d.pubs {
+	for _, pub := range pubs {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -216,7 +282,7 @@ func (d *Dispatcher) handle(ctx context.Context, del *amqp.Delivery, pub Publish
 		case err == nil:
 			done = append(done, storage.Ref{ID: it.tok.ID, Lock: it.tok.Lock})
 		case errors.Is(err, broker.ErrNotConfirmed):
-			// The connection failed, not the message: release without
+			// The broker failed, not the message: release without
 			// counting a retry.
 			brokerErr = err
 			d.release(ctx, it, time.Time{})
@@ -224,11 +290,20 @@ func (d *Dispatcher) handle(ctx context.Context, del *amqp.Delivery, pub Publish
 			d.fail(ctx, pub, it, err.Error())
 		}
 	}
-	n := d.remove(ctx, done)
+	n, removeErr := d.remove(ctx, done)
 	d.count(func(s *Stats) { s.Forwarded += int64(n) })
 	if brokerErr != nil {
+		if errors.Is(brokerErr, context.DeadlineExceeded) {
+			// Connected but not confirming (flow control, alarms): this
+			// is what the dispatch breaker is for. A lost connection is
+			// not; reconnecting handles it.
+			d.opts.Breaker.Failure(brokerErr)
+		}
 		_ = del.Nack(false, true)
 		return fmt.Errorf("dispatch: forward: %w", brokerErr)
+	}
+	if removeErr == nil && len(done) > 0 {
+		d.opts.Breaker.Success()
 	}
 	return ackErr(del.Ack(false))
 }
@@ -245,6 +320,7 @@ func (d *Dispatcher) load(ctx context.Context, pub Publisher, tok poller.Token, 
 		return it, false
 	case err != nil:
 		// The lease expires and the poller hands the row out again.
+		d.opts.Breaker.Failure(err)
 		d.log.Error().Err(err).Str("id", tok.ID).Msg("reading a leased timeout failed; it is retried after its lease expires")
 		return it, false
 	case row.Lock != tok.Lock:
@@ -290,8 +366,16 @@ func (d *Dispatcher) release(ctx context.Context, it item, notBefore time.Time) 
 // last retry move the message to the error queue.
 func (d *Dispatcher) fail(ctx context.Context, pub Publisher, it item, reason string) {
 	d.count(func(s *Stats) { s.Failed++ })
+	if d.opts.FailureCountLimit != nil && !d.opts.FailureCountLimit.Allow() {
+		retryAt := d.opts.Now().Add(d.opts.RetryBackoff(max(it.row.Attempts, 1)))
+		d.log.Warn().Str("id", it.tok.ID).Str("reason", reason).Time("retry_at", retryAt).
+			Msg("dispatch failed; failure-count updates are over MAXIMUM_RECOVERY_FAILURES_PER_SECOND, retrying without counting")
+		d.release(ctx, it, retryAt)
+		return
+	}
 	attempts, err := d.store.IncrementFailureCount(ctx, it.tok.ID, it.tok.Lock, reason)
 	if err != nil {
+		d.opts.Breaker.Failure(err)
 		d.log.Error().Err(err).Str("id", it.tok.ID).Msg("recording a dispatch failure failed; the timeout returns when its lease expires")
 		return
 	}
@@ -321,21 +405,22 @@ func (d *Dispatcher) moveToErrorQueue(ctx context.Context, pub Publisher, it ite
 	}
 	d.log.Error().Str("id", it.tok.ID).Str("destination", it.row.Destination).Str("reason", reason).
 		Str("error_queue", d.opts.ErrorQueue).Msg("message moved to the error queue")
-	n := d.remove(ctx, []storage.Ref{{ID: it.tok.ID, Lock: it.tok.Lock}})
+	n, _ := d.remove(ctx, []storage.Ref{{ID: it.tok.ID, Lock: it.tok.Lock}})
 	d.count(func(s *Stats) { s.ErrorQueued += int64(n) })
 }
 
 // remove deletes forwarded rows in one commit and returns how many it
 // removed. A failure here can only cause a duplicate (the row is forwarded
 // again after its lease expires), never a loss.
-func (d *Dispatcher) remove(ctx context.Context, refs []storage.Ref) int {
+func (d *Dispatcher) remove(ctx context.Context, refs []storage.Ref) (int, error) {
 	if len(refs) == 0 {
-		return 0
+		return 0, nil
 	}
 	results, err := d.store.Remove(ctx, refs)
 	if err != nil {
+		d.opts.Breaker.Failure(err)
 		d.log.Error().Err(err).Int("timeouts", len(refs)).Msg("removing forwarded timeouts failed; they may be delivered again")
-		return 0
+		return 0, err
 	}
 	var conflicts int64
 	for i, rerr := range results {
@@ -345,7 +430,7 @@ func (d *Dispatcher) remove(ctx context.Context, refs []storage.Ref) int {
 		}
 	}
 	d.count(func(s *Stats) { s.RemoveConflicts += conflicts })
-	return len(refs) - int(conflicts)
+	return len(refs) - int(conflicts), nil
 }
 
 func ackErr(err error) error {

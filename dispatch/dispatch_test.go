@@ -86,7 +86,7 @@ func newFixture(t *testing.T, retries int) *fixture {
 	}
 	t.Cleanup(func() { _ = store.Close() })
 	pub := &fakePublisher{}
-	d := New(nil, []Publisher{pub}, store, Options{
+	d := New(nil, func(context.Context) (Publisher, error) { return pub, nil }, store, Options{
 		Queue: "e.TimeoutsDispatcher", TimeoutsQueue: "e.Timeouts", ErrorQueue: "error",
 		NumberOfRetries: retries, Now: clock.Now, Logger: zerolog.Nop(),
 	})

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"time"
 
 	"github.com/google/uuid"
@@ -14,6 +15,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/delaybridge/delaybridge/broker"
+	"github.com/delaybridge/delaybridge/circuit"
 	"github.com/delaybridge/delaybridge/message"
 	"github.com/delaybridge/delaybridge/storage"
 )
@@ -28,6 +30,15 @@ type Publisher interface {
 	Publish(ctx context.Context, msgs []broker.Outgoing) []error
 }
 
+// Connection hands out the current consume connection, waiting while the
+// broker is unreachable (broker.Conn).
+type Connection interface {
+	Wait(ctx context.Context) (*amqp.Connection, error)
+}
+
+// NewPublisher opens a publisher on the current publish connection.
+type NewPublisher func(ctx context.Context) (Publisher, error)
+
 // Options configure an Ingester.
 type Options struct {
 	Queue      string // E.Timeouts
@@ -41,23 +52,27 @@ type Options struct {
 	// Wake is told the earliest due time of every committed batch, so the
 	// poller can wake early. Optional.
 	Wake func(due time.Time)
-	// RetryDelay is how long to wait before redelivery after a store failure.
+	// RetryDelay is the pause after the error queue refused copies.
 	RetryDelay time.Duration
-	Now        func() time.Time
-	Logger     zerolog.Logger
+	// StoreBreaker watches commits; while it is armed ingest backs off, and
+	// when it triggers the bridge stops. Nil: a breaker that never triggers.
+	StoreBreaker *circuit.Breaker
+	Now          func() time.Time
+	Logger       zerolog.Logger
 }
 
 // Ingester moves messages from E.Timeouts into the store.
 type Ingester struct {
-	conn  *amqp.Connection
-	pub   Publisher
-	store Store
-	opts  Options
-	log   zerolog.Logger
+	conn   Connection
+	newPub NewPublisher
+	store  Store
+	opts   Options
+	log    zerolog.Logger
 }
 
-// New returns an Ingester that consumes on conn; it starts nothing.
-func New(conn *amqp.Connection, pub Publisher, store Store, opts Options) *Ingester {
+// New returns an Ingester that consumes on conn and publishes error-queue
+// copies through newPub; it starts nothing.
+func New(conn Connection, newPub NewPublisher, store Store, opts Options) *Ingester {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
@@ -70,14 +85,54 @@ func New(conn *amqp.Connection, pub Publisher, store Store, opts Options) *Inges
 	if opts.Linger <= 0 {
 		opts.Linger = 2 * time.Millisecond
 	}
-	return &Ingester{conn: conn, pub: pub, store: store, opts: opts, log: opts.Logger}
+	if opts.StoreBreaker == nil {
+		opts.StoreBreaker = circuit.New("store", time.Duration(1<<62), circuit.Options{Now: opts.Now})
+	}
+	return &Ingester{conn: conn, newPub: newPub, store: store, opts: opts, log: opts.Logger}
 }
 
 // Run consumes until ctx ends, then cancels the consumer, finishes the batch
-// in hand and returns nil. Unacknowledged prefetched deliveries go back to the
-// queue when the channel closes. It returns an error if the channel fails.
+// in hand and returns nil. When the broker connection or channel fails it
+// resumes on the next connection; unacknowledged deliveries go back to the
+// queue with the old channel.
 func (in *Ingester) Run(ctx context.Context) error {
-	ch, err := in.conn.Channel()
+	for {
+		err := in.session(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		in.log.Warn().Err(err).Msg("ingest interrupted; resuming on the next broker connection")
+		if !sleep(ctx, 100*time.Millisecond+time.Duration(rand.Int64N(int64(400*time.Millisecond)))) {
+			return nil
+		}
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// session consumes on one channel until it fails or ctx ends.
+func (in *Ingester) session(ctx context.Context) error {
+	conn, err := in.conn.Wait(ctx)
+	if err != nil {
+		return err
+	}
+	pub, err := in.newPub(ctx)
+	if err != nil {
+		return fmt.Errorf("ingest: open error-queue publisher: %w", err)
+	}
+	if c, ok := pub.(interface{ Close() error }); ok {
+		defer c.Close()
+	}
+	ch, err := conn.Channel()
 	if err != nil {
 		return fmt.Errorf("ingest: open channel: %w", err)
 	}
@@ -129,7 +184,7 @@ func (in *Ingester) Run(ctx context.Context) error {
 			}
 		}
 		linger.Stop()
-		if err := in.handle(ctx, batch); err != nil {
+		if err := in.handle(ctx, pub, batch); err != nil {
 			return err
 		}
 	}
@@ -142,7 +197,7 @@ type rejected struct {
 
 // handle stores the valid deliveries of a batch in one commit and sends the
 // invalid ones to the error queue, then settles every delivery.
-func (in *Ingester) handle(ctx context.Context, batch []amqp.Delivery) error {
+func (in *Ingester) handle(ctx context.Context, pub Publisher, batch []amqp.Delivery) error {
 	now := in.opts.Now()
 	var (
 		rows    = make([]storage.Timeout, 0, len(batch))
@@ -166,19 +221,18 @@ func (in *Ingester) handle(ctx context.Context, batch []amqp.Delivery) error {
 		// not take ctx.
 		inserted, err := in.store.Insert(context.WithoutCancel(ctx), rows)
 		if err != nil {
-			in.log.Error().Err(err).Int("messages", len(rows)).Msg("store failed; messages requeued")
+			pause := in.opts.StoreBreaker.Failure(err)
+			in.log.Error().Err(err).Int("messages", len(rows)).Dur("retry_in", pause).Msg("store failed; messages requeued")
 			for _, d := range stored {
 				_ = d.Nack(false, true)
 			}
 			for _, r := range invalid {
 				_ = r.d.Nack(false, true)
 			}
-			select {
-			case <-time.After(in.opts.RetryDelay):
-			case <-ctx.Done():
-			}
+			sleep(ctx, pause)
 			return nil
 		}
+		in.opts.StoreBreaker.Success()
 		earliest := time.Time{}
 		for i, ok := range inserted {
 			if !ok {
@@ -196,11 +250,14 @@ func (in *Ingester) handle(ctx context.Context, batch []amqp.Delivery) error {
 		}
 	}
 
-	if len(invalid) > 0 && !in.reject(ctx, invalid, now) {
-		// The error queue is not taking copies; do not spin on redeliveries.
-		select {
-		case <-time.After(in.opts.RetryDelay):
-		case <-ctx.Done():
+	if len(invalid) > 0 {
+		moved, err := in.reject(ctx, pub, invalid, now)
+		if err != nil {
+			return err // the connection failed: resume on a new one
+		}
+		if !moved {
+			// The error queue is not taking copies; do not spin on redeliveries.
+			sleep(ctx, in.opts.RetryDelay)
 		}
 	}
 	if len(invalid) == 0 {
@@ -249,8 +306,9 @@ func (in *Ingester) prepare(d *amqp.Delivery, now time.Time) (storage.Timeout, e
 }
 
 // reject copies invalid deliveries to the error queue and acks each one whose
-// copy the broker confirmed; the others are requeued. It reports whether all moved.
-func (in *Ingester) reject(ctx context.Context, invalid []rejected, now time.Time) bool {
+// copy the broker confirmed; the others are requeued. It reports whether all
+// moved, and an error when the publish connection failed.
+func (in *Ingester) reject(ctx context.Context, pub Publisher, invalid []rejected, now time.Time) (bool, error) {
 	out := make([]broker.Outgoing, len(invalid))
 	for i, r := range invalid {
 		out[i] = broker.Outgoing{
@@ -263,11 +321,15 @@ func (in *Ingester) reject(ctx context.Context, invalid []rejected, now time.Tim
 	}
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	results := in.pub.Publish(wctx, out)
+	results := pub.Publish(wctx, out)
 	all := true
+	var connErr error
 	for i, r := range invalid {
 		if results[i] != nil {
 			all = false
+			if errors.Is(results[i], broker.ErrNotConfirmed) {
+				connErr = results[i]
+			}
 			in.log.Error().Err(results[i]).Str("reason", r.reason).Msg("could not move invalid message to the error queue; requeued")
 			_ = r.d.Nack(false, true)
 			continue
@@ -276,5 +338,5 @@ func (in *Ingester) reject(ctx context.Context, invalid []rejected, now time.Tim
 			Str("error_queue", in.opts.ErrorQueue).Msg("invalid message moved to the error queue")
 		_ = r.d.Ack(false)
 	}
-	return all
+	return all, connErr
 }

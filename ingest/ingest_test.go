@@ -91,9 +91,9 @@ func (s *settle) Reject(uint64, bool) error { return errors.New("unexpected") }
 
 var now0 = time.Date(2026, 11, 21, 20, 0, 0, 0, time.UTC)
 
-func newIngester(store Store, pub Publisher, woke *[]time.Time) *Ingester {
+func newIngester(store Store, _ Publisher, woke *[]time.Time) *Ingester {
 	all, _ := CompileGlobs([]string{"*"})
-	return New(nil, pub, store, Options{
+	return New(nil, nil, store, Options{
 		Queue: "e.Timeouts", ErrorQueue: "error", MaxBatch: 100, RetryDelay: time.Millisecond,
 		Rules: Rules{MaxMessageBytes: 1 << 20, Allowed: all, Reserved: []string{"e.Timeouts", "e.TimeoutsDispatcher"}},
 		Wake:  func(t time.Time) { *woke = append(*woke, t) },
@@ -118,7 +118,7 @@ func TestValidBatchIsStoredThenAckedOnce(t *testing.T) {
 		amqp.Table{HeaderDestination: "a", HeaderDelay: int32(5000), "keep": "me"},
 		amqp.Table{HeaderDestination: "b", HeaderDueAt: "2026-11-21T20:00:01Z"},
 	)
-	if err := in.handle(context.Background(), batch); err != nil {
+	if err := in.handle(context.Background(), pub, batch); err != nil {
 		t.Fatal(err)
 	}
 	if store.calls != 1 || len(store.rows) != 2 {
@@ -148,7 +148,7 @@ func TestStoreFailureRequeuesAndAcksNothing(t *testing.T) {
 	var woke []time.Time
 	in := newIngester(store, pub, &woke)
 	batch := deliveries(s, amqp.Table{HeaderDestination: "a", HeaderDelay: int32(1)}, amqp.Table{})
-	if err := in.handle(context.Background(), batch); err != nil {
+	if err := in.handle(context.Background(), pub, batch); err != nil {
 		t.Fatal(err)
 	}
 	if len(s.acked) != 0 {
@@ -172,7 +172,7 @@ func TestInvalidGoesToErrorQueueAndIsAckedAfterConfirm(t *testing.T) {
 		amqp.Table{HeaderDestination: "e.TimeoutsDispatcher", HeaderDelay: int32(1)}, // own queue
 		amqp.Table{HeaderDestination: "a", HeaderDelay: int32(1), HeaderCancel: "m0"},
 	)
-	if err := in.handle(context.Background(), batch); err != nil {
+	if err := in.handle(context.Background(), pub, batch); err != nil {
 		t.Fatal(err)
 	}
 	if len(store.rows) != 1 {
@@ -208,7 +208,7 @@ func TestInvalidIsRequeuedWhenTheErrorQueueDoesNotConfirm(t *testing.T) {
 	store, pub, s := &fakeStore{}, &fakePublisher{fail: broker.ErrNacked}, newSettle()
 	var woke []time.Time
 	in := newIngester(store, pub, &woke)
-	if err := in.handle(context.Background(), deliveries(s, amqp.Table{})); err != nil {
+	if err := in.handle(context.Background(), pub, deliveries(s, amqp.Table{})); err != nil {
 		t.Fatal(err)
 	}
 	if s.acked[1] || !s.requeue[1] {
@@ -223,7 +223,7 @@ func TestDuplicateIsAckedNotStoredTwice(t *testing.T) {
 	h := amqp.Table{HeaderDestination: "a", HeaderDelay: int32(1)}
 	b := deliveries(s, h, h)
 	b[1].MessageId = "m0"
-	if err := in.handle(context.Background(), b); err != nil {
+	if err := in.handle(context.Background(), pub, b); err != nil {
 		t.Fatal(err)
 	}
 	if len(store.rows) != 1 || !s.acked[2] {
@@ -237,7 +237,7 @@ func TestGeneratedIDIsForwarded(t *testing.T) {
 	in := newIngester(store, pub, &woke)
 	b := deliveries(s, amqp.Table{HeaderDestination: "a", HeaderDelay: int32(1)})
 	b[0].MessageId = ""
-	if err := in.handle(context.Background(), b); err != nil {
+	if err := in.handle(context.Background(), pub, b); err != nil {
 		t.Fatal(err)
 	}
 	for id, row := range store.rows {

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"sync/atomic"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/delaybridge/delaybridge/broker"
+	"github.com/delaybridge/delaybridge/circuit"
 	"github.com/delaybridge/delaybridge/storage"
 )
 
@@ -31,6 +33,10 @@ type Publisher interface {
 	Publish(ctx context.Context, msgs []broker.Outgoing) []error
 }
 
+// NewPublisher opens a publisher on the current publish connection, waiting
+// while the broker is unreachable.
+type NewPublisher func(ctx context.Context) (Publisher, error)
+
 // Options configure a Poller.
 type Options struct {
 	Owner           string // this instance's lock owner
@@ -40,35 +46,37 @@ type Options struct {
 	PollInterval    time.Duration
 	// TokensPerMessage caps the lease tokens carried by one dispatcher message.
 	TokensPerMessage int
-	// RetryDelay is the pause after a failed store read.
-	RetryDelay time.Duration
-	Now        func() time.Time
-	Logger     zerolog.Logger
+	// FetchBreaker watches store reads; while it is armed the poller backs
+	// off, and when it triggers the bridge stops. Nil: never triggers.
+	FetchBreaker *circuit.Breaker
+	Now          func() time.Time
+	Logger       zerolog.Logger
 }
 
 // Poller moves due timeouts to the dispatcher queue.
 type Poller struct {
-	store Store
-	pub   Publisher
-	opts  Options
-	log   zerolog.Logger
+	store  Store
+	newPub NewPublisher
+	pub    Publisher // current one; nil after its connection failed
+	opts   Options
+	log    zerolog.Logger
 
 	wake       chan struct{}
 	sleepUntil atomic.Int64 // unix nanos the poller sleeps toward; MaxInt64 while busy
 }
 
 // New returns a Poller; it starts nothing.
-func New(store Store, pub Publisher, opts Options) *Poller {
+func New(store Store, newPub NewPublisher, opts Options) *Poller {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
 	if opts.TokensPerMessage < 1 {
 		opts.TokensPerMessage = 100
 	}
-	if opts.RetryDelay <= 0 {
-		opts.RetryDelay = time.Second
+	if opts.FetchBreaker == nil {
+		opts.FetchBreaker = circuit.New("fetch", time.Duration(1<<62), circuit.Options{Now: opts.Now})
 	}
-	p := &Poller{store: store, pub: pub, opts: opts, log: opts.Logger, wake: make(chan struct{}, 1)}
+	p := &Poller{store: store, newPub: newPub, opts: opts, log: opts.Logger, wake: make(chan struct{}, 1)}
 	p.sleepUntil.Store(math.MaxInt64)
 	return p
 }
@@ -85,21 +93,43 @@ func (p *Poller) Wake(due time.Time) {
 }
 
 // Run polls until ctx ends. A lease batch in hand when ctx ends is still
-// published (or released) before Run returns.
+// published (or released) before Run returns. While the broker is
+// unreachable it leases nothing and waits for the connection.
 func (p *Poller) Run(ctx context.Context) error {
 	for ctx.Err() == nil {
 		p.sleepUntil.Store(math.MaxInt64) // busy: any wake counts
+		if p.pub == nil {
+			pub, err := p.newPub(ctx)
+			if err != nil {
+				if ctx.Err() != nil {
+					return nil
+				}
+				p.log.Warn().Err(err).Msg("cannot open a publisher; retrying")
+				sleep(ctx, time.Second)
+				continue
+			}
+			p.pub = pub
+		}
 		n, err := p.pollOnce(ctx)
 		if err != nil {
-			return err
+			// The publisher's connection failed; its leases were released.
+			p.log.Warn().Err(err).Msg("handing over to the dispatcher failed; resuming on the next broker connection")
+			if c, ok := p.pub.(interface{ Close() error }); ok {
+				_ = c.Close()
+			}
+			p.pub = nil
+			sleep(ctx, 200*time.Millisecond+time.Duration(rand.Int64N(int64(300*time.Millisecond))))
+			continue
 		}
 		if n == p.opts.BatchSize {
 			continue // a full batch: more may be due right now
 		}
 		wait, err := p.untilNext(ctx)
 		if err != nil {
-			p.log.Error().Err(err).Msg("reading next due time failed")
-			wait = p.opts.RetryDelay
+			wait = p.opts.FetchBreaker.Failure(err)
+			p.log.Error().Err(err).Dur("retry_in", wait).Msg("reading the next due time failed")
+		} else {
+			p.opts.FetchBreaker.Success()
 		}
 		if wait <= 0 {
 			if n > 0 {
@@ -152,13 +182,12 @@ func (p *Poller) pollOnce(ctx context.Context) (int, error) {
 		if ctx.Err() != nil {
 			return 0, nil
 		}
-		p.log.Error().Err(err).Msg("leasing due timeouts failed")
-		select {
-		case <-time.After(p.opts.RetryDelay):
-		case <-ctx.Done():
-		}
+		pause := p.opts.FetchBreaker.Failure(err)
+		p.log.Error().Err(err).Dur("retry_in", pause).Msg("leasing due timeouts failed")
+		sleep(ctx, pause)
 		return 0, nil
 	}
+	p.opts.FetchBreaker.Success()
 	if len(leases) == 0 {
 		return 0, nil
 	}
@@ -207,4 +236,13 @@ func (p *Poller) pollOnce(ctx context.Context) (int, error) {
 		return len(leases), fmt.Errorf("poller: publish to %s: %w", p.opts.DispatcherQueue, failed)
 	}
 	return len(leases), nil
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
 }

@@ -96,7 +96,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 func TestWakeInterruptsALongSleep(t *testing.T) {
 	store := openStore(t)
 	pub := &fakePublisher{sent: make(chan struct{}, 1)}
-	p := New(store, pub, Options{Owner: "o", BatchSize: 10, LeaseDuration: time.Minute,
+	p := New(store, source(pub), Options{Owner: "o", BatchSize: 10, LeaseDuration: time.Minute,
 		PollInterval: time.Hour, Logger: zerolog.Nop()})
 	insert(t, store, "later", time.Now().Add(time.Hour))
 	start(t, p)
@@ -119,7 +119,7 @@ func TestWakeInterruptsALongSleep(t *testing.T) {
 func TestWakeForALaterTimeDoesNotWake(t *testing.T) {
 	store := openStore(t)
 	pub := &fakePublisher{}
-	p := New(store, pub, Options{Owner: "o", BatchSize: 10, LeaseDuration: time.Minute,
+	p := New(store, source(pub), Options{Owner: "o", BatchSize: 10, LeaseDuration: time.Minute,
 		PollInterval: time.Hour, Logger: zerolog.Nop()})
 	insert(t, store, "soon", time.Now().Add(time.Hour))
 	start(t, p)
@@ -133,7 +133,7 @@ func TestWakeForALaterTimeDoesNotWake(t *testing.T) {
 func TestSleepsUntilTheNextDueTimeNotThePollInterval(t *testing.T) {
 	store := openStore(t)
 	pub := &fakePublisher{}
-	p := New(store, pub, Options{Owner: "o", BatchSize: 10, LeaseDuration: time.Minute,
+	p := New(store, source(pub), Options{Owner: "o", BatchSize: 10, LeaseDuration: time.Minute,
 		PollInterval: time.Hour, Logger: zerolog.Nop()})
 	due := time.Now().Add(150 * time.Millisecond)
 	insert(t, store, "a", due)
@@ -147,7 +147,7 @@ func TestSleepsUntilTheNextDueTimeNotThePollInterval(t *testing.T) {
 func TestFullBatchesDrainWithoutSleeping(t *testing.T) {
 	store := openStore(t)
 	pub := &fakePublisher{}
-	p := New(store, pub, Options{Owner: "o", BatchSize: 7, TokensPerMessage: 3, LeaseDuration: time.Minute,
+	p := New(store, source(pub), Options{Owner: "o", BatchSize: 7, TokensPerMessage: 3, LeaseDuration: time.Minute,
 		PollInterval: time.Hour, Logger: zerolog.Nop()})
 	for i := range 50 {
 		insert(t, store, fmt.Sprint(i), time.Now().Add(-time.Second))
@@ -166,9 +166,10 @@ func TestFullBatchesDrainWithoutSleeping(t *testing.T) {
 func TestUnpublishedLeasesAreReleased(t *testing.T) {
 	store := openStore(t)
 	pub := &fakePublisher{fail: fmt.Errorf("%w: boom", broker.ErrNotConfirmed)}
-	p := New(store, pub, Options{Owner: "o", BatchSize: 10, LeaseDuration: time.Hour,
+	p := New(store, source(pub), Options{Owner: "o", BatchSize: 10, LeaseDuration: time.Hour,
 		PollInterval: time.Hour, Logger: zerolog.Nop()})
 	insert(t, store, "a", time.Now().Add(-time.Second))
+	p.pub = pub
 	n, err := p.pollOnce(context.Background())
 	if n != 1 || !errors.Is(err, broker.ErrNotConfirmed) {
 		t.Fatalf("pollOnce = %d, %v", n, err)
@@ -177,4 +178,8 @@ func TestUnpublishedLeasesAreReleased(t *testing.T) {
 	if err != nil || row.Lock != "" {
 		t.Fatalf("lease kept after the dispatcher message failed (would wait an hour): %+v %v", row, err)
 	}
+}
+
+func source(p Publisher) NewPublisher {
+	return func(context.Context) (Publisher, error) { return p, nil }
 }
