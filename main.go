@@ -61,10 +61,15 @@ func runBridge() int {
 		fmt.Fprintln(os.Stderr, "delaybridge: configuration:", err)
 		return exitConfig
 	}
+	tlsCfg, err := cfg.TLSFiles().Config()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "delaybridge: configuration:", err)
+		return exitConfig
+	}
 	log := newLogger(cfg)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	if err := bridge.New(cfg, bridge.Deps{Logger: log}).Run(ctx); err != nil {
+	if err := bridge.New(cfg, bridge.Deps{Logger: log, TLS: tlsCfg}).Run(ctx); err != nil {
 		if errors.Is(err, bridge.ErrCritical) {
 			log.Error().Err(err).Msg("critical error: stopped so a supervisor can restart the bridge")
 		} else {

@@ -75,7 +75,12 @@ broker at DELAYBRIDGE_AMQP_URL; the bridge delivers it to QUEUE when due.
 		fmt.Fprintln(os.Stderr, "delaybridge: configuration:", err)
 		return exitConfig
 	}
-	conn, err := broker.Dial(cfg.AMQPURL, "delaybridge schedule")
+	tlsCfg, err := cfg.TLSFiles().Config()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "delaybridge: configuration:", err)
+		return exitConfig
+	}
+	conn, err := broker.Dial(cfg.AMQPURL, "delaybridge schedule", amqp.Config{TLSClientConfig: tlsCfg})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "delaybridge schedule:", err)
 		return exitCritical

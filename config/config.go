@@ -3,6 +3,7 @@
 package config
 
 import (
+	"errors"
 	"fmt"
 	"net/url"
 	"strings"
@@ -10,11 +11,22 @@ import (
 
 	"github.com/kelseyhightower/envconfig"
 	"github.com/rs/zerolog"
+
+	"github.com/delaybridge/delaybridge/broker"
 )
+
+// TLSFiles returns the DELAYBRIDGE_TLS_* settings (amqps:// only).
+func (c Config) TLSFiles() broker.TLSFiles {
+	return broker.TLSFiles{CAFile: c.TLSCAFile, CertFile: c.TLSCertFile, KeyFile: c.TLSKeyFile, ServerName: c.TLSServerName}
+}
 
 // Config mirrors contract §5; every field is DELAYBRIDGE_<split_words>.
 type Config struct {
 	AMQPURL                          string        `envconfig:"AMQP_URL" default:"amqp://guest:guest@localhost:5672/"`
+	TLSCAFile                        string        `envconfig:"TLS_CA_FILE"`
+	TLSCertFile                      string        `envconfig:"TLS_CERT_FILE"`
+	TLSKeyFile                       string        `envconfig:"TLS_KEY_FILE"`
+	TLSServerName                    string        `envconfig:"TLS_SERVER_NAME"`
 	Endpoint                         string        `envconfig:"ENDPOINT" default:"delaybridge"`
 	ErrorQueue                       string        `envconfig:"ERROR_QUEUE" default:"error"`
 	Store                            string        `envconfig:"STORE" default:"bbolt"`
@@ -68,6 +80,19 @@ func (c Config) Validate() error {
 	if err != nil || (u.Scheme != "amqp" && u.Scheme != "amqps") || u.Host == "" {
 		// Never echo the URL: it may carry the password.
 		return bad("AMQP_URL", "must be an amqp:// or amqps:// URL with a host")
+	}
+	if tf := c.TLSFiles(); !tf.IsZero() {
+		if u.Scheme != "amqps" {
+			return bad("AMQP_URL", "must be an amqps:// URL when DELAYBRIDGE_TLS_* variables are set")
+		}
+		if err := tf.Validate(); err != nil {
+			name := "TLS_CA_FILE"
+			var fe *broker.TLSFileError
+			if errors.As(err, &fe) {
+				name = map[string]string{"CAFile": "TLS_CA_FILE", "CertFile": "TLS_CERT_FILE", "KeyFile": "TLS_KEY_FILE"}[fe.Field]
+			}
+			return bad(name, "%v", err)
+		}
 	}
 	if c.Endpoint == "" || len(c.Endpoint) > 200 {
 		return bad("ENDPOINT", "must be 1 to 200 characters")
