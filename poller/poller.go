@@ -121,14 +121,22 @@ func (p *Poller) Run(ctx context.Context) error {
 			sleep(ctx, 200*time.Millisecond+time.Duration(rand.Int64N(int64(300*time.Millisecond))))
 			continue
 		}
+		if n < 0 {
+			continue // Lease failed and the pause is done: try again
+		}
 		if n == p.opts.BatchSize {
 			continue // a full batch: more may be due right now
 		}
 		wait, err := p.untilNext(ctx)
 		if err != nil {
+			if ctx.Err() != nil {
+				return nil // shutting down is not a fetch failure
+			}
 			wait = p.opts.FetchBreaker.Failure(err)
 			p.log.Error().Err(err).Dur("retry_in", wait).Msg("reading the next due time failed")
 		} else {
+			// Only a whole pass that read the store fine disarms the
+			// breaker: a NextDue success must not hide a failing Lease.
 			p.opts.FetchBreaker.Success()
 		}
 		if wait <= 0 {
@@ -174,8 +182,9 @@ type Batch struct {
 	Tokens []Token `json:"tokens"`
 }
 
-// pollOnce leases one batch and publishes it, returning how many it leased.
-// Leases whose dispatcher message was not confirmed are released at once.
+// pollOnce leases one batch and publishes it, returning how many it leased,
+// or -1 when leasing failed (after backing off). Leases whose dispatcher
+// message was not confirmed are released at once.
 func (p *Poller) pollOnce(ctx context.Context) (int, error) {
 	leases, err := p.store.Lease(ctx, p.opts.Owner, p.opts.BatchSize, p.opts.LeaseDuration)
 	if err != nil {
@@ -185,9 +194,8 @@ func (p *Poller) pollOnce(ctx context.Context) (int, error) {
 		pause := p.opts.FetchBreaker.Failure(err)
 		p.log.Error().Err(err).Dur("retry_in", pause).Msg("leasing due timeouts failed")
 		sleep(ctx, pause)
-		return 0, nil
+		return -1, nil
 	}
-	p.opts.FetchBreaker.Success()
 	if len(leases) == 0 {
 		return 0, nil
 	}
