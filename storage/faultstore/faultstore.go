@@ -1,0 +1,238 @@
+// Package faultstore wraps any storage.Store with fault injection for tests:
+// per-operation injected errors and delays, and call counters. A healed
+// faultstore is transparent: every call is delegated unchanged.
+//
+//	fs := faultstore.Wrap(inner)
+//	fs.FailInsert(errors.New("disk full")) // Insert fails, inner untouched
+//	fs.Delay(faultstore.Insert, 200*time.Millisecond)
+//	...
+//	fs.Heal()
+//
+// All controls are safe for concurrent use with the store's methods.
+package faultstore
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/delaybridge/delaybridge/storage"
+)
+
+// Op names one method of storage.Store.
+type Op int
+
+// The operations a fault or delay can be set on. Close is counted but
+// cannot be failed or delayed.
+const (
+	Insert Op = iota
+	Lease
+	Get
+	Remove
+	Release
+	Increment // IncrementFailureCount
+	NextDue
+	Reap
+	Close
+	numOps
+)
+
+var opNames = [...]string{
+	Insert: "Insert", Lease: "Lease", Get: "Get", Remove: "Remove", Release: "Release",
+	Increment: "IncrementFailureCount", NextDue: "NextDue", Reap: "Reap", Close: "Close",
+}
+
+func (op Op) String() string {
+	if op >= 0 && op < numOps {
+		return opNames[op]
+	}
+	return fmt.Sprintf("Op(%d)", int(op))
+}
+
+// Store is a storage.Store that delegates to another one unless a fault is
+// injected. A call whose operation has an injected error waits its delay (if
+// any), counts, and returns that error without touching the wrapped store.
+type Store struct {
+	inner storage.Store
+
+	mu     sync.Mutex
+	errs   [numOps]error
+	delays [numOps]time.Duration
+
+	calls [numOps]atomic.Int64
+
+	closeOnce sync.Once
+}
+
+var _ storage.Store = (*Store)(nil)
+
+// Wrap returns a healed faultstore around s.
+func Wrap(s storage.Store) *Store {
+	return &Store{inner: s}
+}
+
+// Unwrap returns the wrapped store (to inspect it behind the faults).
+func (s *Store) Unwrap() storage.Store { return s.inner }
+
+// Fail makes every later call of op return err (errors.Is-comparable: it is
+// returned as is) until cleared; nil clears it. Close cannot be failed.
+func (s *Store) Fail(op Op, err error) {
+	if op < 0 || op >= numOps || op == Close {
+		panic(fmt.Sprintf("faultstore: cannot fail %v", op))
+	}
+	s.mu.Lock()
+	s.errs[op] = err
+	s.mu.Unlock()
+}
+
+// FailInsert sets (nil clears) the error Insert returns.
+func (s *Store) FailInsert(err error) { s.Fail(Insert, err) }
+
+// FailLease sets (nil clears) the error Lease returns.
+func (s *Store) FailLease(err error) { s.Fail(Lease, err) }
+
+// FailNextDue sets (nil clears) the error NextDue returns.
+func (s *Store) FailNextDue(err error) { s.Fail(NextDue, err) }
+
+// FailGet sets (nil clears) the error Get returns.
+func (s *Store) FailGet(err error) { s.Fail(Get, err) }
+
+// FailRemove sets (nil clears) the error Remove returns (as the error of the
+// whole commit).
+func (s *Store) FailRemove(err error) { s.Fail(Remove, err) }
+
+// FailRelease sets (nil clears) the error Release returns.
+func (s *Store) FailRelease(err error) { s.Fail(Release, err) }
+
+// FailIncrement sets (nil clears) the error IncrementFailureCount returns.
+func (s *Store) FailIncrement(err error) { s.Fail(Increment, err) }
+
+// FailReap sets (nil clears) the error Reap returns.
+func (s *Store) FailReap(err error) { s.Fail(Reap, err) }
+
+// Delay makes every later call of op wait d before it runs (or fails); zero
+// clears it. The wait ends early when the call's context ends, and the call
+// then fails with an error wrapping ctx.Err() without touching the wrapped
+// store. Close cannot be delayed.
+func (s *Store) Delay(op Op, d time.Duration) {
+	if op < 0 || op >= numOps || op == Close {
+		panic(fmt.Sprintf("faultstore: cannot delay %v", op))
+	}
+	s.mu.Lock()
+	s.delays[op] = max(d, 0)
+	s.mu.Unlock()
+}
+
+// Heal clears every injected error and delay. Counters are kept.
+func (s *Store) Heal() {
+	s.mu.Lock()
+	s.errs = [numOps]error{}
+	s.delays = [numOps]time.Duration{}
+	s.mu.Unlock()
+}
+
+// Calls returns how many times op was called, failing calls included.
+func (s *Store) Calls(op Op) int {
+	if op < 0 || op >= numOps {
+		return 0
+	}
+	return int(s.calls[op].Load())
+}
+
+// enter counts the call, waits its delay and returns the injected error, if
+// any. A non-nil result means: do not touch the wrapped store.
+func (s *Store) enter(ctx context.Context, op Op) error {
+	s.calls[op].Add(1)
+	s.mu.Lock()
+	d := s.delays[op]
+	s.mu.Unlock()
+	if d > 0 {
+		t := time.NewTimer(d)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("faultstore: %v: %w", op, ctx.Err())
+		case <-t.C:
+		}
+	}
+	// Read the fault after the delay: a slow call sees a Heal made meanwhile.
+	s.mu.Lock()
+	err := s.errs[op]
+	s.mu.Unlock()
+	return err
+}
+
+// Insert implements storage.Store.
+func (s *Store) Insert(ctx context.Context, ts []storage.Timeout) ([]bool, error) {
+	if err := s.enter(ctx, Insert); err != nil {
+		return nil, err
+	}
+	return s.inner.Insert(ctx, ts)
+}
+
+// Lease implements storage.Store.
+func (s *Store) Lease(ctx context.Context, owner string, limit int, d time.Duration) ([]storage.Lease, error) {
+	if err := s.enter(ctx, Lease); err != nil {
+		return nil, err
+	}
+	return s.inner.Lease(ctx, owner, limit, d)
+}
+
+// Get implements storage.Store.
+func (s *Store) Get(ctx context.Context, id string) (storage.Timeout, error) {
+	if err := s.enter(ctx, Get); err != nil {
+		return storage.Timeout{}, err
+	}
+	return s.inner.Get(ctx, id)
+}
+
+// Remove implements storage.Store.
+func (s *Store) Remove(ctx context.Context, refs []storage.Ref) ([]error, error) {
+	if err := s.enter(ctx, Remove); err != nil {
+		return nil, err
+	}
+	return s.inner.Remove(ctx, refs)
+}
+
+// Release implements storage.Store.
+func (s *Store) Release(ctx context.Context, id, lock string, notBefore time.Time) error {
+	if err := s.enter(ctx, Release); err != nil {
+		return err
+	}
+	return s.inner.Release(ctx, id, lock, notBefore)
+}
+
+// IncrementFailureCount implements storage.Store.
+func (s *Store) IncrementFailureCount(ctx context.Context, id, lock, reason string) (int, error) {
+	if err := s.enter(ctx, Increment); err != nil {
+		return 0, err
+	}
+	return s.inner.IncrementFailureCount(ctx, id, lock, reason)
+}
+
+// NextDue implements storage.Store.
+func (s *Store) NextDue(ctx context.Context) (time.Time, bool, error) {
+	if err := s.enter(ctx, NextDue); err != nil {
+		return time.Time{}, false, err
+	}
+	return s.inner.NextDue(ctx)
+}
+
+// Reap implements storage.Store.
+func (s *Store) Reap(ctx context.Context) (int, error) {
+	if err := s.enter(ctx, Reap); err != nil {
+		return 0, err
+	}
+	return s.inner.Reap(ctx)
+}
+
+// Close closes the wrapped store the first time and returns its result;
+// closing again is a no-op returning nil. Faults do not apply to Close.
+func (s *Store) Close() error {
+	s.calls[Close].Add(1)
+	var err error
+	s.closeOnce.Do(func() { err = s.inner.Close() })
+	return err
+}

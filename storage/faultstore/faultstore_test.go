@@ -1,0 +1,469 @@
+package faultstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/delaybridge/delaybridge/storage"
+	"github.com/delaybridge/delaybridge/storage/boltstore"
+	"github.com/delaybridge/delaybridge/storage/storetest"
+)
+
+var ctx = context.Background()
+
+var errBoom = errors.New("boom")
+
+// TestConformance proves the wrapper transparent once healed: the shared
+// suite runs over a faultstore that had every fault and delay set, then
+// healed.
+func TestConformance(t *testing.T) {
+	storetest.Run(t, func(t *testing.T, clock *storetest.Clock) storage.Store {
+		inner, err := boltstore.Open(filepath.Join(t.TempDir(), "fault.db"), boltstore.Options{Now: clock.Now})
+		if err != nil {
+			t.Fatalf("Open: %v", err)
+		}
+		s := Wrap(inner)
+		for op := Insert; op < Close; op++ {
+			s.Fail(op, errBoom)
+			s.Delay(op, time.Hour)
+		}
+		s.Heal()
+		return s
+	})
+}
+
+// open returns a faultstore over a fresh boltstore, and the boltstore.
+func open(t *testing.T, now func() time.Time) (*Store, *boltstore.Store) {
+	t.Helper()
+	inner, err := boltstore.Open(filepath.Join(t.TempDir(), "fault.db"), boltstore.Options{Now: now})
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	s := Wrap(inner)
+	t.Cleanup(func() { _ = s.Close() })
+	return s, inner
+}
+
+func row(id string, due time.Time) storage.Timeout {
+	return storage.Timeout{ID: id, Destination: "dest", DueAt: due, ReceivedAt: due, Message: []byte("body-" + id)}
+}
+
+func mustInsert(t *testing.T, s storage.Store, ts ...storage.Timeout) {
+	t.Helper()
+	ins, err := s.Insert(ctx, ts)
+	if err != nil {
+		t.Fatalf("Insert: %v", err)
+	}
+	for i, ok := range ins {
+		if !ok {
+			t.Fatalf("Insert: %s not inserted", ts[i].ID)
+		}
+	}
+}
+
+func mustLease(t *testing.T, s storage.Store, want int) []storage.Lease {
+	t.Helper()
+	ls, err := s.Lease(ctx, "owner", 10, time.Minute)
+	if err != nil {
+		t.Fatalf("Lease: %v", err)
+	}
+	if len(ls) != want {
+		t.Fatalf("Lease: got %d leases, want %d", len(ls), want)
+	}
+	return ls
+}
+
+func wantInjected(t *testing.T, what string, err error) {
+	t.Helper()
+	if !errors.Is(err, errBoom) {
+		t.Fatalf("%s: got error %v, want the injected %v", what, err, errBoom)
+	}
+}
+
+// Every injected fault fails its operation with the injected error and leaves
+// the wrapped store exactly as it was; clearing it (nil) restores delegation.
+func TestFaultsDoNotTouchTheStore(t *testing.T) {
+	clock := storetest.NewClock(storetest.T0)
+	now := clock.Now()
+
+	t.Run("Insert", func(t *testing.T) {
+		s, inner := open(t, clock.Now)
+		s.FailInsert(errBoom)
+		ins, err := s.Insert(ctx, []storage.Timeout{row("a", now)})
+		wantInjected(t, "Insert", err)
+		if ins != nil {
+			t.Errorf("Insert: got results %v with an error", ins)
+		}
+		if _, err := inner.Get(ctx, "a"); !errors.Is(err, storage.ErrNotFound) {
+			t.Fatalf("inner Get after failed Insert: %v, want ErrNotFound", err)
+		}
+		s.FailInsert(nil)
+		mustInsert(t, s, row("a", now))
+		if _, err := inner.Get(ctx, "a"); err != nil {
+			t.Fatalf("inner Get after healed Insert: %v", err)
+		}
+	})
+
+	t.Run("Lease", func(t *testing.T) {
+		s, inner := open(t, clock.Now)
+		mustInsert(t, s, row("a", now))
+		s.FailLease(errBoom)
+		ls, err := s.Lease(ctx, "owner", 10, time.Minute)
+		wantInjected(t, "Lease", err)
+		if ls != nil {
+			t.Errorf("Lease: got %v with an error", ls)
+		}
+		if r, _ := inner.Get(ctx, "a"); r.Lock != "" {
+			t.Fatalf("row leased by a failed Lease: lock %q", r.Lock)
+		}
+		s.FailLease(nil)
+		mustLease(t, s, 1)
+	})
+
+	t.Run("NextDue", func(t *testing.T) {
+		s, _ := open(t, clock.Now)
+		mustInsert(t, s, row("a", now))
+		s.FailNextDue(errBoom)
+		at, ok, err := s.NextDue(ctx)
+		wantInjected(t, "NextDue", err)
+		if ok || !at.IsZero() {
+			t.Errorf("NextDue: got %v, %v with an error", at, ok)
+		}
+		s.FailNextDue(nil)
+		if at, ok, err := s.NextDue(ctx); err != nil || !ok || !at.Equal(now) {
+			t.Fatalf("NextDue healed: %v, %v, %v; want %v, true", at, ok, err, now)
+		}
+	})
+
+	t.Run("Get", func(t *testing.T) {
+		s, _ := open(t, clock.Now)
+		mustInsert(t, s, row("a", now))
+		s.FailGet(errBoom)
+		r, err := s.Get(ctx, "a")
+		wantInjected(t, "Get", err)
+		if r.ID != "" {
+			t.Errorf("Get: got row %q with an error", r.ID)
+		}
+		s.FailGet(nil)
+		if r, err := s.Get(ctx, "a"); err != nil || string(r.Message) != "body-a" {
+			t.Fatalf("Get healed: %+v, %v", r, err)
+		}
+	})
+
+	t.Run("Remove", func(t *testing.T) {
+		s, inner := open(t, clock.Now)
+		mustInsert(t, s, row("a", now))
+		l := mustLease(t, s, 1)[0]
+		s.FailRemove(errBoom)
+		res, err := s.Remove(ctx, []storage.Ref{{ID: l.ID, Lock: l.Lock}})
+		wantInjected(t, "Remove", err)
+		if res != nil {
+			t.Errorf("Remove: got results %v with an error", res)
+		}
+		if r, err := inner.Get(ctx, "a"); err != nil || r.Lock != l.Lock {
+			t.Fatalf("row after failed Remove: %+v, %v; want it still leased", r, err)
+		}
+		s.FailRemove(nil)
+		res, err = s.Remove(ctx, []storage.Ref{{ID: l.ID, Lock: l.Lock}})
+		if err != nil || len(res) != 1 || res[0] != nil {
+			t.Fatalf("Remove healed: %v, %v", res, err)
+		}
+		if _, err := inner.Get(ctx, "a"); !errors.Is(err, storage.ErrNotFound) {
+			t.Fatalf("row after Remove: %v, want ErrNotFound", err)
+		}
+	})
+
+	t.Run("Release", func(t *testing.T) {
+		s, inner := open(t, clock.Now)
+		mustInsert(t, s, row("a", now))
+		l := mustLease(t, s, 1)[0]
+		s.FailRelease(errBoom)
+		wantInjected(t, "Release", s.Release(ctx, l.ID, l.Lock, time.Time{}))
+		if r, _ := inner.Get(ctx, "a"); r.Lock != l.Lock {
+			t.Fatalf("row after failed Release: lock %q, want still %q", r.Lock, l.Lock)
+		}
+		s.FailRelease(nil)
+		if err := s.Release(ctx, l.ID, l.Lock, time.Time{}); err != nil {
+			t.Fatalf("Release healed: %v", err)
+		}
+		if r, _ := inner.Get(ctx, "a"); r.Lock != "" {
+			t.Fatalf("row after Release: lock %q, want none", r.Lock)
+		}
+	})
+
+	t.Run("Increment", func(t *testing.T) {
+		s, inner := open(t, clock.Now)
+		mustInsert(t, s, row("a", now))
+		l := mustLease(t, s, 1)[0]
+		s.FailIncrement(errBoom)
+		n, err := s.IncrementFailureCount(ctx, l.ID, l.Lock, "why")
+		wantInjected(t, "IncrementFailureCount", err)
+		if n != 0 {
+			t.Errorf("IncrementFailureCount: got %d with an error", n)
+		}
+		if r, _ := inner.Get(ctx, "a"); r.Attempts != 0 || r.LastError != "" {
+			t.Fatalf("row after failed increment: attempts %d, last error %q", r.Attempts, r.LastError)
+		}
+		s.FailIncrement(nil)
+		if n, err := s.IncrementFailureCount(ctx, l.ID, l.Lock, "why"); err != nil || n != 1 {
+			t.Fatalf("IncrementFailureCount healed: %d, %v; want 1", n, err)
+		}
+	})
+
+	t.Run("Reap", func(t *testing.T) {
+		s, _ := open(t, clock.Now)
+		s.FailReap(errBoom)
+		_, err := s.Reap(ctx)
+		wantInjected(t, "Reap", err)
+		s.FailReap(nil)
+		if _, err := s.Reap(ctx); err != nil {
+			t.Fatalf("Reap healed: %v", err)
+		}
+	})
+}
+
+// A fault on one operation leaves the others alone, and Heal clears all.
+func TestFaultsAreIndependentAndHealClearsAll(t *testing.T) {
+	clock := storetest.NewClock(storetest.T0)
+	s, _ := open(t, clock.Now)
+	s.FailLease(errBoom)
+	s.FailNextDue(errBoom)
+	mustInsert(t, s, row("a", clock.Now()))
+	if _, err := s.Get(ctx, "a"); err != nil {
+		t.Fatalf("Get with other faults set: %v", err)
+	}
+	_, err := s.Lease(ctx, "o", 1, time.Minute)
+	wantInjected(t, "Lease", err)
+
+	s.FailInsert(errBoom)
+	s.FailGet(errBoom)
+	s.FailRemove(errBoom)
+	s.FailRelease(errBoom)
+	s.FailIncrement(errBoom)
+	s.FailReap(errBoom)
+	s.Delay(Insert, time.Hour)
+	s.Heal()
+
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		mustInsert(t, s, row("b", clock.Now()))
+	}()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Insert still delayed after Heal")
+	}
+	ls := mustLease(t, s, 2)
+	if _, _, err := s.NextDue(ctx); err != nil {
+		t.Fatalf("NextDue after Heal: %v", err)
+	}
+	if _, err := s.Get(ctx, "a"); err != nil {
+		t.Fatalf("Get after Heal: %v", err)
+	}
+	if _, err := s.IncrementFailureCount(ctx, ls[0].ID, ls[0].Lock, "x"); err != nil {
+		t.Fatalf("IncrementFailureCount after Heal: %v", err)
+	}
+	if err := s.Release(ctx, ls[0].ID, ls[0].Lock, time.Time{}); err != nil {
+		t.Fatalf("Release after Heal: %v", err)
+	}
+	if _, err := s.Remove(ctx, []storage.Ref{{ID: ls[1].ID, Lock: ls[1].Lock}}); err != nil {
+		t.Fatalf("Remove after Heal: %v", err)
+	}
+	if _, err := s.Reap(ctx); err != nil {
+		t.Fatalf("Reap after Heal: %v", err)
+	}
+}
+
+func TestCalls(t *testing.T) {
+	clock := storetest.NewClock(storetest.T0)
+	s, _ := open(t, clock.Now)
+	for op := Insert; op <= Close; op++ {
+		if n := s.Calls(op); n != 0 {
+			t.Fatalf("Calls(%v) = %d before any call", op, n)
+		}
+	}
+	mustInsert(t, s, row("a", clock.Now()))
+	s.FailInsert(errBoom)
+	_, _ = s.Insert(ctx, []storage.Timeout{row("b", clock.Now())}) // failing calls count too
+	_, _ = s.Insert(ctx, []storage.Timeout{row("c", clock.Now())})
+	_, _ = s.Get(ctx, "a")
+	_, _, _ = s.NextDue(ctx)
+	_, _, _ = s.NextDue(ctx)
+	_ = s.Close()
+	_ = s.Close()
+	want := map[Op]int{Insert: 3, Get: 1, NextDue: 2, Close: 2}
+	for op := Insert; op <= Close; op++ {
+		if got := s.Calls(op); got != want[op] {
+			t.Errorf("Calls(%v) = %d, want %d", op, got, want[op])
+		}
+	}
+	s.Heal()
+	if got := s.Calls(Insert); got != 3 {
+		t.Errorf("Heal reset the counters: Calls(Insert) = %d", got)
+	}
+	if got := s.Calls(Op(99)); got != 0 {
+		t.Errorf("Calls(invalid) = %d", got)
+	}
+}
+
+func TestDelay(t *testing.T) {
+	clock := storetest.NewClock(storetest.T0)
+	s, inner := open(t, clock.Now)
+	const d = 150 * time.Millisecond
+	s.Delay(Insert, d)
+	start := time.Now()
+	mustInsert(t, s, row("a", clock.Now()))
+	if took := time.Since(start); took < d {
+		t.Fatalf("delayed Insert took %s, want at least %s", took, d)
+	}
+	// Other operations are not delayed.
+	start = time.Now()
+	if _, err := s.Get(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took >= d {
+		t.Errorf("Get took %s with only Insert delayed", took)
+	}
+
+	// A delayed call whose context ends fails with ctx's error and stores nothing.
+	s.Delay(Insert, time.Hour)
+	cctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	_, err := s.Insert(cctx, []storage.Timeout{row("b", clock.Now())})
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Insert with an ended context during its delay: %v, want DeadlineExceeded", err)
+	}
+	if _, err := inner.Get(ctx, "b"); !errors.Is(err, storage.ErrNotFound) {
+		t.Fatalf("row b after cancelled delayed Insert: %v, want ErrNotFound", err)
+	}
+
+	// A delay combined with a fault: slow, then failing, store untouched.
+	s.Delay(Insert, d)
+	s.FailInsert(errBoom)
+	start = time.Now()
+	_, err = s.Insert(ctx, []storage.Timeout{row("c", clock.Now())})
+	wantInjected(t, "slow failing Insert", err)
+	if took := time.Since(start); took < d {
+		t.Errorf("slow failing Insert took %s, want at least %s", took, d)
+	}
+	if _, err := inner.Get(ctx, "c"); !errors.Is(err, storage.ErrNotFound) {
+		t.Fatalf("row c after failed Insert: %v, want ErrNotFound", err)
+	}
+
+	// Zero clears a delay.
+	s.FailInsert(nil)
+	s.Delay(Insert, 0)
+	start = time.Now()
+	mustInsert(t, s, row("d", clock.Now()))
+	if took := time.Since(start); took >= d {
+		t.Errorf("Insert after Delay(Insert, 0) took %s", took)
+	}
+}
+
+func TestCloseDelegatesOnce(t *testing.T) {
+	clock := storetest.NewClock(storetest.T0)
+	s, inner := open(t, clock.Now)
+	if err := s.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if _, err := inner.Get(ctx, "a"); !errors.Is(err, storage.ErrClosed) {
+		t.Fatalf("inner Get after Close: %v, want ErrClosed", err)
+	}
+	if _, err := s.Get(ctx, "a"); !errors.Is(err, storage.ErrClosed) {
+		t.Fatalf("Get after Close: %v, want ErrClosed", err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	if s.Unwrap() != storage.Store(inner) {
+		t.Fatal("Unwrap does not return the wrapped store")
+	}
+}
+
+func TestInvalidControlsPanic(t *testing.T) {
+	s := Wrap(nil)
+	for name, f := range map[string]func(){
+		"Fail(Close)":  func() { s.Fail(Close, errBoom) },
+		"Delay(Close)": func() { s.Delay(Close, time.Second) },
+		"Fail(99)":     func() { s.Fail(Op(99), errBoom) },
+		"Delay(-1)":    func() { s.Delay(Op(-1), time.Second) },
+	} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("%s did not panic", name)
+				}
+			}()
+			f()
+		}()
+	}
+	if got := Increment.String(); got != "IncrementFailureCount" {
+		t.Errorf("Increment.String() = %q", got)
+	}
+	if got := Op(42).String(); got != "Op(42)" {
+		t.Errorf("Op(42).String() = %q", got)
+	}
+}
+
+// Controls and calls race freely (run with -race): faults set and cleared
+// from one goroutine while others call every operation.
+func TestConcurrentControls(t *testing.T) {
+	clock := storetest.NewClock(storetest.T0)
+	s, _ := open(t, clock.Now)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			switch i % 4 {
+			case 0:
+				s.FailInsert(errBoom)
+				s.FailLease(errBoom)
+			case 1:
+				s.Delay(Get, time.Microsecond)
+			case 2:
+				s.FailRemove(errBoom)
+			case 3:
+				s.Heal()
+			}
+		}
+	}()
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 50 {
+				id := fmt.Sprintf("g%d-%d", g, i)
+				if _, err := s.Insert(ctx, []storage.Timeout{row(id, clock.Now())}); err != nil && !errors.Is(err, errBoom) {
+					t.Errorf("Insert: unexpected error %v", err)
+				}
+				_, _ = s.Get(ctx, id)
+				if ls, err := s.Lease(ctx, "o", 5, time.Minute); err == nil {
+					for _, l := range ls {
+						_, _ = s.Remove(ctx, []storage.Ref{{ID: l.ID, Lock: l.Lock}})
+					}
+				}
+				_, _, _ = s.NextDue(ctx)
+				_ = s.Calls(Insert)
+			}
+		}()
+	}
+	time.Sleep(50 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+	if got := s.Calls(Insert); got != 200 {
+		t.Errorf("Calls(Insert) = %d, want 200", got)
+	}
+}
