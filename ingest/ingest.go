@@ -233,19 +233,20 @@ func (in *Ingester) handle(ctx context.Context, pub Publisher, batch []amqp.Deli
 			return nil
 		}
 		in.opts.StoreBreaker.Success()
-		earliest := time.Time{}
+		var earliest time.Time
+		anyInserted := false // the zero time is a valid due time (year 1)
 		for i, ok := range inserted {
 			if !ok {
 				in.log.Info().Str("id", rows[i].ID).Msg("duplicate: id already pending, not stored again")
 				continue
 			}
-			if earliest.IsZero() || rows[i].DueAt.Before(earliest) {
-				earliest = rows[i].DueAt
+			if !anyInserted || rows[i].DueAt.Before(earliest) {
+				earliest, anyInserted = rows[i].DueAt, true
 			}
 			in.log.Debug().Str("id", rows[i].ID).Str("destination", rows[i].Destination).
 				Time("due_at", rows[i].DueAt).Msg("stored")
 		}
-		if !earliest.IsZero() && in.opts.Wake != nil {
+		if anyInserted && in.opts.Wake != nil {
 			in.opts.Wake(earliest)
 		}
 	}

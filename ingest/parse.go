@@ -35,6 +35,9 @@ const maxDelay = math.MaxInt64 / int64(time.Millisecond)
 const (
 	maxIDBytes          = 255 // the AMQP message-id property is a short string
 	maxDestinationBytes = 255 // queue names are short strings
+	// maxTimeText is far above the longest valid due-time text (~35 bytes);
+	// longer values are refused before any parsing work.
+	maxTimeText = 64
 )
 
 var (
@@ -142,11 +145,14 @@ func parseDueAt(v any) (time.Time, error) {
 	case []byte:
 		s = string(v)
 	case time.Time: // an AMQP timestamp is unambiguous, if only to the second
-		return v.UTC(), nil
+		return inRange(HeaderDueAt, v.UTC())
 	default:
 		return time.Time{}, fmt.Errorf("header %s must be an RFC 3339 string, got %s", HeaderDueAt, typeName(v))
 	}
 	// RFC 3339 allows lower-case t and z; Go's parser wants them upper-case.
+	if len(s) > maxTimeText {
+		return time.Time{}, fmt.Errorf("header %s is %d bytes, too long for an RFC 3339 timestamp", HeaderDueAt, len(s))
+	}
 	t, err := time.Parse(time.RFC3339Nano, strings.ToUpper(strings.TrimSpace(s)))
 	if err != nil {
 		return time.Time{}, fmt.Errorf("header %s %q is not an RFC 3339 timestamp like 2026-11-21T20:00:00.250Z", HeaderDueAt, clip(s))
@@ -163,6 +169,9 @@ func parseNSBExpire(v any) (time.Time, error) {
 		s = string(v)
 	default:
 		return time.Time{}, fmt.Errorf("header %s must be a string, got %s", HeaderNSBExpire, typeName(v))
+	}
+	if len(s) > maxTimeText {
+		return time.Time{}, fmt.Errorf("header %s is %d bytes, too long for the NServiceBus wire format", HeaderNSBExpire, len(s))
 	}
 	m := nsbExpire.FindStringSubmatch(s)
 	if m == nil {

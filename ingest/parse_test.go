@@ -180,25 +180,3 @@ func TestRules(t *testing.T) {
 		}
 	}
 }
-
-func FuzzParse(f *testing.F) {
-	f.Add("orders", "2026-11-21T20:00:00Z", "2026-11-21 20:00:00:250000 Z", "1500", int64(7), "id")
-	f.Add("", "", "", "", int64(-1), "")
-	f.Add("\xff", "9999-99-99T99:99:99Z", "0000-00-00 00:00:00:0 Z", "-9223372036854775808", int64(1)<<62, "\x00")
-	f.Fuzz(func(t *testing.T, dest, dueAt, expire, delayStr string, delayInt int64, id string) {
-		for _, h := range []amqp.Table{
-			{HeaderDestination: dest, HeaderDueAt: dueAt},
-			{HeaderNSBDestination: dest, HeaderNSBExpire: expire},
-			{HeaderDestination: []byte(dest), HeaderDelay: delayStr},
-			{HeaderDestination: dest, HeaderDelay: delayInt},
-		} {
-			p, err := Parse(&amqp.Delivery{MessageId: id, Headers: h}, received)
-			if err != nil {
-				continue
-			}
-			if p.Destination == "" || p.DueAt.IsZero() && !received.IsZero() {
-				t.Fatalf("accepted without destination or due time: %+v", p)
-			}
-		}
-	})
-}

@@ -5,6 +5,7 @@ import (
 	"regexp"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // Rules are the operator's limits on what may be scheduled (contract §4, §5).
@@ -50,6 +51,9 @@ func CompileGlobs(patterns []string) (*Globs, error) {
 		p = strings.TrimSpace(p)
 		if p == "" {
 			return nil, fmt.Errorf("empty destination pattern")
+		}
+		if !utf8.ValidString(p) {
+			return nil, fmt.Errorf("destination pattern %q is not valid UTF-8", p)
 		}
 		var b strings.Builder
 		for _, r := range p {
