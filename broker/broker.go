@@ -104,6 +104,10 @@ type Outgoing struct {
 	RoutingKey string
 	Mandatory  bool
 	Msg        amqp.Publishing
+	// NotBefore holds the publish until this time (by the wall clock), so a
+	// timeout handed over early still leaves exactly when due. Messages of one
+	// call should be in NotBefore order; zero: at once.
+	NotBefore time.Time
 }
 
 // Publisher publishes on one confirm-mode channel. Publish calls are
@@ -171,6 +175,10 @@ func (p *Publisher) publishWindow(ctx context.Context, msgs []Outgoing, results 
 	confirms := make([]*amqp.DeferredConfirmation, len(msgs))
 	for i := range msgs {
 		m := &msgs[i]
+		if wait := time.Until(m.NotBefore); wait > 0 && !sleepCtx(ctx, wait) {
+			results[i] = fmt.Errorf("%w: %w", ErrNotConfirmed, ctx.Err())
+			continue
+		}
 		dc, err := p.ch.PublishWithDeferredConfirmWithContext(ctx, m.Exchange, m.RoutingKey, m.Mandatory, false, m.Msg)
 		if err != nil {
 			results[i] = fmt.Errorf("%w: %w", ErrNotConfirmed, err)
@@ -218,5 +226,17 @@ func (p *Publisher) matchReturn(msgs []Outgoing, results []error, r amqp.Return)
 			results[i] = fmt.Errorf("%w: %d %s", ErrReturned, r.ReplyCode, r.ReplyText)
 			return
 		}
+	}
+}
+
+// sleepCtx waits for d unless ctx ends first; it reports whether d passed.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
 	}
 }

@@ -61,6 +61,9 @@ type Options struct {
 	// Allowed is checked again at dispatch: the operator may have narrowed
 	// it since the message was stored. Nil allows all.
 	Allowed interface{ Match(string) bool }
+	// MaxHold is how early a forward may arrive and still be held until its
+	// due time rather than released; default 1s.
+	MaxHold time.Duration
 	// RetryBackoff returns how long to hold a message back after its n-th
 	// failure. Nil: 1s doubling to 5m.
 	RetryBackoff func(failures int) time.Duration
@@ -103,6 +106,9 @@ func New(conn Connection, newPub NewPublisher, store Store, opts Options) *Dispa
 	}
 	if opts.Workers < 1 {
 		opts.Workers = 1
+	}
+	if opts.MaxHold <= 0 {
+		opts.MaxHold = time.Second
 	}
 	if opts.Breaker == nil {
 		opts.Breaker = circuit.New("dispatch", time.Duration(1<<62), circuit.Options{Now: opts.Now})
@@ -266,11 +272,13 @@ func (d *Dispatcher) handle(ctx context.Context, del *amqp.Delivery, pub Publish
 		return ackErr(del.Ack(false))
 	}
 
+	// Never early: the poller leases a little ahead, and each forward waits
+	// for its due time. Tokens arrive in due order.
 	out := make([]broker.Outgoing, len(items))
 	for i, it := range items {
-		out[i] = broker.Outgoing{RoutingKey: it.row.Destination, Mandatory: true, Msg: it.msg}
+		out[i] = broker.Outgoing{RoutingKey: it.row.Destination, Mandatory: true, Msg: it.msg, NotBefore: it.row.DueAt}
 	}
-	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second+d.opts.MaxHold)
 	defer cancel()
 	results := pub.Publish(wctx, out)
 
@@ -331,8 +339,9 @@ func (d *Dispatcher) load(ctx context.Context, pub Publisher, tok poller.Token, 
 		return it, false
 	}
 	it.row = row
-	if now.Before(row.DueAt) {
-		// Never early, whatever the clocks did: hold it until it is due.
+	if row.DueAt.Sub(now) > d.opts.MaxHold {
+		// Handed over far too early (clocks of another instance?): give it
+		// back rather than tie up a worker.
 		d.release(ctx, it, row.DueAt)
 		return it, false
 	}

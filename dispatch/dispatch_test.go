@@ -106,7 +106,7 @@ func (f *fixture) insert(id, dest string, due time.Time, p amqp.Publishing) {
 
 func (f *fixture) lease() []poller.Token {
 	f.t.Helper()
-	ls, err := f.store.Lease(context.Background(), "me", 100, time.Minute)
+	ls, err := f.store.Lease(context.Background(), "me", time.Time{}, 100, time.Minute)
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -203,20 +203,41 @@ func TestExpiredLeaseIsNotForwarded(t *testing.T) {
 	}
 }
 
-func TestNeverEarlyEvenWithAnEarlyToken(t *testing.T) {
+func TestEarlyTokenIsHeldUntilDue(t *testing.T) {
 	f := newFixture(t, 3)
 	due := t0.Add(time.Second)
 	f.insert("a", "orders", due, amqp.Publishing{})
-	// A token for a row that is not due (say, another instance's clock ran
-	// ahead): the dispatcher holds it back until due.
-	f.clock.Set(due)
-	toks := f.lease()
-	f.clock.Set(due.Add(-time.Millisecond))
-	if _, err := f.deliver(toks...); err != nil {
+	// The poller leases a little ahead of the due time; the forward must
+	// carry the due time so the publisher holds it until then.
+	toks, err := f.store.Lease(context.Background(), "me", due, 10, time.Minute)
+	if err != nil || len(toks) != 1 {
+		t.Fatalf("lease: %v %v", toks, err)
+	}
+	f.clock.Set(due.Add(-20 * time.Millisecond))
+	if _, err := f.deliver(poller.Token{ID: toks[0].ID, Lock: toks[0].Lock}); err != nil {
+		t.Fatal(err)
+	}
+	sent := f.pub.to("orders")
+	if len(sent) != 1 || !sent[0].NotBefore.Equal(due) {
+		t.Fatalf("forwarded %+v; want one forward held until %s", sent, due)
+	}
+}
+
+func TestFarTooEarlyTokenIsReleased(t *testing.T) {
+	f := newFixture(t, 3)
+	due := t0.Add(time.Minute)
+	f.insert("a", "orders", due, amqp.Publishing{})
+	// A token for a row due far later (another instance's clock ran ahead):
+	// it is given back, not held, and certainly not forwarded.
+	toks, err := f.store.Lease(context.Background(), "me", due, 10, 5*time.Minute)
+	if err != nil || len(toks) != 1 {
+		t.Fatalf("lease: %v %v", toks, err)
+	}
+	if _, err := f.deliver(poller.Token{ID: toks[0].ID, Lock: toks[0].Lock}); err != nil {
 		t.Fatal(err)
 	}
 	if len(f.pub.sent) != 0 {
-		t.Fatal("forwarded before its due time")
+		t.Fatal("forwarded a minute before its due time")
 	}
 	row, ok := f.pending("a")
 	if !ok || row.Lock != "" || row.NotBefore.Before(due) {

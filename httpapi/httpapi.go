@@ -3,10 +3,12 @@ package httpapi
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
+	"runtime"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -17,7 +19,9 @@ type Options struct {
 	Addr string
 	// Ready returns nil while the bridge is connected to broker and store, or
 	// why it is not.
-	Ready  func() error
+	Ready func() error
+	// Vars, when set, adds a "delaybridge" object to /debug/vars.
+	Vars   func(context.Context) map[string]any
 	Logger zerolog.Logger
 }
 
@@ -43,6 +47,18 @@ func New(opts Options) *Server {
 			return
 		}
 		fmt.Fprintln(w, "ready")
+	})
+	// expvar's shape (memstats included) without its global registry, which
+	// several bridges in one test process would fight over.
+	mux.HandleFunc("GET /debug/vars", func(w http.ResponseWriter, r *http.Request) {
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		vars := map[string]any{"memstats": ms}
+		if opts.Vars != nil {
+			vars["delaybridge"] = opts.Vars(r.Context())
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(vars)
 	})
 	return &Server{opts: opts, srv: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}}
 }

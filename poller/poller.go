@@ -7,6 +7,7 @@ package poller
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -23,7 +24,7 @@ import (
 
 // Store is what the poller needs of the store.
 type Store interface {
-	Lease(ctx context.Context, owner string, limit int, d time.Duration) ([]storage.Lease, error)
+	Lease(ctx context.Context, owner string, dueBy time.Time, limit int, d time.Duration) ([]storage.Lease, error)
 	Release(ctx context.Context, id, lock string, notBefore time.Time) error
 	NextDue(ctx context.Context) (time.Time, bool, error)
 }
@@ -46,6 +47,10 @@ type Options struct {
 	PollInterval    time.Duration
 	// TokensPerMessage caps the lease tokens carried by one dispatcher message.
 	TokensPerMessage int
+	// Lookahead leases timeouts this long before they are due, so the hand-
+	// over to the dispatcher overlaps the wait and the dispatcher forwards
+	// each exactly at its due time (it holds early ones; never early).
+	Lookahead time.Duration
 	// FetchBreaker watches store reads; while it is armed the poller backs
 	// off, and when it triggers the bridge stops. Nil: never triggers.
 	FetchBreaker *circuit.Breaker
@@ -84,7 +89,7 @@ func New(store Store, newPub NewPublisher, opts Options) *Poller {
 // Wake tells the poller a timeout due at due was stored. It wakes the poller
 // at once if it sleeps toward a later time, and never blocks.
 func (p *Poller) Wake(due time.Time) {
-	if due.UnixNano() < p.sleepUntil.Load() {
+	if due.Add(-p.opts.Lookahead).UnixNano() < p.sleepUntil.Load() {
 		select {
 		case p.wake <- struct{}{}:
 		default:
@@ -166,7 +171,7 @@ func (p *Poller) untilNext(ctx context.Context) (time.Duration, error) {
 	}
 	wait := p.opts.PollInterval
 	if ok {
-		wait = min(wait, next.Sub(p.opts.Now()))
+		wait = min(wait, next.Add(-p.opts.Lookahead).Sub(p.opts.Now()))
 	}
 	return wait, nil
 }
@@ -186,7 +191,7 @@ type Batch struct {
 // or -1 when leasing failed (after backing off). Leases whose dispatcher
 // message was not confirmed are released at once.
 func (p *Poller) pollOnce(ctx context.Context) (int, error) {
-	leases, err := p.store.Lease(ctx, p.opts.Owner, p.opts.BatchSize, p.opts.LeaseDuration)
+	leases, err := p.store.Lease(ctx, p.opts.Owner, p.opts.Now().Add(p.opts.Lookahead), p.opts.BatchSize, p.opts.LeaseDuration)
 	if err != nil {
 		if ctx.Err() != nil {
 			return 0, nil
@@ -234,7 +239,14 @@ func (p *Poller) pollOnce(ctx context.Context) (int, error) {
 		}
 		failed = err
 		for _, l := range groups[i] {
-			if rerr := p.store.Release(wctx, l.ID, l.Lock, time.Time{}); rerr != nil {
+			rerr := p.store.Release(wctx, l.ID, l.Lock, time.Time{})
+			switch {
+			case rerr == nil:
+			case errors.Is(rerr, storage.ErrConcurrency), errors.Is(rerr, storage.ErrNotFound):
+				// The broker did take the hand-over (only its confirm was
+				// lost) and the dispatcher has settled the row already.
+				p.log.Debug().Str("id", l.ID).Msg("unconfirmed hand-over was handled by the dispatcher anyway")
+			default:
 				p.log.Error().Err(rerr).Str("id", l.ID).Msg("releasing an unpublished lease failed; it returns when the lease expires")
 			}
 		}

@@ -61,10 +61,13 @@ type Store interface {
 	// with the same id is already pending (it is then left as it was).
 	Insert(ctx context.Context, ts []Timeout) (inserted []bool, err error)
 
-	// Lease takes up to limit rows that are due (DueAt and NotBefore reached)
-	// and not leased, or whose lease expired, in due order, and leases them to
-	// owner for d. A row is never handed to two concurrent callers.
-	Lease(ctx context.Context, owner string, limit int, d time.Duration) ([]Lease, error)
+	// Lease takes up to limit rows that are due by dueBy (DueAt and NotBefore
+	// at or before it) and not leased, or whose lease expired, in due order,
+	// and leases them to owner for d. A zero dueBy means the store's now. A
+	// dueBy a little ahead lets the caller hand rows over early and forward
+	// them exactly on time; it never makes a row leasable before that. A row
+	// is never handed to two concurrent callers.
+	Lease(ctx context.Context, owner string, dueBy time.Time, limit int, d time.Duration) ([]Lease, error)
 
 	// Get returns a copy of the pending timeout with this id, or ErrNotFound.
 	Get(ctx context.Context, id string) (Timeout, error)

@@ -58,7 +58,7 @@ func BenchmarkLeaseRemove1000(b *testing.B) {
 			b.Fatal(err)
 		}
 		b.StartTimer()
-		ls, err := s.Lease(ctx, "bench", 1000, time.Minute)
+		ls, err := s.Lease(ctx, "bench", time.Time{}, 1000, time.Minute)
 		if err != nil || len(ls) != 1000 {
 			b.Fatalf("Lease = %d rows, %v", len(ls), err)
 		}
@@ -100,7 +100,7 @@ func BenchmarkEmptyLeaseWith100kPending(b *testing.B) {
 	insertFuture(b, s, 100_000)
 	b.ResetTimer()
 	for range b.N {
-		if ls, err := s.Lease(ctx, "o", 1000, time.Minute); err != nil || len(ls) != 0 {
+		if ls, err := s.Lease(ctx, "o", time.Time{}, 1000, time.Minute); err != nil || len(ls) != 0 {
 			b.Fatal(len(ls), err)
 		}
 	}

@@ -365,7 +365,7 @@ func (s *Store) Insert(ctx context.Context, ts []storage.Timeout) ([]bool, error
 // whose lease expired are first returned to the ready index (up to limit of
 // them per call), then rows are taken from the ready index in order of
 // max(DueAt, NotBefore).
-func (s *Store) Lease(ctx context.Context, owner string, limit int, d time.Duration) ([]storage.Lease, error) {
+func (s *Store) Lease(ctx context.Context, owner string, dueBy time.Time, limit int, d time.Duration) ([]storage.Lease, error) {
 	exit, err := s.enter(ctx)
 	if err != nil {
 		return nil, err
@@ -378,6 +378,9 @@ func (s *Store) Lease(ctx context.Context, owner string, limit int, d time.Durat
 		return nil, fmt.Errorf("boltstore: lease: duration must be positive, got %s", d)
 	}
 	now := s.now()
+	if dueBy.IsZero() {
+		dueBy = now
+	}
 	// An idle poll should not cost a write transaction and an fsync: look
 	// first, in a read transaction, whether anything may be due. A row that
 	// becomes due right after the look is found by the next poll.
@@ -387,12 +390,12 @@ func (s *Store) Lease(ctx context.Context, owner string, limit int, d time.Durat
 		if err != nil {
 			return err
 		}
-		nowKey := keyTime(now)
-		for _, idx := range []byte{idxLeased, idxReady} {
+		// Leases expire by the store's clock; rows are due by dueBy.
+		for idx, by := range map[byte]time.Time{idxLeased: now, idxReady: dueBy} {
 			k, _ := b.index(idx).Cursor().First()
 			if k != nil {
 				s.steps.Add(1)
-				maybeDue = maybeDue || keyDue(k, nowKey)
+				maybeDue = maybeDue || keyDue(k, keyTime(by))
 			}
 		}
 		return nil
@@ -414,7 +417,7 @@ func (s *Store) Lease(ctx context.Context, owner string, limit int, d time.Durat
 		if err != nil {
 			return err
 		}
-		rs, err := s.dueRecords(b, idxReady, &now, limit, readyAt)
+		rs, err := s.dueRecords(b, idxReady, &dueBy, limit, readyAt)
 		if err != nil {
 			return err
 		}

@@ -127,7 +127,7 @@ func TestReopenPersistsEveryField(t *testing.T) {
 		t.Fatal(err)
 	}
 	clock.Set(t0.Add(time.Second))
-	ls, err := s.Lease(ctx, "me", 10, time.Hour)
+	ls, err := s.Lease(ctx, "me", time.Time{}, 10, time.Hour)
 	if err != nil || len(ls) != 2 {
 		t.Fatalf("Lease = %v, %v", ls, err)
 	}
@@ -176,7 +176,7 @@ func TestReopenPersistsEveryField(t *testing.T) {
 	}
 	// Lock tokens keep counting across reopen.
 	clock.Set(t0.Add(time.Hour))
-	ls2, err := s2.Lease(ctx, "me", 10, time.Hour)
+	ls2, err := s2.Lease(ctx, "me", time.Time{}, 10, time.Hour)
 	if err != nil || len(ls2) != 2 {
 		t.Fatalf("Lease after reopen = %v, %v", ls2, err)
 	}
@@ -205,7 +205,7 @@ func TestOpenFreesLeasesOfPredecessor(t *testing.T) {
 	if _, err := s.Insert(ctx, ts); err != nil {
 		t.Fatal(err)
 	}
-	old, err := s.Lease(ctx, "dead", 3, time.Hour)
+	old, err := s.Lease(ctx, "dead", time.Time{}, 3, time.Hour)
 	if err != nil || len(old) != 3 {
 		t.Fatalf("Lease = %v, %v", old, err)
 	}
@@ -224,7 +224,7 @@ func TestOpenFreesLeasesOfPredecessor(t *testing.T) {
 	if at, ok, err := s2.NextDue(ctx); err != nil || !ok || !at.Equal(t0.Add(-4*time.Second)) {
 		t.Fatalf("NextDue = %s, %v, %v", at, ok, err)
 	}
-	ls, err := s2.Lease(ctx, "heir", 10, time.Hour)
+	ls, err := s2.Lease(ctx, "heir", time.Time{}, 10, time.Hour)
 	if err != nil || len(ls) != 5 {
 		t.Fatalf("Lease after reopen = %d rows, %v; want all 5 at once", len(ls), err)
 	}
@@ -353,7 +353,7 @@ func TestStats(t *testing.T) {
 		t.Fatal(err)
 	}
 	check(1500, 0)
-	ls, err := s.Lease(ctx, "o", 600, time.Minute)
+	ls, err := s.Lease(ctx, "o", time.Time{}, 600, time.Minute)
 	if err != nil || len(ls) != 600 {
 		t.Fatalf("Lease = %d, %v", len(ls), err)
 	}
@@ -393,13 +393,13 @@ func TestNoScan(t *testing.T) {
 		}
 	}
 	steps("Lease", 4, func() { // first keys, then two due rows and the first future one
-		ls, err := s.Lease(ctx, "o", 1000, time.Minute)
+		ls, err := s.Lease(ctx, "o", time.Time{}, 1000, time.Minute)
 		if err != nil || len(ls) != 2 {
 			t.Fatalf("Lease = %v, %v", ls, err)
 		}
 	})
 	steps("empty Lease", 2, func() { // first key of each index, no write transaction
-		if ls, err := s.Lease(ctx, "o", 1000, time.Minute); err != nil || len(ls) != 0 {
+		if ls, err := s.Lease(ctx, "o", time.Time{}, 1000, time.Minute); err != nil || len(ls) != 0 {
 			t.Fatalf("Lease = %v, %v", ls, err)
 		}
 	})
@@ -410,7 +410,7 @@ func TestNoScan(t *testing.T) {
 	})
 	clock.Set(t0.Add(time.Minute))
 	steps("Lease of expired leases", 7, func() {
-		ls, err := s.Lease(ctx, "o", 1000, time.Minute)
+		ls, err := s.Lease(ctx, "o", time.Time{}, 1000, time.Minute)
 		if err != nil || len(ls) != 2 {
 			t.Fatalf("Lease = %v, %v", ls, err)
 		}
@@ -452,7 +452,7 @@ func TestCloseDuringCalls(t *testing.T) {
 				id := fmt.Sprintf("w%d-%d", w, i)
 				_, err := s.Insert(ctx, []storage.Timeout{{ID: id, Destination: "d", DueAt: time.Now()}})
 				if err == nil {
-					_, err = s.Lease(ctx, "o", 2, time.Minute)
+					_, err = s.Lease(ctx, "o", time.Time{}, 2, time.Minute)
 				}
 				if err == nil {
 					_, _, err = s.NextDue(ctx)
@@ -490,7 +490,7 @@ func TestCorruptRecord(t *testing.T) {
 	if _, err := s.Get(ctx, "x"); err == nil || errors.Is(err, storage.ErrNotFound) || !errors.Is(err, errCorrupt) {
 		t.Errorf("Get of a corrupt record: %v", err)
 	}
-	if _, err := s.Lease(ctx, "o", 10, time.Minute); err == nil {
+	if _, err := s.Lease(ctx, "o", time.Time{}, 10, time.Minute); err == nil {
 		t.Error("Lease over a corrupt record succeeded")
 	}
 	if _, _, err := s.NextDue(ctx); err == nil {

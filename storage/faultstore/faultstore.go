@@ -173,11 +173,11 @@ func (s *Store) Insert(ctx context.Context, ts []storage.Timeout) ([]bool, error
 }
 
 // Lease implements storage.Store.
-func (s *Store) Lease(ctx context.Context, owner string, limit int, d time.Duration) ([]storage.Lease, error) {
+func (s *Store) Lease(ctx context.Context, owner string, dueBy time.Time, limit int, d time.Duration) ([]storage.Lease, error) {
 	if err := s.enter(ctx, Lease); err != nil {
 		return nil, err
 	}
-	return s.inner.Lease(ctx, owner, limit, d)
+	return s.inner.Lease(ctx, owner, dueBy, limit, d)
 }
 
 // Get implements storage.Store.

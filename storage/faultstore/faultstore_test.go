@@ -68,7 +68,7 @@ func mustInsert(t *testing.T, s storage.Store, ts ...storage.Timeout) {
 
 func mustLease(t *testing.T, s storage.Store, want int) []storage.Lease {
 	t.Helper()
-	ls, err := s.Lease(ctx, "owner", 10, time.Minute)
+	ls, err := s.Lease(ctx, "owner", time.Time{}, 10, time.Minute)
 	if err != nil {
 		t.Fatalf("Lease: %v", err)
 	}
@@ -113,7 +113,7 @@ func TestFaultsDoNotTouchTheStore(t *testing.T) {
 		s, inner := open(t, clock.Now)
 		mustInsert(t, s, row("a", now))
 		s.FailLease(errBoom)
-		ls, err := s.Lease(ctx, "owner", 10, time.Minute)
+		ls, err := s.Lease(ctx, "owner", time.Time{}, 10, time.Minute)
 		wantInjected(t, "Lease", err)
 		if ls != nil {
 			t.Errorf("Lease: got %v with an error", ls)
@@ -237,7 +237,7 @@ func TestFaultsAreIndependentAndHealClearsAll(t *testing.T) {
 	if _, err := s.Get(ctx, "a"); err != nil {
 		t.Fatalf("Get with other faults set: %v", err)
 	}
-	_, err := s.Lease(ctx, "o", 1, time.Minute)
+	_, err := s.Lease(ctx, "o", time.Time{}, 1, time.Minute)
 	wantInjected(t, "Lease", err)
 
 	s.FailInsert(errBoom)
@@ -450,7 +450,7 @@ func TestConcurrentControls(t *testing.T) {
 					t.Errorf("Insert: unexpected error %v", err)
 				}
 				_, _ = s.Get(ctx, id)
-				if ls, err := s.Lease(ctx, "o", 5, time.Minute); err == nil {
+				if ls, err := s.Lease(ctx, "o", time.Time{}, 5, time.Minute); err == nil {
 					for _, l := range ls {
 						_, _ = s.Remove(ctx, []storage.Ref{{ID: l.ID, Lock: l.Lock}})
 					}

@@ -90,6 +90,7 @@ var tests = []struct {
 	{"LeaseOrderAcrossBatches", testLeaseOrderAcrossBatches},
 	{"LeaseDueExactlyNow", testLeaseDueExactlyNow},
 	{"LeaseInsertedNotBefore", testLeaseInsertedNotBefore},
+	{"LeaseDueBy", testLeaseDueBy},
 	{"LeaseLimit", testLeaseLimit},
 	{"LeaseInvalidArguments", testLeaseInvalidArguments},
 	{"LeaseRecordsLockOnRow", testLeaseRecordsLockOnRow},
@@ -166,7 +167,7 @@ func (e *env) insertDue(ids ...string) {
 
 func (e *env) lease(owner string, limit int, d time.Duration) []storage.Lease {
 	e.Helper()
-	ls, err := e.s.Lease(e.ctx, owner, limit, d)
+	ls, err := e.s.Lease(e.ctx, owner, time.Time{}, limit, d)
 	if err != nil {
 		e.Fatalf("Lease(%q, %d, %s): %v", owner, limit, d, err)
 	}
@@ -693,12 +694,12 @@ func testLeaseLimit(e *env) {
 func testLeaseInvalidArguments(e *env) {
 	e.insertDue("a", "b")
 	for _, limit := range []int{0, -1, -1000} {
-		if ls, err := e.s.Lease(e.ctx, "o", limit, time.Minute); err == nil {
+		if ls, err := e.s.Lease(e.ctx, "o", time.Time{}, limit, time.Minute); err == nil {
 			e.Fatalf("Lease(limit %d) = %v and no error", limit, leaseIDs(ls))
 		}
 	}
 	for _, d := range []time.Duration{0, -time.Second} {
-		if ls, err := e.s.Lease(e.ctx, "o", 10, d); err == nil {
+		if ls, err := e.s.Lease(e.ctx, "o", time.Time{}, 10, d); err == nil {
 			e.Fatalf("Lease(d %s) = %v and no error", d, leaseIDs(ls))
 		}
 	}
@@ -765,7 +766,7 @@ func testLeaseExclusiveConcurrent(e *env) {
 		wg.Go(func() {
 			owner := fmt.Sprintf("worker-%d", w)
 			for {
-				ls, err := e.s.Lease(e.ctx, owner, limit, time.Hour)
+				ls, err := e.s.Lease(e.ctx, owner, time.Time{}, limit, time.Hour)
 				if err != nil {
 					e.Errorf("%s: Lease: %v", owner, err)
 					return
@@ -813,7 +814,7 @@ func testLeaseRemoveConcurrent(e *env) {
 	for w := range workers {
 		wg.Go(func() {
 			for {
-				ls, err := e.s.Lease(e.ctx, fmt.Sprint("w", w), 5, time.Hour)
+				ls, err := e.s.Lease(e.ctx, fmt.Sprint("w", w), time.Time{}, 5, time.Hour)
 				if err != nil {
 					e.Errorf("Lease: %v", err)
 					return
@@ -1274,7 +1275,7 @@ func testClosed(e *env) {
 	}
 	_, err := e.s.Insert(e.ctx, []storage.Timeout{newTimeout("b", at(0))})
 	closed("Insert", err)
-	_, err = e.s.Lease(e.ctx, "o", 1, time.Minute)
+	_, err = e.s.Lease(e.ctx, "o", time.Time{}, 1, time.Minute)
 	closed("Lease", err)
 	_, err = e.s.Get(e.ctx, "a")
 	closed("Get", err)
@@ -1301,7 +1302,7 @@ func testContextCancelled(e *env) {
 	}
 	_, err := e.s.Insert(ctx, []storage.Timeout{newTimeout("b", at(-time.Minute))})
 	cancelled("Insert", err)
-	_, err = e.s.Lease(ctx, "o", 10, time.Minute)
+	_, err = e.s.Lease(ctx, "o", time.Time{}, 10, time.Minute)
 	cancelled("Lease", err)
 	_, err = e.s.Get(ctx, "a")
 	cancelled("Get", err)
@@ -1320,4 +1321,33 @@ func testContextCancelled(e *env) {
 		e.Fatalf("a cancelled call changed the row: %+v", row)
 	}
 	e.leaseOne("a", time.Minute)
+}
+
+// testLeaseDueBy: a dueBy ahead of now leases rows due up to it and not one
+// after, in due order; lease expiry still follows the store's own clock.
+func testLeaseDueBy(e *env) {
+	e.insert(newTimeout("now", at(0)), newTimeout("10ms", at(10*time.Millisecond)),
+		newTimeout("20ms", at(20*time.Millisecond)), newTimeout("21ms", at(21*time.Millisecond)))
+	ls, err := e.s.Lease(e.ctx, "o", at(20*time.Millisecond), 10, 5*time.Millisecond)
+	if err != nil {
+		e.Fatal(err)
+	}
+	if got := leaseIDs(ls); !slices.Equal(got, []string{"now", "10ms", "20ms"}) {
+		e.Fatalf("Lease(dueBy now+20ms) = %v, want now, 10ms, 20ms in due order", got)
+	}
+	for _, l := range ls {
+		row := e.get(l.ID)
+		if !row.LockExpiresAt.Equal(at(5 * time.Millisecond)) {
+			e.Fatalf("%s: lease expires %s, want the store's now + d", l.ID, row.LockExpiresAt)
+		}
+	}
+	// A dueBy beyond the leases' expiry does not free them: expiry is by
+	// the store's clock, not the caller's horizon.
+	if ls, err := e.s.Lease(e.ctx, "p", at(time.Hour), 10, time.Minute); err != nil || !slices.Equal(leaseIDs(ls), []string{"21ms"}) {
+		e.Fatalf("Lease(dueBy +1h) = %v, %v; want only 21ms (the others are leased)", leaseIDs(ls), err)
+	}
+	e.clock.Advance(5 * time.Millisecond)
+	if ls, err := e.s.Lease(e.ctx, "q", at(20*time.Millisecond), 10, time.Minute); err != nil || len(ls) != 3 {
+		e.Fatalf("after expiry: %v, %v; want the 3 expired leases back", leaseIDs(ls), err)
+	}
 }
