@@ -175,7 +175,7 @@ func (p *Publisher) publishWindow(ctx context.Context, msgs []Outgoing, results 
 	confirms := make([]*amqp.DeferredConfirmation, len(msgs))
 	for i := range msgs {
 		m := &msgs[i]
-		if wait := time.Until(m.NotBefore); wait > 0 && !sleepCtx(ctx, wait) {
+		if wait := time.Until(m.NotBefore); wait > 0 && !Sleep(ctx, wait) {
 			results[i] = fmt.Errorf("%w: %w", ErrNotConfirmed, ctx.Err())
 			continue
 		}
@@ -229,8 +229,8 @@ func (p *Publisher) matchReturn(msgs []Outgoing, results []error, r amqp.Return)
 	}
 }
 
-// sleepCtx waits for d unless ctx ends first; it reports whether d passed.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
+// Sleep waits for d unless ctx ends first; it reports whether d passed.
+func Sleep(ctx context.Context, d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {

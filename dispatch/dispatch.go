@@ -149,12 +149,8 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 			return nil
 		}
 		d.log.Warn().Err(err).Msg("dispatch interrupted; resuming on the next broker connection")
-		t := time.NewTimer(100*time.Millisecond + time.Duration(rand.Int64N(int64(400*time.Millisecond))))
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !broker.Sleep(ctx, 100*time.Millisecond+time.Duration(rand.Int64N(int64(400*time.Millisecond)))) {
 			return nil
-		case <-t.C:
 		}
 	}
 }

@@ -102,20 +102,9 @@ func (in *Ingester) Run(ctx context.Context) error {
 			return nil
 		}
 		in.log.Warn().Err(err).Msg("ingest interrupted; resuming on the next broker connection")
-		if !sleep(ctx, 100*time.Millisecond+time.Duration(rand.Int64N(int64(400*time.Millisecond)))) {
+		if !broker.Sleep(ctx, 100*time.Millisecond+time.Duration(rand.Int64N(int64(400*time.Millisecond)))) {
 			return nil
 		}
-	}
-}
-
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
 	}
 }
 
@@ -229,7 +218,7 @@ func (in *Ingester) handle(ctx context.Context, pub Publisher, batch []amqp.Deli
 			for _, r := range invalid {
 				_ = r.d.Nack(false, true)
 			}
-			sleep(ctx, pause)
+			broker.Sleep(ctx, pause)
 			return nil
 		}
 		in.opts.StoreBreaker.Success()
@@ -258,7 +247,7 @@ func (in *Ingester) handle(ctx context.Context, pub Publisher, batch []amqp.Deli
 		}
 		if !moved {
 			// The error queue is not taking copies; do not spin on redeliveries.
-			sleep(ctx, in.opts.RetryDelay)
+			broker.Sleep(ctx, in.opts.RetryDelay)
 		}
 	}
 	if len(invalid) == 0 {

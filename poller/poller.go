@@ -110,7 +110,7 @@ func (p *Poller) Run(ctx context.Context) error {
 					return nil
 				}
 				p.log.Warn().Err(err).Msg("cannot open a publisher; retrying")
-				sleep(ctx, time.Second)
+				broker.Sleep(ctx, time.Second)
 				continue
 			}
 			p.pub = pub
@@ -123,7 +123,7 @@ func (p *Poller) Run(ctx context.Context) error {
 				_ = c.Close()
 			}
 			p.pub = nil
-			sleep(ctx, 200*time.Millisecond+time.Duration(rand.Int64N(int64(300*time.Millisecond))))
+			broker.Sleep(ctx, 200*time.Millisecond+time.Duration(rand.Int64N(int64(300*time.Millisecond))))
 			continue
 		}
 		if n < 0 {
@@ -198,7 +198,7 @@ func (p *Poller) pollOnce(ctx context.Context) (int, error) {
 		}
 		pause := p.opts.FetchBreaker.Failure(err)
 		p.log.Error().Err(err).Dur("retry_in", pause).Msg("leasing due timeouts failed")
-		sleep(ctx, pause)
+		broker.Sleep(ctx, pause)
 		return -1, nil
 	}
 	if len(leases) == 0 {
@@ -256,13 +256,4 @@ func (p *Poller) pollOnce(ctx context.Context) (int, error) {
 		return len(leases), fmt.Errorf("poller: publish to %s: %w", p.opts.DispatcherQueue, failed)
 	}
 	return len(leases), nil
-}
-
-func sleep(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
 }
