@@ -39,6 +39,8 @@ func run(args []string) int {
 		return runBridge()
 	case "schedule":
 		return runSchedule(args)
+	case "bench":
+		return runBench(args)
 	case "help", "-h", "--help":
 		fmt.Print(usage)
 		return exitOK
@@ -53,6 +55,8 @@ const usage = `usage:
   delaybridge schedule [flags] BODY
                                  publish BODY to E.Timeouts for delivery later
                                  (delaybridge schedule --help for flags)
+  delaybridge bench [flags]      measure throughput, punctuality and memory against a real broker
+                                 (delaybridge bench --help for flags)
 `
 
 func runBridge() int {

@@ -1,0 +1,386 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// Headers the bench puts on every message so the consumer can compute
+// lateness and spot duplicates; the bridge forwards headers unchanged.
+const (
+	hdrDue = "bench-due" // int64 unix nanoseconds of the due time
+	hdrSeq = "bench-seq" // int64 index of the message in its workload
+)
+
+// Header names of the bridge's contract (README, "Scheduling a message").
+const (
+	hdrDestination = "x-destination"
+	hdrDueAt       = "x-due-at"
+	hdrDelay       = "x-delay"
+)
+
+// registry remembers every queue and exchange the bench declared (or had a
+// bridge declare) so the teardown deletes them all.
+type registry struct {
+	mu        sync.Mutex
+	queues    []string
+	exchanges []string
+}
+
+func (r *registry) queue(name string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, q := range r.queues {
+		if q == name {
+			return
+		}
+	}
+	r.queues = append(r.queues, name)
+}
+
+func (r *registry) exchange(name string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, e := range r.exchanges {
+		if e == name {
+			return
+		}
+	}
+	r.exchanges = append(r.exchanges, name)
+}
+
+// outgoing is one message to publish.
+type outgoing struct {
+	exchange, key string
+	msg           amqp.Publishing
+}
+
+// pubResult describes one publishAll.
+type pubResult struct {
+	Start, End time.Time
+	Published  int
+	Nacked     int
+	Returned   int
+}
+
+func (p pubResult) rate() float64 { return rate(p.Published, p.End.Sub(p.Start)) }
+
+// publishAll publishes n messages as fast as the broker confirms them: one
+// confirm-mode channel per worker (workers spread over the publish
+// connections), each keeping up to window publishes unconfirmed. build(i) is
+// called for i = 0..n-1 just before message i is published (so it can read
+// the clock). Messages are mandatory; returns are counted.
+func (b *bencher) publishAll(ctx context.Context, n int, build func(i int) outgoing) (pubResult, error) {
+	workers := max(b.opts.Publishers, 1)
+	window := max(b.opts.ConfirmWindow, 1)
+	var next atomic.Int64
+	var nacked, returned, published atomic.Int64
+	res := pubResult{Start: time.Now()}
+	errc := make(chan error, workers)
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		conn := b.pubConns[w%len(b.pubConns)]
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errc <- func() error {
+				ch, err := conn.Channel()
+				if err != nil {
+					return fmt.Errorf("open publish channel: %w", err)
+				}
+				defer ch.Close()
+				if err := ch.Confirm(false); err != nil {
+					return fmt.Errorf("confirm mode: %w", err)
+				}
+				rets := ch.NotifyReturn(make(chan amqp.Return, 64))
+				retDone := make(chan struct{})
+				go func() {
+					defer close(retDone)
+					for range rets {
+						returned.Add(1)
+					}
+				}()
+				defer func() { _ = ch.Close(); <-retDone }()
+				pending := make([]*amqp.DeferredConfirmation, 0, window)
+				settle := func(dc *amqp.DeferredConfirmation) error {
+					ok, err := dc.WaitContext(ctx)
+					if err != nil {
+						return err
+					}
+					if !ok {
+						nacked.Add(1)
+					}
+					return nil
+				}
+				for {
+					i := int(next.Add(1) - 1)
+					if i >= n || ctx.Err() != nil {
+						break
+					}
+					o := build(i)
+					dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, o.exchange, o.key, true, false, o.msg)
+					if err != nil {
+						return fmt.Errorf("publish: %w", err)
+					}
+					published.Add(1)
+					b.published.Add(1)
+					pending = append(pending, dc)
+					if len(pending) >= window {
+						if err := settle(pending[0]); err != nil {
+							return err
+						}
+						pending = pending[1:]
+					}
+				}
+				for _, dc := range pending {
+					if err := settle(dc); err != nil {
+						return err
+					}
+				}
+				return ctx.Err()
+			}()
+		}()
+	}
+	wg.Wait()
+	close(errc)
+	res.End = time.Now()
+	res.Published, res.Nacked, res.Returned = int(published.Load()), int(nacked.Load()), int(returned.Load())
+	var errs []error
+	for err := range errc {
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return res, err
+	}
+	if res.Nacked > 0 || res.Returned > 0 {
+		return res, fmt.Errorf("%d of %d publishes nacked and %d returned as unroutable", res.Nacked, n, res.Returned)
+	}
+	return res, nil
+}
+
+// collector consumes a destination queue and records, for every message of
+// one workload, when it arrived relative to its due time.
+//
+// It consumes with autoAck: the broker hands each message over as soon as it
+// is routed, with no prefetch window that the consumer's ack cadence could
+// fill and so hold back deliveries. The arrival time is read first thing
+// after the delivery comes off the channel, before any other work. Nothing is
+// lost by autoAck here: the bench only records timestamps.
+type collector struct {
+	ch   *amqp.Channel
+	tag  string
+	done chan struct{} // closed when every expected message arrived
+	exit chan struct{} // closed when the consume loop ended
+
+	mu       sync.Mutex
+	n        int
+	got      []bool
+	late     []time.Duration
+	dues     []int64 // due time (unix ns) of late[i]
+	distinct int
+	early    int
+	dups     int
+	foreign  int
+	last     time.Time
+}
+
+func (b *bencher) collect(queue string, n int) (*collector, error) {
+	ch, err := b.consConn.Channel()
+	if err != nil {
+		return nil, fmt.Errorf("open consume channel: %w", err)
+	}
+	c := &collector{
+		ch: ch, tag: "bench-" + queue, done: make(chan struct{}), exit: make(chan struct{}),
+		n: n, got: make([]bool, n), late: make([]time.Duration, 0, n),
+	}
+	deliveries, err := ch.Consume(queue, c.tag, true, false, false, false, nil)
+	if err != nil {
+		_ = ch.Close()
+		return nil, fmt.Errorf("consume %s: %w", queue, err)
+	}
+	go c.loop(deliveries)
+	return c, nil
+}
+
+func (c *collector) loop(deliveries <-chan amqp.Delivery) {
+	defer close(c.exit)
+	for d := range deliveries {
+		now := time.Now()
+		due, okDue := headerInt(d.Headers, hdrDue)
+		seq, okSeq := headerInt(d.Headers, hdrSeq)
+		c.mu.Lock()
+		switch {
+		case !okDue || !okSeq || seq < 0 || seq >= int64(c.n):
+			c.foreign++
+		case c.got[seq]:
+			c.dups++
+		default:
+			c.got[seq] = true
+			c.distinct++
+			l := now.Sub(time.Unix(0, due))
+			if l < 0 {
+				c.early++
+			}
+			c.late = append(c.late, l)
+			c.dues = append(c.dues, due)
+			c.last = now
+			if c.distinct == c.n {
+				close(c.done)
+			}
+		}
+		c.mu.Unlock()
+	}
+}
+
+// wait returns true when every message arrived before deadline.
+func (c *collector) wait(ctx context.Context, deadline time.Time) bool {
+	t := time.NewTimer(time.Until(deadline))
+	defer t.Stop()
+	select {
+	case <-c.done:
+		return true
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	return false
+}
+
+// stop cancels the consumer and returns the summary. A short pause first
+// catches duplicates that arrive right after the last message.
+func (c *collector) stop(linger time.Duration) (Lateness, time.Time) {
+	time.Sleep(linger)
+	_ = c.ch.Cancel(c.tag, false)
+	_ = c.ch.Close()
+	<-c.exit
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	l := Summarize(slices.Clone(c.late))
+	l.BySecond = bySecond(c.dues, c.late)
+	l.Expected, l.Received, l.Missing = c.n, c.distinct, c.n-c.distinct
+	l.Early, l.Duplicates, l.Foreign = c.early, c.dups, c.foreign
+	return l, c.last
+}
+
+func (c *collector) received() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.distinct
+}
+
+func headerInt(h amqp.Table, name string) (int64, bool) {
+	switch v := h[name].(type) {
+	case int64:
+		return v, true
+	case int32:
+		return int64(v), true
+	case int:
+		return int64(v), true
+	case int16:
+		return int64(v), true
+	case uint32:
+		return int64(v), true
+	}
+	return 0, false
+}
+
+// ackingConsumer consumes queue with manual acks (prefetch 1000, a multiple
+// ack every 100 deliveries) until n messages arrived, like a real consumer
+// that must not lose messages. It reports the time the n-th arrived.
+func (b *bencher) ackingConsumer(queue string, n int) (done <-chan time.Time, stop func(), err error) {
+	ch, err := b.consConn.Channel()
+	if err != nil {
+		return nil, nil, fmt.Errorf("open consume channel: %w", err)
+	}
+	if err := ch.Qos(1000, 0, false); err != nil {
+		_ = ch.Close()
+		return nil, nil, fmt.Errorf("qos: %w", err)
+	}
+	tag := "bench-ack-" + queue
+	deliveries, err := ch.Consume(queue, tag, false, false, false, false, nil)
+	if err != nil {
+		_ = ch.Close()
+		return nil, nil, fmt.Errorf("consume %s: %w", queue, err)
+	}
+	out := make(chan time.Time, 1)
+	exit := make(chan struct{})
+	go func() {
+		defer close(exit)
+		count := 0
+		for d := range deliveries {
+			count++
+			if count%100 == 0 || count == n {
+				_ = d.Ack(true)
+			}
+			if count == n {
+				out <- time.Now()
+			}
+		}
+	}()
+	stop = func() {
+		_ = ch.Cancel(tag, false)
+		_ = ch.Close()
+		<-exit
+	}
+	return out, stop, nil
+}
+
+// queueDepth is the number of ready messages in queue (unacknowledged ones
+// are not counted by AMQP).
+func (b *bencher) queueDepth(queue string) (int, error) {
+	b.adminMu.Lock()
+	defer b.adminMu.Unlock()
+	ch, err := b.adminChannel()
+	if err != nil {
+		return 0, err
+	}
+	q, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
+	if err != nil {
+		b.admin = nil // the failed passive declare closed the channel
+		return 0, err
+	}
+	return q.Messages, nil
+}
+
+// declareQueue declares a durable classic queue and registers it.
+func (b *bencher) declareQueue(name string, args amqp.Table) error {
+	b.adminMu.Lock()
+	defer b.adminMu.Unlock()
+	ch, err := b.adminChannel()
+	if err != nil {
+		return err
+	}
+	if args == nil {
+		args = amqp.Table{}
+	}
+	if _, ok := args["x-queue-type"]; !ok {
+		args["x-queue-type"] = "classic"
+	}
+	if _, err := ch.QueueDeclare(name, true, false, false, false, args); err != nil {
+		b.admin = nil
+		return fmt.Errorf("declare queue %s: %w", name, err)
+	}
+	b.reg.queue(name)
+	return nil
+}
+
+// adminChannel returns the channel for declarations; callers hold adminMu.
+func (b *bencher) adminChannel() (*amqp.Channel, error) {
+	if b.admin != nil && !b.admin.IsClosed() {
+		return b.admin, nil
+	}
+	ch, err := b.adminConn.Channel()
+	if err != nil {
+		return nil, fmt.Errorf("open admin channel: %w", err)
+	}
+	b.admin = ch
+	return ch, nil
+}

@@ -1,0 +1,287 @@
+package bench
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"strings"
+	"unicode/utf8"
+)
+
+// Row is one line of the results table.
+type Row struct {
+	Step   string `json:"step"`
+	Metric string `json:"metric"`
+	Value  string `json:"value"`
+	Target string `json:"target,omitempty"`
+	Result string `json:"result,omitempty"` // PASS, MISS, or empty for information
+}
+
+// Results of a check against a target.
+const (
+	Pass = "PASS"
+	Miss = "MISS"
+)
+
+func verdict(ok bool) string {
+	if ok {
+		return Pass
+	}
+	return Miss
+}
+
+// BuildRows turns the results into table rows, with targets where the issue
+// sets them.
+func BuildRows(r *Results) []Row {
+	var rows []Row
+	add := func(step, metric, value, target, result string) {
+		rows = append(rows, Row{Step: step, Metric: metric, Value: value, Target: target, Result: result})
+	}
+	if c := r.Ceiling; c != nil {
+		add(StepCeiling, fmt.Sprintf("broker single hop, %d msgs (persistent, confirms, acks), best of %d", c.N, max(len(c.Rounds), 1)), FmtRate(c.Rate), "", "")
+	}
+	if in := r.Ingest; in != nil {
+		add(StepIngest, fmt.Sprintf("stored/s, %d msgs due in 1 h, best of %d", in.N, max(len(in.Rounds), 1)), FmtRate(in.Rate), "", "")
+		if in.Ratio > 0 {
+			add(StepIngest, "ingest / ceiling", FmtRatio(in.Ratio), "≥ "+FmtRatio(TargetIngestRatio), verdict(in.Ratio >= TargetIngestRatio))
+		} else {
+			add(StepIngest, "ingest / ceiling", "n/a (ceiling not run)", "≥ "+FmtRatio(TargetIngestRatio), "")
+		}
+		add(StepIngest, "publish rate while ingesting", FmtRate(in.PublishRate), "", "")
+		if in.DrainRate > 0 {
+			add(StepIngest, fmt.Sprintf("drain: %d queued before the bridge started, stored/s", in.N), FmtRate(in.DrainRate), "", "")
+		}
+		add(StepIngest, "bridge start to ready (empty store)", FmtMs(in.ReadyMs), "", "")
+	}
+	if p := r.Punctuality; p != nil {
+		rows = append(rows, latenessRows(StepPunctuality, fmt.Sprintf("%d over %s", p.N, FmtMs(p.WindowMs)), p.Lateness, true)...)
+		add(StepPunctuality, "all stored before first due", storedValue(p.Stored, p.StoredMarginMs, p.Method), "", "")
+	}
+	if b := r.Burst; b != nil {
+		label := fmt.Sprintf("%d due at once", b.N)
+		add(StepBurst, "due instant to last delivered, "+label, FmtMs(b.LastAfterDueMs), "≤ "+FmtMs(ms(TargetBurst)),
+			verdict(b.Missing == 0 && b.LastAfterDueMs <= ms(TargetBurst)))
+		add(StepBurst, "lateness p50", FmtMs(b.P50Ms), "", "")
+		add(StepBurst, "lateness p99", FmtMs(b.P99Ms), "", "")
+		rows = append(rows, countRows(StepBurst, b.Lateness)...)
+		add(StepBurst, "all stored before due", storedValue(b.Stored, b.StoredMarginMs, ""), "", "")
+	}
+	if t := r.TTL; t != nil {
+		label := fmt.Sprintf("%d over %s, %d levels, %s queues", t.N, FmtMs(t.WindowMs), t.Levels, t.QueueType)
+		rows = append(rows, latenessRows(StepTTL, label, t.Lateness, false)...)
+	}
+	if s := r.Scale; s != nil {
+		add(StepScale, fmt.Sprintf("fill %d pending (due in 30 days), stored/s", s.N), FmtRate(s.FillRate), "", "")
+		if s.FillRateFirst > 0 || s.FillRateLast > 0 {
+			add(StepScale, "fill rate first 10% / last 10%", FmtRate(s.FillRateFirst)+" / "+FmtRate(s.FillRateLast), "", "")
+		}
+		if r.Ceiling != nil && r.Ceiling.Rate > 0 && s.FillRate > 0 {
+			add(StepScale, "fill rate / ceiling", FmtRatio(s.FillRate/r.Ceiling.Rate), "", "")
+		}
+		if p := s.Punctual; p != nil {
+			rows = append(rows, latenessRows(StepScale, fmt.Sprintf("%d over %s with %d pending", p.N, FmtMs(p.WindowMs), s.N), p.Lateness, true)...)
+		}
+		if s.HeapAvailable {
+			add(StepScale, "Go heap (HeapAlloc peak during due stream)", FmtBytes(int64(s.HeapPeak)), "≤ "+FmtBytes(int64(TargetHeap)), verdict(s.HeapPeak <= TargetHeap))
+			add(StepScale, "Go heap at end / HeapInuse / Go Sys", FmtBytes(int64(s.HeapAlloc))+" / "+FmtBytes(int64(s.HeapInuse))+" / "+FmtBytes(int64(s.Sys)), "", "")
+			add(StepScale, "Go heap peak while filling", FmtBytes(int64(s.HeapFillPeak)), "", "")
+		} else {
+			add(StepScale, "Go heap", "n/a (no /debug/vars)", "≤ "+FmtBytes(int64(TargetHeap)), "")
+		}
+		if s.VarsMs > 0 {
+			add(StepScale, "slowest GET /debug/vars (sampled 1/s)", FmtMs(s.VarsMs), "", "")
+		}
+		add(StepScale, "RSS (anon + file-backed) / peak RSS", fmt.Sprintf("%s (%s + %s) / %s",
+			FmtBytes(s.RSS), FmtBytes(s.RSSAnon), FmtBytes(s.RSSFile), FmtBytes(s.HWM)), "", "")
+		add(StepScale, "store file / on disk", FmtBytes(s.StoreBytes)+" / "+FmtBytes(s.StoreOnDisk), "", "")
+		if s.StopMs > 0 {
+			add(StepScale, "SIGTERM to exit", FmtMs(s.StopMs), "", "")
+		}
+		if s.RestartReadyMs > 0 {
+			add(StepScale, "restart: process start to ready", FmtMs(s.RestartReadyMs), "≤ "+FmtMs(ms(TargetRestartReady)),
+				verdict(s.RestartReadyMs <= ms(TargetRestartReady)))
+		}
+		if s.PendingRestart >= 0 {
+			add(StepScale, "pending after restart", fmt.Sprint(s.PendingRestart), "", "")
+		}
+	}
+	for _, e := range r.Errors {
+		add(e.Step, "step failed (error below)", "error", "", Miss)
+	}
+	return rows
+}
+
+// latenessRows are the lateness figures of one timed workload; with targets
+// they are checked against the issue's punctuality targets.
+func latenessRows(step, label string, l Lateness, targets bool) []Row {
+	rows := []Row{
+		{Step: step, Metric: "lateness p50, " + label, Value: FmtMs(l.P50Ms)},
+		{Step: step, Metric: "lateness p90", Value: FmtMs(l.P90Ms)},
+		{Step: step, Metric: "lateness p99", Value: FmtMs(l.P99Ms)},
+		{Step: step, Metric: "lateness p99.9", Value: FmtMs(l.P999Ms)},
+		{Step: step, Metric: "lateness max", Value: FmtMs(l.MaxMs)},
+	}
+	if targets {
+		ok := l.Received > 0 && l.Missing == 0
+		rows[2].Target, rows[2].Result = "≤ "+FmtMs(ms(TargetP99)), verdict(ok && l.P99Ms <= ms(TargetP99))
+		rows[4].Target, rows[4].Result = "≤ "+FmtMs(ms(TargetMax)), verdict(ok && l.MaxMs <= ms(TargetMax))
+	}
+	return append(rows, countRows(step, l)...)
+}
+
+// countRows are the early, duplicate and missing counts, which must be 0.
+func countRows(step string, l Lateness) []Row {
+	var rows []Row
+	for _, c := range []struct {
+		name string
+		n    int
+	}{{"early deliveries", l.Early}, {"duplicates", l.Duplicates}, {"missing", l.Missing}} {
+		rows = append(rows, Row{Step: step, Metric: c.name, Value: fmt.Sprintf("%d of %d", c.n, l.Expected), Target: "0", Result: verdict(c.n == 0)})
+	}
+	return rows
+}
+
+func storedValue(stored bool, marginMs float64, method string) string {
+	by := ""
+	if method != "" {
+		by = " (by " + method + ")"
+	}
+	if marginMs == 0 && !stored {
+		return "unknown" + by
+	}
+	if stored {
+		return FmtMs(marginMs) + " ahead" + by
+	}
+	return FmtMs(-marginMs) + " LATE" + by
+}
+
+// FormatTable renders rows as an aligned text table with a header.
+func FormatTable(rows []Row) string {
+	cells := [][]string{{"step", "metric", "value", "target", "result"}}
+	for _, r := range rows {
+		cells = append(cells, []string{r.Step, r.Metric, r.Value, r.Target, r.Result})
+	}
+	return formatGrid(cells)
+}
+
+// FormatComparison renders the punctuality workload through the bridge and
+// through the TTL topology side by side, or "" when either did not run.
+func FormatComparison(r *Results) string {
+	if r.Punctuality == nil || r.TTL == nil {
+		return ""
+	}
+	line := func(name string, l Lateness) []string {
+		return []string{name, FmtMs(l.P50Ms), FmtMs(l.P90Ms), FmtMs(l.P99Ms), FmtMs(l.MaxMs),
+			fmt.Sprint(l.Early), fmt.Sprint(l.Missing)}
+	}
+	p, t := r.Punctuality, r.TTL
+	cells := [][]string{
+		{fmt.Sprintf("%d msgs due over %s", p.N, FmtMs(p.WindowMs)), "p50", "p90", "p99", "max", "early", "missing"},
+		line("delaybridge", p.Lateness),
+		line(fmt.Sprintf("TTL + dead-letter, %d levels (%s)", t.Levels, t.QueueType), t.Lateness),
+	}
+	return formatGrid(cells)
+}
+
+// formatGrid aligns cells in columns two spaces apart, with a rule under the
+// first row. Trailing spaces are trimmed.
+func formatGrid(cells [][]string) string {
+	var widths []int
+	for _, row := range cells {
+		for i, c := range row {
+			if i >= len(widths) {
+				widths = append(widths, 0)
+			}
+			widths[i] = max(widths[i], utf8.RuneCountInString(c))
+		}
+	}
+	var sb strings.Builder
+	writeRow := func(row []string) {
+		var line strings.Builder
+		for i, c := range row {
+			if i > 0 {
+				line.WriteString("  ")
+			}
+			line.WriteString(c)
+			line.WriteString(strings.Repeat(" ", widths[i]-utf8.RuneCountInString(c)))
+		}
+		sb.WriteString(strings.TrimRight(line.String(), " "))
+		sb.WriteByte('\n')
+	}
+	for i, row := range cells {
+		writeRow(row)
+		if i == 0 {
+			rule := make([]string, len(widths))
+			for j, w := range widths {
+				rule[j] = strings.Repeat("-", w)
+			}
+			writeRow(rule)
+		}
+	}
+	return sb.String()
+}
+
+// FmtMs formats milliseconds: "0.84 ms", "12.3 ms", "1.25 s"; +Inf is "never".
+func FmtMs(v float64) string {
+	switch {
+	case math.IsInf(v, 1) || math.IsNaN(v):
+		return "never"
+	case math.Abs(v) >= 1000:
+		return fmt.Sprintf("%.2f s", v/1000)
+	case math.Abs(v) >= 10:
+		return fmt.Sprintf("%.1f ms", v)
+	default:
+		return fmt.Sprintf("%.2f ms", v)
+	}
+}
+
+// FmtRate formats a rate with thousands separators: "12,345 msg/s".
+func FmtRate(v float64) string {
+	return groupThousands(int64(math.Round(v))) + " msg/s"
+}
+
+// FmtRatio formats a ratio: "0.83×".
+func FmtRatio(v float64) string { return fmt.Sprintf("%.2f×", v) }
+
+// FmtBytes formats a byte count in MiB: "41.2 MiB".
+func FmtBytes(b int64) string { return fmt.Sprintf("%.1f MiB", mib(b)) }
+
+func groupThousands(n int64) string {
+	s := fmt.Sprint(n)
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	var out []byte
+	for i := range len(s) {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			out = append(out, ',')
+		}
+		out = append(out, s[i])
+	}
+	if neg {
+		return "-" + string(out)
+	}
+	return string(out)
+}
+
+// WriteJSON writes the results, indented, to path.
+func WriteJSON(r *Results, path string) error {
+	data, err := json.MarshalIndent(jsonSafe(r), "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(data, '\n'), 0o644)
+}
+
+// jsonSafe replaces the one non-finite figure (a burst that never completed)
+// with -1, which JSON can carry.
+func jsonSafe(r *Results) *Results {
+	if r.Burst == nil || !math.IsInf(r.Burst.LastAfterDueMs, 0) {
+		return r
+	}
+	c := *r
+	b := *r.Burst
+	b.LastAfterDueMs = -1
+	c.Burst = &b
+	return &c
+}

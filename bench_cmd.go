@@ -1,0 +1,169 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/delaybridge/delaybridge/bench"
+)
+
+// runBench is the bench subcommand: it runs the bridge (this binary, as a
+// child process) against a real broker and prints what it measured.
+func runBench(args []string) int {
+	def := bench.DefaultOptions()
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	amqpURL := fs.String("amqp-url", envOr("DELAYBRIDGE_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/"), "broker URL; $DELAYBRIDGE_AMQP_URL when set")
+	size := fs.Int("size", def.Size, "message body size in bytes")
+	ceilingN := fs.Int("ceiling-n", def.CeilingN, "messages for the broker's single-hop ceiling")
+	ingestN := fs.Int("ingest-n", def.IngestN, "messages for the ingest rate")
+	punctualN := fs.Int("punctual-n", def.PunctualN, "messages due over --window (punctuality and ttl steps)")
+	window := fs.Duration("window", def.Window, "window the punctuality workload's due times spread over")
+	burstN := fs.Int("burst-n", def.BurstN, "messages all due at the same instant")
+	scale := fs.Bool("scale", false, "also run the scale step (fills --scale-n pending messages; takes minutes)")
+	scaleN := fs.Int("scale-n", def.ScaleN, "messages pending far in the future in the scale step")
+	scalePunctualN := fs.Int("scale-punctual-n", def.ScalePunctualN, "messages of the due stream run while --scale-n are pending")
+	ttl := fs.Bool("ttl", true, "run the TTL + dead-letter topology comparison (--ttl=false to skip)")
+	ttlQueueType := fs.String("ttl-queue-type", def.TTLQueueType, "queue type of the TTL levels: quorum (NServiceBus v2) or classic (v1)")
+	only := fs.String("only", "", "run only these steps, comma-separated: "+strings.Join(bench.AllSteps, ","))
+	lead := fs.Duration("lead", 0, "time from publishing to the first due time (0: from the measured ingest rate, at least 3s)")
+	publishers := fs.Int("publishers", def.Publishers, "publishing goroutines, each with its own confirm-mode channel")
+	confirmWindow := fs.Int("confirm-window", def.ConfirmWindow, "unconfirmed publishes each publisher keeps in flight")
+	jsonPath := fs.String("json", "bench-results.json", "write the results as JSON to this file (empty: don't)")
+	dir := fs.String("dir", "", "parent directory of the temporary stores and bridge logs (default: the system's temp dir)")
+	keep := fs.Bool("keep", false, "keep the temporary stores and bridge logs")
+	quiet := fs.Bool("quiet", false, "no progress lines on stderr")
+	sentinel := fs.Bool("sentinel", false, "tell when a workload is stored by a sentinel message, not /debug/vars pending")
+	var env envFlags
+	fs.Var(&env, "env", "extra KEY=VALUE setting for every bridge started, e.g. DELAYBRIDGE_BATCH_SIZE=2000 (repeatable)")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), `usage: delaybridge bench [flags]
+
+Measures the bridge against a real broker and prints a table (and writes JSON):
+  ceiling      the broker's own single hop (persistent, publisher confirms, consumer acks)
+  ingest       messages the bridge stores per second, and the ratio to the ceiling
+  punctuality  lateness at the destination's consumer of messages due uniformly over --window
+  burst        time from a shared due instant until the last of --burst-n is delivered
+  ttl          the punctuality workload through a 28-level TTL + dead-letter topology (no bridge)
+  scale        (--scale) ingest while filling --scale-n pending, punctuality, memory, store size
+               and restart-to-ready with them pending
+
+Every bridge is this binary run as a child process with its own endpoint, store and HTTP
+port; everything the bench declares on the broker is deleted at the end.
+
+`)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if err == flag.ErrHelp {
+			return exitOK
+		}
+		return exitConfig
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "delaybridge bench: unexpected arguments %q\n", fs.Args())
+		return exitConfig
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "delaybridge bench: cannot find this executable:", err)
+		return exitCritical
+	}
+
+	opts := bench.Options{
+		AMQPURL: *amqpURL, BridgeCmd: []string{exe, "run"}, BridgeEnv: env, Dir: *dir, Keep: *keep,
+		Size: *size, CeilingN: *ceilingN, IngestN: *ingestN, PunctualN: *punctualN, Window: *window,
+		BurstN: *burstN, ScaleN: *scaleN, ScalePunctualN: *scalePunctualN, Lead: *lead,
+		TTLQueueType: *ttlQueueType, Publishers: *publishers, ConfirmWindow: *confirmWindow,
+		SentinelOnly: *sentinel, Log: os.Stderr,
+	}
+	if *quiet {
+		opts.Log = nil
+	}
+	if *only != "" {
+		for _, s := range strings.Split(*only, ",") {
+			if s = strings.TrimSpace(s); s != "" {
+				opts.Steps = append(opts.Steps, s)
+			}
+		}
+	} else {
+		opts.Steps = []string{bench.StepCeiling, bench.StepIngest, bench.StepPunctuality, bench.StepBurst}
+		if *ttl {
+			opts.Steps = append(opts.Steps, bench.StepTTL)
+		}
+		if *scale {
+			opts.Steps = append(opts.Steps, bench.StepScale)
+		}
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	res, err := bench.Run(ctx, opts)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "delaybridge bench:", err)
+		return exitCritical
+	}
+
+	m := res.Machine
+	fmt.Printf("\ndelaybridge bench: %d-byte messages; %d CPUs (%s); %s; broker %s; bridge %s; store on %s\n\n",
+		res.Params.Size, m.CPUs, m.CPUModel, m.GoVersion, m.Broker, orDash(m.BridgeRevision), orDash(m.StoreFS))
+	fmt.Print(bench.FormatTable(res.Rows))
+	if cmp := bench.FormatComparison(res); cmp != "" {
+		fmt.Print("\n", cmp)
+	}
+	for _, e := range res.Errors {
+		fmt.Printf("error (%s): %s\n", e.Step, e.Error)
+	}
+	for _, w := range res.Warnings {
+		fmt.Println("warning:", w)
+	}
+	for _, l := range res.BridgeLogs {
+		fmt.Printf("bridge log (%s): %d warnings, %d errors; last: %s\n", l.Step, l.Warnings, l.Errors, l.Last)
+	}
+	if *jsonPath != "" {
+		if err := bench.WriteJSON(res, *jsonPath); err != nil {
+			fmt.Fprintln(os.Stderr, "delaybridge bench: write JSON:", err)
+			return exitCritical
+		}
+		fmt.Println("\nresults written to", *jsonPath)
+	}
+	if ctx.Err() != nil {
+		return exitCritical
+	}
+	for _, r := range res.Rows {
+		if r.Result == bench.Miss {
+			return exitCritical
+		}
+	}
+	return exitOK
+}
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+type envFlags []string
+
+func (e *envFlags) String() string { return strings.Join(*e, ",") }
+
+func (e *envFlags) Set(v string) error {
+	if k, _, ok := strings.Cut(v, "="); !ok || k == "" {
+		return fmt.Errorf("want KEY=VALUE, got %q", v)
+	}
+	*e = append(*e, v)
+	return nil
+}
