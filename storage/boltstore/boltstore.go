@@ -22,6 +22,7 @@ package boltstore
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -91,7 +92,9 @@ func Open(path string, opts Options) (*Store, error) {
 			return nil, fmt.Errorf("boltstore: create directory for %s: %w", path, err)
 		}
 	}
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: opts.OpenTimeout})
+	// A generous initial mmap (address space, not memory) spares the
+	// remaps that block every reader while the file grows.
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: opts.OpenTimeout, InitialMmapSize: 1 << 30})
 	if err != nil {
 		if errors.Is(err, bolterrors.ErrTimeout) {
 			return nil, fmt.Errorf("boltstore: %s is in use by another process (file lock not acquired within %s): %w",
@@ -118,10 +121,21 @@ func Open(path string, opts Options) (*Store, error) {
 				return err
 			}
 		}
-		n, err := s.freeLeases(tx, nil, -1)
-		s.recovered = n
-		return err
+		if meta.Get(keyPending) == nil {
+			// A file from before the counts were kept: count once.
+			leased := tx.Bucket(bucketLeased).Stats().KeyN
+			pending := tx.Bucket(bucketReady).Stats().KeyN + leased
+			return writeCounts(meta, counts{pending: int64(pending), leased: int64(leased)})
+		}
+		return nil
 	})
+	if err == nil {
+		err = s.update(func(tx *bolt.Tx, c *counts) error {
+			n, err := s.freeLeases(tx, c, nil, -1)
+			s.recovered = n
+			return err
+		})
+	}
 	if err != nil {
 		_ = db.Close()
 		return nil, fmt.Errorf("boltstore: open %s: %w", path, err)
@@ -164,21 +178,69 @@ func (s *Store) enter(ctx context.Context) (func(), error) {
 	return s.mu.RUnlock, nil
 }
 
-// buckets of one transaction.
+// buckets of one transaction, and the changes it makes to the row counts
+// (nil in read-only transactions).
 type txb struct {
 	timeouts, ready, leased *bolt.Bucket
+	c                       *counts
 }
 
-func buckets(tx *bolt.Tx) (txb, error) {
+// counts are kept in bucket meta so Stats costs nothing and Open scans
+// nothing, whatever the number pending.
+type counts struct{ pending, leased int64 }
+
+func buckets(tx *bolt.Tx, c *counts) (txb, error) {
 	b := txb{
 		timeouts: tx.Bucket(bucketTimeouts),
 		ready:    tx.Bucket(bucketReady),
 		leased:   tx.Bucket(bucketLeased),
+		c:        c,
 	}
 	if b.timeouts == nil || b.ready == nil || b.leased == nil {
 		return b, errors.New("buckets missing")
 	}
+	// Index keys mostly arrive in ascending order (due times, sequences):
+	// fuller pages halve the file without costing splits.
+	b.ready.FillPercent, b.leased.FillPercent = indexFillPercent, indexFillPercent
 	return b, nil
+}
+
+const indexFillPercent = 0.9
+
+// update runs fn in a write transaction and commits the row counts it
+// changed along with it.
+func (s *Store) update(fn func(tx *bolt.Tx, c *counts) error) error {
+	return s.db.Update(func(tx *bolt.Tx) error {
+		var c counts
+		if err := fn(tx, &c); err != nil {
+			return err
+		}
+		if c == (counts{}) {
+			return nil
+		}
+		meta := tx.Bucket(bucketMeta)
+		cur := readCounts(meta)
+		return writeCounts(meta, counts{pending: cur.pending + c.pending, leased: cur.leased + c.leased})
+	})
+}
+
+var keyPending, keyLeased = []byte("pending"), []byte("leased")
+
+func readCounts(meta *bolt.Bucket) counts {
+	get := func(k []byte) int64 {
+		if v := meta.Get(k); len(v) == 8 {
+			return int64(binary.BigEndian.Uint64(v))
+		}
+		return 0
+	}
+	return counts{pending: get(keyPending), leased: get(keyLeased)}
+}
+
+func writeCounts(meta *bolt.Bucket, c counts) error {
+	if err := meta.Put(keyPending, binary.BigEndian.AppendUint64(nil, uint64(c.pending))); err != nil {
+		return err
+	}
+	return meta.Put(keyLeased, binary.BigEndian.AppendUint64(nil, uint64(c.leased)))
 }
 
 func (b txb) index(idx byte) *bolt.Bucket {
@@ -211,10 +273,20 @@ func (b txb) save(r *record) error {
 // place puts r into index idx at time at, removing it from the index it was
 // in (unless fresh), and saves it.
 func (b txb) place(r *record, fresh bool, idx byte, at time.Time, seq uint64) error {
+	wasLeased := !fresh && r.index == idxLeased
 	if !fresh {
 		if err := b.index(r.index).Delete(r.key[:]); err != nil {
 			return err
 		}
+	}
+	if fresh {
+		b.c.pending++
+	}
+	switch {
+	case wasLeased && idx != idxLeased:
+		b.c.leased--
+	case !wasLeased && idx == idxLeased:
+		b.c.leased++
 	}
 	r.index = idx
 	r.key = indexKey(at, seq)
@@ -280,8 +352,8 @@ func readyAt(r *record) time.Time { return visibleAt(&r.Timeout) }
 // freeLeases moves leased rows back to ready: those whose lease expired by
 // *now (at most limit of them; limit < 0: all), or all of them when now is
 // nil. It returns how many it moved.
-func (s *Store) freeLeases(tx *bolt.Tx, now *time.Time, limit int) (int, error) {
-	b, err := buckets(tx)
+func (s *Store) freeLeases(tx *bolt.Tx, c *counts, now *time.Time, limit int) (int, error) {
+	b, err := buckets(tx, c)
 	if err != nil {
 		return 0, err
 	}
@@ -330,8 +402,8 @@ func (s *Store) Insert(ctx context.Context, ts []storage.Timeout) ([]bool, error
 	if len(ts) == 0 {
 		return inserted, nil
 	}
-	err = s.db.Update(func(tx *bolt.Tx) error {
-		b, err := buckets(tx)
+	err = s.update(func(tx *bolt.Tx, c *counts) error {
+		b, err := buckets(tx, c)
 		if err != nil {
 			return err
 		}
@@ -386,7 +458,7 @@ func (s *Store) Lease(ctx context.Context, owner string, dueBy time.Time, limit 
 	// becomes due right after the look is found by the next poll.
 	var maybeDue bool
 	err = s.db.View(func(tx *bolt.Tx) error {
-		b, err := buckets(tx)
+		b, err := buckets(tx, nil)
 		if err != nil {
 			return err
 		}
@@ -407,13 +479,13 @@ func (s *Store) Lease(ctx context.Context, owner string, dueBy time.Time, limit 
 		return []storage.Lease{}, nil
 	}
 	var leases []storage.Lease
-	err = s.db.Update(func(tx *bolt.Tx) error {
+	err = s.update(func(tx *bolt.Tx, c *counts) error {
 		// Expired leases go back to ready first, so that they are taken in
 		// the same order as everything else.
-		if _, err := s.freeLeases(tx, &now, limit); err != nil {
+		if _, err := s.freeLeases(tx, c, &now, limit); err != nil {
 			return err
 		}
-		b, err := buckets(tx)
+		b, err := buckets(tx, c)
 		if err != nil {
 			return err
 		}
@@ -451,7 +523,7 @@ func (s *Store) Get(ctx context.Context, id string) (storage.Timeout, error) {
 	defer exit()
 	var r *record
 	err = s.db.View(func(tx *bolt.Tx) error {
-		b, err := buckets(tx)
+		b, err := buckets(tx, nil)
 		if err != nil {
 			return err
 		}
@@ -479,9 +551,9 @@ func (s *Store) Remove(ctx context.Context, refs []storage.Ref) ([]error, error)
 		return results, nil
 	}
 	now := s.now()
-	err = s.db.Update(func(tx *bolt.Tx) error {
+	err = s.update(func(tx *bolt.Tx, c *counts) error {
 		clear(results)
-		b, err := buckets(tx)
+		b, err := buckets(tx, c)
 		if err != nil {
 			return err
 		}
@@ -506,6 +578,10 @@ func (s *Store) Remove(ctx context.Context, refs []storage.Ref) ([]error, error)
 			if err := b.timeouts.Delete([]byte(r.ID)); err != nil {
 				return err
 			}
+			b.c.pending--
+			if r.index == idxLeased {
+				b.c.leased--
+			}
 		}
 		return nil
 	})
@@ -523,8 +599,8 @@ func (s *Store) Release(ctx context.Context, id, lock string, notBefore time.Tim
 	}
 	defer exit()
 	now := s.now()
-	err = s.db.Update(func(tx *bolt.Tx) error {
-		b, err := buckets(tx)
+	err = s.update(func(tx *bolt.Tx, c *counts) error {
+		b, err := buckets(tx, c)
 		if err != nil {
 			return err
 		}
@@ -556,8 +632,8 @@ func (s *Store) IncrementFailureCount(ctx context.Context, id, lock, reason stri
 	defer exit()
 	now := s.now()
 	var attempts int
-	err = s.db.Update(func(tx *bolt.Tx) error {
-		b, err := buckets(tx)
+	err = s.update(func(tx *bolt.Tx, c *counts) error {
+		b, err := buckets(tx, c)
 		if err != nil {
 			return err
 		}
@@ -593,7 +669,7 @@ func (s *Store) NextDue(ctx context.Context) (time.Time, bool, error) {
 	var at time.Time
 	var ok bool
 	err = s.db.View(func(tx *bolt.Tx) error {
-		b, err := buckets(tx)
+		b, err := buckets(tx, nil)
 		if err != nil {
 			return err
 		}
@@ -635,9 +711,9 @@ func (s *Store) Reap(ctx context.Context) (int, error) {
 	defer exit()
 	now := s.now()
 	var n int
-	err = s.db.Update(func(tx *bolt.Tx) error {
+	err = s.update(func(tx *bolt.Tx, c *counts) error {
 		var err error
-		n, err = s.freeLeases(tx, &now, -1)
+		n, err = s.freeLeases(tx, c, &now, -1)
 		return err
 	})
 	if err != nil {
@@ -656,12 +732,8 @@ func (s *Store) Stats(ctx context.Context) (pending, leased int, err error) {
 	}
 	defer exit()
 	err = s.db.View(func(tx *bolt.Tx) error {
-		b, err := buckets(tx)
-		if err != nil {
-			return err
-		}
-		leased = b.leased.Stats().KeyN
-		pending = b.ready.Stats().KeyN + leased
+		c := readCounts(tx.Bucket(bucketMeta))
+		pending, leased = int(c.pending), int(c.leased)
 		return nil
 	})
 	if err != nil {

@@ -54,7 +54,7 @@ func verifyFile(t *testing.T, path string) {
 		for err := range tx.Check() {
 			return fmt.Errorf("bbolt check: %w", err)
 		}
-		b, err := buckets(tx)
+		b, err := buckets(tx, nil)
 		if err != nil {
 			return err
 		}
@@ -88,6 +88,11 @@ func verifyFile(t *testing.T, path string) {
 		}
 		if n := b.ready.Stats().KeyN + b.leased.Stats().KeyN; n != rows {
 			return fmt.Errorf("%d index entries for %d records", n, rows)
+		}
+		// The kept counts must match what the file holds.
+		c := readCounts(tx.Bucket(bucketMeta))
+		if c.pending != int64(rows) || c.leased != int64(b.leased.Stats().KeyN) {
+			return fmt.Errorf("kept counts %+v, file holds %d rows, %d leased", c, rows, b.leased.Stats().KeyN)
 		}
 		return nil
 	})
