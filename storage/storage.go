@@ -19,7 +19,18 @@ var (
 	ErrConcurrency = errors.New("storage: lock does not match (lease expired or taken)")
 	// ErrClosed means the store was used after Close.
 	ErrClosed = errors.New("storage: store is closed")
+	// ErrLeased means the timeout is being dispatched and cannot be changed.
+	ErrLeased = errors.New("storage: timeout is being dispatched")
 )
+
+// ListFilter selects pending timeouts for List.
+type ListFilter struct {
+	Destination string    // exact queue name; empty: all
+	DueFrom     time.Time // inclusive; zero: unbounded
+	DueTo       time.Time // exclusive; zero: unbounded
+	After       string    // cursor from the previous page; empty: from the start
+	Limit       int       // at most this many rows (required, > 0)
+}
 
 // Timeout is one pending message. Message is opaque to the store: the encoded
 // body, AMQP properties and headers (see package message).
@@ -92,6 +103,18 @@ type Store interface {
 
 	// Reap frees rows whose lease expired and returns how many it freed.
 	Reap(ctx context.Context) (int, error)
+
+	// List returns pending timeouts in due-time order (ties by id), without
+	// their Message, and the cursor of the next page ("" when there is none).
+	List(ctx context.Context, f ListFilter) (rows []Timeout, next string, err error)
+
+	// Cancel removes a pending timeout that is not being dispatched:
+	// ErrNotFound when there is none, ErrLeased while it is leased.
+	Cancel(ctx context.Context, id string) error
+
+	// Reschedule sets a new due time on a timeout that is not being
+	// dispatched (and clears any retry hold): ErrNotFound, ErrLeased.
+	Reschedule(ctx context.Context, id string, dueAt time.Time) error
 
 	Close() error
 }

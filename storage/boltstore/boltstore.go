@@ -23,6 +23,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -42,6 +43,7 @@ var (
 	bucketTimeouts = []byte("timeouts")
 	bucketReady    = []byte("ready")
 	bucketLeased   = []byte("leased")
+	bucketDue      = []byte("due")
 	bucketMeta     = []byte("meta")
 	keyFormat      = []byte("format")
 )
@@ -121,6 +123,23 @@ func Open(path string, opts Options) (*Store, error) {
 				return err
 			}
 		}
+		if tx.Bucket(bucketDue) == nil {
+			// A file from before the due-time index: build it once.
+			due, err := tx.CreateBucket(bucketDue)
+			if err != nil {
+				return err
+			}
+			err = tx.Bucket(bucketTimeouts).ForEach(func(k, v []byte) error {
+				r, err := decodeRecord(v)
+				if err != nil {
+					return fmt.Errorf("record %q: %w", k, err)
+				}
+				return due.Put(dueKey(&r.Timeout), []byte{})
+			})
+			if err != nil {
+				return err
+			}
+		}
 		if meta.Get(keyPending) == nil {
 			// A file from before the counts were kept: count once.
 			leased := tx.Bucket(bucketLeased).Stats().KeyN
@@ -182,7 +201,9 @@ func (s *Store) enter(ctx context.Context) (func(), error) {
 // (nil in read-only transactions).
 type txb struct {
 	timeouts, ready, leased *bolt.Bucket
-	c                       *counts
+	// due orders every pending row by due time and id, for List.
+	due *bolt.Bucket
+	c   *counts
 }
 
 // counts are kept in bucket meta so Stats costs nothing and Open scans
@@ -194,9 +215,10 @@ func buckets(tx *bolt.Tx, c *counts) (txb, error) {
 		timeouts: tx.Bucket(bucketTimeouts),
 		ready:    tx.Bucket(bucketReady),
 		leased:   tx.Bucket(bucketLeased),
+		due:      tx.Bucket(bucketDue),
 		c:        c,
 	}
-	if b.timeouts == nil || b.ready == nil || b.leased == nil {
+	if b.timeouts == nil || b.ready == nil || b.leased == nil || b.due == nil {
 		return b, errors.New("buckets missing")
 	}
 	// Index keys mostly arrive in ascending order (due times, sequences):
@@ -281,6 +303,9 @@ func (b txb) place(r *record, fresh bool, idx byte, at time.Time, seq uint64) er
 	}
 	if fresh {
 		b.c.pending++
+		if err := b.due.Put(dueKey(&r.Timeout), []byte{}); err != nil {
+			return err
+		}
 	}
 	switch {
 	case wasLeased && idx != idxLeased:
@@ -294,6 +319,31 @@ func (b txb) place(r *record, fresh bool, idx byte, at time.Time, seq uint64) er
 		return err
 	}
 	return b.save(r)
+}
+
+// forget deletes r: its record and its entries in the indexes.
+func (b txb) forget(r *record) error {
+	if err := b.index(r.index).Delete(r.key[:]); err != nil {
+		return err
+	}
+	if err := b.due.Delete(dueKey(&r.Timeout)); err != nil {
+		return err
+	}
+	if err := b.timeouts.Delete([]byte(r.ID)); err != nil {
+		return err
+	}
+	b.c.pending--
+	if r.index == idxLeased {
+		b.c.leased--
+	}
+	return nil
+}
+
+// dueKey is a row's key in the due index: its due time, then its id, so the
+// key follows from the record and needs no storing.
+func dueKey(t *storage.Timeout) []byte {
+	k := binary.BigEndian.AppendUint64(make([]byte, 0, 8+len(t.ID)), keyTime(t.DueAt))
+	return append(k, t.ID...)
 }
 
 // makeReady clears r's lease and moves it to the ready index.
@@ -572,15 +622,8 @@ func (s *Store) Remove(ctx context.Context, refs []storage.Ref) ([]error, error)
 				results[i] = fmt.Errorf("boltstore: remove %q: %w", ref.ID, err)
 				continue
 			}
-			if err := b.index(r.index).Delete(r.key[:]); err != nil {
+			if err := b.forget(r); err != nil {
 				return err
-			}
-			if err := b.timeouts.Delete([]byte(r.ID)); err != nil {
-				return err
-			}
-			b.c.pending--
-			if r.index == idxLeased {
-				b.c.leased--
 			}
 		}
 		return nil
@@ -740,4 +783,129 @@ func (s *Store) Stats(ctx context.Context) (pending, leased int, err error) {
 		return 0, 0, fmt.Errorf("boltstore: stats: %w", err)
 	}
 	return pending, leased, nil
+}
+
+// List returns pending rows in due order from the due index; see
+// storage.Store. The cursor is the hex of the last row's due-index key.
+func (s *Store) List(ctx context.Context, f storage.ListFilter) ([]storage.Timeout, string, error) {
+	exit, err := s.enter(ctx)
+	if err != nil {
+		return nil, "", err
+	}
+	defer exit()
+	if f.Limit <= 0 {
+		return nil, "", fmt.Errorf("boltstore: list: limit must be positive, got %d", f.Limit)
+	}
+	var after []byte
+	if f.After != "" {
+		if after, err = hex.DecodeString(f.After); err != nil || len(after) < 8 {
+			return nil, "", fmt.Errorf("boltstore: list: invalid cursor %q", f.After)
+		}
+	}
+	var rows []storage.Timeout
+	var next string
+	err = s.db.View(func(tx *bolt.Tx) error {
+		b, err := buckets(tx, nil)
+		if err != nil {
+			return err
+		}
+		c := b.due.Cursor()
+		var k []byte
+		switch {
+		case after != nil:
+			if k, _ = c.Seek(after); k != nil && bytes.Equal(k, after) {
+				k, _ = c.Next()
+			}
+		case !f.DueFrom.IsZero():
+			k, _ = c.Seek(binary.BigEndian.AppendUint64(nil, keyTime(f.DueFrom)))
+		default:
+			k, _ = c.First()
+		}
+		for ; k != nil; k, _ = c.Next() {
+			r, err := b.load(string(k[8:]))
+			if err != nil {
+				return err
+			}
+			if r == nil {
+				return fmt.Errorf("%w: due index entry %x has no record", errCorrupt, k)
+			}
+			if !f.DueTo.IsZero() && !r.DueAt.Before(f.DueTo) {
+				if keyTime(r.DueAt) > keyTime(f.DueTo) {
+					break // past the range (clamped keys may tie; go on within them)
+				}
+				continue
+			}
+			if (!f.DueFrom.IsZero() && r.DueAt.Before(f.DueFrom)) || (f.Destination != "" && r.Destination != f.Destination) {
+				continue
+			}
+			if len(rows) == f.Limit {
+				next = hex.EncodeToString(dueKey(&rows[len(rows)-1]))
+				return nil
+			}
+			r.Message = nil
+			rows = append(rows, r.Timeout)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, "", fmt.Errorf("boltstore: list: %w", err)
+	}
+	return rows, next, nil
+}
+
+// Cancel removes a row that is not leased; see storage.Store.
+func (s *Store) Cancel(ctx context.Context, id string) error {
+	return s.changeUnleased(ctx, "cancel", id, func(b txb, r *record) error { return b.forget(r) })
+}
+
+// Reschedule moves a row that is not leased to a new due time.
+func (s *Store) Reschedule(ctx context.Context, id string, dueAt time.Time) error {
+	return s.changeUnleased(ctx, "reschedule", id, func(b txb, r *record) error {
+		if err := b.due.Delete(dueKey(&r.Timeout)); err != nil {
+			return err
+		}
+		r.DueAt, r.NotBefore = dueAt, time.Time{}
+		r.Lock, r.LockExpiresAt = "", time.Time{} // an expired lease ends here
+		if err := b.due.Put(dueKey(&r.Timeout), []byte{}); err != nil {
+			return err
+		}
+		seq, err := b.timeouts.NextSequence()
+		if err != nil {
+			return err
+		}
+		return b.place(r, false, idxReady, visibleAt(&r.Timeout), seq)
+	})
+}
+
+// changeUnleased applies change to row id in a write transaction unless the
+// row is missing (ErrNotFound) or leased and its lease still valid
+// (ErrLeased).
+func (s *Store) changeUnleased(ctx context.Context, op, id string, change func(txb, *record) error) error {
+	exit, err := s.enter(ctx)
+	if err != nil {
+		return err
+	}
+	defer exit()
+	now := s.now()
+	err = s.update(func(tx *bolt.Tx, c *counts) error {
+		b, err := buckets(tx, c)
+		if err != nil {
+			return err
+		}
+		r, err := b.load(id)
+		if err != nil {
+			return err
+		}
+		if r == nil {
+			return storage.ErrNotFound
+		}
+		if r.Lock != "" && now.Before(r.LockExpiresAt) {
+			return storage.ErrLeased
+		}
+		return change(b, r)
+	})
+	if err != nil {
+		return fmt.Errorf("boltstore: %s %q: %w", op, id, err)
+	}
+	return nil
 }

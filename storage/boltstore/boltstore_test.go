@@ -68,6 +68,9 @@ func verifyFile(t *testing.T, path string) {
 			if r.ID != string(k) {
 				return fmt.Errorf("record under %q has id %q", k, r.ID)
 			}
+			if b.due.Get(dueKey(&r.Timeout)) == nil {
+				return fmt.Errorf("record %q: no due-index entry", k)
+			}
 			if got := b.index(r.index).Get(r.key[:]); string(got) != r.ID {
 				return fmt.Errorf("record %q: index %d entry %x holds %q", k, r.index, r.key, got)
 			}
@@ -88,6 +91,9 @@ func verifyFile(t *testing.T, path string) {
 		}
 		if n := b.ready.Stats().KeyN + b.leased.Stats().KeyN; n != rows {
 			return fmt.Errorf("%d index entries for %d records", n, rows)
+		}
+		if n := b.due.Stats().KeyN; n != rows {
+			return fmt.Errorf("%d due-index entries for %d records", n, rows)
 		}
 		// The kept counts must match what the file holds.
 		c := readCounts(tx.Bucket(bucketMeta))

@@ -35,13 +35,17 @@ const (
 	Increment // IncrementFailureCount
 	NextDue
 	Reap
+	List
+	Cancel
+	Reschedule
 	Close
 	numOps
 )
 
 var opNames = [...]string{
 	Insert: "Insert", Lease: "Lease", Get: "Get", Remove: "Remove", Release: "Release",
-	Increment: "IncrementFailureCount", NextDue: "NextDue", Reap: "Reap", Close: "Close",
+	Increment: "IncrementFailureCount", NextDue: "NextDue", Reap: "Reap", List: "List", Cancel: "Cancel",
+	Reschedule: "Reschedule", Close: "Close",
 }
 
 func (op Op) String() string {
@@ -226,6 +230,30 @@ func (s *Store) Reap(ctx context.Context) (int, error) {
 		return 0, err
 	}
 	return s.inner.Reap(ctx)
+}
+
+// List delegates unless List is failing.
+func (s *Store) List(ctx context.Context, f storage.ListFilter) ([]storage.Timeout, string, error) {
+	if err := s.enter(ctx, List); err != nil {
+		return nil, "", err
+	}
+	return s.inner.List(ctx, f)
+}
+
+// Cancel delegates unless Cancel is failing.
+func (s *Store) Cancel(ctx context.Context, id string) error {
+	if err := s.enter(ctx, Cancel); err != nil {
+		return err
+	}
+	return s.inner.Cancel(ctx, id)
+}
+
+// Reschedule delegates unless Reschedule is failing.
+func (s *Store) Reschedule(ctx context.Context, id string, dueAt time.Time) error {
+	if err := s.enter(ctx, Reschedule); err != nil {
+		return err
+	}
+	return s.inner.Reschedule(ctx, id, dueAt)
 }
 
 // Close closes the wrapped store the first time and returns its result;

@@ -111,6 +111,10 @@ var tests = []struct {
 	{"NextDue", testNextDue},
 	{"NextDueExtremeTimes", testNextDueExtremeTimes},
 	{"Reap", testReap},
+	{"List", testList},
+	{"ListFilters", testListFilters},
+	{"Cancel", testCancel},
+	{"Reschedule", testReschedule},
 	{"Closed", testClosed},
 	{"ContextCancelled", testContextCancelled},
 }
@@ -1349,5 +1353,188 @@ func testLeaseDueBy(e *env) {
 	e.clock.Advance(5 * time.Millisecond)
 	if ls, err := e.s.Lease(e.ctx, "q", at(20*time.Millisecond), 10, time.Minute); err != nil || len(ls) != 3 {
 		e.Fatalf("after expiry: %v, %v; want the 3 expired leases back", leaseIDs(ls), err)
+	}
+}
+
+// listAll pages through List with the given page size and returns the ids.
+func (e *env) listAll(f storage.ListFilter) []string {
+	e.Helper()
+	var ids []string
+	for pages := 0; ; pages++ {
+		if pages > 1000 {
+			e.Fatal("List cursor does not advance")
+		}
+		rows, next, err := e.s.List(e.ctx, f)
+		if err != nil {
+			e.Fatalf("List(%+v): %v", f, err)
+		}
+		if len(rows) > f.Limit {
+			e.Fatalf("List(limit %d) returned %d rows", f.Limit, len(rows))
+		}
+		for _, r := range rows {
+			if r.Message != nil {
+				e.Fatalf("List returned the message of %q; it must leave it to Get", r.ID)
+			}
+			ids = append(ids, r.ID)
+		}
+		if next == "" {
+			return ids
+		}
+		f.After = next
+	}
+}
+
+// testList: every pending row, leased or not, in due order (ties by id),
+// across pages of every size.
+func testList(e *env) {
+	if rows, next, err := e.s.List(e.ctx, storage.ListFilter{Limit: 10}); err != nil || len(rows) != 0 || next != "" {
+		e.Fatalf("List on an empty store = %v, %q, %v", rows, next, err)
+	}
+	e.insert(newTimeout("c", at(2*time.Hour)), newTimeout("a", at(-time.Hour)), newTimeout("b2", at(time.Hour)),
+		newTimeout("b1", at(time.Hour)), newTimeout("d", at(3*time.Hour)))
+	e.lease("o", 1, time.Minute) // "a" is leased: still listed
+	want := []string{"a", "b1", "b2", "c", "d"}
+	for _, size := range []int{1, 2, 3, 5, 10} {
+		if got := e.listAll(storage.ListFilter{Limit: size}); !slices.Equal(got, want) {
+			e.Fatalf("List pages of %d = %v, want %v", size, got, want)
+		}
+	}
+	rows, _, err := e.s.List(e.ctx, storage.ListFilter{Limit: 1})
+	if err != nil || len(rows) != 1 || rows[0].Lock == "" || rows[0].Destination != "dest.a" || !rows[0].DueAt.Equal(at(-time.Hour)) {
+		e.Fatalf("List row = %+v, %v; want a's fields, lock included", rows, err)
+	}
+	if _, _, err := e.s.List(e.ctx, storage.ListFilter{Limit: 0}); err == nil {
+		e.Fatal("List with limit 0 must fail")
+	}
+	if _, _, err := e.s.List(e.ctx, storage.ListFilter{Limit: 1, After: "not a cursor"}); err == nil {
+		e.Fatal("List with a garbage cursor must fail")
+	}
+	// Removed and inserted rows between pages: the cursor still advances.
+	rows, next, _ := e.s.List(e.ctx, storage.ListFilter{Limit: 2})
+	e.removeUnconditional(rows[0].ID, "c")
+	e.insert(newTimeout("e", at(4*time.Hour)))
+	if got := e.listAll(storage.ListFilter{Limit: 2, After: next}); !slices.Equal(got, []string{"b2", "d", "e"}) {
+		e.Fatalf("List after changes = %v, want b2, d, e", got)
+	}
+}
+
+func (e *env) removeUnconditional(ids ...string) {
+	e.Helper()
+	refs := make([]storage.Ref, len(ids))
+	for i, id := range ids {
+		refs[i] = storage.Ref{ID: id}
+	}
+	if _, err := e.s.Remove(e.ctx, refs); err != nil {
+		e.Fatal(err)
+	}
+}
+
+// testListFilters: destination and due range [from, to).
+func testListFilters(e *env) {
+	mk := func(id, dest string, due time.Time) storage.Timeout {
+		t := newTimeout(id, due)
+		t.Destination = dest
+		return t
+	}
+	e.insert(mk("o1", "orders", at(time.Minute)), mk("b1", "billing", at(2*time.Minute)),
+		mk("o2", "orders", at(3*time.Minute)), mk("o3", "orders", at(4*time.Minute)), mk("b2", "billing", at(5*time.Minute)))
+	for _, c := range []struct {
+		f    storage.ListFilter
+		want []string
+	}{
+		{storage.ListFilter{Destination: "orders"}, []string{"o1", "o2", "o3"}},
+		{storage.ListFilter{Destination: "nobody"}, nil},
+		{storage.ListFilter{DueFrom: at(2 * time.Minute)}, []string{"b1", "o2", "o3", "b2"}},
+		{storage.ListFilter{DueTo: at(3 * time.Minute)}, []string{"o1", "b1"}},
+		{storage.ListFilter{DueFrom: at(2 * time.Minute), DueTo: at(4 * time.Minute), Destination: "orders"}, []string{"o2"}},
+		{storage.ListFilter{DueFrom: at(time.Hour)}, nil},
+	} {
+		for _, size := range []int{1, 2, 10} {
+			c.f.Limit = size
+			if got := e.listAll(c.f); !slices.Equal(got, c.want) {
+				e.Fatalf("List(%+v) = %v, want %v", c.f, got, c.want)
+			}
+		}
+	}
+}
+
+// testCancel: a pending row goes; a leased one stays (ErrLeased) until its
+// lease expires; a missing one is ErrNotFound.
+func testCancel(e *env) {
+	e.insertDue("a", "b")
+	ls := e.lease("o", 1, time.Minute)
+	leased := ls[0].ID
+	free := "a"
+	if leased == "a" {
+		free = "b"
+	}
+	if err := e.s.Cancel(e.ctx, free); err != nil {
+		e.Fatalf("Cancel(%s): %v", free, err)
+	}
+	if _, err := e.s.Get(e.ctx, free); !errors.Is(err, storage.ErrNotFound) {
+		e.Fatalf("cancelled row still there: %v", err)
+	}
+	if err := e.s.Cancel(e.ctx, free); !errors.Is(err, storage.ErrNotFound) {
+		e.Fatalf("Cancel of a missing row = %v, want ErrNotFound", err)
+	}
+	if err := e.s.Cancel(e.ctx, leased); !errors.Is(err, storage.ErrLeased) {
+		e.Fatalf("Cancel of a leased row = %v, want ErrLeased", err)
+	}
+	if _, err := e.s.Get(e.ctx, leased); err != nil {
+		e.Fatalf("a refused Cancel removed the row: %v", err)
+	}
+	e.clock.Advance(time.Minute)
+	if err := e.s.Cancel(e.ctx, leased); err != nil {
+		e.Fatalf("Cancel after the lease expired: %v", err)
+	}
+	if rows, _, _ := e.s.List(e.ctx, storage.ListFilter{Limit: 10}); len(rows) != 0 {
+		e.Fatalf("rows left after cancelling all: %v", rows)
+	}
+}
+
+// testReschedule: a new due time moves the row in Lease and List order and
+// clears a retry hold; a leased row is refused.
+func testReschedule(e *env) {
+	e.insert(newTimeout("a", at(time.Hour)), newTimeout("b", at(-time.Minute)))
+	if err := e.s.Reschedule(e.ctx, "a", at(-time.Hour)); err != nil {
+		e.Fatal(err)
+	}
+	if got := e.listAll(storage.ListFilter{Limit: 10}); !slices.Equal(got, []string{"a", "b"}) {
+		e.Fatalf("List after rescheduling a earlier = %v", got)
+	}
+	ls := e.lease("o", 1, time.Minute)
+	if len(ls) != 1 || ls[0].ID != "a" || !ls[0].DueAt.Equal(at(-time.Hour)) {
+		e.Fatalf("Lease after reschedule = %+v; want a at its new due time", ls)
+	}
+	if err := e.s.Reschedule(e.ctx, "a", at(time.Hour)); !errors.Is(err, storage.ErrLeased) {
+		e.Fatalf("Reschedule of a leased row = %v, want ErrLeased", err)
+	}
+	// A row held back for a retry: rescheduling to now makes it due now.
+	if err := e.s.Release(e.ctx, "a", ls[0].Lock, at(time.Hour)); err != nil {
+		e.Fatal(err)
+	}
+	if err := e.s.Reschedule(e.ctx, "b", at(2*time.Hour)); err != nil {
+		e.Fatal(err)
+	}
+	if err := e.s.Reschedule(e.ctx, "a", at(0)); err != nil {
+		e.Fatal(err)
+	}
+	row := e.get("a")
+	if !row.DueAt.Equal(at(0)) || !row.NotBefore.IsZero() {
+		e.Fatalf("after reschedule: due %s notBefore %s", row.DueAt, row.NotBefore)
+	}
+	if ls := e.lease("o", 10, time.Minute); len(ls) != 1 || ls[0].ID != "a" {
+		e.Fatalf("Lease = %+v, want only a (b is now due in two hours)", ls)
+	}
+	if err := e.s.Reschedule(e.ctx, "nope", at(0)); !errors.Is(err, storage.ErrNotFound) {
+		e.Fatalf("Reschedule of a missing row = %v", err)
+	}
+	// An expired lease does not block a reschedule, and the row is free after.
+	e.clock.Advance(time.Minute)
+	if err := e.s.Reschedule(e.ctx, "a", at(time.Minute)); err != nil {
+		e.Fatal(err)
+	}
+	if row := e.get("a"); row.Lock != "" {
+		e.Fatalf("rescheduled row keeps the expired lock %q", row.Lock)
 	}
 }
