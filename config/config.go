@@ -20,35 +20,35 @@ func (c Config) TLSFiles() broker.TLSFiles {
 	return broker.TLSFiles{CAFile: c.TLSCAFile, CertFile: c.TLSCertFile, KeyFile: c.TLSKeyFile, ServerName: c.TLSServerName}
 }
 
-// Config mirrors contract §5; every field is DELAYBRIDGE_<split_words>.
+// Config mirrors contract §5; each field's tag is its variable's full name.
 type Config struct {
-	AMQPURL                          string        `envconfig:"AMQP_URL" default:"amqp://guest:guest@localhost:5672/"`
-	TLSCAFile                        string        `envconfig:"TLS_CA_FILE"`
-	TLSCertFile                      string        `envconfig:"TLS_CERT_FILE"`
-	TLSKeyFile                       string        `envconfig:"TLS_KEY_FILE"`
-	TLSServerName                    string        `envconfig:"TLS_SERVER_NAME"`
-	Endpoint                         string        `envconfig:"ENDPOINT" default:"delaybridge"`
-	ErrorQueue                       string        `envconfig:"ERROR_QUEUE" default:"error"`
-	Store                            string        `envconfig:"STORE" default:"bbolt"`
-	StorePath                        string        `envconfig:"STORE_PATH" default:"./data/delaybridge.db"`
-	PostgresURL                      string        `envconfig:"POSTGRES_URL"`
-	HTTPAddr                         string        `envconfig:"HTTP_ADDR" default:":8080"`
-	PollInterval                     time.Duration `envconfig:"POLL_INTERVAL" default:"1s"`
-	BatchSize                        int           `envconfig:"BATCH_SIZE" default:"1000"`
-	LockLeaseDuration                time.Duration `envconfig:"LOCK_LEASE_DURATION" default:"5m"`
-	Prefetch                         int           `envconfig:"PREFETCH" default:"500"`
-	NumberOfRetries                  int           `envconfig:"NUMBER_OF_RETRIES" default:"5"`
-	TimeToTriggerStoreCircuitBreaker time.Duration `envconfig:"TIME_TO_TRIGGER_STORE_CIRCUIT_BREAKER" default:"30s"`
-	TimeToTriggerFetchCircuitBreaker time.Duration `envconfig:"TIME_TO_TRIGGER_FETCH_CIRCUIT_BREAKER" default:"30s"`
-	TimeToTriggerDispatchBreaker     time.Duration `envconfig:"TIME_TO_TRIGGER_DISPATCH_CIRCUIT_BREAKER" default:"30s"`
-	MaxRecoveryFailuresPerSecond     int           `envconfig:"MAXIMUM_RECOVERY_FAILURES_PER_SECOND" default:"1"`
-	MaxDelay                         time.Duration `envconfig:"MAX_DELAY" default:"0"`
-	MaxMessageBytes                  int           `envconfig:"MAX_MESSAGE_BYTES" default:"16777216"`
-	AllowedDestinations              []string      `envconfig:"ALLOWED_DESTINATIONS" default:"*"`
-	AdminToken                       string        `envconfig:"ADMIN_TOKEN"`
-	QueueType                        string        `envconfig:"QUEUE_TYPE" default:"classic"`
-	LogLevel                         string        `envconfig:"LOG_LEVEL" default:"info"`
-	LogFormat                        string        `envconfig:"LOG_FORMAT" default:"json"`
+	AMQPURL                          string        `envconfig:"DELAYBRIDGE_AMQP_URL" default:"amqp://guest:guest@localhost:5672/"`
+	TLSCAFile                        string        `envconfig:"DELAYBRIDGE_TLS_CA_FILE"`
+	TLSCertFile                      string        `envconfig:"DELAYBRIDGE_TLS_CERT_FILE"`
+	TLSKeyFile                       string        `envconfig:"DELAYBRIDGE_TLS_KEY_FILE"`
+	TLSServerName                    string        `envconfig:"DELAYBRIDGE_TLS_SERVER_NAME"`
+	Endpoint                         string        `envconfig:"DELAYBRIDGE_ENDPOINT" default:"delaybridge"`
+	ErrorQueue                       string        `envconfig:"DELAYBRIDGE_ERROR_QUEUE" default:"error"`
+	Store                            string        `envconfig:"DELAYBRIDGE_STORE" default:"bbolt"`
+	StorePath                        string        `envconfig:"DELAYBRIDGE_STORE_PATH" default:"./data/delaybridge.db"`
+	PostgresURL                      string        `envconfig:"DELAYBRIDGE_POSTGRES_URL"`
+	HTTPAddr                         string        `envconfig:"DELAYBRIDGE_HTTP_ADDR" default:":8080"`
+	PollInterval                     time.Duration `envconfig:"DELAYBRIDGE_POLL_INTERVAL" default:"1s"`
+	BatchSize                        int           `envconfig:"DELAYBRIDGE_BATCH_SIZE" default:"1000"`
+	LockLeaseDuration                time.Duration `envconfig:"DELAYBRIDGE_LOCK_LEASE_DURATION" default:"5m"`
+	Prefetch                         int           `envconfig:"DELAYBRIDGE_PREFETCH" default:"500"`
+	NumberOfRetries                  int           `envconfig:"DELAYBRIDGE_NUMBER_OF_RETRIES" default:"5"`
+	TimeToTriggerStoreCircuitBreaker time.Duration `envconfig:"DELAYBRIDGE_TIME_TO_TRIGGER_STORE_CIRCUIT_BREAKER" default:"30s"`
+	TimeToTriggerFetchCircuitBreaker time.Duration `envconfig:"DELAYBRIDGE_TIME_TO_TRIGGER_FETCH_CIRCUIT_BREAKER" default:"30s"`
+	TimeToTriggerDispatchBreaker     time.Duration `envconfig:"DELAYBRIDGE_TIME_TO_TRIGGER_DISPATCH_CIRCUIT_BREAKER" default:"30s"`
+	MaxRecoveryFailuresPerSecond     int           `envconfig:"DELAYBRIDGE_MAXIMUM_RECOVERY_FAILURES_PER_SECOND" default:"1"`
+	MaxDelay                         time.Duration `envconfig:"DELAYBRIDGE_MAX_DELAY" default:"0"`
+	MaxMessageBytes                  int           `envconfig:"DELAYBRIDGE_MAX_MESSAGE_BYTES" default:"16777216"`
+	AllowedDestinations              []string      `envconfig:"DELAYBRIDGE_ALLOWED_DESTINATIONS" default:"*"`
+	AdminToken                       string        `envconfig:"DELAYBRIDGE_ADMIN_TOKEN"`
+	QueueType                        string        `envconfig:"DELAYBRIDGE_QUEUE_TYPE" default:"classic"`
+	LogLevel                         string        `envconfig:"DELAYBRIDGE_LOG_LEVEL" default:"info"`
+	LogFormat                        string        `envconfig:"DELAYBRIDGE_LOG_FORMAT" default:"json"`
 }
 
 // Prefix is the environment variable prefix.
@@ -57,7 +57,10 @@ const Prefix = "DELAYBRIDGE"
 // Load reads and validates the environment. The error names the variable.
 func Load() (Config, error) {
 	var c Config
-	if err := envconfig.Process(Prefix, &c); err != nil {
+	// Full names in the tags and no prefix: envconfig would otherwise fall
+	// back to the bare names (AMQP_URL, ENDPOINT, ...), so a stray variable
+	// in a shared environment could silently rename queues or the store.
+	if err := envconfig.Process("", &c); err != nil {
 		return Config{}, explain(err)
 	}
 	return c, c.Validate()

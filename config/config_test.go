@@ -117,3 +117,16 @@ func TestBadValuesNameTheVariable(t *testing.T) {
 		})
 	}
 }
+
+func TestUnprefixedVariablesAreIgnored(t *testing.T) {
+	t.Setenv("ENDPOINT", "hijacked")
+	t.Setenv("STORE_PATH", "/tmp/elsewhere.db")
+	t.Setenv("LOG_LEVEL", "nonsense")
+	c, err := loadClean(t, nil)
+	if err != nil {
+		t.Fatalf("an unprefixed variable broke loading: %v", err)
+	}
+	if c.Endpoint != "delaybridge" || c.StorePath != "./data/delaybridge.db" || c.LogLevel != "info" {
+		t.Fatalf("unprefixed variables were read: %+v", c)
+	}
+}
