@@ -25,6 +25,7 @@ import (
 	"github.com/delaybridge/delaybridge/dispatch"
 	"github.com/delaybridge/delaybridge/httpapi"
 	"github.com/delaybridge/delaybridge/ingest"
+	"github.com/delaybridge/delaybridge/metrics"
 	"github.com/delaybridge/delaybridge/poller"
 	"github.com/delaybridge/delaybridge/storage"
 	"github.com/delaybridge/delaybridge/storage/boltstore"
@@ -52,6 +53,9 @@ type Deps struct {
 	Store storage.Store
 	// TLS configures amqps:// connections; nil uses the system's roots.
 	TLS *tls.Config
+	// Metrics receives the bridge's metrics; nil: the bridge makes its own
+	// (see Bridge.Metrics).
+	Metrics *metrics.Metrics
 }
 
 // Bridge owns every component and shuts them down in data-flow order.
@@ -69,8 +73,14 @@ func New(cfg config.Config, deps Deps) *Bridge {
 	if deps.Now == nil {
 		deps.Now = time.Now
 	}
+	if deps.Metrics == nil {
+		deps.Metrics = metrics.New()
+	}
 	return &Bridge{cfg: cfg, deps: deps, log: deps.Logger, owner: host + "-" + uuid.NewString()[:8]}
 }
+
+// Metrics are the bridge's metrics, served on GET /metrics.
+func (b *Bridge) Metrics() *metrics.Metrics { return b.deps.Metrics }
 
 // Ready reports whether the bridge is running and connected.
 func (b *Bridge) Ready() bool { return b.ready.Load() }
@@ -85,6 +95,7 @@ func (b *Bridge) Run(ctx context.Context) (err error) {
 		return fmt.Errorf("DELAYBRIDGE_ALLOWED_DESTINATIONS: %w", err)
 	}
 	now := b.deps.Now
+	met := b.deps.Metrics
 
 	store := b.deps.Store
 	if store == nil {
@@ -96,6 +107,13 @@ func (b *Bridge) Run(ctx context.Context) (err error) {
 		store = bs
 	}
 	defer store.Close() // for early returns; Close is idempotent
+	var storeStats func(context.Context) (int, int, error)
+	if st, ok := store.(interface {
+		Stats(context.Context) (int, int, error)
+	}); ok {
+		storeStats = st.Stats
+	}
+	met.WatchStore(storeStats, store.NextDue, now)
 
 	// Separate connections: a publisher blocked by flow control must not
 	// stall the consumers, and vice versa. Each reconnects on its own.
@@ -115,6 +133,8 @@ func (b *Bridge) Run(ctx context.Context) (err error) {
 		})
 	}
 	consumeConn, publishConn := newConn("consume"), newConn("publish")
+	met.WatchConnection("consume", consumeConn.Connected)
+	met.WatchConnection("publish", publishConn.Connected)
 	if err := publishConn.Connect(); err != nil {
 		return err
 	}
@@ -128,6 +148,7 @@ func (b *Bridge) Run(ctx context.Context) (err error) {
 	// supervisor restarts it.
 	critical := make(chan error, 1)
 	breaker := func(name string, ttt time.Duration) *circuit.Breaker {
+		met.BreakerState(name, circuit.Disarmed)
 		return circuit.New(name, ttt, circuit.Options{
 			Now: now,
 			OnTrigger: func(err error) {
@@ -142,6 +163,7 @@ func (b *Bridge) Run(ctx context.Context) (err error) {
 					ev = log.Info()
 				}
 				ev.Str("breaker", name).Str("state", s.String()).AnErr("cause", cause).Msg("circuit breaker " + s.String())
+				met.BreakerState(name, s)
 			},
 		})
 	}
@@ -154,6 +176,7 @@ func (b *Bridge) Run(ctx context.Context) (err error) {
 		Owner: b.owner, DispatcherQueue: topo.DispatcherQueue(), BatchSize: cfg.BatchSize,
 		LeaseDuration: cfg.LockLeaseDuration, PollInterval: cfg.PollInterval, Lookahead: lookahead, Now: now,
 		FetchBreaker: breaker("fetch", cfg.TimeToTriggerFetchCircuitBreaker),
+		Metrics:      met,
 		Logger:       log.With().Str("component", "poller").Logger(),
 	})
 	in := ingest.New(consumeConn, func(ctx context.Context) (ingest.Publisher, error) { return ingestPub(ctx) }, store, ingest.Options{
@@ -164,6 +187,7 @@ func (b *Bridge) Run(ctx context.Context) (err error) {
 			Reserved: []string{topo.TimeoutsQueue(), topo.DispatcherQueue()},
 		},
 		StoreBreaker: breaker("store", cfg.TimeToTriggerStoreCircuitBreaker),
+		Metrics:      met,
 		Logger:       log.With().Str("component", "ingest").Logger(),
 	})
 	dp := dispatch.New(consumeConn, func(ctx context.Context) (dispatch.Publisher, error) { return dispatchPub(ctx) }, store, dispatch.Options{
@@ -171,6 +195,7 @@ func (b *Bridge) Run(ctx context.Context) (err error) {
 		Prefetch: cfg.Prefetch, Workers: dispatchWorkers, NumberOfRetries: cfg.NumberOfRetries, Allowed: allowed,
 		FailureCountLimit: rate.NewLimiter(rate.Limit(cfg.MaxRecoveryFailuresPerSecond), cfg.MaxRecoveryFailuresPerSecond),
 		Breaker:           breaker("dispatch", cfg.TimeToTriggerDispatchBreaker),
+		Metrics:           met,
 		Now:               now, Logger: log.With().Str("component", "dispatch").Logger(),
 	})
 
@@ -194,7 +219,7 @@ func (b *Bridge) Run(ctx context.Context) (err error) {
 				return errors.New("not connected to the broker")
 			}
 			return nil
-		}, Logger: log})
+		}, Metrics: met.Handler(), Logger: log})
 		if err := httpSrv.Listen(); err != nil {
 			return err
 		}

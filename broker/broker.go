@@ -108,6 +108,13 @@ type Outgoing struct {
 	// timeout handed over early still leaves exactly when due. Messages of one
 	// call should be in NotBefore order; zero: at once.
 	NotBefore time.Time
+	// Confirmed, when set, is called by Publish when the broker acked this
+	// message, with the time since it was published. While Publish holds a
+	// later message of the window for its NotBefore it watches the confirms
+	// of those before, so the call comes when the ack arrives, not when the
+	// window ends. An ack does not rule out a return: Publish's result is
+	// the outcome.
+	Confirmed func(latency time.Duration)
 }
 
 // Publisher publishes on one confirm-mode channel. Publish calls are
@@ -173,12 +180,14 @@ func (p *Publisher) Publish(ctx context.Context, msgs []Outgoing) []error {
 
 func (p *Publisher) publishWindow(ctx context.Context, msgs []Outgoing, results []error) {
 	confirms := make([]*amqp.DeferredConfirmation, len(msgs))
+	track := newConfirmTracker(msgs, confirms) // nil when nobody asked
 	for i := range msgs {
 		m := &msgs[i]
-		if wait := time.Until(m.NotBefore); wait > 0 && !Sleep(ctx, wait) {
+		if wait := time.Until(m.NotBefore); wait > 0 && !track.hold(ctx, wait, i) {
 			results[i] = fmt.Errorf("%w: %w", ErrNotConfirmed, ctx.Err())
 			continue
 		}
+		track.publishing(i)
 		dc, err := p.ch.PublishWithDeferredConfirmWithContext(ctx, m.Exchange, m.RoutingKey, m.Mandatory, false, m.Msg)
 		if err != nil {
 			results[i] = fmt.Errorf("%w: %w", ErrNotConfirmed, err)
@@ -191,6 +200,9 @@ func (p *Publisher) publishWindow(ctx context.Context, msgs []Outgoing, results 
 			continue
 		}
 		acked, err := dc.WaitContext(ctx)
+		if err == nil {
+			track.report(i)
+		}
 		switch {
 		case err != nil: // wraps context.DeadlineExceeded when the broker is slow
 			results[i] = fmt.Errorf("%w: %w", ErrNotConfirmed, err)
@@ -217,15 +229,85 @@ func (p *Publisher) publishWindow(ctx context.Context, msgs []Outgoing, results 
 	}
 }
 
-// matchReturn marks the first confirmed publish with the same exchange,
-// routing key and message id as returned. Returns arrive in publish order.
+// confirmTracker calls the Confirmed callbacks of one window. A nil tracker
+// (no message has a callback) does nothing and holds with a plain Sleep.
+type confirmTracker struct {
+	msgs     []Outgoing
+	confirms []*amqp.DeferredConfirmation
+	sent     []time.Time
+	next     int // messages before next are reported
+}
+
+func newConfirmTracker(msgs []Outgoing, confirms []*amqp.DeferredConfirmation) *confirmTracker {
+	for i := range msgs {
+		if msgs[i].Confirmed != nil {
+			return &confirmTracker{msgs: msgs, confirms: confirms, sent: make([]time.Time, len(msgs))}
+		}
+	}
+	return nil
+}
+
+// publishing notes when message i is published.
+func (t *confirmTracker) publishing(i int) {
+	if t != nil {
+		t.sent[i] = time.Now()
+	}
+}
+
+// hold waits d before message i is published, reporting the confirms of the
+// messages before it as they arrive (in publish order, as the broker sends
+// them). It reports whether d passed before ctx ended.
+func (t *confirmTracker) hold(ctx context.Context, d time.Duration, i int) bool {
+	if t == nil {
+		return Sleep(ctx, d)
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	for {
+		for t.next < i && t.confirms[t.next] == nil { // never published
+			t.next++
+		}
+		var confirmed <-chan struct{} // nil: nothing to watch
+		if t.next < i {
+			confirmed = t.confirms[t.next].Done()
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-timer.C:
+			return true
+		case <-confirmed:
+			t.report(t.next)
+		}
+	}
+}
+
+// report calls message i's Confirmed, once, if the broker acked it.
+func (t *confirmTracker) report(i int) {
+	if t == nil || i < t.next {
+		return
+	}
+	t.next = i + 1
+	if f := t.msgs[i].Confirmed; f != nil && t.confirms[i].Acked() {
+		f(time.Since(t.sent[i]))
+	}
+}
+
+// matchReturn marks the publish a return belongs to: one confirmed publish
+// with the same exchange, routing key and message id. When several match
+// (an empty message id, say) it cannot tell which was returned, so it marks
+// them all: a retry of one that was routed is a duplicate, while taking a
+// returned one for delivered would be a loss.
 func (p *Publisher) matchReturn(msgs []Outgoing, results []error, r amqp.Return) {
+	var candidates []int
 	for i := range msgs {
 		m := &msgs[i]
 		if results[i] == nil && m.Exchange == r.Exchange && m.RoutingKey == r.RoutingKey && m.Msg.MessageId == r.MessageId {
-			results[i] = fmt.Errorf("%w: %d %s", ErrReturned, r.ReplyCode, r.ReplyText)
-			return
+			candidates = append(candidates, i)
 		}
+	}
+	for _, i := range candidates {
+		results[i] = fmt.Errorf("%w: %d %s", ErrReturned, r.ReplyCode, r.ReplyText)
 	}
 }
 

@@ -48,6 +48,31 @@ type Connection interface {
 // NewPublisher opens a publisher on the current publish connection.
 type NewPublisher func(ctx context.Context) (Publisher, error)
 
+// Metrics is told what the dispatcher did (*metrics.Metrics implements it).
+type Metrics interface {
+	// Dispatched counts forwards confirmed and removed from the store.
+	Dispatched(n int)
+	// DispatchFailed counts one forward returned or nacked by the broker.
+	DispatchFailed()
+	// ErrorQueued counts error-queue copies the broker confirmed.
+	ErrorQueued(stage string, n int)
+	// StaleToken counts one dispatcher token skipped as stale.
+	StaleToken()
+	// ObserveLateness records due time → confirm of one forward.
+	ObserveLateness(d time.Duration)
+	// ObserveDispatchConfirm records publish → confirm of one forward.
+	ObserveDispatchConfirm(d time.Duration)
+}
+
+type noMetrics struct{}
+
+func (noMetrics) Dispatched(int)                       {}
+func (noMetrics) DispatchFailed()                      {}
+func (noMetrics) ErrorQueued(string, int)              {}
+func (noMetrics) StaleToken()                          {}
+func (noMetrics) ObserveLateness(time.Duration)        {}
+func (noMetrics) ObserveDispatchConfirm(time.Duration) {}
+
 // Options configure a Dispatcher.
 type Options struct {
 	Queue         string // E.TimeoutsDispatcher
@@ -75,6 +100,8 @@ type Options struct {
 	// arm it, a confirmed forward disarms it. A lost connection does not
 	// count: reconnecting handles that. Nil: never triggers.
 	Breaker *circuit.Breaker
+	// Metrics, when set, is told what the dispatcher did.
+	Metrics Metrics
 	Now     func() time.Time
 	Logger  zerolog.Logger
 }
@@ -112,6 +139,9 @@ func New(conn Connection, newPub NewPublisher, store Store, opts Options) *Dispa
 	}
 	if opts.Breaker == nil {
 		opts.Breaker = circuit.New("dispatch", time.Duration(1<<62), circuit.Options{Now: opts.Now})
+	}
+	if opts.Metrics == nil {
+		opts.Metrics = noMetrics{}
 	}
 	return &Dispatcher{conn: conn, newPub: newPub, store: store, opts: opts, log: opts.Logger}
 }
@@ -271,12 +301,23 @@ func (d *Dispatcher) handle(ctx context.Context, del *amqp.Delivery, pub Publish
 	// Never early: the poller leases a little ahead, and each forward waits
 	// for its due time. Tokens arrive in due order.
 	out := make([]broker.Outgoing, len(items))
+	// When each forward was confirmed, for its lateness: a window's confirms
+	// arrive while later forwards of it are still held for their due time.
+	confirmedAt := make([]time.Time, len(items))
+	_, unmeasured := d.opts.Metrics.(noMetrics)
 	for i, it := range items {
 		out[i] = broker.Outgoing{RoutingKey: it.row.Destination, Mandatory: true, Msg: it.msg, NotBefore: it.row.DueAt}
+		if !unmeasured {
+			out[i].Confirmed = func(latency time.Duration) {
+				confirmedAt[i] = d.opts.Now()
+				d.opts.Metrics.ObserveDispatchConfirm(latency)
+			}
+		}
 	}
 	wctx, cancel := context.WithTimeout(ctx, 30*time.Second+d.opts.MaxHold)
 	defer cancel()
 	results := pub.Publish(wctx, out)
+	returnedAt := d.opts.Now()
 
 	var done []storage.Ref
 	var brokerErr error
@@ -285,6 +326,11 @@ func (d *Dispatcher) handle(ctx context.Context, del *amqp.Delivery, pub Publish
 		switch {
 		case err == nil:
 			done = append(done, storage.Ref{ID: it.tok.ID, Lock: it.tok.Lock})
+			at := confirmedAt[i]
+			if at.IsZero() { // a Publisher that does not report confirms
+				at = returnedAt
+			}
+			d.opts.Metrics.ObserveLateness(at.Sub(it.row.DueAt))
 		case errors.Is(err, broker.ErrNotConfirmed):
 			// The broker failed, not the message: release without
 			// counting a retry.
@@ -296,6 +342,7 @@ func (d *Dispatcher) handle(ctx context.Context, del *amqp.Delivery, pub Publish
 	}
 	n, removeErr := d.remove(ctx, done)
 	d.count(func(s *Stats) { s.Forwarded += int64(n) })
+	d.opts.Metrics.Dispatched(n)
 	if brokerErr != nil {
 		if errors.Is(brokerErr, context.DeadlineExceeded) {
 			// Connected but not confirming (flow control, alarms): this
@@ -358,6 +405,7 @@ func (d *Dispatcher) load(ctx context.Context, pub Publisher, tok poller.Token, 
 
 func (d *Dispatcher) stale(tok poller.Token, why string) {
 	d.count(func(s *Stats) { s.Stale++ })
+	d.opts.Metrics.StaleToken()
 	d.log.Debug().Str("id", tok.ID).Str("why", why).Msg("stale dispatcher token skipped")
 }
 
@@ -371,6 +419,7 @@ func (d *Dispatcher) release(ctx context.Context, it item, notBefore time.Time) 
 // last retry move the message to the error queue.
 func (d *Dispatcher) fail(ctx context.Context, pub Publisher, it item, reason string) {
 	d.count(func(s *Stats) { s.Failed++ })
+	d.opts.Metrics.DispatchFailed()
 	if d.opts.FailureCountLimit != nil && !d.opts.FailureCountLimit.Allow() {
 		retryAt := d.opts.Now().Add(d.opts.RetryBackoff(max(it.row.Attempts, 1)))
 		d.log.Warn().Str("id", it.tok.ID).Str("reason", reason).Time("retry_at", retryAt).
@@ -410,6 +459,7 @@ func (d *Dispatcher) moveToErrorQueue(ctx context.Context, pub Publisher, it ite
 	}
 	d.log.Error().Str("id", it.tok.ID).Str("destination", it.row.Destination).Str("reason", reason).
 		Str("error_queue", d.opts.ErrorQueue).Msg("message moved to the error queue")
+	d.opts.Metrics.ErrorQueued(broker.StageDispatch, 1)
 	n, _ := d.remove(ctx, []storage.Ref{{ID: it.tok.ID, Lock: it.tok.Lock}})
 	d.count(func(s *Stats) { s.ErrorQueued += int64(n) })
 }

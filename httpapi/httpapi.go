@@ -21,11 +21,14 @@ type Options struct {
 	// why it is not.
 	Ready func() error
 	// Vars, when set, adds a "delaybridge" object to /debug/vars.
-	Vars   func(context.Context) map[string]any
-	Logger zerolog.Logger
+	Vars func(context.Context) map[string]any
+	// Metrics, when set, serves GET /metrics (metrics.Metrics.Handler:
+	// promhttp over the bridge's own registry).
+	Metrics http.Handler
+	Logger  zerolog.Logger
 }
 
-// Server serves /healthz and /readyz.
+// Server serves /healthz, /readyz, /debug/vars and /metrics.
 type Server struct {
 	opts Options
 	srv  *http.Server
@@ -60,6 +63,9 @@ func New(opts Options) *Server {
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(vars)
 	})
+	if opts.Metrics != nil {
+		mux.Handle("GET /metrics", opts.Metrics)
+	}
 	return &Server{opts: opts, srv: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}}
 }
 

@@ -39,6 +39,25 @@ type Connection interface {
 // NewPublisher opens a publisher on the current publish connection.
 type NewPublisher func(ctx context.Context) (Publisher, error)
 
+// Metrics is told what ingest did (*metrics.Metrics implements it).
+type Metrics interface {
+	// Ingested counts messages committed to the store.
+	Ingested(n int)
+	// DuplicatesSuppressed counts messages whose id was already pending.
+	DuplicatesSuppressed(n int)
+	// ErrorQueued counts error-queue copies the broker confirmed.
+	ErrorQueued(stage string, n int)
+	// ObserveIngestCommit records the duration of a successful commit.
+	ObserveIngestCommit(d time.Duration)
+}
+
+type noMetrics struct{}
+
+func (noMetrics) Ingested(int)                      {}
+func (noMetrics) DuplicatesSuppressed(int)          {}
+func (noMetrics) ErrorQueued(string, int)           {}
+func (noMetrics) ObserveIngestCommit(time.Duration) {}
+
 // Options configure an Ingester.
 type Options struct {
 	Queue      string // E.Timeouts
@@ -57,8 +76,10 @@ type Options struct {
 	// StoreBreaker watches commits; while it is armed ingest backs off, and
 	// when it triggers the bridge stops. Nil: a breaker that never triggers.
 	StoreBreaker *circuit.Breaker
-	Now          func() time.Time
-	Logger       zerolog.Logger
+	// Metrics, when set, is told what ingest did.
+	Metrics Metrics
+	Now     func() time.Time
+	Logger  zerolog.Logger
 }
 
 // Ingester moves messages from E.Timeouts into the store.
@@ -87,6 +108,9 @@ func New(conn Connection, newPub NewPublisher, store Store, opts Options) *Inges
 	}
 	if opts.StoreBreaker == nil {
 		opts.StoreBreaker = circuit.New("store", time.Duration(1<<62), circuit.Options{Now: opts.Now})
+	}
+	if opts.Metrics == nil {
+		opts.Metrics = noMetrics{}
 	}
 	return &Ingester{conn: conn, newPub: newPub, store: store, opts: opts, log: opts.Logger}
 }
@@ -208,6 +232,7 @@ func (in *Ingester) handle(ctx context.Context, pub Publisher, batch []amqp.Deli
 		// Store failures are not the message's fault: requeue and retry.
 		// The commit must not be abandoned half-way by shutdown, so it does
 		// not take ctx.
+		began := time.Now()
 		inserted, err := in.store.Insert(context.WithoutCancel(ctx), rows)
 		if err != nil {
 			pause := in.opts.StoreBreaker.Failure(err)
@@ -222,10 +247,13 @@ func (in *Ingester) handle(ctx context.Context, pub Publisher, batch []amqp.Deli
 			return nil
 		}
 		in.opts.StoreBreaker.Success()
+		in.opts.Metrics.ObserveIngestCommit(time.Since(began))
 		var earliest time.Time
 		anyInserted := false // the zero time is a valid due time (year 1)
+		duplicates := 0
 		for i, ok := range inserted {
 			if !ok {
+				duplicates++
 				in.log.Info().Str("id", rows[i].ID).Msg("duplicate: id already pending, not stored again")
 				continue
 			}
@@ -235,6 +263,8 @@ func (in *Ingester) handle(ctx context.Context, pub Publisher, batch []amqp.Deli
 			in.log.Debug().Str("id", rows[i].ID).Str("destination", rows[i].Destination).
 				Time("due_at", rows[i].DueAt).Msg("stored")
 		}
+		in.opts.Metrics.Ingested(len(inserted) - duplicates)
+		in.opts.Metrics.DuplicatesSuppressed(duplicates)
 		if anyInserted && in.opts.Wake != nil {
 			in.opts.Wake(earliest)
 		}
@@ -314,6 +344,7 @@ func (in *Ingester) reject(ctx context.Context, pub Publisher, invalid []rejecte
 	results := pub.Publish(wctx, out)
 	all := true
 	var connErr error
+	moved := 0
 	for i, r := range invalid {
 		if results[i] != nil {
 			all = false
@@ -326,7 +357,9 @@ func (in *Ingester) reject(ctx context.Context, pub Publisher, invalid []rejecte
 		}
 		in.log.Warn().Str("message_id", r.d.MessageId).Str("reason", r.reason).
 			Str("error_queue", in.opts.ErrorQueue).Msg("invalid message moved to the error queue")
+		moved++
 		_ = r.d.Ack(false)
 	}
+	in.opts.Metrics.ErrorQueued(broker.StageIngest, moved)
 	return all, connErr
 }

@@ -38,6 +38,16 @@ type Publisher interface {
 // while the broker is unreachable.
 type NewPublisher func(ctx context.Context) (Publisher, error)
 
+// Metrics is told how the poller fares (*metrics.Metrics implements it).
+type Metrics interface {
+	// ObservePollLease records the duration of a successful Lease.
+	ObservePollLease(d time.Duration)
+}
+
+type noMetrics struct{}
+
+func (noMetrics) ObservePollLease(time.Duration) {}
+
 // Options configure a Poller.
 type Options struct {
 	Owner           string // this instance's lock owner
@@ -54,8 +64,10 @@ type Options struct {
 	// FetchBreaker watches store reads; while it is armed the poller backs
 	// off, and when it triggers the bridge stops. Nil: never triggers.
 	FetchBreaker *circuit.Breaker
-	Now          func() time.Time
-	Logger       zerolog.Logger
+	// Metrics, when set, is told how long leases take.
+	Metrics Metrics
+	Now     func() time.Time
+	Logger  zerolog.Logger
 }
 
 // Poller moves due timeouts to the dispatcher queue.
@@ -80,6 +92,9 @@ func New(store Store, newPub NewPublisher, opts Options) *Poller {
 	}
 	if opts.FetchBreaker == nil {
 		opts.FetchBreaker = circuit.New("fetch", time.Duration(1<<62), circuit.Options{Now: opts.Now})
+	}
+	if opts.Metrics == nil {
+		opts.Metrics = noMetrics{}
 	}
 	p := &Poller{store: store, newPub: newPub, opts: opts, log: opts.Logger, wake: make(chan struct{}, 1)}
 	p.sleepUntil.Store(math.MaxInt64)
@@ -191,6 +206,7 @@ type Batch struct {
 // or -1 when leasing failed (after backing off). Leases whose dispatcher
 // message was not confirmed are released at once.
 func (p *Poller) pollOnce(ctx context.Context) (int, error) {
+	began := time.Now()
 	leases, err := p.store.Lease(ctx, p.opts.Owner, p.opts.Now().Add(p.opts.Lookahead), p.opts.BatchSize, p.opts.LeaseDuration)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -201,6 +217,7 @@ func (p *Poller) pollOnce(ctx context.Context) (int, error) {
 		broker.Sleep(ctx, pause)
 		return -1, nil
 	}
+	p.opts.Metrics.ObservePollLease(time.Since(began))
 	if len(leases) == 0 {
 		return 0, nil
 	}

@@ -1,0 +1,90 @@
+package broker
+
+import (
+	"context"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// testConn connects to DELAYBRIDGE_TEST_AMQP_URL (default the local broker)
+// or skips; under CI=true a missing broker is a failure.
+func testConn(t *testing.T) *amqp.Connection {
+	t.Helper()
+	url := os.Getenv("DELAYBRIDGE_TEST_AMQP_URL")
+	if url == "" {
+		url = "amqp://guest:guest@127.0.0.1:5672/"
+	}
+	conn, err := amqp.DialConfig(url, amqp.Config{Dial: amqp.DefaultDial(5 * time.Second)})
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("RabbitMQ not reachable: %v; under CI=true this is a failure", err)
+		}
+		t.Skipf("RabbitMQ not reachable: %v; skipped (fails under CI=true)", err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	return conn
+}
+
+// A window's confirms are reported as they arrive, while later messages of
+// the same window are still held for their NotBefore.
+func TestConfirmedIsCalledBeforeTheWindowEnds(t *testing.T) {
+	conn := testConn(t)
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, err := ch.QueueDeclare("", false, true, true, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, err := NewPublisher(conn, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pub.Close()
+
+	var mu sync.Mutex
+	confirmedAt := map[int]time.Time{}
+	start := time.Now()
+	hold := 300 * time.Millisecond
+	msgs := make([]Outgoing, 3)
+	for i := range msgs {
+		msgs[i] = Outgoing{RoutingKey: q.Name, Mandatory: true, Msg: amqp.Publishing{MessageId: string(rune('a' + i))},
+			Confirmed: func(latency time.Duration) {
+				if latency <= 0 || latency > 10*time.Second {
+					t.Errorf("message %d: confirm latency %s", i, latency)
+				}
+				mu.Lock()
+				confirmedAt[i] = time.Now()
+				mu.Unlock()
+			}}
+	}
+	msgs[2].NotBefore = start.Add(hold)
+	msgs[2].Confirmed = nil // not every message needs one
+	unroutable := Outgoing{RoutingKey: "no-such-queue-" + q.Name, Mandatory: true, Msg: amqp.Publishing{MessageId: "r"}}
+	msgs = append(msgs, unroutable)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	results := pub.Publish(ctx, msgs)
+	if results[0] != nil || results[1] != nil || results[2] != nil {
+		t.Fatalf("results %v", results)
+	}
+	if results[3] == nil {
+		t.Fatal("an unroutable mandatory publish succeeded")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(confirmedAt) != 2 {
+		t.Fatalf("Confirmed called for %d messages, want 2 (0 and 1)", len(confirmedAt))
+	}
+	for i, at := range confirmedAt {
+		if at.Sub(start) >= hold {
+			t.Errorf("message %d: confirm reported %s after the start, not before the held message left (%s)", i, at.Sub(start), hold)
+		}
+	}
+}

@@ -1,0 +1,80 @@
+package httpapi
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/delaybridge/delaybridge/metrics"
+)
+
+// serve starts a server on a free port and returns its base URL.
+func serve(t *testing.T, opts Options) string {
+	t.Helper()
+	opts.Addr = "127.0.0.1:0"
+	if opts.Ready == nil {
+		opts.Ready = func() error { return nil }
+	}
+	s := New(opts)
+	if err := s.Listen(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("Run: %v", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Error("server did not stop")
+		}
+	})
+	return "http://" + s.Addr()
+}
+
+func get(t *testing.T, url string) (int, string, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, resp.Header.Get("Content-Type"), string(body)
+}
+
+func TestMetrics(t *testing.T) {
+	m := metrics.New()
+	m.Ingested(2)
+	base := serve(t, Options{Metrics: m.Handler()})
+	code, ctype, body := get(t, base+"/metrics")
+	if code != http.StatusOK {
+		t.Fatalf("GET /metrics: %d", code)
+	}
+	if !strings.HasPrefix(ctype, "text/plain") {
+		t.Errorf("Content-Type %q, want the Prometheus text format", ctype)
+	}
+	if !strings.Contains(body, "delaybridge_messages_ingested_total 2\n") {
+		t.Errorf("/metrics lacks the ingested counter:\n%s", body)
+	}
+	if code, _, _ := get(t, base+"/healthz"); code != http.StatusOK {
+		t.Errorf("GET /healthz: %d", code)
+	}
+}
+
+func TestNoMetrics(t *testing.T) {
+	base := serve(t, Options{})
+	if code, _, _ := get(t, base+"/metrics"); code != http.StatusNotFound {
+		t.Errorf("GET /metrics without metrics: %d, want 404", code)
+	}
+}

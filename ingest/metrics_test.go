@@ -1,0 +1,58 @@
+package ingest
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/delaybridge/delaybridge/broker"
+)
+
+type recorder struct {
+	ingested, duplicates int
+	errorQueued          map[string]int
+	commits              int
+}
+
+func (r *recorder) Ingested(n int)             { r.ingested += n }
+func (r *recorder) DuplicatesSuppressed(n int) { r.duplicates += n }
+func (r *recorder) ErrorQueued(stage string, n int) {
+	if r.errorQueued == nil {
+		r.errorQueued = map[string]int{}
+	}
+	r.errorQueued[stage] += n
+}
+func (r *recorder) ObserveIngestCommit(time.Duration) { r.commits++ }
+
+func TestMetrics(t *testing.T) {
+	store, pub, s := &fakeStore{}, &fakePublisher{}, newSettle()
+	var woke []time.Time
+	in := newIngester(store, pub, &woke)
+	rec := &recorder{}
+	in.opts.Metrics = rec
+	good := amqp.Table{HeaderDestination: "a", HeaderDelay: int32(1)}
+	b := deliveries(s, good, good, amqp.Table{}, good)
+	b[3].MessageId = "m0" // a duplicate of the first
+	if err := in.handle(context.Background(), pub, b); err != nil {
+		t.Fatal(err)
+	}
+	if rec.ingested != 2 || rec.duplicates != 1 || rec.errorQueued[broker.StageIngest] != 1 || rec.commits != 1 {
+		t.Errorf("%+v; want 2 ingested, 1 duplicate, 1 error-queued at ingest, 1 commit", rec)
+	}
+
+	// Nothing is counted for a failed commit or an unconfirmed copy.
+	store.fail, pub.fail = errors.New("disk on fire"), broker.ErrNacked
+	if err := in.handle(context.Background(), pub, deliveries(newSettle(), good)); err != nil {
+		t.Fatal(err)
+	}
+	store.fail = nil
+	if err := in.handle(context.Background(), pub, deliveries(newSettle(), amqp.Table{})); err != nil {
+		t.Fatal(err)
+	}
+	if rec.ingested != 2 || rec.errorQueued[broker.StageIngest] != 1 || rec.commits != 1 {
+		t.Errorf("%+v after failures; want the counts unchanged", rec)
+	}
+}
