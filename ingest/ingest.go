@@ -270,16 +270,6 @@ func (in *Ingester) handle(ctx context.Context, pub Publisher, batch []amqp.Deli
 		}
 	}
 
-	if len(invalid) > 0 {
-		moved, err := in.reject(ctx, pub, invalid, now)
-		if err != nil {
-			return err // the connection failed: resume on a new one
-		}
-		if !moved {
-			// The error queue is not taking copies; do not spin on redeliveries.
-			broker.Sleep(ctx, in.opts.RetryDelay)
-		}
-	}
 	if len(invalid) == 0 {
 		// Everything before this tag on the channel is settled: one frame.
 		if err := batch[len(batch)-1].Ack(true); err != nil {
@@ -287,10 +277,20 @@ func (in *Ingester) handle(ctx context.Context, pub Publisher, batch []amqp.Deli
 		}
 		return nil
 	}
+	// Ack what is committed first: whatever happens to the rejects, stored
+	// messages must not be redelivered (an id-less one would be stored twice).
 	for _, d := range stored {
 		if err := d.Ack(false); err != nil {
 			return fmt.Errorf("ingest: ack: %w", err)
 		}
+	}
+	moved, err := in.reject(ctx, pub, invalid, now)
+	if err != nil {
+		return err // the connection failed: resume on a new one
+	}
+	if !moved {
+		// The error queue is not taking copies; do not spin on redeliveries.
+		broker.Sleep(ctx, in.opts.RetryDelay)
 	}
 	return nil
 }

@@ -247,3 +247,19 @@ func TestGeneratedIDIsForwarded(t *testing.T) {
 		}
 	}
 }
+
+func TestStoredAreAckedEvenWhenTheErrorQueueConnectionFails(t *testing.T) {
+	store, pub, s := &fakeStore{}, &fakePublisher{fail: fmt.Errorf("%w: connection lost", broker.ErrNotConfirmed)}, newSettle()
+	var woke []time.Time
+	in := newIngester(store, pub, &woke)
+	b := deliveries(s, amqp.Table{HeaderDestination: "a", HeaderDelay: int32(1)}, amqp.Table{})
+	if err := in.handle(context.Background(), pub, b); !errors.Is(err, broker.ErrNotConfirmed) {
+		t.Fatalf("want the connection failure reported, got %v", err)
+	}
+	if !s.acked[1] {
+		t.Fatal("a committed message was left unacked: it would be redelivered and stored again")
+	}
+	if s.acked[2] {
+		t.Fatal("the invalid message was acked without its error-queue copy")
+	}
+}
