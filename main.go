@@ -73,6 +73,10 @@ func runBridge() int {
 	log := newLogger(cfg)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	go func() {
+		<-ctx.Done()
+		stop() // a second signal now kills at once, as an impatient operator expects
+	}()
 	if err := bridge.New(cfg, bridge.Deps{Logger: log, TLS: tlsCfg}).Run(ctx); err != nil {
 		if errors.Is(err, bridge.ErrCritical) {
 			log.Error().Err(err).Msg("critical error: stopped so a supervisor can restart the bridge")

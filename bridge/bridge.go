@@ -39,6 +39,10 @@ const dispatchWorkers = 4
 // (a store commit and a confirmed publish) then costs no lateness.
 const lookahead = 50 * time.Millisecond
 
+// shutdownDrain bounds how long shutdown waits for in-flight work (a forward
+// window's confirms take at most 31 s) before cutting the connections.
+const shutdownDrain = 45 * time.Second
+
 // ErrCritical marks errors after which the process should exit 1 so that a
 // supervisor restarts it.
 var ErrCritical = errors.New("critical")
@@ -175,6 +179,7 @@ func (b *Bridge) Run(ctx context.Context) (err error) {
 	pl := poller.New(store, func(ctx context.Context) (poller.Publisher, error) { return pollPub(ctx) }, poller.Options{
 		Owner: b.owner, DispatcherQueue: topo.DispatcherQueue(), BatchSize: cfg.BatchSize,
 		LeaseDuration: cfg.LockLeaseDuration, PollInterval: cfg.PollInterval, Lookahead: lookahead, Now: now,
+		MaxLeased:    20 * cfg.BatchSize,
 		FetchBreaker: breaker("fetch", cfg.TimeToTriggerFetchCircuitBreaker),
 		Metrics:      met,
 		Logger:       log.With().Str("component", "poller").Logger(),
@@ -192,7 +197,7 @@ func (b *Bridge) Run(ctx context.Context) (err error) {
 	})
 	dp := dispatch.New(consumeConn, func(ctx context.Context) (dispatch.Publisher, error) { return dispatchPub(ctx) }, store, dispatch.Options{
 		Queue: topo.DispatcherQueue(), TimeoutsQueue: topo.TimeoutsQueue(), ErrorQueue: cfg.ErrorQueue,
-		Prefetch: cfg.Prefetch, Workers: dispatchWorkers, NumberOfRetries: cfg.NumberOfRetries, Allowed: allowed,
+		Prefetch: cfg.Prefetch, Workers: dispatchWorkers, LeaseDuration: cfg.LockLeaseDuration, NumberOfRetries: cfg.NumberOfRetries, Allowed: allowed,
 		FailureCountLimit: rate.NewLimiter(rate.Limit(cfg.MaxRecoveryFailuresPerSecond), cfg.MaxRecoveryFailuresPerSecond),
 		Breaker:           breaker("dispatch", cfg.TimeToTriggerDispatchBreaker),
 		Metrics:           met,
@@ -269,11 +274,23 @@ func (b *Bridge) Run(ctx context.Context) (err error) {
 	}
 	b.ready.Store(false)
 
-	// Data-flow order: stop consuming, stop polling, drain dispatch.
+	// Data-flow order: stop consuming, stop polling, drain dispatch. A
+	// broker that stopped reading (a resource alarm) can block a publish or
+	// channel call forever; past the deadline the connections are closed
+	// under the stuck calls, which fails them (their work is released or
+	// requeued, nothing is lost).
+	deadline := time.After(shutdownDrain)
 	for i := len(stages) - 1; i >= 0; i-- {
 		s := stages[i]
 		s.stop()
-		<-s.done
+		select {
+		case <-s.done:
+		case <-deadline:
+			log.Error().Str("stage", s.name).Dur("after", shutdownDrain).Msg("stage did not stop in time; closing the broker connections under it")
+			publishConn.Close()
+			consumeConn.Close()
+			<-s.done
+		}
 		log.Debug().Str("stage", s.name).Msg("stopped")
 	}
 	if httpStage != nil {

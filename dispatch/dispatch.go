@@ -86,6 +86,9 @@ type Options struct {
 	// Allowed is checked again at dispatch: the operator may have narrowed
 	// it since the message was stored. Nil allows all.
 	Allowed interface{ Match(string) bool }
+	// LeaseDuration is the poller's lease; the confirm wait and the lease a
+	// token must have left scale down with a short one. Default 5m.
+	LeaseDuration time.Duration
 	// MaxHold is how early a forward may arrive and still be held until its
 	// due time rather than released; default 1s.
 	MaxHold time.Duration
@@ -137,6 +140,9 @@ func New(conn Connection, newPub NewPublisher, store Store, opts Options) *Dispa
 	if opts.MaxHold <= 0 {
 		opts.MaxHold = time.Second
 	}
+	if opts.LeaseDuration <= 0 {
+		opts.LeaseDuration = 5 * time.Minute
+	}
 	if opts.Breaker == nil {
 		opts.Breaker = circuit.New("dispatch", time.Duration(1<<62), circuit.Options{Now: opts.Now})
 	}
@@ -144,6 +150,28 @@ func New(conn Connection, newPub NewPublisher, store Store, opts Options) *Dispa
 		opts.Metrics = noMetrics{}
 	}
 	return &Dispatcher{conn: conn, newPub: newPub, store: store, opts: opts, log: opts.Logger}
+}
+
+// confirmTimeout bounds the wait for a forward window's confirms.
+const confirmTimeout = 30 * time.Second
+
+// confirmWait is confirmTimeout, or a quarter of a shorter lease.
+func (d *Dispatcher) confirmWait() time.Duration {
+	return min(confirmTimeout, d.opts.LeaseDuration/4)
+}
+
+// leaseMargin is the lease a token must have left to be forwarded: enough
+// for the hold, the confirms and the removal, so the removal never finds
+// the lease expired (which would mean a second delivery later).
+func (d *Dispatcher) leaseMargin() time.Duration {
+	return min(d.confirmWait()+d.opts.MaxHold+5*time.Second, d.opts.LeaseDuration/2)
+}
+
+func latest(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 // DefaultBackoff waits 1s after the first failure, doubling up to 5 minutes.
@@ -306,7 +334,8 @@ func (d *Dispatcher) handle(ctx context.Context, del *amqp.Delivery, pub Publish
 	confirmedAt := make([]time.Time, len(items))
 	_, unmeasured := d.opts.Metrics.(noMetrics)
 	for i, it := range items {
-		out[i] = broker.Outgoing{RoutingKey: it.row.Destination, Mandatory: true, Msg: it.msg, NotBefore: it.row.DueAt}
+		out[i] = broker.Outgoing{RoutingKey: it.row.Destination, Mandatory: true, Msg: it.msg,
+			NotBefore: latest(it.row.DueAt, it.row.NotBefore)} // a retry waits out its hold too
 		if !unmeasured {
 			out[i].Confirmed = func(latency time.Duration) {
 				confirmedAt[i] = d.opts.Now()
@@ -314,7 +343,7 @@ func (d *Dispatcher) handle(ctx context.Context, del *amqp.Delivery, pub Publish
 			}
 		}
 	}
-	wctx, cancel := context.WithTimeout(ctx, 30*time.Second+d.opts.MaxHold)
+	wctx, cancel := context.WithTimeout(ctx, d.confirmWait()+d.opts.MaxHold)
 	defer cancel()
 	results := pub.Publish(wctx, out)
 	returnedAt := d.opts.Now()
@@ -380,6 +409,13 @@ func (d *Dispatcher) load(ctx context.Context, pub Publisher, tok poller.Token, 
 	case !now.Before(row.LockExpiresAt):
 		d.stale(tok, "lease expired")
 		return it, false
+	case row.LockExpiresAt.Sub(now) < d.leaseMargin():
+		// Too little lease left to forward and then remove with it: a
+		// removal refused after the forward would mean a second delivery.
+		// Give it back; the poller leases it again with a full lease.
+		d.log.Debug().Str("id", tok.ID).Msg("lease nearly expired; released for a fresh one")
+		d.release(ctx, item{tok: tok}, time.Time{})
+		return it, false
 	}
 	it.row = row
 	if row.DueAt.Sub(now) > d.opts.MaxHold {
@@ -429,7 +465,9 @@ func (d *Dispatcher) fail(ctx context.Context, pub Publisher, it item, reason st
 	}
 	attempts, err := d.store.IncrementFailureCount(ctx, it.tok.ID, it.tok.Lock, reason)
 	if err != nil {
-		d.opts.Breaker.Failure(err)
+		if !errors.Is(err, storage.ErrConcurrency) && !errors.Is(err, storage.ErrNotFound) {
+			d.opts.Breaker.Failure(err) // a lost lease or a cancelled row is no store fault
+		}
 		d.log.Error().Err(err).Str("id", it.tok.ID).Msg("recording a dispatch failure failed; the timeout returns when its lease expires")
 		return
 	}

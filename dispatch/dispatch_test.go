@@ -379,3 +379,42 @@ func TestDefaultBackoff(t *testing.T) {
 type matchFunc func(string) bool
 
 func (m matchFunc) Match(s string) bool { return m(s) }
+
+func TestNearlyExpiredLeaseIsReleasedNotForwarded(t *testing.T) {
+	f := newFixture(t, 3)
+	f.insert("a", "orders", t0, amqp.Publishing{})
+	toks := f.lease() // a one-minute lease
+	f.clock.Advance(50 * time.Second)
+	if _, err := f.deliver(toks...); err != nil {
+		t.Fatal(err)
+	}
+	if len(f.pub.sent) != 0 {
+		t.Fatal("forwarded with too little lease left to remove it afterwards")
+	}
+	row, ok := f.pending("a")
+	if !ok || row.Lock != "" {
+		t.Fatalf("want the row released for a fresh lease: %+v ok=%v", row, ok)
+	}
+}
+
+func TestRetryIsHeldUntilItsNotBefore(t *testing.T) {
+	f := newFixture(t, 3)
+	f.insert("a", "orders", t0, amqp.Publishing{})
+	toks := f.lease()
+	hold := t0.Add(2 * time.Second)
+	if err := f.store.Release(context.Background(), "a", toks[0].Lock, hold); err != nil {
+		t.Fatal(err)
+	}
+	// The poller leases 50 ms ahead of the hold's end.
+	ls, err := f.store.Lease(context.Background(), "me", hold, 10, time.Minute)
+	if err != nil || len(ls) != 1 {
+		t.Fatalf("lease: %v %v", ls, err)
+	}
+	f.clock.Set(hold.Add(-50 * time.Millisecond))
+	if _, err := f.deliver(poller.Token{ID: ls[0].ID, Lock: ls[0].Lock}); err != nil {
+		t.Fatal(err)
+	}
+	if sent := f.pub.to("orders"); len(sent) != 1 || !sent[0].NotBefore.Equal(hold) {
+		t.Fatalf("forward %+v; want it held until the retry hold ends at %s", sent, hold)
+	}
+}

@@ -61,6 +61,11 @@ type Options struct {
 	// over to the dispatcher overlaps the wait and the dispatcher forwards
 	// each exactly at its due time (it holds early ones; never early).
 	Lookahead time.Duration
+	// MaxLeased stops leasing while this many rows are leased and not yet
+	// dispatched (when the store can count them), so a backlog far larger
+	// than the dispatcher's pace is not leased at once and left to expire.
+	// Zero: no cap.
+	MaxLeased int
 	// FetchBreaker watches store reads; while it is armed the poller backs
 	// off, and when it triggers the bridge stops. Nil: never triggers.
 	FetchBreaker *circuit.Breaker
@@ -129,6 +134,10 @@ func (p *Poller) Run(ctx context.Context) error {
 				continue
 			}
 			p.pub = pub
+		}
+		if p.backlogged(ctx) {
+			broker.Sleep(ctx, 20*time.Millisecond)
+			continue
 		}
 		n, err := p.pollOnce(ctx)
 		if err != nil {
@@ -273,4 +282,16 @@ func (p *Poller) pollOnce(ctx context.Context) (int, error) {
 		return len(leases), fmt.Errorf("poller: publish to %s: %w", p.opts.DispatcherQueue, failed)
 	}
 	return len(leases), nil
+}
+
+// backlogged reports whether MaxLeased rows are already leased.
+func (p *Poller) backlogged(ctx context.Context) bool {
+	st, ok := p.store.(interface {
+		Stats(context.Context) (pending, leased int, err error)
+	})
+	if p.opts.MaxLeased <= 0 || !ok {
+		return false
+	}
+	_, leased, err := st.Stats(ctx)
+	return err == nil && leased >= p.opts.MaxLeased
 }

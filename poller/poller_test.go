@@ -183,3 +183,30 @@ func TestUnpublishedLeasesAreReleased(t *testing.T) {
 func source(p Publisher) NewPublisher {
 	return func(context.Context) (Publisher, error) { return p, nil }
 }
+
+func TestStopsLeasingAtMaxLeased(t *testing.T) {
+	store := openStore(t)
+	pub := &fakePublisher{}
+	p := New(store, source(pub), Options{Owner: "o", BatchSize: 5, MaxLeased: 12, LeaseDuration: time.Minute,
+		PollInterval: time.Hour, Logger: zerolog.Nop()})
+	for i := range 40 {
+		insert(t, store, fmt.Sprint(i), time.Now().Add(-time.Second))
+	}
+	start(t, p)
+	waitFor(t, "the cap", func() bool { return pub.count() >= 12 })
+	time.Sleep(100 * time.Millisecond)
+	if n := pub.count(); n > 15 { // at most one batch past the cap
+		t.Fatalf("leased %d with MaxLeased 12 and nothing dispatched", n)
+	}
+	// Dispatching (removing) leased rows lets the poller go on.
+	var refs []storage.Ref
+	pub.mu.Lock()
+	for _, tok := range pub.tokens {
+		refs = append(refs, storage.Ref{ID: tok.ID, Lock: tok.Lock})
+	}
+	pub.mu.Unlock()
+	if _, err := store.Remove(context.Background(), refs); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "more after the backlog shrank", func() bool { return pub.count() > 15 })
+}
