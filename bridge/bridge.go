@@ -206,25 +206,28 @@ func (b *Bridge) Run(ctx context.Context) (err error) {
 
 	var httpSrv *httpapi.Server
 	if cfg.HTTPAddr != "" {
-		httpSrv = httpapi.New(httpapi.Options{Addr: cfg.HTTPAddr, Vars: func(ctx context.Context) map[string]any {
-			vars := map[string]any{"owner": b.owner, "ready": b.ready.Load()}
-			if st, ok := store.(interface {
-				Stats(context.Context) (int, int, error)
-			}); ok {
-				if pending, leased, err := st.Stats(ctx); err == nil {
-					vars["pending"], vars["leased"] = pending, leased
+		httpSrv = httpapi.New(httpapi.Options{Addr: cfg.HTTPAddr,
+			Admin:  nil, // ADMIN-WIRING: the admin API handler (issue 5)
+			Status: nil, // STATUS-WIRING: the status page handler (issue 5)
+			Vars: func(ctx context.Context) map[string]any {
+				vars := map[string]any{"owner": b.owner, "ready": b.ready.Load()}
+				if st, ok := store.(interface {
+					Stats(context.Context) (int, int, error)
+				}); ok {
+					if pending, leased, err := st.Stats(ctx); err == nil {
+						vars["pending"], vars["leased"] = pending, leased
+					}
 				}
-			}
-			return vars
-		}, Ready: func() error {
-			switch {
-			case !b.ready.Load():
-				return errors.New("starting or stopping")
-			case !consumeConn.Connected() || !publishConn.Connected():
-				return errors.New("not connected to the broker")
-			}
-			return nil
-		}, Metrics: met.Handler(), Logger: log})
+				return vars
+			}, Ready: func() error {
+				switch {
+				case !b.ready.Load():
+					return errors.New("starting or stopping")
+				case !consumeConn.Connected() || !publishConn.Connected():
+					return errors.New("not connected to the broker")
+				}
+				return nil
+			}, Metrics: met.Handler(), Logger: log})
 		if err := httpSrv.Listen(); err != nil {
 			return err
 		}

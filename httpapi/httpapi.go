@@ -25,7 +25,12 @@ type Options struct {
 	// Metrics, when set, serves GET /metrics (metrics.Metrics.Handler:
 	// promhttp over the bridge's own registry).
 	Metrics http.Handler
-	Logger  zerolog.Logger
+	// Admin, when set, serves everything under /api/v1/ (it does its own
+	// authentication).
+	Admin http.Handler
+	// Status, when set, serves the status page at GET /.
+	Status http.Handler
+	Logger zerolog.Logger
 }
 
 // Server serves /healthz, /readyz, /debug/vars and /metrics.
@@ -65,6 +70,12 @@ func New(opts Options) *Server {
 	})
 	if opts.Metrics != nil {
 		mux.Handle("GET /metrics", opts.Metrics)
+	}
+	if opts.Admin != nil {
+		mux.Handle("/api/v1/", opts.Admin)
+	}
+	if opts.Status != nil {
+		mux.Handle("GET /{$}", opts.Status)
 	}
 	return &Server{opts: opts, srv: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}}
 }
