@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -23,6 +24,7 @@ import (
 // Store is what ingest needs of the store.
 type Store interface {
 	Insert(ctx context.Context, ts []storage.Timeout) ([]bool, error)
+	Cancel(ctx context.Context, id string) error
 }
 
 // Publisher sends error-queue copies with confirms.
@@ -180,6 +182,14 @@ func (in *Ingester) session(ctx context.Context) error {
 			}
 			batch = append(batch, d)
 		}
+		if isCancel(&batch[0]) {
+			// A cancel ends its batch, so everything published before it is
+			// committed first and nothing published after it is affected.
+			if err := in.handle(ctx, pub, batch); err != nil {
+				return err
+			}
+			continue
+		}
 		// Group commit: gather what arrives within a short linger. The
 		// library hands deliveries over one at a time, so a non-blocking
 		// drain alone yields batches of one and an fsync per message.
@@ -192,6 +202,9 @@ func (in *Ingester) session(ctx context.Context) error {
 					break fill
 				}
 				batch = append(batch, d)
+				if isCancel(&d) {
+					break fill
+				}
 			case <-linger.C:
 				break fill
 			}
@@ -217,8 +230,17 @@ func (in *Ingester) handle(ctx context.Context, pub Publisher, batch []amqp.Deli
 		stored  = make([]*amqp.Delivery, 0, len(batch))
 		invalid []rejected
 	)
+	var cancels []*amqp.Delivery
 	for i := range batch {
 		d := &batch[i]
+		if isCancel(d) {
+			if _, err := cancelID(d); err != nil {
+				invalid = append(invalid, rejected{d: d, reason: err.Error()})
+			} else {
+				cancels = append(cancels, d)
+			}
+			continue
+		}
 		row, err := in.prepare(d, now)
 		if err != nil {
 			invalid = append(invalid, rejected{d: d, reason: err.Error()})
@@ -270,7 +292,18 @@ func (in *Ingester) handle(ctx context.Context, pub Publisher, batch []amqp.Deli
 		}
 	}
 
-	if len(invalid) == 0 {
+	// Cancels come last in a batch (see Run): after the inserts before them.
+	nacked := false
+	for _, d := range cancels {
+		if in.cancel(ctx, d) {
+			stored = append(stored, d)
+		} else {
+			_ = d.Nack(false, true)
+			nacked = true
+		}
+	}
+
+	if len(invalid) == 0 && !nacked {
 		// Everything before this tag on the channel is settled: one frame.
 		if err := batch[len(batch)-1].Ack(true); err != nil {
 			return fmt.Errorf("ingest: ack: %w", err)
@@ -283,6 +316,9 @@ func (in *Ingester) handle(ctx context.Context, pub Publisher, batch []amqp.Deli
 		if err := d.Ack(false); err != nil {
 			return fmt.Errorf("ingest: ack: %w", err)
 		}
+	}
+	if len(invalid) == 0 {
+		return nil
 	}
 	moved, err := in.reject(ctx, pub, invalid, now)
 	if err != nil {
@@ -297,9 +333,6 @@ func (in *Ingester) handle(ctx context.Context, pub Publisher, batch []amqp.Deli
 
 // prepare validates a delivery and builds its store row.
 func (in *Ingester) prepare(d *amqp.Delivery, now time.Time) (storage.Timeout, error) {
-	if _, ok := d.Headers[HeaderCancel]; ok {
-		return storage.Timeout{}, errors.New("header x-delaybridge-cancel: cancelling over AMQP is not supported by this version")
-	}
 	p, err := Parse(d, now)
 	if err != nil {
 		return storage.Timeout{}, err
@@ -362,4 +395,49 @@ func (in *Ingester) reject(ctx context.Context, pub Publisher, invalid []rejecte
 	}
 	in.opts.Metrics.ErrorQueued(broker.StageIngest, moved)
 	return all, connErr
+}
+
+// isCancel reports whether d asks to cancel a pending message.
+func isCancel(d *amqp.Delivery) bool {
+	_, ok := d.Headers[HeaderCancel]
+	return ok
+}
+
+// cancelID validates a cancel message and returns the id it names.
+func cancelID(d *amqp.Delivery) (string, error) {
+	id, _, err := headerString(d.Headers, HeaderCancel)
+	switch {
+	case err != nil:
+		return "", err
+	case strings.TrimSpace(id) == "":
+		return "", fmt.Errorf("header %s is empty: it must name the message-id to cancel", HeaderCancel)
+	case len(id) > maxIDBytes:
+		return "", fmt.Errorf("header %s is %d bytes; a message id is at most %d", HeaderCancel, len(id), maxIDBytes)
+	case len(d.Body) > 0:
+		return "", fmt.Errorf("a message with header %s cancels and must have no body (this one has %d bytes)", HeaderCancel, len(d.Body))
+	}
+	return id, nil
+}
+
+// cancel removes the pending message a cancel names. It reports whether the
+// cancel is settled (done, nothing pending with that id, or too late: being
+// dispatched); false means a store failure, to retry.
+func (in *Ingester) cancel(ctx context.Context, d *amqp.Delivery) bool {
+	id, _ := cancelID(d) // validated by the caller
+	err := in.store.Cancel(context.WithoutCancel(ctx), id)
+	switch {
+	case err == nil:
+		in.log.Info().Str("id", id).Msg("cancelled over AMQP")
+	case errors.Is(err, storage.ErrNotFound):
+		in.log.Info().Str("id", id).Msg("cancel: nothing pending with this id (already delivered, or never scheduled)")
+	case errors.Is(err, storage.ErrLeased):
+		in.log.Warn().Str("id", id).Msg("cancel: too late, the message is being dispatched")
+	default:
+		pause := in.opts.StoreBreaker.Failure(err)
+		in.log.Error().Err(err).Str("id", id).Dur("retry_in", pause).Msg("cancel failed; requeued")
+		broker.Sleep(ctx, pause)
+		return false
+	}
+	in.opts.StoreBreaker.Success()
+	return true
 }

@@ -20,10 +20,11 @@ import (
 // fakeStore records inserts; fail makes Insert fail. ids already present are
 // reported as duplicates.
 type fakeStore struct {
-	mu    sync.Mutex
-	rows  map[string]storage.Timeout
-	fail  error
-	calls int
+	mu     sync.Mutex
+	rows   map[string]storage.Timeout
+	leased map[string]bool
+	fail   error
+	calls  int
 }
 
 func (s *fakeStore) Insert(_ context.Context, ts []storage.Timeout) ([]bool, error) {
@@ -44,6 +45,23 @@ func (s *fakeStore) Insert(_ context.Context, ts []storage.Timeout) ([]bool, err
 		}
 	}
 	return out, nil
+}
+
+// Cancel removes a row unless it is marked leased.
+func (s *fakeStore) Cancel(_ context.Context, id string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.fail != nil {
+		return s.fail
+	}
+	if s.leased[id] {
+		return storage.ErrLeased
+	}
+	if _, ok := s.rows[id]; !ok {
+		return storage.ErrNotFound
+	}
+	delete(s.rows, id)
+	return nil
 }
 
 type fakePublisher struct {
@@ -88,6 +106,18 @@ func (s *settle) Nack(tag uint64, _ bool, requeue bool) error {
 	return nil
 }
 func (s *settle) Reject(uint64, bool) error { return errors.New("unexpected") }
+
+// ackedTag reports whether tag was acked on its own or by a multiple ack.
+func (s *settle) ackedTag(tag uint64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, m := range s.multi {
+		if m >= tag {
+			return true
+		}
+	}
+	return s.acked[tag]
+}
 
 var now0 = time.Date(2026, 11, 21, 20, 0, 0, 0, time.UTC)
 
@@ -261,5 +291,66 @@ func TestStoredAreAckedEvenWhenTheErrorQueueConnectionFails(t *testing.T) {
 	}
 	if s.acked[2] {
 		t.Fatal("the invalid message was acked without its error-queue copy")
+	}
+}
+
+func TestCancelOverAMQP(t *testing.T) {
+	store, pub, s := &fakeStore{leased: map[string]bool{"busy": true}}, &fakePublisher{}, newSettle()
+	var woke []time.Time
+	in := newIngester(store, pub, &woke)
+	// A message, then a cancel of it in the same batch (cancels end a batch).
+	b := deliveries(s, amqp.Table{HeaderDestination: "a", HeaderDelay: int32(60000)}, amqp.Table{HeaderCancel: "m0"})
+	b[1].Body = nil
+	if err := in.handle(context.Background(), pub, b); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := store.rows["m0"]; ok {
+		t.Fatal("the cancelled message is still pending")
+	}
+	if !s.ackedTag(1) || !s.ackedTag(2) || len(pub.sent) != 0 {
+		t.Fatalf("acked %v (multiple %v), error queue %d", s.acked, s.multi, len(pub.sent))
+	}
+
+	// Nothing pending, or too late: settled (acked), not an error.
+	s2 := newSettle()
+	b2 := deliveries(s2, amqp.Table{HeaderCancel: "gone"}, amqp.Table{HeaderCancel: []byte("busy")})
+	b2[0].Body, b2[1].Body = nil, nil
+	store.rows["busy"] = storage.Timeout{ID: "busy"}
+	if err := in.handle(context.Background(), pub, b2); err != nil {
+		t.Fatal(err)
+	}
+	if !s2.ackedTag(1) || !s2.ackedTag(2) || len(pub.sent) != 0 {
+		t.Fatalf("acked %v, error queue %d", s2.acked, len(pub.sent))
+	}
+	if _, ok := store.rows["busy"]; !ok {
+		t.Fatal("a message being dispatched was cancelled")
+	}
+
+	// Malformed cancels go to the error queue with a reason.
+	s3 := newSettle()
+	b3 := deliveries(s3, amqp.Table{HeaderCancel: ""}, amqp.Table{HeaderCancel: "x"}, amqp.Table{HeaderCancel: int32(5)})
+	b3[0].Body, b3[2].Body = nil, nil // b3[1] keeps a body
+	if err := in.handle(context.Background(), pub, b3); err != nil {
+		t.Fatal(err)
+	}
+	if len(pub.sent) != 3 {
+		t.Fatalf("%d on the error queue, want 3", len(pub.sent))
+	}
+	for i, want := range []string{"is empty", "must have no body", "must be a string"} {
+		if r := pub.sent[i].Msg.Headers[broker.HeaderError].(string); !strings.Contains(r, want) {
+			t.Errorf("reason %q, want it to mention %q", r, want)
+		}
+	}
+
+	// A store failure requeues the cancel.
+	store.fail = errors.New("disk")
+	s4 := newSettle()
+	b4 := deliveries(s4, amqp.Table{HeaderCancel: "m9"})
+	b4[0].Body = nil
+	if err := in.handle(context.Background(), pub, b4); err != nil {
+		t.Fatal(err)
+	}
+	if s4.acked[1] || !s4.requeue[1] {
+		t.Fatal("a cancel whose store call failed must be requeued, not acked")
 	}
 }
