@@ -41,6 +41,8 @@ func run(args []string) int {
 		return runSchedule(args)
 	case "bench":
 		return runBench(args)
+	case "ls", "show", "cancel", "reschedule", "dispatch", "stats", "replay-errors":
+		return runAdmin(cmd, args, os.Stdout, os.Stderr)
 	case "help", "-h", "--help":
 		fmt.Print(usage)
 		return exitOK
@@ -57,6 +59,21 @@ const usage = `usage:
                                  (delaybridge schedule --help for flags)
   delaybridge bench [flags]      measure throughput, punctuality and memory against a real broker
                                  (delaybridge bench --help for flags)
+
+admin commands (talk to a running bridge's admin API; flags --url, default
+$DELAYBRIDGE_ADMIN_URL or http://127.0.0.1:8080, and --token, default
+$DELAYBRIDGE_ADMIN_TOKEN; --json prints the API's JSON instead of a table):
+  delaybridge ls [--destination Q] [--from T] [--to T] [--limit N] [--all] [--json]
+                                 list pending timeouts in due order
+  delaybridge show ID [--json]   one timeout: state, properties, headers, body
+  delaybridge cancel ID          delete a pending timeout
+  delaybridge reschedule ID (--at TIME | --in DURATION)
+                                 set a new due time
+  delaybridge dispatch ID        make a pending timeout due now
+  delaybridge stats [--json]     pending and leased counts, next due time
+  delaybridge replay-errors [--limit N]
+                                 move dispatch failures from the error queue
+                                 back into the store, due now
 `
 
 func runBridge() int {

@@ -1,0 +1,484 @@
+// Package admin serves the bridge's admin API under /api/v1/ (contract §6,
+// the operations issue): list, inspect, cancel, reschedule and dispatch
+// pending timeouts, count them, and replay dispatch failures from the error
+// queue back into the store.
+//
+// The API is JSON only. It exists only when a bearer token is configured
+// (DELAYBRIDGE_ADMIN_TOKEN), and then every request must carry
+// "Authorization: Bearer <token>".
+package admin
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"math/big"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/rs/zerolog"
+
+	"github.com/delaybridge/delaybridge/message"
+	"github.com/delaybridge/delaybridge/storage"
+)
+
+// List limits.
+const (
+	DefaultLimit = 100
+	MaxLimit     = 1000
+)
+
+// maxBodyBytes bounds request bodies (a PATCH is a few dozen bytes).
+const maxBodyBytes = 64 << 10
+
+// Options configure the handler.
+type Options struct {
+	Store storage.Store
+	// Token is the bearer token every request must carry. Empty: the API is
+	// disabled and every request gets 404 with a JSON error saying so.
+	Token string
+	// Now is the clock used for "dispatch now"; nil means time.Now.
+	Now func() time.Time
+	// Wake, when set, is called after a change that may make a timeout due
+	// sooner (reschedule, dispatch, replay), so the poller looks at once.
+	Wake func(due time.Time)
+	// Replay, when set, serves POST /api/v1/replay-errors.
+	Replay func(ctx context.Context, limit int) (ReplayResult, error)
+	Logger zerolog.Logger
+}
+
+// TimeoutJSON is one timeout in list and show responses.
+type TimeoutJSON struct {
+	ID            string     `json:"id"`
+	Destination   string     `json:"destination"`
+	DueAt         time.Time  `json:"due_at"`
+	ReceivedAt    time.Time  `json:"received_at"`
+	Attempts      int        `json:"attempts"`
+	LastError     string     `json:"last_error"`
+	Leased        bool       `json:"leased"`
+	LockExpiresAt *time.Time `json:"lock_expires_at,omitempty"`
+	NotBefore     *time.Time `json:"not_before,omitempty"`
+
+	// Show only.
+	Properties *PropertiesJSON `json:"properties,omitempty"`
+	Headers    map[string]any  `json:"headers,omitempty"`
+	BodyBase64 *string         `json:"body_base64,omitempty"`
+	BodyBytes  *int            `json:"body_bytes,omitempty"`
+}
+
+// PropertiesJSON are the AMQP basic properties of a stored message.
+type PropertiesJSON struct {
+	ContentType     string     `json:"content_type,omitempty"`
+	ContentEncoding string     `json:"content_encoding,omitempty"`
+	DeliveryMode    uint8      `json:"delivery_mode,omitempty"`
+	Priority        uint8      `json:"priority,omitempty"`
+	CorrelationID   string     `json:"correlation_id,omitempty"`
+	ReplyTo         string     `json:"reply_to,omitempty"`
+	Expiration      string     `json:"expiration,omitempty"`
+	MessageID       string     `json:"message_id,omitempty"`
+	Timestamp       *time.Time `json:"timestamp,omitempty"`
+	Type            string     `json:"type,omitempty"`
+	UserID          string     `json:"user_id,omitempty"`
+	AppID           string     `json:"app_id,omitempty"`
+}
+
+// ListJSON is the response of GET /api/v1/timeouts.
+type ListJSON struct {
+	Timeouts []TimeoutJSON `json:"timeouts"`
+	Next     string        `json:"next,omitempty"`
+}
+
+// StatsJSON is the response of GET /api/v1/stats.
+type StatsJSON struct {
+	Pending *int       `json:"pending,omitempty"`
+	Leased  *int       `json:"leased,omitempty"`
+	NextDue *time.Time `json:"next_due,omitempty"`
+}
+
+// ReplayResult is the response of POST /api/v1/replay-errors.
+type ReplayResult struct {
+	Replayed int             `json:"replayed"`
+	Skipped  int             `json:"skipped"`
+	Details  []ReplaySkipped `json:"skipped_messages,omitempty"`
+}
+
+// ReplaySkipped says why one message stayed on the error queue.
+type ReplaySkipped struct {
+	MessageID string `json:"message_id,omitempty"`
+	Reason    string `json:"reason"`
+}
+
+// ErrorJSON is every error response.
+type ErrorJSON struct {
+	Error string `json:"error"`
+}
+
+type handler struct {
+	opts Options
+	mux  *http.ServeMux
+}
+
+// New returns the admin handler, to be mounted at /api/v1/.
+func New(opts Options) http.Handler {
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Wake == nil {
+		opts.Wake = func(time.Time) {}
+	}
+	h := &handler{opts: opts, mux: http.NewServeMux()}
+	h.mux.HandleFunc("GET /api/v1/timeouts", h.list)
+	h.mux.HandleFunc("GET /api/v1/timeouts/{id}", h.show)
+	h.mux.HandleFunc("DELETE /api/v1/timeouts/{id}", h.cancel)
+	h.mux.HandleFunc("PATCH /api/v1/timeouts/{id}", h.reschedule)
+	h.mux.HandleFunc("POST /api/v1/timeouts/{id}/dispatch", h.dispatch)
+	h.mux.HandleFunc("GET /api/v1/stats", h.stats)
+	h.mux.HandleFunc("POST /api/v1/replay-errors", h.replay)
+	return h
+}
+
+func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if h.opts.Token == "" {
+		writeError(w, http.StatusNotFound, "the admin API is disabled (set DELAYBRIDGE_ADMIN_TOKEN to enable it)")
+		return
+	}
+	if !h.authorized(r) {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="delaybridge"`)
+		writeError(w, http.StatusUnauthorized, "missing or wrong bearer token (Authorization: Bearer <DELAYBRIDGE_ADMIN_TOKEN>)")
+		return
+	}
+	// The ServeMux answers 405 in plain text; keep every answer JSON.
+	rec := &methodCheck{ResponseWriter: w, r: r}
+	h.mux.ServeHTTP(rec, r)
+}
+
+func (h *handler) authorized(r *http.Request) bool {
+	auth := r.Header.Get("Authorization")
+	scheme, token, ok := strings.Cut(auth, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return false
+	}
+	token = strings.TrimSpace(token)
+	return subtle.ConstantTimeCompare([]byte(token), []byte(h.opts.Token)) == 1
+}
+
+// methodCheck turns the mux's plain-text 404 and 405 into JSON errors.
+type methodCheck struct {
+	http.ResponseWriter
+	r       *http.Request
+	swallow bool
+}
+
+func (m *methodCheck) WriteHeader(code int) {
+	if (code == http.StatusMethodNotAllowed || code == http.StatusNotFound) && !m.swallow &&
+		!strings.HasPrefix(m.Header().Get("Content-Type"), "application/json") {
+		m.swallow = true
+		msg := "no such admin endpoint: " + m.r.Method + " " + m.r.URL.Path
+		if code == http.StatusMethodNotAllowed {
+			msg = "method " + m.r.Method + " not allowed here (allowed: " + m.Header().Get("Allow") + ")"
+		}
+		m.Header().Del("X-Content-Type-Options")
+		writeJSON(m.ResponseWriter, code, ErrorJSON{Error: msg})
+		return
+	}
+	m.ResponseWriter.WriteHeader(code)
+}
+
+func (m *methodCheck) Write(b []byte) (int, error) {
+	if m.swallow {
+		return len(b), nil
+	}
+	return m.ResponseWriter.Write(b)
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
+
+func writeError(w http.ResponseWriter, code int, msg string) {
+	writeJSON(w, code, ErrorJSON{Error: msg})
+}
+
+// storeError maps store errors to responses.
+func (h *handler) storeError(w http.ResponseWriter, op, id string, err error) {
+	switch {
+	case errors.Is(err, storage.ErrNotFound):
+		writeError(w, http.StatusNotFound, fmt.Sprintf("no pending timeout with id %q", id))
+	case errors.Is(err, storage.ErrLeased):
+		writeError(w, http.StatusConflict, fmt.Sprintf("timeout %q is being dispatched; try again shortly", id))
+	default:
+		h.opts.Logger.Error().Err(err).Str("op", op).Str("id", id).Msg("admin API: store error")
+		writeError(w, http.StatusInternalServerError, op+": "+err.Error())
+	}
+}
+
+func parseTime(name, v string) (time.Time, error) {
+	t, err := time.Parse(time.RFC3339Nano, v)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("%s %q is not an RFC 3339 time like 2026-11-21T20:00:00Z", name, v)
+	}
+	return t, nil
+}
+
+func (h *handler) list(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	f := storage.ListFilter{Destination: q.Get("destination"), After: q.Get("cursor"), Limit: DefaultLimit}
+	var err error
+	if v := q.Get("due_from"); v != "" {
+		if f.DueFrom, err = parseTime("due_from", v); err != nil {
+			writeError(w, http.StatusBadRequest, err.Error())
+			return
+		}
+	}
+	if v := q.Get("due_to"); v != "" {
+		if f.DueTo, err = parseTime("due_to", v); err != nil {
+			writeError(w, http.StatusBadRequest, err.Error())
+			return
+		}
+	}
+	if !f.DueFrom.IsZero() && !f.DueTo.IsZero() && f.DueTo.Before(f.DueFrom) {
+		writeError(w, http.StatusBadRequest, "due_to is before due_from")
+		return
+	}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > MaxLimit {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("limit %q must be an integer from 1 to %d", v, MaxLimit))
+			return
+		}
+		f.Limit = n
+	}
+	rows, next, err := h.opts.Store.List(r.Context(), f)
+	if err != nil {
+		if f.After != "" && strings.Contains(err.Error(), "cursor") {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("invalid cursor %q (use the \"next\" of a previous page)", f.After))
+			return
+		}
+		h.storeError(w, "list", "", err)
+		return
+	}
+	out := ListJSON{Timeouts: make([]TimeoutJSON, 0, len(rows)), Next: next}
+	now := h.opts.Now()
+	for i := range rows {
+		out.Timeouts = append(out.Timeouts, summary(&rows[i], now))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func utc(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	u := t.UTC()
+	return &u
+}
+
+func summary(t *storage.Timeout, now time.Time) TimeoutJSON {
+	j := TimeoutJSON{
+		ID: t.ID, Destination: t.Destination, DueAt: t.DueAt.UTC(), ReceivedAt: t.ReceivedAt.UTC(),
+		Attempts: t.Attempts, LastError: t.LastError,
+		Leased:    t.Lock != "" && t.LockExpiresAt.After(now),
+		NotBefore: utc(t.NotBefore),
+	}
+	if t.Lock != "" {
+		j.LockExpiresAt = utc(t.LockExpiresAt)
+	}
+	return j
+}
+
+func (h *handler) show(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	t, err := h.opts.Store.Get(r.Context(), id)
+	if err != nil {
+		h.storeError(w, "show", id, err)
+		return
+	}
+	j := summary(&t, h.opts.Now())
+	p, err := message.Decode(t.Message)
+	if err != nil {
+		h.storeError(w, "decode stored message", id, err)
+		return
+	}
+	j.Properties = &PropertiesJSON{
+		ContentType: p.ContentType, ContentEncoding: p.ContentEncoding, DeliveryMode: p.DeliveryMode,
+		Priority: p.Priority, CorrelationID: p.CorrelationId, ReplyTo: p.ReplyTo, Expiration: p.Expiration,
+		MessageID: p.MessageId, Timestamp: utc(p.Timestamp), Type: p.Type, UserID: p.UserId, AppID: p.AppId,
+	}
+	j.Headers = map[string]any{}
+	for k, v := range p.Headers {
+		j.Headers[k] = JSONValue(v)
+	}
+	body := base64.StdEncoding.EncodeToString(p.Body)
+	n := len(p.Body)
+	j.BodyBase64, j.BodyBytes = &body, &n
+	writeJSON(w, http.StatusOK, j)
+}
+
+// JSONValue renders an AMQP field value for JSON: byte arrays as base64
+// strings, timestamps as RFC 3339, decimals as decimal strings, tables as
+// objects, arrays as arrays, non-finite floats as strings.
+func JSONValue(v any) any {
+	switch v := v.(type) {
+	case []byte:
+		return base64.StdEncoding.EncodeToString(v)
+	case time.Time:
+		return v.UTC().Format(time.RFC3339Nano)
+	case amqp.Decimal:
+		return decimalString(v)
+	case amqp.Table:
+		m := make(map[string]any, len(v))
+		for k, x := range v {
+			m[k] = JSONValue(x)
+		}
+		return m
+	case []any:
+		s := make([]any, len(v))
+		for i, x := range v {
+			s[i] = JSONValue(x)
+		}
+		return s
+	case float32:
+		return finite(float64(v), v)
+	case float64:
+		return finite(v, v)
+	default:
+		return v
+	}
+}
+
+func finite(f float64, v any) any {
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		return strconv.FormatFloat(f, 'g', -1, 64)
+	}
+	return v
+}
+
+func decimalString(d amqp.Decimal) string {
+	r := new(big.Rat).SetFrac(big.NewInt(int64(d.Value)), new(big.Int).Exp(big.NewInt(10), big.NewInt(int64(d.Scale)), nil))
+	return r.FloatString(int(d.Scale))
+}
+
+func (h *handler) cancel(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if err := h.opts.Store.Cancel(r.Context(), id); err != nil {
+		h.storeError(w, "cancel", id, err)
+		return
+	}
+	h.opts.Logger.Info().Str("id", id).Msg("admin API: timeout cancelled")
+	w.WriteHeader(http.StatusNoContent)
+}
+
+type rescheduleBody struct {
+	DueAt *string `json:"due_at"`
+}
+
+func (h *handler) reschedule(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBodyBytes))
+	dec.DisallowUnknownFields()
+	var body rescheduleBody
+	if err := dec.Decode(&body); err != nil {
+		writeError(w, http.StatusBadRequest, "bad request body (want {\"due_at\": \"<RFC 3339 time>\"}): "+err.Error())
+		return
+	}
+	if dec.Decode(&struct{}{}) != io.EOF {
+		writeError(w, http.StatusBadRequest, "bad request body: want exactly one JSON object")
+		return
+	}
+	if body.DueAt == nil {
+		writeError(w, http.StatusBadRequest, "bad request body: due_at is required")
+		return
+	}
+	due, err := parseTime("due_at", *body.DueAt)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	h.setDue(w, r, "reschedule", id, due)
+}
+
+func (h *handler) dispatch(w http.ResponseWriter, r *http.Request) {
+	h.setDue(w, r, "dispatch", r.PathValue("id"), h.opts.Now())
+}
+
+func (h *handler) setDue(w http.ResponseWriter, r *http.Request, op, id string, due time.Time) {
+	if err := h.opts.Store.Reschedule(r.Context(), id, due); err != nil {
+		h.storeError(w, op, id, err)
+		return
+	}
+	h.opts.Wake(due)
+	h.opts.Logger.Info().Str("id", id).Time("due_at", due).Str("op", op).Msg("admin API: timeout rescheduled")
+	t, err := h.opts.Store.Get(r.Context(), id)
+	if err != nil {
+		// Dispatched (or cancelled) already: report what was set.
+		writeJSON(w, http.StatusOK, TimeoutJSON{ID: id, DueAt: due.UTC()})
+		return
+	}
+	writeJSON(w, http.StatusOK, summary(&t, h.opts.Now()))
+}
+
+func (h *handler) stats(w http.ResponseWriter, r *http.Request) {
+	var out StatsJSON
+	if st, ok := h.opts.Store.(interface {
+		Stats(context.Context) (int, int, error)
+	}); ok {
+		pending, leased, err := st.Stats(r.Context())
+		if err != nil {
+			h.storeError(w, "stats", "", err)
+			return
+		}
+		out.Pending, out.Leased = &pending, &leased
+	}
+	at, ok, err := h.opts.Store.NextDue(r.Context())
+	if err != nil {
+		h.storeError(w, "stats", "", err)
+		return
+	}
+	if ok {
+		out.NextDue = utc(at)
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (h *handler) replay(w http.ResponseWriter, r *http.Request) {
+	if h.opts.Replay == nil {
+		writeError(w, http.StatusNotImplemented, "replay is not available in this bridge")
+		return
+	}
+	limit := DefaultLimit
+	if v := r.URL.Query().Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > MaxLimit {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("limit %q must be an integer from 1 to %d", v, MaxLimit))
+			return
+		}
+		limit = n
+	}
+	res, err := h.opts.Replay(r.Context(), limit)
+	if err != nil {
+		h.opts.Logger.Error().Err(err).Msg("admin API: replay failed")
+		writeJSON(w, http.StatusBadGateway, struct {
+			ErrorJSON
+			ReplayResult
+		}{ErrorJSON{"replay: " + err.Error()}, res})
+		return
+	}
+	if res.Replayed > 0 {
+		h.opts.Wake(h.opts.Now())
+	}
+	h.opts.Logger.Info().Int("replayed", res.Replayed).Int("skipped", res.Skipped).Msg("admin API: replayed dispatch failures from the error queue")
+	writeJSON(w, http.StatusOK, res)
+}

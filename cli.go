@@ -1,0 +1,521 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+	"unicode/utf8"
+
+	"github.com/delaybridge/delaybridge/admin"
+)
+
+// The admin CLI: subcommands that talk to a running bridge's admin API.
+
+const defaultAdminURL = "http://127.0.0.1:8080"
+
+// adminCommands maps each admin subcommand to its implementation.
+var adminCommands = map[string]func(c *adminClient, fs *flag.FlagSet, args []string) int{
+	"ls":            cliList,
+	"show":          cliShow,
+	"cancel":        cliCancel,
+	"reschedule":    cliReschedule,
+	"dispatch":      cliDispatch,
+	"stats":         cliStats,
+	"replay-errors": cliReplay,
+}
+
+// adminClient calls the admin API.
+type adminClient struct {
+	cmd    string
+	base   string
+	token  string
+	json   bool
+	out    io.Writer
+	errOut io.Writer
+	http   *http.Client
+}
+
+// runAdmin runs one admin subcommand; out and errOut are stdout and stderr.
+func runAdmin(cmd string, args []string, out, errOut io.Writer) int {
+	impl := adminCommands[cmd]
+	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
+	fs.SetOutput(errOut)
+	c := &adminClient{cmd: cmd, out: out, errOut: errOut, http: &http.Client{Timeout: 60 * time.Second}}
+	def := os.Getenv("DELAYBRIDGE_ADMIN_URL")
+	if def == "" {
+		def = defaultAdminURL
+	}
+	fs.StringVar(&c.base, "url", def, "admin API base URL (env DELAYBRIDGE_ADMIN_URL)")
+	fs.StringVar(&c.token, "token", os.Getenv("DELAYBRIDGE_ADMIN_TOKEN"), "admin bearer token (env DELAYBRIDGE_ADMIN_TOKEN)")
+	fs.BoolVar(&c.json, "json", false, "print the API's JSON instead of a table")
+	return impl(c, fs, args)
+}
+
+// parse parses flags, allowing them before and after positional arguments.
+func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return pos, nil
+		}
+		if rest[0] == "--" {
+			return append(pos, rest[1:]...), nil
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
+}
+
+func (c *adminClient) usageErr(fs *flag.FlagSet, format string, a ...any) int {
+	fmt.Fprintf(c.errOut, "delaybridge %s: %s\n", c.cmd, fmt.Sprintf(format, a...))
+	fs.Usage()
+	return exitConfig
+}
+
+func (c *adminClient) fail(err error) int {
+	fmt.Fprintf(c.errOut, "delaybridge %s: %v\n", c.cmd, err)
+	return exitCritical
+}
+
+// apiError is an error answer of the admin API.
+type apiError struct {
+	Status int
+	Msg    string
+}
+
+func (e *apiError) Error() string {
+	if e.Status == http.StatusUnauthorized {
+		return fmt.Sprintf("%s (HTTP 401: pass --token or set DELAYBRIDGE_ADMIN_TOKEN)", e.Msg)
+	}
+	return fmt.Sprintf("%s (HTTP %d)", e.Msg, e.Status)
+}
+
+// do calls the API and decodes a JSON answer into out (when not nil). It
+// returns the raw body too, for --json.
+func (c *adminClient) do(method, path string, query url.Values, body any, out any) ([]byte, error) {
+	u := strings.TrimRight(c.base, "/") + path
+	if len(query) > 0 {
+		u += "?" + query.Encode()
+	}
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return nil, err
+		}
+		rd = bytes.NewReader(b)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, method, u, rd)
+	if err != nil {
+		return nil, fmt.Errorf("bad --url %q: %v", c.base, err)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	req.Header.Set("Accept", "application/json")
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("cannot reach the admin API at %s: %v", c.base, err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return nil, fmt.Errorf("read the answer of %s %s: %v", method, u, err)
+	}
+	if resp.StatusCode >= 300 {
+		var e admin.ErrorJSON
+		if json.Unmarshal(raw, &e) != nil || e.Error == "" {
+			e.Error = strings.TrimSpace(string(raw))
+			if e.Error == "" {
+				e.Error = http.StatusText(resp.StatusCode)
+			}
+			if resp.StatusCode == http.StatusNotFound && strings.HasPrefix(e.Error, "404 page not found") {
+				e.Error = "no admin API at " + c.base + " (is it a delaybridge with DELAYBRIDGE_HTTP_ADDR there?)"
+			}
+		}
+		return raw, &apiError{Status: resp.StatusCode, Msg: e.Error}
+	}
+	if out != nil && len(raw) > 0 {
+		if err := json.Unmarshal(raw, out); err != nil {
+			return raw, fmt.Errorf("unexpected answer from %s: %v", u, err)
+		}
+	}
+	return raw, nil
+}
+
+func timeoutPath(id string) string { return "/api/v1/timeouts/" + url.PathEscape(id) }
+
+func (c *adminClient) printJSON(raw []byte) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 {
+		raw = []byte("{}")
+	}
+	c.out.Write(raw)
+	fmt.Fprintln(c.out)
+}
+
+// parseWhen accepts an RFC 3339 time or a duration from now ("10m", "-1h").
+func parseWhen(v string, now time.Time) (time.Time, error) {
+	if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
+		return t, nil
+	}
+	if d, err := time.ParseDuration(v); err == nil {
+		return now.Add(d), nil
+	}
+	return time.Time{}, fmt.Errorf("%q is neither an RFC 3339 time (2026-11-21T20:00:00Z) nor a duration from now (10m)", v)
+}
+
+func fmtTime(t time.Time) string { return t.Local().Format("2006-01-02 15:04:05.000 Z07:00") }
+
+func setUsage(fs *flag.FlagSet, synopsis, text string) {
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: delaybridge %s\n\n%s\n\nflags:\n", synopsis, text)
+		fs.PrintDefaults()
+	}
+}
+
+func cliList(c *adminClient, fs *flag.FlagSet, args []string) int {
+	dest := fs.String("destination", "", "only timeouts for this queue")
+	from := fs.String("from", "", "only timeouts due at or after this time (RFC 3339 or a duration from now)")
+	to := fs.String("to", "", "only timeouts due before this time (RFC 3339 or a duration from now)")
+	limit := fs.Int("limit", admin.DefaultLimit, fmt.Sprintf("most rows per page (1..%d)", admin.MaxLimit))
+	all := fs.Bool("all", false, "follow the cursor and list every matching timeout")
+	cursor := fs.String("cursor", "", "start after this cursor (the \"next\" of a previous page)")
+	setUsage(fs, "ls [--destination Q] [--from T] [--to T] [--limit N] [--all] [--json]",
+		"Lists pending timeouts in due order.")
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return exitConfig
+	}
+	if len(pos) > 0 {
+		return c.usageErr(fs, "unexpected argument %q", pos[0])
+	}
+	if *limit < 1 || *limit > admin.MaxLimit {
+		return c.usageErr(fs, "--limit must be from 1 to %d", admin.MaxLimit)
+	}
+	q := url.Values{}
+	q.Set("limit", strconv.Itoa(*limit))
+	if *dest != "" {
+		q.Set("destination", *dest)
+	}
+	now := time.Now()
+	for name, v := range map[string]string{"due_from": *from, "due_to": *to} {
+		if v == "" {
+			continue
+		}
+		t, err := parseWhen(v, now)
+		if err != nil {
+			return c.usageErr(fs, "--%s: %v", map[string]string{"due_from": "from", "due_to": "to"}[name], err)
+		}
+		q.Set(name, t.UTC().Format(time.RFC3339Nano))
+	}
+	var rows []admin.TimeoutJSON
+	next := *cursor
+	var lastRaw []byte
+	for {
+		if next != "" {
+			q.Set("cursor", next)
+		}
+		var page admin.ListJSON
+		raw, err := c.do(http.MethodGet, "/api/v1/timeouts", q, nil, &page)
+		if err != nil {
+			return c.fail(err)
+		}
+		lastRaw = raw
+		rows = append(rows, page.Timeouts...)
+		next = page.Next
+		if !*all || next == "" {
+			break
+		}
+	}
+	if c.json {
+		if !*all {
+			c.printJSON(lastRaw)
+			return exitOK
+		}
+		b, _ := json.MarshalIndent(admin.ListJSON{Timeouts: rows}, "", "  ")
+		c.printJSON(b)
+		return exitOK
+	}
+	tw := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tDESTINATION\tDUE\tATTEMPTS\tSTATE\tLAST ERROR")
+	for _, r := range rows {
+		state := "pending"
+		if r.Leased {
+			state = "dispatching"
+		} else if r.NotBefore != nil {
+			state = "retry after " + fmtTime(*r.NotBefore)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", r.ID, r.Destination, fmtTime(r.DueAt), r.Attempts, state, oneLine(r.LastError, 60))
+	}
+	tw.Flush()
+	if next != "" {
+		fmt.Fprintf(c.errOut, "more: delaybridge ls --cursor %s (or --all)\n", next)
+	}
+	return exitOK
+}
+
+func oneLine(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) > n {
+		s = s[:n-1] + "…"
+	}
+	return s
+}
+
+func oneID(c *adminClient, fs *flag.FlagSet, args []string) (string, int) {
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return "", exitConfig
+	}
+	if len(pos) != 1 || pos[0] == "" {
+		return "", c.usageErr(fs, "give exactly one timeout ID")
+	}
+	return pos[0], -1
+}
+
+func cliShow(c *adminClient, fs *flag.FlagSet, args []string) int {
+	setUsage(fs, "show ID [--json]", "Shows one pending timeout: state, properties, headers and body.")
+	id, code := oneID(c, fs, args)
+	if code >= 0 {
+		return code
+	}
+	var t admin.TimeoutJSON
+	raw, err := c.do(http.MethodGet, timeoutPath(id), nil, nil, &t)
+	if err != nil {
+		return c.fail(err)
+	}
+	if c.json {
+		c.printJSON(raw)
+		return exitOK
+	}
+	tw := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
+	row := func(k string, v any) { fmt.Fprintf(tw, "%s:\t%v\n", k, v) }
+	row("id", t.ID)
+	row("destination", t.Destination)
+	row("due at", fmtTime(t.DueAt))
+	row("received at", fmtTime(t.ReceivedAt))
+	row("attempts", t.Attempts)
+	if t.LastError != "" {
+		row("last error", t.LastError)
+	}
+	row("dispatching", t.Leased)
+	if t.LockExpiresAt != nil {
+		row("lease expires", fmtTime(*t.LockExpiresAt))
+	}
+	if t.NotBefore != nil {
+		row("retry not before", fmtTime(*t.NotBefore))
+	}
+	if p := t.Properties; p != nil {
+		b, _ := json.Marshal(p)
+		var m map[string]any
+		_ = json.Unmarshal(b, &m)
+		for _, k := range sortedKeys(m) {
+			row("property "+k, m[k])
+		}
+	}
+	for _, k := range sortedKeys(t.Headers) {
+		v := t.Headers[k]
+		if _, ok := v.(string); !ok {
+			b, _ := json.Marshal(v)
+			v = string(b)
+		}
+		row("header "+k, v)
+	}
+	tw.Flush()
+	if t.BodyBase64 != nil {
+		body, _ := base64.StdEncoding.DecodeString(*t.BodyBase64)
+		fmt.Fprintf(c.out, "body (%d bytes):\n", len(body))
+		if isPrintable(body) {
+			fmt.Fprintln(c.out, string(body))
+		} else {
+			fmt.Fprintf(c.out, "(binary, base64) %s\n", *t.BodyBase64)
+		}
+	}
+	return exitOK
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+func isPrintable(b []byte) bool {
+	if !utf8.Valid(b) {
+		return false
+	}
+	for _, r := range string(b) {
+		if (r < 0x20 && r != '\n' && r != '\r' && r != '\t') || r == 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+func cliCancel(c *adminClient, fs *flag.FlagSet, args []string) int {
+	setUsage(fs, "cancel ID", "Cancels a pending timeout (it is deleted and never delivered).")
+	id, code := oneID(c, fs, args)
+	if code >= 0 {
+		return code
+	}
+	if _, err := c.do(http.MethodDelete, timeoutPath(id), nil, nil, nil); err != nil {
+		return c.fail(err)
+	}
+	if c.json {
+		c.printJSON([]byte(fmt.Sprintf(`{"cancelled": %q}`, id)))
+		return exitOK
+	}
+	fmt.Fprintf(c.out, "cancelled %s\n", id)
+	return exitOK
+}
+
+func cliReschedule(c *adminClient, fs *flag.FlagSet, args []string) int {
+	at := fs.String("at", "", "new due time (RFC 3339)")
+	in := fs.String("in", "", "new due time as a duration from now (e.g. 10m)")
+	setUsage(fs, "reschedule ID (--at TIME | --in DURATION)", "Sets a new due time on a pending timeout.")
+	id, code := oneID(c, fs, args)
+	if code >= 0 {
+		return code
+	}
+	if (*at == "") == (*in == "") {
+		return c.usageErr(fs, "give exactly one of --at or --in")
+	}
+	var due time.Time
+	if *at != "" {
+		t, err := time.Parse(time.RFC3339Nano, *at)
+		if err != nil {
+			return c.usageErr(fs, "--at %q is not an RFC 3339 time like 2026-11-21T20:00:00Z", *at)
+		}
+		due = t
+	} else {
+		d, err := time.ParseDuration(*in)
+		if err != nil {
+			return c.usageErr(fs, "--in %q is not a duration like 10m", *in)
+		}
+		due = time.Now().Add(d)
+	}
+	return c.setDue(http.MethodPatch, timeoutPath(id), map[string]string{"due_at": due.Format(time.RFC3339Nano)}, "rescheduled")
+}
+
+func (c *adminClient) setDue(method, path string, body any, verb string) int {
+	var t admin.TimeoutJSON
+	raw, err := c.do(method, path, nil, body, &t)
+	if err != nil {
+		return c.fail(err)
+	}
+	if c.json {
+		c.printJSON(raw)
+		return exitOK
+	}
+	fmt.Fprintf(c.out, "%s %s: due %s\n", verb, t.ID, fmtTime(t.DueAt))
+	return exitOK
+}
+
+func cliDispatch(c *adminClient, fs *flag.FlagSet, args []string) int {
+	setUsage(fs, "dispatch ID", "Makes a pending timeout due now, so it is delivered at once.")
+	id, code := oneID(c, fs, args)
+	if code >= 0 {
+		return code
+	}
+	return c.setDue(http.MethodPost, timeoutPath(id)+"/dispatch", nil, "dispatching")
+}
+
+func cliStats(c *adminClient, fs *flag.FlagSet, args []string) int {
+	setUsage(fs, "stats [--json]", "Counts pending and leased timeouts and shows the next due time.")
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return exitConfig
+	}
+	if len(pos) > 0 {
+		return c.usageErr(fs, "unexpected argument %q", pos[0])
+	}
+	var s admin.StatsJSON
+	raw, err := c.do(http.MethodGet, "/api/v1/stats", nil, nil, &s)
+	if err != nil {
+		return c.fail(err)
+	}
+	if c.json {
+		c.printJSON(raw)
+		return exitOK
+	}
+	tw := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
+	if s.Pending != nil {
+		fmt.Fprintf(tw, "pending:\t%d\n", *s.Pending)
+	}
+	if s.Leased != nil {
+		fmt.Fprintf(tw, "being dispatched:\t%d\n", *s.Leased)
+	}
+	next := "-"
+	if s.NextDue != nil {
+		next = fmtTime(*s.NextDue)
+	}
+	fmt.Fprintf(tw, "next due:\t%s\n", next)
+	tw.Flush()
+	return exitOK
+}
+
+func cliReplay(c *adminClient, fs *flag.FlagSet, args []string) int {
+	limit := fs.Int("limit", admin.DefaultLimit, fmt.Sprintf("most messages taken from the error queue (1..%d)", admin.MaxLimit))
+	setUsage(fs, "replay-errors [--limit N] [--json]",
+		"Moves dispatch failures from the error queue back into the store, due now.\n"+
+			"Ingest failures and messages that cannot be replayed stay on the error queue.")
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return exitConfig
+	}
+	if len(pos) > 0 {
+		return c.usageErr(fs, "unexpected argument %q", pos[0])
+	}
+	if *limit < 1 || *limit > admin.MaxLimit {
+		return c.usageErr(fs, "--limit must be from 1 to %d", admin.MaxLimit)
+	}
+	var res admin.ReplayResult
+	raw, err := c.do(http.MethodPost, "/api/v1/replay-errors", url.Values{"limit": {strconv.Itoa(*limit)}}, nil, &res)
+	if err != nil {
+		var ae *apiError
+		if c.json && errors.As(err, &ae) && len(raw) > 0 {
+			c.printJSON(raw)
+		}
+		return c.fail(err)
+	}
+	if c.json {
+		c.printJSON(raw)
+		return exitOK
+	}
+	fmt.Fprintf(c.out, "replayed %d, skipped %d\n", res.Replayed, res.Skipped)
+	if len(res.Details) > 0 {
+		tw := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "SKIPPED MESSAGE-ID\tREASON")
+		for _, d := range res.Details {
+			fmt.Fprintf(tw, "%s\t%s\n", d.MessageID, d.Reason)
+		}
+		tw.Flush()
+	}
+	return exitOK
+}

@@ -1,0 +1,134 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/delaybridge/delaybridge/admin"
+	"github.com/delaybridge/delaybridge/message"
+	"github.com/delaybridge/delaybridge/storage"
+	"github.com/delaybridge/delaybridge/storage/boltstore"
+)
+
+func cliServer(t *testing.T) (*httptest.Server, *boltstore.Store) {
+	t.Helper()
+	st, err := boltstore.Open(filepath.Join(t.TempDir(), "s.db"), boltstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	mux := http.NewServeMux()
+	mux.Handle("/api/v1/", admin.New(admin.Options{Store: st, Token: "tok",
+		Replay: func(context.Context, int) (admin.ReplayResult, error) {
+			return admin.ReplayResult{Replayed: 2, Skipped: 1, Details: []admin.ReplaySkipped{{MessageID: "m", Reason: "ingest"}}}, nil
+		}}))
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	for i, id := range []string{"a/1", "b 2"} {
+		p := amqp.Publishing{MessageId: id, Headers: amqp.Table{"k": "v"}, Body: []byte("hello " + id)}
+		enc, _ := message.Encode(nil, &p)
+		if _, err := st.Insert(context.Background(), []storage.Timeout{{ID: id, Destination: "q", DueAt: time.Now().Add(time.Duration(i+1) * time.Hour), ReceivedAt: time.Now(), Message: enc}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return srv, st
+}
+
+func cli(t *testing.T, srv *httptest.Server, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	t.Setenv("DELAYBRIDGE_ADMIN_TOKEN", "tok")
+	full := append([]string{"--url", srv.URL}, args[1:]...)
+	code := runAdmin(args[0], full, &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+func TestCLICommands(t *testing.T) {
+	srv, st := cliServer(t)
+
+	code, out, errOut := cli(t, srv, "ls")
+	if code != 0 || !strings.Contains(out, "DESTINATION") || !strings.Contains(out, "a/1") || !strings.Contains(out, "b 2") {
+		t.Fatalf("ls: %d %q %q", code, out, errOut)
+	}
+	code, out, _ = cli(t, srv, "ls", "--json", "--limit", "1")
+	var page admin.ListJSON
+	if code != 0 || json.Unmarshal([]byte(out), &page) != nil || len(page.Timeouts) != 1 || page.Next == "" {
+		t.Fatalf("ls --json --limit 1: %d %s", code, out)
+	}
+	code, out, _ = cli(t, srv, "ls", "--json", "--limit", "1", "--all")
+	if code != 0 || json.Unmarshal([]byte(out), &page) != nil || len(page.Timeouts) != 2 {
+		t.Fatalf("ls --all: %d %s", code, out)
+	}
+
+	code, out, _ = cli(t, srv, "show", "a/1")
+	if code != 0 || !strings.Contains(out, "hello a/1") || !strings.Contains(out, "header k") {
+		t.Fatalf("show: %d %s", code, out)
+	}
+	code, out, _ = cli(t, srv, "show", "b 2", "--json")
+	if code != 0 || !strings.Contains(out, `"body_base64"`) {
+		t.Fatalf("show --json: %d %s", code, out)
+	}
+
+	at := time.Now().Add(5 * time.Hour).UTC().Truncate(time.Second)
+	if code, out, errOut = cli(t, srv, "reschedule", "a/1", "--at", at.Format(time.RFC3339)); code != 0 {
+		t.Fatalf("reschedule: %d %s %s", code, out, errOut)
+	}
+	if got, _ := st.Get(context.Background(), "a/1"); !got.DueAt.Equal(at) {
+		t.Errorf("rescheduled to %s, want %s", got.DueAt, at)
+	}
+	if code, _, errOut = cli(t, srv, "reschedule", "a/1", "--in", "2h"); code != 0 {
+		t.Fatalf("reschedule --in: %d %s", code, errOut)
+	}
+	if code, _, errOut = cli(t, srv, "dispatch", "b 2"); code != 0 {
+		t.Fatalf("dispatch: %d %s", code, errOut)
+	}
+	if got, _ := st.Get(context.Background(), "b 2"); time.Until(got.DueAt) > time.Second {
+		t.Errorf("dispatch: due %s, want now", got.DueAt)
+	}
+	code, out, _ = cli(t, srv, "stats")
+	if code != 0 || !strings.Contains(out, "pending:") || !strings.Contains(out, "2") {
+		t.Fatalf("stats: %d %s", code, out)
+	}
+	if code, out, _ = cli(t, srv, "cancel", "a/1"); code != 0 || !strings.Contains(out, "cancelled a/1") {
+		t.Fatalf("cancel: %d %s", code, out)
+	}
+	code, _, errOut = cli(t, srv, "cancel", "a/1")
+	if code != 1 || !strings.Contains(errOut, `no pending timeout with id "a/1"`) || !strings.Contains(errOut, "404") {
+		t.Fatalf("cancel again: %d %q", code, errOut)
+	}
+	code, out, _ = cli(t, srv, "replay-errors", "--limit", "5")
+	if code != 0 || !strings.Contains(out, "replayed 2, skipped 1") || !strings.Contains(out, "ingest") {
+		t.Fatalf("replay-errors: %d %s", code, out)
+	}
+}
+
+func TestCLIErrors(t *testing.T) {
+	srv, _ := cliServer(t)
+	for _, args := range [][]string{
+		{"show"}, {"show", "a", "b"}, {"reschedule", "a/1"}, {"reschedule", "a/1", "--at", "x"},
+		{"reschedule", "a/1", "--at", "2026-01-01T00:00:00Z", "--in", "1h"}, {"ls", "--limit", "0"}, {"ls", "--from", "soon"},
+		{"ls", "--bogus"}, {"stats", "extra"},
+	} {
+		if code, _, _ := cli(t, srv, args...); code != exitConfig {
+			t.Errorf("%v: exit %d, want %d", args, code, exitConfig)
+		}
+	}
+	var out, errOut bytes.Buffer
+	code := runAdmin("ls", []string{"--url", srv.URL, "--token", "wrong"}, &out, &errOut)
+	if code != 1 || !strings.Contains(errOut.String(), "401") || !strings.Contains(errOut.String(), "bearer token") {
+		t.Errorf("wrong token: %d %q", code, errOut.String())
+	}
+	code = runAdmin("stats", []string{"--url", "http://127.0.0.1:1"}, &out, &errOut)
+	if code != 1 || !strings.Contains(errOut.String(), "cannot reach the admin API") {
+		t.Errorf("unreachable: %d %q", code, errOut.String())
+	}
+}
