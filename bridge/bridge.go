@@ -19,6 +19,7 @@ import (
 
 	"golang.org/x/time/rate"
 
+	"github.com/delaybridge/delaybridge/admin"
 	"github.com/delaybridge/delaybridge/broker"
 	"github.com/delaybridge/delaybridge/circuit"
 	"github.com/delaybridge/delaybridge/config"
@@ -205,10 +206,18 @@ func (b *Bridge) Run(ctx context.Context) (err error) {
 	})
 
 	var httpSrv *httpapi.Server
+	var statusRun func(context.Context) error // samples the status page's counters
 	if cfg.HTTPAddr != "" {
+		// Without a token the admin handler answers every /api/v1/ request
+		// with 404 and a JSON error saying the admin API is disabled.
+		replayer := &admin.Replayer{Conn: consumeConn.Wait, ErrorQueue: cfg.ErrorQueue, Store: store, Now: now}
+		adm := admin.New(admin.Options{Store: store, Token: cfg.AdminToken, Now: now, Wake: pl.Wake,
+			Replay: replayer.Replay, Logger: log.With().Str("component", "admin").Logger()})
+		statusPage := newStatusPage(cfg.Endpoint, store, storeStats, now, met, consumeConn, publishConn)
+		statusRun = statusPage.Run
 		httpSrv = httpapi.New(httpapi.Options{Addr: cfg.HTTPAddr,
-			Admin:  nil, // ADMIN-WIRING: the admin API handler (issue 5)
-			Status: nil, // STATUS-WIRING: the status page handler (issue 5)
+			Admin:  adm,        // ADMIN-WIRING: the admin API handler (issue 5)
+			Status: statusPage, // STATUS-WIRING: the status page handler (issue 5)
 			Vars: func(ctx context.Context) map[string]any {
 				vars := map[string]any{"owner": b.owner, "ready": b.ready.Load()}
 				if st, ok := store.(interface {
@@ -262,6 +271,9 @@ func (b *Bridge) Run(ctx context.Context) (err error) {
 		start("dispatch", dp.Run),
 		start("poller", pl.Run),
 		start("ingest", in.Run),
+	}
+	if statusRun != nil {
+		stages = append(stages, start("status sampler", statusRun))
 	}
 	b.ready.Store(true)
 	log.Info().Str("endpoint", cfg.Endpoint).Str("owner", b.owner).Msg("delaybridge running")

@@ -1,0 +1,221 @@
+package status
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/delaybridge/delaybridge/storage"
+)
+
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+// registry mimics the bridge's series that the page reads.
+type registry struct {
+	reg                  *prometheus.Registry
+	ingested, dispatched prometheus.Counter
+	lateness             prometheus.Histogram
+	breakers             *prometheus.GaugeVec
+	connected            *prometheus.GaugeVec
+}
+
+func newRegistry() *registry {
+	r := &registry{
+		reg:        prometheus.NewRegistry(),
+		ingested:   prometheus.NewCounter(prometheus.CounterOpts{Name: metricIngested}),
+		dispatched: prometheus.NewCounter(prometheus.CounterOpts{Name: metricDispatched}),
+		lateness:   prometheus.NewHistogram(prometheus.HistogramOpts{Name: metricLateness}),
+		breakers:   prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: metricBreaker}, []string{"breaker"}),
+		connected:  prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: metricConnected}, []string{"connection"}),
+	}
+	r.reg.MustRegister(r.ingested, r.dispatched, r.lateness, r.breakers, r.connected)
+	return r
+}
+
+func get(t *testing.T, h http.Handler) string {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/", nil))
+	if rec.Code != http.StatusOK {
+		t.Fatalf("status %d", rec.Code)
+	}
+	if ct := rec.Header().Get("Content-Type"); !strings.HasPrefix(ct, "text/html") {
+		t.Fatalf("content type %q", ct)
+	}
+	b, _ := io.ReadAll(rec.Body)
+	return string(b)
+}
+
+func mustContain(t *testing.T, page string, want ...string) {
+	t.Helper()
+	for _, w := range want {
+		if !strings.Contains(page, w) {
+			t.Errorf("page lacks %q", w)
+		}
+	}
+}
+
+func TestPageShowsCountsStatesAndEscapes(t *testing.T) {
+	clk := &clock{t: time.Date(2026, 11, 21, 20, 0, 0, 0, time.UTC)}
+	r := newRegistry()
+	r.breakers.WithLabelValues("store").Set(0)
+	r.breakers.WithLabelValues("dispatch").Set(2)
+	evil := `<script>alert(1)</script>`
+	h := New(Options{
+		Endpoint: "orders-bridge",
+		Stats:    func(context.Context) (int, int, error) { return 1234, 56, nil },
+		NextDue: func(context.Context) (time.Time, bool, error) {
+			return clk.Now().Add(90 * time.Second), true, nil
+		},
+		NextDueMessages: func(_ context.Context, n int) ([]storage.Timeout, error) {
+			if n != NextDueRows {
+				t.Errorf("asked for %d rows", n)
+			}
+			return []storage.Timeout{
+				{ID: evil, Destination: "q-" + evil, DueAt: clk.Now().Add(90 * time.Second), Message: []byte("SECRET-BODY")},
+				{ID: "late-one", Destination: "orders", DueAt: clk.Now().Add(-2 * time.Second), Attempts: 3,
+					LastError: "returned: NO_ROUTE", Lock: "tok", LockExpiresAt: clk.Now().Add(time.Minute)},
+			}, nil
+		},
+		Broker:   func() map[string]bool { return map[string]bool{"consume": true, "publish": false} },
+		Gatherer: r.reg,
+		Now:      clk.Now,
+		Refresh:  5 * time.Second,
+	})
+	page := get(t, h)
+	mustContain(t, page,
+		`id="pending">1234<`, `id="leased">56<`, "in 1m30s", "orders-bridge",
+		"consume connection", "connected", "publish connection", "disconnected",
+		"store breaker", "disarmed", "dispatch breaker", "triggered", "breaker dispatch triggered",
+		"late-one", "2s overdue", "returned: NO_ROUTE", "leased", `http-equiv="refresh" content="5"`,
+		"&lt;script&gt;alert(1)&lt;/script&gt;", "q-&lt;script&gt;")
+	if strings.Contains(page, evil) {
+		t.Error("page contains an unescaped script tag")
+	}
+	if strings.Contains(page, "SECRET-BODY") {
+		t.Error("page shows a message body")
+	}
+	if strings.Contains(page, ">healthy<") {
+		t.Error("page says healthy with a triggered breaker and a connection down")
+	}
+}
+
+func TestBreakersAndConnectionsFromGatherer(t *testing.T) {
+	r := newRegistry()
+	r.breakers.WithLabelValues("fetch").Set(1)
+	r.connected.WithLabelValues("publish").Set(1)
+	page := get(t, New(Options{Gatherer: r.reg}))
+	mustContain(t, page, "fetch breaker", "armed", "publish connection", "connected", ">healthy<")
+}
+
+func TestThroughputAndLateness(t *testing.T) {
+	clk := &clock{t: time.Date(2026, 11, 21, 20, 0, 0, 0, time.UTC)}
+	r := newRegistry()
+	h := New(Options{Gatherer: r.reg, Now: clk.Now})
+	h.sample(false)
+	// Two minutes at 120 ingested and 60 dispatched per minute, each
+	// dispatch 20 ms late.
+	for range 12 {
+		clk.Advance(SampleInterval)
+		r.ingested.Add(20)
+		for range 10 {
+			r.dispatched.Inc()
+			r.lateness.Observe(0.020)
+		}
+		h.sample(false)
+	}
+	page := get(t, h)
+	mustContain(t, page, "last minute", "1–2 min ago", ">120<", ">60<", "20ms", "no samples yet",
+		">240<", ">120<") // totals since start
+	rows := minutes(append([]sample(nil), h.samples...), clk.Now())
+	if !rows[0].Known || rows[0].Ingested != 120 || rows[0].Dispatched != 60 || rows[0].MeanLateness != 20*time.Millisecond {
+		t.Errorf("last minute: %+v", rows[0])
+	}
+	if !rows[1].Known || rows[1].Ingested != 120 {
+		t.Errorf("minute before: %+v", rows[1])
+	}
+	if rows[2].Known {
+		t.Errorf("minute without samples: %+v", rows[2])
+	}
+}
+
+func TestSamplesAreBoundedAndRateLimited(t *testing.T) {
+	clk := &clock{t: time.Date(2026, 11, 21, 20, 0, 0, 0, time.UTC)}
+	h := New(Options{Gatherer: newRegistry().reg, Now: clk.Now})
+	for range 1000 {
+		h.sample(false)
+		clk.Advance(time.Second)
+	}
+	if n, limit := len(h.samples), int(keep/SampleInterval)+1; n > limit {
+		t.Errorf("%d samples kept, want at most %d", n, limit)
+	}
+}
+
+func TestStoreErrorsAreShown(t *testing.T) {
+	boom := errors.New("store is closed")
+	page := get(t, New(Options{
+		Stats:           func(context.Context) (int, int, error) { return 0, 0, boom },
+		NextDue:         func(context.Context) (time.Time, bool, error) { return time.Time{}, false, boom },
+		NextDueMessages: func(context.Context, int) ([]storage.Timeout, error) { return nil, boom },
+	}))
+	mustContain(t, page, "store is closed", "store counts unavailable", "Metrics not available")
+}
+
+func TestNothingPending(t *testing.T) {
+	page := get(t, New(Options{
+		Stats:           func(context.Context) (int, int, error) { return 0, 0, nil },
+		NextDue:         func(context.Context) (time.Time, bool, error) { return time.Time{}, false, nil },
+		NextDueMessages: func(context.Context, int) ([]storage.Timeout, error) { return nil, nil },
+	}))
+	mustContain(t, page, "nothing pending", "Nothing pending.", `id="pending">0<`)
+}
+
+func TestRunStops(t *testing.T) {
+	h := New(Options{Gatherer: newRegistry().reg})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- h.Run(ctx) }()
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Run did not stop")
+	}
+}
+
+func TestEmptyOptionsRender(t *testing.T) {
+	mustContain(t, get(t, New(Options{})), "delaybridge", "Metrics not available", "not available")
+}
+
+func TestRetryHoldIsNotOverdue(t *testing.T) {
+	now := time.Date(2026, 11, 21, 20, 0, 0, 0, time.UTC)
+	page := get(t, New(Options{Now: func() time.Time { return now },
+		NextDueMessages: func(context.Context, int) ([]storage.Timeout, error) {
+			return []storage.Timeout{{ID: "r", Destination: "d", DueAt: now.Add(-time.Minute), NotBefore: now.Add(4 * time.Second)}}, nil
+		}}))
+	mustContain(t, page, "retry in 4s")
+	if strings.Contains(page, "overdue") {
+		t.Error("a row held for a retry is shown overdue")
+	}
+}
