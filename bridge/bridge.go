@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -196,9 +197,15 @@ func (b *Bridge) Run(ctx context.Context) (err error) {
 		Metrics:      met,
 		Logger:       log.With().Str("component", "ingest").Logger(),
 	})
+	dispatching := make(chan struct{})
+	var dispatchingOnce sync.Once
 	dp := dispatch.New(consumeConn, func(ctx context.Context) (dispatch.Publisher, error) { return dispatchPub(ctx) }, store, dispatch.Options{
 		Queue: topo.DispatcherQueue(), TimeoutsQueue: topo.TimeoutsQueue(), ErrorQueue: cfg.ErrorQueue,
-		Prefetch: cfg.Prefetch, Workers: dispatchWorkers, LeaseDuration: cfg.LockLeaseDuration, NumberOfRetries: cfg.NumberOfRetries, Allowed: allowed,
+		// A bbolt file serves one instance; a second one on this endpoint
+		// would take tokens for rows it does not have and drop them.
+		Exclusive:   cfg.Store == "bbolt",
+		OnConsuming: func() { dispatchingOnce.Do(func() { close(dispatching) }) },
+		Prefetch:    cfg.Prefetch, Workers: dispatchWorkers, LeaseDuration: cfg.LockLeaseDuration, NumberOfRetries: cfg.NumberOfRetries, Allowed: allowed,
 		FailureCountLimit: rate.NewLimiter(rate.Limit(cfg.MaxRecoveryFailuresPerSecond), cfg.MaxRecoveryFailuresPerSecond),
 		Breaker:           breaker("dispatch", cfg.TimeToTriggerDispatchBreaker),
 		Metrics:           met,
@@ -267,24 +274,30 @@ func (b *Bridge) Run(ctx context.Context) (err error) {
 		httpStage = start("http", httpSrv.Run)
 		log.Info().Str("addr", httpSrv.Addr()).Msg("http listening")
 	}
-	stages := []*stage{
-		start("dispatch", dp.Run),
-		start("poller", pl.Run),
-		start("ingest", in.Run),
-	}
-	if statusRun != nil {
-		stages = append(stages, start("status sampler", statusRun))
-	}
-	b.ready.Store(true)
-	log.Info().Str("endpoint", cfg.Endpoint).Str("owner", b.owner).Msg("delaybridge running")
-
+	// The dispatcher starts first and alone: only once it holds the
+	// dispatcher queue (exclusively, with a bbolt store) do polling and
+	// intake begin, so a second instance is refused before it takes in a
+	// single message.
+	stages := []*stage{start("dispatch", dp.Run)}
 	var runErr error
 	select {
+	case <-dispatching:
+		stages = append(stages, start("poller", pl.Run), start("ingest", in.Run))
+		if statusRun != nil {
+			stages = append(stages, start("status sampler", statusRun))
+		}
+		b.ready.Store(true)
+		log.Info().Str("endpoint", cfg.Endpoint).Str("owner", b.owner).Msg("delaybridge running")
+		select {
+		case <-ctx.Done():
+			log.Info().Msg("shutting down")
+		case e := <-critical:
+			runErr = fmt.Errorf("%w: %w", ErrCritical, e)
+			log.Error().Err(e).Msg("critical error: stopping intake and shutting down")
+		case runErr = <-failed:
+		}
 	case <-ctx.Done():
 		log.Info().Msg("shutting down")
-	case e := <-critical:
-		runErr = fmt.Errorf("%w: %w", ErrCritical, e)
-		log.Error().Err(e).Msg("critical error: stopping intake and shutting down")
 	case runErr = <-failed:
 	}
 	b.ready.Store(false)

@@ -86,6 +86,12 @@ type Options struct {
 	// Allowed is checked again at dispatch: the operator may have narrowed
 	// it since the message was stored. Nil allows all.
 	Allowed interface{ Match(string) bool }
+	// Exclusive consumes the dispatcher queue exclusively (a bbolt store
+	// serves one instance); another instance's consumer makes Run fail with
+	// ErrAnotherInstance.
+	Exclusive bool
+	// OnConsuming, when set, is called each time the consumer is in place.
+	OnConsuming func()
 	// LeaseDuration is the poller's lease; the confirm wait and the lease a
 	// token must have left scale down with a short one. Default 5m.
 	LeaseDuration time.Duration
@@ -152,6 +158,9 @@ func New(conn Connection, newPub NewPublisher, store Store, opts Options) *Dispa
 	return &Dispatcher{conn: conn, newPub: newPub, store: store, opts: opts, log: opts.Logger}
 }
 
+// ErrAnotherInstance means another instance holds the dispatcher queue.
+var ErrAnotherInstance = errors.New("another instance holds the dispatcher queue")
+
 // confirmTimeout bounds the wait for a forward window's confirms.
 const confirmTimeout = 30 * time.Second
 
@@ -206,6 +215,9 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
+		if errors.Is(err, ErrAnotherInstance) {
+			return err // retrying cannot help
+		}
 		d.log.Warn().Err(err).Msg("dispatch interrupted; resuming on the next broker connection")
 		if !broker.Sleep(ctx, 100*time.Millisecond+time.Duration(rand.Int64N(int64(400*time.Millisecond)))) {
 			return nil
@@ -245,9 +257,17 @@ func (d *Dispatcher) session(ctx context.Context) error {
 		return fmt.Errorf("dispatch: set prefetch: %w", err)
 	}
 	tag := "delaybridge-dispatch-" + uuid.NewString()
-	deliveries, err := ch.Consume(d.opts.Queue, tag, false, false, false, false, nil)
+	deliveries, err := ch.Consume(d.opts.Queue, tag, false, d.opts.Exclusive, false, false, nil)
+	var amqpErr *amqp.Error
+	if d.opts.Exclusive && errors.As(err, &amqpErr) && amqpErr.Code == amqp.AccessRefused {
+		return fmt.Errorf("%w: %s already has an exclusive consumer: another delaybridge instance with a bbolt store serves this endpoint. "+
+			"A bbolt file serves one instance; run several with DELAYBRIDGE_STORE=postgres", ErrAnotherInstance, d.opts.Queue)
+	}
 	if err != nil {
 		return fmt.Errorf("dispatch: consume %s: %w", d.opts.Queue, err)
+	}
+	if d.opts.OnConsuming != nil {
+		d.opts.OnConsuming()
 	}
 	d.log.Info().Str("queue", d.opts.Queue).Int("workers", len(pubs)).Msg("dispatcher consuming")
 
