@@ -242,6 +242,12 @@ func (b *Bridge) Run(ctx context.Context) (err error) {
 				case !consumeConn.Connected() || !publishConn.Connected():
 					return errors.New("not connected to the broker")
 				}
+				// The store must answer too (cheap: NextDue reads two keys).
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+				defer cancel()
+				if _, _, err := store.NextDue(ctx); err != nil {
+					return fmt.Errorf("store: %w", err)
+				}
 				return nil
 			}, Metrics: met.Handler(), Logger: log})
 		if err := httpSrv.Listen(); err != nil {

@@ -14,6 +14,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -151,7 +153,9 @@ func newHarness(t *testing.T, name string, env map[string]string) *harness {
 	if err != nil {
 		t.Fatalf("config.Load: %v", err)
 	}
-	cfg.HTTPAddr = "" // disabled, whatever envconfig made of the empty value
+	if _, set := env["DELAYBRIDGE_HTTP_ADDR"]; !set {
+		cfg.HTTPAddr = "" // disabled, whatever envconfig made of the empty value
+	}
 
 	h.inner, err = boltstore.Open(h.storePath, boltstore.Options{})
 	if err != nil {
@@ -815,4 +819,41 @@ func TestShutdownIsClean(t *testing.T) {
 	if n := h.ready(h.timeoutsQueue()); n != 0 {
 		t.Errorf("%s has %d ready messages; all were stored and acknowledged", h.timeoutsQueue(), n)
 	}
+}
+
+// TestReadyzReflectsTheStore: /readyz is 503 while the store does not
+// answer, and 200 again once it does (contract §6: connected to the broker
+// and the store).
+func TestReadyzReflectsTheStore(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	h := newHarness(t, "readyz", map[string]string{"DELAYBRIDGE_HTTP_ADDR": addr})
+	h.start()
+	status := func() int {
+		resp, err := http.Get("http://" + addr + "/readyz")
+		if err != nil {
+			return 0
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	waitCode := func(want int) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for status() != want {
+			if time.Now().After(deadline) {
+				t.Fatalf("/readyz never answered %d (last %d)", want, status())
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	waitCode(http.StatusOK)
+	h.fs.FailNextDue(errors.New("disk gone"))
+	waitCode(http.StatusServiceUnavailable)
+	h.fs.Heal()
+	waitCode(http.StatusOK)
 }
