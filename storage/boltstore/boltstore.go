@@ -636,57 +636,19 @@ func (s *Store) Remove(ctx context.Context, refs []storage.Ref) ([]error, error)
 
 // Release ends the lease of id; see storage.Store.
 func (s *Store) Release(ctx context.Context, id, lock string, notBefore time.Time) error {
-	exit, err := s.enter(ctx)
-	if err != nil {
-		return err
-	}
-	defer exit()
-	now := s.now()
-	err = s.update(func(tx *bolt.Tx, c *counts) error {
-		b, err := buckets(tx, c)
-		if err != nil {
-			return err
-		}
-		r, err := b.load(id)
-		if err != nil {
-			return err
-		}
-		if r == nil {
-			return storage.ErrNotFound
-		}
+	return s.updateRow(ctx, "release", id, func(b txb, r *record, now time.Time) error {
 		if err := lockErr(r, lock, now); err != nil {
 			return err
 		}
 		r.NotBefore = notBefore
 		return b.makeReady(r)
 	})
-	if err != nil {
-		return fmt.Errorf("boltstore: release %q: %w", id, err)
-	}
-	return nil
 }
 
 // IncrementFailureCount records a dispatch failure of id; the lease is kept.
 func (s *Store) IncrementFailureCount(ctx context.Context, id, lock, reason string) (int, error) {
-	exit, err := s.enter(ctx)
-	if err != nil {
-		return 0, err
-	}
-	defer exit()
-	now := s.now()
 	var attempts int
-	err = s.update(func(tx *bolt.Tx, c *counts) error {
-		b, err := buckets(tx, c)
-		if err != nil {
-			return err
-		}
-		r, err := b.load(id)
-		if err != nil {
-			return err
-		}
-		if r == nil {
-			return storage.ErrNotFound
-		}
+	err := s.updateRow(ctx, "increment failure count", id, func(b txb, r *record, now time.Time) error {
 		if err := lockErr(r, lock, now); err != nil {
 			return err
 		}
@@ -696,7 +658,7 @@ func (s *Store) IncrementFailureCount(ctx context.Context, id, lock, reason stri
 		return b.save(r)
 	})
 	if err != nil {
-		return 0, fmt.Errorf("boltstore: increment failure count %q: %w", id, err)
+		return 0, err
 	}
 	return attempts, nil
 }
@@ -877,10 +839,20 @@ func (s *Store) Reschedule(ctx context.Context, id string, dueAt time.Time) erro
 	})
 }
 
-// changeUnleased applies change to row id in a write transaction unless the
-// row is missing (ErrNotFound) or leased and its lease still valid
-// (ErrLeased).
+// changeUnleased applies change to row id unless it is leased and its lease
+// still valid (ErrLeased).
 func (s *Store) changeUnleased(ctx context.Context, op, id string, change func(txb, *record) error) error {
+	return s.updateRow(ctx, op, id, func(b txb, r *record, now time.Time) error {
+		if r.Lock != "" && now.Before(r.LockExpiresAt) {
+			return storage.ErrLeased
+		}
+		return change(b, r)
+	})
+}
+
+// updateRow runs fn on row id in a write transaction, with the store's now;
+// a missing row is ErrNotFound. Errors name op and id.
+func (s *Store) updateRow(ctx context.Context, op, id string, fn func(b txb, r *record, now time.Time) error) error {
 	exit, err := s.enter(ctx)
 	if err != nil {
 		return err
@@ -899,10 +871,7 @@ func (s *Store) changeUnleased(ctx context.Context, op, id string, change func(t
 		if r == nil {
 			return storage.ErrNotFound
 		}
-		if r.Lock != "" && now.Before(r.LockExpiresAt) {
-			return storage.ErrLeased
-		}
-		return change(b, r)
+		return fn(b, r, now)
 	})
 	if err != nil {
 		return fmt.Errorf("boltstore: %s %q: %w", op, id, err)
