@@ -7,7 +7,8 @@
 #
 # 1. makes sure RabbitMQ answers at $DELAYBRIDGE_TEST_AMQP_URL
 #    (default amqp://guest:guest@127.0.0.1:5672/; a local broker is installed
-#    and started when needed, see scripts/ensure-rabbitmq.sh),
+#    and started when needed, see scripts/ensure-rabbitmq.sh), and PostgreSQL
+#    at $DELAYBRIDGE_TEST_POSTGRES_URL (see scripts/ensure-postgres.sh),
 # 2. checks formatting (gofmt -l),
 # 3. go vet ./...,
 # 4. go test -race -count=1 -timeout 15m $DELAYBRIDGE_TEST_PACKAGES "$@".
@@ -51,6 +52,8 @@ if [[ ${#RACE[@]} -gt 0 ]]; then export CGO_ENABLED=1; fi
 export DELAYBRIDGE_TEST_AMQP_URL="${DELAYBRIDGE_TEST_AMQP_URL:-amqp://guest:guest@127.0.0.1:5672/}"
 section "RabbitMQ ($(sed -E 's#(://[^:/@]*:)[^@]*@#\1***@#' <<<"${DELAYBRIDGE_TEST_AMQP_URL}"))"
 bash ./scripts/ensure-rabbitmq.sh
+section "PostgreSQL"
+bash ./scripts/ensure-postgres.sh
 
 # --- format -----------------------------------------------------------------------
 section "gofmt"

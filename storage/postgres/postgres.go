@@ -1,0 +1,885 @@
+// Package postgres is the shared storage.Store on PostgreSQL
+// (DELAYBRIDGE_STORE=postgres): any number of bridge instances may use one
+// schema at once.
+//
+// The table and its indexes are described with the migrations in schema.go.
+// In short: every pending timeout is one row of <schema>.timeouts; a row
+// waiting to be leased is in the partial index timeouts_ready, ordered by
+// visible_at = greatest(due_at, not_before); a leased row is in the partial
+// index timeouts_leased, ordered by lock_expires_at. Lease and NextDue read
+// the head of those two indexes and never scan the pending rows.
+//
+// Rules shared by all instances:
+//
+//   - Every time comparison uses the store's clock (Options.Now), passed as a
+//     query parameter, never the server's now(): instances and tests agree on
+//     one rule, and a test can move time. Times are truncated to whole
+//     microseconds (timestamptz precision) before they are sent, and come back
+//     in UTC.
+//   - Lease picks rows with SELECT ... FOR UPDATE SKIP LOCKED and leases them
+//     in the same statement, so two callers never get one row, and callers
+//     never wait on each other's rows.
+//   - Every statement that checks a lock reads the row under FOR UPDATE in the
+//     same statement as the change it makes, so the check and the change see
+//     the same row version.
+//   - Open does not free leases: other live instances may hold them. Expired
+//     leases are taken over by Lease directly and freed by Reap, which the
+//     bridge calls on a timer.
+//   - Writers lock rows in id order (Insert inserts in id order, Remove locks
+//     in id order), so concurrent batches with overlapping ids do not
+//     deadlock; should PostgreSQL still report a deadlock or serialization
+//     failure, the statement (always a whole transaction) is retried.
+package postgres
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/rs/zerolog"
+
+	"github.com/delaybridge/delaybridge/storage"
+)
+
+// DefaultSchema is the schema used when Options.Schema is empty.
+const DefaultSchema = "delaybridge"
+
+// Options configure Open.
+type Options struct {
+	// Now is the store's clock; nil means time.Now. All time comparisons use
+	// it (see the package comment).
+	Now func() time.Time
+	// Schema is the PostgreSQL schema holding the tables; "" means
+	// DefaultSchema. It is created if missing.
+	Schema string
+	// MaxConns is the size of the connection pool. Zero keeps pgxpool's
+	// choice: pool_max_conns from the URL if given, else the greater of 4 and
+	// the number of CPUs. Every store call holds one connection for one
+	// statement, so a handful is plenty for one bridge.
+	MaxConns int32
+	// Logger receives migration and retry messages; the zero value logs
+	// nothing.
+	Logger zerolog.Logger
+	// Endpoint, when set, claims the schema for this bridge endpoint on
+	// first use; Open then fails with ErrOtherEndpoint for any other one.
+	Endpoint string
+}
+
+// Store is a storage.Store on PostgreSQL. It is safe for concurrent use, by
+// several goroutines and several processes.
+type Store struct {
+	mu     sync.RWMutex // read-held by every call, write-held by Close
+	closed bool
+
+	pool   *pgxpool.Pool
+	now    func() time.Time
+	log    zerolog.Logger
+	schema string // as given
+	qs     string // quoted, for SQL
+	q      queries
+
+	stats statsCache
+}
+
+var _ storage.Store = (*Store)(nil)
+
+// Open connects to the database at url (a PostgreSQL URL or key=value
+// connection string), checks that it answers, and creates or migrates the
+// schema (see schema.go). It does not touch existing leases.
+func Open(ctx context.Context, url string, opts Options) (*Store, error) {
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	schema := opts.Schema
+	if schema == "" {
+		schema = DefaultSchema
+	}
+	if len(schema) > 63 || strings.ContainsRune(schema, 0) {
+		return nil, fmt.Errorf("postgres: schema name %q: must be 1 to 63 bytes without NUL", schema)
+	}
+	if opts.MaxConns < 0 {
+		return nil, fmt.Errorf("postgres: MaxConns must not be negative, got %d", opts.MaxConns)
+	}
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: connect: %w", err)
+	}
+	if opts.MaxConns > 0 {
+		cfg.MaxConns = opts.MaxConns
+	}
+	where := fmt.Sprintf("%s:%d/%s", cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Database)
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: connect: %s: %w", where, err)
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("postgres: connect: %s: %w", where, err)
+	}
+	s := &Store{
+		pool:   pool,
+		now:    opts.Now,
+		log:    opts.Logger,
+		schema: schema,
+		qs:     quoteIdent(schema),
+	}
+	s.q = newQueries(s.qs)
+	if err := s.migrate(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("postgres: migrate: %s schema %q: %w", where, schema, err)
+	}
+	if opts.Endpoint != "" {
+		if err := s.claimEndpoint(ctx, opts.Endpoint); err != nil {
+			pool.Close()
+			return nil, fmt.Errorf("postgres: %s: %w", where, err)
+		}
+	}
+	s.log.Debug().Str("db", where).Str("schema", schema).Int32("max_conns", cfg.MaxConns).Msg("postgres store open")
+	return s, nil
+}
+
+// Schema is the schema the store works in.
+func (s *Store) Schema() string { return s.schema }
+
+// Close closes the connection pool. It waits for calls in flight; later
+// calls return storage.ErrClosed. Closing twice is not an error.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	s.pool.Close()
+	return nil
+}
+
+// maxAttempts bounds the retries of a statement failing with a deadlock or
+// serialization failure.
+const maxAttempts = 3
+
+// run runs fn, a call of the store named op, unless the store is closed or
+// ctx is done; it retries fn on deadlock and serialization failures (each fn
+// is a whole transaction, rolled back when it fails) and wraps its error.
+func (s *Store) run(ctx context.Context, op string, fn func(ctx context.Context) error) error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return fmt.Errorf("postgres: %s: %w", op, storage.ErrClosed)
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("postgres: %s: %w", op, err)
+	}
+	var err error
+	for attempt := 1; ; attempt++ {
+		err = fn(ctx)
+		if err == nil {
+			return nil
+		}
+		if attempt == maxAttempts || !retryable(err) || ctx.Err() != nil {
+			break
+		}
+		s.log.Debug().Err(err).Str("op", op).Int("attempt", attempt).Msg("retrying a store statement")
+	}
+	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
+		// The driver may report a cancelled statement as a server error
+		// (57014): keep ctx.Err() visible to errors.Is as well.
+		return fmt.Errorf("postgres: %s: %w: %w", op, cerr, err)
+	}
+	return fmt.Errorf("postgres: %s: %w", op, err)
+}
+
+func retryable(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (pgErr.Code == "40P01" || pgErr.Code == "40001")
+}
+
+// ts converts a time for a timestamptz parameter: whole microseconds,
+// rounded down (what the column would keep anyway, made explicit so that
+// comparisons in SQL and in Go agree).
+func ts(t time.Time) time.Time { return t.Truncate(time.Microsecond) }
+
+// nullTS is t as a nullable timestamptz parameter: the zero time is NULL.
+func nullTS(t time.Time) pgtype.Timestamptz {
+	if t.IsZero() {
+		return pgtype.Timestamptz{}
+	}
+	return pgtype.Timestamptz{Time: ts(t), Valid: true}
+}
+
+// fromTS is a nullable timestamptz read back: NULL is the zero time.
+func fromTS(v pgtype.Timestamptz) time.Time {
+	if !v.Valid {
+		return time.Time{}
+	}
+	return v.Time.UTC()
+}
+
+// queries are the statements of one schema.
+type queries struct {
+	insert, lease, get, remove, release, incr, nextDue, reap, cancel, reschedule string
+	countLeased, countBoth                                                       string
+	listCols, table                                                              string
+}
+
+func newQueries(qs string) queries {
+	r := strings.NewReplacer("{{t}}", qs+".timeouts", "{{seq}}", quoteLiteral(qs+".lock_seq"))
+	return queries{
+		// Rows go in id order, so that concurrent batches sharing ids wait
+		// for each other in one order and never deadlock.
+		insert: r.Replace(`
+INSERT INTO {{t}} (id, destination, due_at, received_at, message, attempts, last_error, not_before)
+SELECT * FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::timestamptz[], $5::bytea[], $6::bigint[], $7::text[], $8::timestamptz[])
+	AS r(id, destination, due_at, received_at, message, attempts, last_error, not_before)
+ORDER BY id COLLATE "C"
+ON CONFLICT (id) DO NOTHING
+RETURNING id`),
+
+		// $1 dueBy, $2 now, $3 limit, $4 owner, $5 expiry.
+		// ready: unleased rows visible by dueBy, in due order (index
+		// timeouts_ready). expired: leased rows whose lease ran out by now
+		// (index timeouts_leased, oldest expiry first) and that are
+		// visible by dueBy too. Both lock their rows, skipping rows that
+		// another statement holds; the two are merged in due order and cut
+		// to limit. Rows locked but not picked are unlocked when the
+		// statement ends.
+		lease: r.Replace(`
+WITH ready AS (
+	SELECT id, visible_at FROM {{t}}
+	WHERE lock_token IS NULL AND visible_at <= $1
+	ORDER BY visible_at, id
+	LIMIT $3
+	FOR UPDATE SKIP LOCKED
+), expired AS (
+	SELECT id, visible_at FROM {{t}}
+	WHERE lock_token IS NOT NULL AND lock_expires_at <= $2 AND visible_at <= $1
+	ORDER BY lock_expires_at
+	LIMIT $3
+	FOR UPDATE SKIP LOCKED
+), picked AS (
+	SELECT id FROM (SELECT * FROM ready UNION ALL SELECT * FROM expired) c
+	ORDER BY visible_at, id
+	LIMIT $3
+), leased AS (
+	UPDATE {{t}} t
+	SET lock_token = $4::text || ':' || nextval({{seq}}), lock_expires_at = $5
+	FROM picked
+	WHERE t.id = picked.id
+	RETURNING t.id, t.lock_token, t.due_at, t.visible_at
+)
+SELECT id, lock_token, due_at FROM leased ORDER BY visible_at, id`),
+
+		get: r.Replace(`
+SELECT id, destination, due_at, received_at, message, attempts, last_error, lock_token, lock_expires_at, not_before
+FROM {{t}} WHERE id = $1`),
+
+		// $1 ids, $2 locks, $3 now. cur: the rows named, locked in id order,
+		// as they are now. del: those that some ref may remove (no lock, or
+		// the current unexpired lock). The caller works out each ref's
+		// result from cur, in ref order.
+		remove: r.Replace(`
+WITH refs AS (
+	SELECT r.id COLLATE "C" AS id, r.lock FROM unnest($1::text[], $2::text[]) AS r(id, lock)
+), cur AS (
+	SELECT t.id, t.lock_token, t.lock_expires_at FROM {{t}} t
+	WHERE t.id IN (SELECT id FROM refs)
+	ORDER BY t.id
+	FOR UPDATE
+), del AS (
+	DELETE FROM {{t}} t USING cur
+	WHERE t.id = cur.id AND EXISTS (
+		SELECT 1 FROM refs WHERE refs.id = cur.id
+		AND (refs.lock = '' OR (refs.lock = cur.lock_token AND cur.lock_expires_at > $3)))
+	RETURNING t.id
+)
+SELECT cur.id, coalesce(cur.lock_token, ''), cur.lock_expires_at, cur.id IN (SELECT id FROM del) FROM cur`),
+
+		// $1 id, $2 lock ('' = unconditional), $3 now, $4 notBefore.
+		release: r.Replace(`
+WITH cur AS (
+	SELECT id, coalesce(lock_token = $2::text AND lock_expires_at > $3, false) AS holds
+	FROM {{t}} WHERE id = $1 FOR UPDATE
+), upd AS (
+	UPDATE {{t}} t SET lock_token = NULL, lock_expires_at = NULL, not_before = $4
+	FROM cur WHERE t.id = cur.id AND ($2::text = '' OR cur.holds)
+	RETURNING t.id
+)
+SELECT holds FROM cur`),
+
+		// $1 id, $2 lock, $3 now, $4 reason.
+		incr: r.Replace(`
+WITH cur AS (
+	SELECT id, coalesce(lock_token = $2::text AND lock_expires_at > $3, false) AS holds
+	FROM {{t}} WHERE id = $1 FOR UPDATE
+), upd AS (
+	UPDATE {{t}} t SET attempts = t.attempts + 1, last_error = $4
+	FROM cur WHERE t.id = cur.id AND ($2::text = '' OR cur.holds)
+	RETURNING t.attempts
+)
+SELECT cur.holds, (SELECT attempts FROM upd) FROM cur`),
+
+		// The head of each partial index; least ignores NULL.
+		nextDue: r.Replace(`
+SELECT least(
+	(SELECT visible_at FROM {{t}} WHERE lock_token IS NULL ORDER BY visible_at LIMIT 1),
+	(SELECT lock_expires_at FROM {{t}} WHERE lock_token IS NOT NULL ORDER BY lock_expires_at LIMIT 1))`),
+
+		// $1 now. Rows another statement holds are left for the next Reap.
+		reap: r.Replace(`
+WITH expired AS (
+	SELECT id FROM {{t}} WHERE lock_token IS NOT NULL AND lock_expires_at <= $1
+	FOR UPDATE SKIP LOCKED
+)
+UPDATE {{t}} t SET lock_token = NULL, lock_expires_at = NULL
+FROM expired WHERE t.id = expired.id`),
+
+		// $1 id, $2 now.
+		cancel: r.Replace(`
+WITH cur AS (
+	SELECT id, coalesce(lock_token IS NOT NULL AND lock_expires_at > $2, false) AS busy
+	FROM {{t}} WHERE id = $1 FOR UPDATE
+), del AS (
+	DELETE FROM {{t}} t USING cur WHERE t.id = cur.id AND NOT cur.busy
+	RETURNING t.id
+)
+SELECT busy FROM cur`),
+
+		// $1 id, $2 now, $3 dueAt. An expired lease ends here.
+		reschedule: r.Replace(`
+WITH cur AS (
+	SELECT id, coalesce(lock_token IS NOT NULL AND lock_expires_at > $2, false) AS busy
+	FROM {{t}} WHERE id = $1 FOR UPDATE
+), upd AS (
+	UPDATE {{t}} t SET due_at = $3, not_before = NULL, lock_token = NULL, lock_expires_at = NULL
+	FROM cur WHERE t.id = cur.id AND NOT cur.busy
+	RETURNING t.id
+)
+SELECT busy FROM cur`),
+
+		countLeased: r.Replace(`SELECT count(*) FROM {{t}} WHERE lock_token IS NOT NULL`),
+		countBoth:   r.Replace(`SELECT (SELECT count(*) FROM {{t}} WHERE lock_token IS NOT NULL), (SELECT count(*) FROM {{t}})`),
+
+		listCols: `id, destination, due_at, received_at, attempts, last_error, lock_token, lock_expires_at, not_before`,
+		table:    r.Replace(`{{t}}`),
+	}
+}
+
+// Insert stores the timeouts in one statement (one transaction); see storage.Store.
+// Lock and LockExpiresAt of the input are ignored: a new row is never leased.
+func (s *Store) Insert(ctx context.Context, in []storage.Timeout) ([]bool, error) {
+	for i := range in {
+		switch t := &in[i]; {
+		case t.ID == "":
+			return nil, fmt.Errorf("postgres: insert: timeout %d has an empty id", i)
+		case t.Destination == "":
+			return nil, fmt.Errorf("postgres: insert: timeout %q has an empty destination", t.ID)
+		}
+	}
+	inserted := make([]bool, len(in))
+	err := s.run(ctx, "insert", func(ctx context.Context) error {
+		clear(inserted)
+		if len(in) == 0 {
+			return nil
+		}
+		// The first copy of an id wins, as if inserted one by one.
+		first := make(map[string]int, len(in))
+		n := 0
+		for i := range in {
+			if _, dup := first[in[i].ID]; !dup {
+				first[in[i].ID] = i
+				n++
+			}
+		}
+		var (
+			ids, dests, lastErrs = make([]string, 0, n), make([]string, 0, n), make([]string, 0, n)
+			dues                 = make([]time.Time, 0, n)
+			recvs, notBefores    = make([]pgtype.Timestamptz, 0, n), make([]pgtype.Timestamptz, 0, n)
+			msgs                 = make([][]byte, 0, n)
+			attempts             = make([]int64, 0, n)
+		)
+		for i := range in {
+			t := &in[i]
+			if first[t.ID] != i {
+				continue
+			}
+			msg := t.Message
+			if msg == nil {
+				msg = []byte{}
+			}
+			ids, dests, lastErrs = append(ids, t.ID), append(dests, t.Destination), append(lastErrs, t.LastError)
+			dues = append(dues, ts(t.DueAt))
+			recvs, notBefores = append(recvs, nullTS(t.ReceivedAt)), append(notBefores, nullTS(t.NotBefore))
+			msgs = append(msgs, msg)
+			attempts = append(attempts, int64(t.Attempts))
+		}
+		rows, err := s.pool.Query(ctx, s.q.insert, ids, dests, dues, recvs, msgs, attempts, lastErrs, notBefores)
+		if err != nil {
+			return err
+		}
+		var id string
+		count := 0
+		_, err = pgx.ForEachRow(rows, []any{&id}, func() error {
+			i, ok := first[id]
+			if !ok {
+				return fmt.Errorf("inserted unknown id %q", id)
+			}
+			inserted[i] = true
+			count++
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		s.stats.addPending(count)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return inserted, nil
+}
+
+// Lease leases up to limit rows to owner for d; see storage.Store and the
+// lease statement in newQueries. Leases come in order of the time the rows
+// became visible (greatest of DueAt and NotBefore), ties by id.
+func (s *Store) Lease(ctx context.Context, owner string, dueBy time.Time, limit int, d time.Duration) ([]storage.Lease, error) {
+	if limit <= 0 {
+		return nil, fmt.Errorf("postgres: lease: limit must be positive, got %d", limit)
+	}
+	if d <= 0 {
+		return nil, fmt.Errorf("postgres: lease: duration must be positive, got %s", d)
+	}
+	var leases []storage.Lease
+	err := s.run(ctx, "lease", func(ctx context.Context) error {
+		now := s.now()
+		by := dueBy
+		if by.IsZero() {
+			by = now
+		}
+		rows, err := s.pool.Query(ctx, s.q.lease, ts(by), ts(now), limit, owner, ts(now.Add(d)))
+		if err != nil {
+			return err
+		}
+		leases = make([]storage.Lease, 0, min(limit, 256))
+		var l storage.Lease
+		_, err = pgx.ForEachRow(rows, []any{&l.ID, &l.Lock, &l.DueAt}, func() error {
+			l.DueAt = l.DueAt.UTC()
+			leases = append(leases, l)
+			return nil
+		})
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return leases, nil
+}
+
+// Get returns a copy of the row with this id.
+func (s *Store) Get(ctx context.Context, id string) (storage.Timeout, error) {
+	var t storage.Timeout
+	err := s.run(ctx, fmt.Sprintf("get %q", id), func(ctx context.Context) error {
+		var (
+			lock                     *string
+			recv, expires, notBefore pgtype.Timestamptz
+			attempts                 int64
+		)
+		err := s.pool.QueryRow(ctx, s.q.get, id).Scan(&t.ID, &t.Destination, &t.DueAt, &recv, &t.Message,
+			&attempts, &t.LastError, &lock, &expires, &notBefore)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return storage.ErrNotFound
+		}
+		if err != nil {
+			return err
+		}
+		t.DueAt = t.DueAt.UTC()
+		t.ReceivedAt, t.LockExpiresAt, t.NotBefore = fromTS(recv), fromTS(expires), fromTS(notBefore)
+		t.Attempts = int(attempts)
+		if lock != nil {
+			t.Lock = *lock
+		}
+		return nil
+	})
+	if err != nil {
+		return storage.Timeout{}, err
+	}
+	return t, nil
+}
+
+// Remove deletes rows in one statement; see storage.Store. Refs are judged
+// in order against the rows as the statement found them, so a batch naming
+// one row twice behaves as if removed one ref at a time.
+func (s *Store) Remove(ctx context.Context, refs []storage.Ref) ([]error, error) {
+	results := make([]error, len(refs))
+	if len(refs) == 0 {
+		// Still report a closed store or a cancelled context.
+		return results, s.run(ctx, "remove", func(context.Context) error { return nil })
+	}
+	err := s.run(ctx, "remove", func(ctx context.Context) error {
+		clear(results)
+		now := ts(s.now())
+		ids, locks := make([]string, len(refs)), make([]string, len(refs))
+		for i, r := range refs {
+			ids[i], locks[i] = r.ID, r.Lock
+		}
+		type row struct {
+			lock    string
+			expires time.Time
+			deleted bool
+		}
+		found := map[string]*row{}
+		rows, err := s.pool.Query(ctx, s.q.remove, ids, locks, now)
+		if err != nil {
+			return err
+		}
+		var (
+			id      string
+			r       row
+			expires pgtype.Timestamptz
+		)
+		_, err = pgx.ForEachRow(rows, []any{&id, &r.lock, &expires, &r.deleted}, func() error {
+			r.expires = fromTS(expires)
+			found[id] = &row{lock: r.lock, expires: r.expires, deleted: r.deleted}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		removed := 0
+		gone := map[string]bool{} // removed by an earlier ref of this batch
+		for i, ref := range refs {
+			cur := found[ref.ID]
+			switch {
+			case cur == nil || gone[ref.ID]:
+				if ref.Lock != "" {
+					results[i] = fmt.Errorf("postgres: remove %q: %w", ref.ID, storage.ErrNotFound)
+				}
+			case ref.Lock == "" || (ref.Lock == cur.lock && cur.expires.After(now)):
+				if !cur.deleted {
+					return fmt.Errorf("row %q should have been removed and was not", ref.ID)
+				}
+				gone[ref.ID] = true
+				removed++
+			default:
+				results[i] = fmt.Errorf("postgres: remove %q: %w", ref.ID, storage.ErrConcurrency)
+			}
+		}
+		for id, cur := range found {
+			if cur.deleted && !gone[id] {
+				return fmt.Errorf("row %q was removed though no ref held it", id)
+			}
+		}
+		s.stats.addPending(-removed)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return results, nil
+}
+
+// lockCheck turns a holds flag into the result of an owner-checked call.
+func lockCheck(lock string, holds bool) error {
+	if lock != "" && !holds {
+		return storage.ErrConcurrency
+	}
+	return nil
+}
+
+// Release ends the lease of id; see storage.Store.
+func (s *Store) Release(ctx context.Context, id, lock string, notBefore time.Time) error {
+	return s.run(ctx, fmt.Sprintf("release %q", id), func(ctx context.Context) error {
+		var holds bool
+		err := s.pool.QueryRow(ctx, s.q.release, id, lock, ts(s.now()), nullTS(notBefore)).Scan(&holds)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return storage.ErrNotFound
+		}
+		if err != nil {
+			return err
+		}
+		return lockCheck(lock, holds)
+	})
+}
+
+// IncrementFailureCount records a dispatch failure of id; the lease is kept.
+func (s *Store) IncrementFailureCount(ctx context.Context, id, lock, reason string) (int, error) {
+	var n int
+	err := s.run(ctx, fmt.Sprintf("increment failure count %q", id), func(ctx context.Context) error {
+		var (
+			holds    bool
+			attempts *int64
+		)
+		err := s.pool.QueryRow(ctx, s.q.incr, id, lock, ts(s.now()), reason).Scan(&holds, &attempts)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return storage.ErrNotFound
+		}
+		if err != nil {
+			return err
+		}
+		if err := lockCheck(lock, holds); err != nil {
+			return err
+		}
+		if attempts == nil {
+			return fmt.Errorf("row %q was not updated", id)
+		}
+		n = int(*attempts)
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	return n, nil
+}
+
+// NextDue returns the earliest time a row becomes leasable: the first
+// visible_at of the unleased rows or the first lease expiry, whichever is
+// earlier. (A lease that expires before its row is visible, possible only
+// with a lease shorter than the poller's lookahead, reports its expiry.)
+func (s *Store) NextDue(ctx context.Context) (time.Time, bool, error) {
+	var at pgtype.Timestamptz
+	err := s.run(ctx, "next due", func(ctx context.Context) error {
+		return s.pool.QueryRow(ctx, s.q.nextDue).Scan(&at)
+	})
+	if err != nil {
+		return time.Time{}, false, err
+	}
+	return fromTS(at), at.Valid, nil
+}
+
+// Reap frees every row whose lease expired by the store's clock and returns
+// how many it freed. Rows that a concurrent statement holds are skipped (a
+// Lease taking them over, most likely); the next Reap sees them.
+func (s *Store) Reap(ctx context.Context) (int, error) {
+	var n int
+	err := s.run(ctx, "reap", func(ctx context.Context) error {
+		tag, err := s.pool.Exec(ctx, s.q.reap, ts(s.now()))
+		if err != nil {
+			return err
+		}
+		n = int(tag.RowsAffected())
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	if n > 0 {
+		s.log.Debug().Int("rows", n).Msg("reaped expired leases")
+	}
+	return n, nil
+}
+
+// Cancel removes a row that is not leased; see storage.Store.
+func (s *Store) Cancel(ctx context.Context, id string) error {
+	return s.run(ctx, fmt.Sprintf("cancel %q", id), func(ctx context.Context) error {
+		busy, err := s.unleased(ctx, s.q.cancel, id, ts(s.now()))
+		if err == nil && !busy {
+			s.stats.addPending(-1)
+		}
+		return err
+	})
+}
+
+// Reschedule moves a row that is not leased to a new due time and clears its
+// NotBefore; an expired lease on it ends.
+func (s *Store) Reschedule(ctx context.Context, id string, dueAt time.Time) error {
+	return s.run(ctx, fmt.Sprintf("reschedule %q", id), func(ctx context.Context) error {
+		_, err := s.unleased(ctx, s.q.reschedule, id, ts(s.now()), ts(dueAt))
+		return err
+	})
+}
+
+// unleased runs a cancel or reschedule statement, which reports whether the
+// row holds a valid lease (and then leaves it alone).
+func (s *Store) unleased(ctx context.Context, query string, args ...any) (busy bool, err error) {
+	err = s.pool.QueryRow(ctx, query, args...).Scan(&busy)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return false, storage.ErrNotFound
+	case err != nil:
+		return false, err
+	case busy:
+		return true, storage.ErrLeased
+	}
+	return false, nil
+}
+
+// cursorVersion starts every List cursor.
+const cursorVersion = 1
+
+// encodeCursor makes the opaque List cursor after a row: base64url of a
+// version byte, the due time in Unix microseconds (8 bytes, big-endian) and
+// the id.
+func encodeCursor(due time.Time, id string) string {
+	b := make([]byte, 0, 9+len(id))
+	b = append(b, cursorVersion)
+	b = binary.BigEndian.AppendUint64(b, uint64(due.UnixMicro()))
+	b = append(b, id...)
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+func decodeCursor(c string) (due time.Time, id string, err error) {
+	b, err := base64.RawURLEncoding.DecodeString(c)
+	if err != nil || len(b) < 9 || b[0] != cursorVersion {
+		return time.Time{}, "", fmt.Errorf("invalid cursor %q (pass back the next cursor of a previous page)", c)
+	}
+	return time.UnixMicro(int64(binary.BigEndian.Uint64(b[1:9]))).UTC(), string(b[9:]), nil
+}
+
+// List returns pending rows in (due_at, id) order from the index
+// timeouts_due, one keyset page at a time; see storage.Store. The cursor is
+// opaque (see encodeCursor).
+func (s *Store) List(ctx context.Context, f storage.ListFilter) ([]storage.Timeout, string, error) {
+	if f.Limit <= 0 {
+		return nil, "", fmt.Errorf("postgres: list: limit must be positive, got %d", f.Limit)
+	}
+	var (
+		conds []string
+		args  []any
+	)
+	arg := func(v any) string {
+		args = append(args, v)
+		return "$" + strconv.Itoa(len(args))
+	}
+	if f.After != "" {
+		due, id, err := decodeCursor(f.After)
+		if err != nil {
+			return nil, "", fmt.Errorf("postgres: list: %w", err)
+		}
+		conds = append(conds, fmt.Sprintf("(due_at, id) > (%s, %s)", arg(due), arg(id)))
+	}
+	if f.Destination != "" {
+		conds = append(conds, "destination = "+arg(f.Destination))
+	}
+	if !f.DueFrom.IsZero() {
+		conds = append(conds, "due_at >= "+arg(ts(f.DueFrom)))
+	}
+	if !f.DueTo.IsZero() {
+		conds = append(conds, "due_at < "+arg(ts(f.DueTo)))
+	}
+	query := "SELECT " + s.q.listCols + " FROM " + s.q.table
+	if len(conds) > 0 {
+		query += " WHERE " + strings.Join(conds, " AND ")
+	}
+	// One row more than asked tells whether there is a next page.
+	query += " ORDER BY due_at, id LIMIT " + arg(int64(f.Limit)+1)
+
+	var (
+		out  []storage.Timeout
+		next string
+	)
+	err := s.run(ctx, "list", func(ctx context.Context) error {
+		out, next = make([]storage.Timeout, 0, min(f.Limit, 1000)), ""
+		rows, err := s.pool.Query(ctx, query, args...)
+		if err != nil {
+			return err
+		}
+		var (
+			t                        storage.Timeout
+			lock                     *string
+			recv, expires, notBefore pgtype.Timestamptz
+			attempts                 int64
+		)
+		_, err = pgx.ForEachRow(rows, []any{&t.ID, &t.Destination, &t.DueAt, &recv, &attempts, &t.LastError, &lock, &expires, &notBefore}, func() error {
+			if len(out) == f.Limit {
+				last := out[len(out)-1]
+				next = encodeCursor(last.DueAt, last.ID)
+				return nil
+			}
+			t.DueAt = t.DueAt.UTC()
+			t.ReceivedAt, t.LockExpiresAt, t.NotBefore = fromTS(recv), fromTS(expires), fromTS(notBefore)
+			t.Attempts = int(attempts)
+			t.Lock = ""
+			if lock != nil {
+				t.Lock = *lock
+			}
+			out = append(out, t)
+			return nil
+		})
+		return err
+	})
+	if err != nil {
+		return nil, "", err
+	}
+	return out, next, nil
+}
+
+// statsCache keeps the pending count between Stats calls: counting every row
+// of a large table costs a scan, and metrics, the status page and the admin
+// API may ask often. The count is redone when older than pendingTTL; in
+// between, this store's own inserts and removals adjust it, so it is exact
+// for one instance and at most pendingTTL behind the other instances.
+type statsCache struct {
+	mu        sync.Mutex
+	valid     bool
+	pending   int
+	countedAt time.Time // wall clock: the cache is about load, not the store clock
+
+	refresh sync.Mutex // one recount at a time
+}
+
+// pendingTTL is how long a pending count is reused.
+const pendingTTL = time.Second
+
+func (c *statsCache) addPending(delta int) {
+	if delta == 0 {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.valid {
+		c.pending += delta
+	}
+}
+
+func (c *statsCache) get() (int, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.pending, c.valid && time.Since(c.countedAt) < pendingTTL
+}
+
+func (c *statsCache) set(pending int, at time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.pending, c.countedAt, c.valid = pending, at, true
+}
+
+// Stats returns how many rows the store holds (pending, leased or not) and
+// how many of them are leased (expired leases not yet reaped included). The
+// leased count is exact on every call: an index-only count over the partial
+// index timeouts_leased, whose size is what is in flight (the poller's
+// MaxLeased bounds it), cheap enough for the poller's backpressure check on
+// every cycle. The pending count is cached, see statsCache.
+func (s *Store) Stats(ctx context.Context) (pending, leased int, err error) {
+	err = s.run(ctx, "stats", func(ctx context.Context) error {
+		if p, ok := s.stats.get(); ok {
+			pending = p
+			return s.pool.QueryRow(ctx, s.q.countLeased).Scan(&leased)
+		}
+		s.stats.refresh.Lock()
+		defer s.stats.refresh.Unlock()
+		if p, ok := s.stats.get(); ok { // another call just counted
+			pending = p
+			return s.pool.QueryRow(ctx, s.q.countLeased).Scan(&leased)
+		}
+		started := time.Now()
+		if err := s.pool.QueryRow(ctx, s.q.countBoth).Scan(&leased, &pending); err != nil {
+			return err
+		}
+		s.stats.set(pending, started)
+		return nil
+	})
+	if err != nil {
+		return 0, 0, err
+	}
+	return max(pending, leased), leased, nil
+}

@@ -1,0 +1,557 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/delaybridge/delaybridge/storage"
+	"github.com/delaybridge/delaybridge/storage/postgres/pgtest"
+	"github.com/delaybridge/delaybridge/storage/storetest"
+)
+
+var ctx = context.Background()
+
+var t0 = storetest.T0
+
+// open opens a store on a fresh schema of its own, closed and dropped when
+// the test ends.
+func open(t testing.TB, now func() time.Time) *Store {
+	t.Helper()
+	return openSchema(t, pgtest.Schema(t), now)
+}
+
+// openSchema opens a store on schema; it is closed when the test ends.
+func openSchema(t testing.TB, schema string, now func() time.Time) *Store {
+	t.Helper()
+	s, err := Open(ctx, pgtest.Require(t), Options{Now: now, Schema: schema})
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+func TestConformance(t *testing.T) {
+	storetest.Run(t, func(t *testing.T, clock *storetest.Clock) storage.Store {
+		return open(t, clock.Now)
+	})
+}
+
+func newTimeout(id string, due time.Time) storage.Timeout {
+	return storage.Timeout{ID: id, Destination: "d", DueAt: due, Message: []byte("body of " + id)}
+}
+
+func insert(t testing.TB, s *Store, ts ...storage.Timeout) {
+	t.Helper()
+	got, err := s.Insert(ctx, ts)
+	if err != nil {
+		t.Fatalf("Insert: %v", err)
+	}
+	for i, ok := range got {
+		if !ok {
+			t.Fatalf("Insert of %q returned false", ts[i].ID)
+		}
+	}
+}
+
+// TestLeaseExclusiveAcrossInstances: 8 stores (8 pools, as 8 bridge
+// instances would have) lease 5,000 rows concurrently in small batches;
+// every row is handed out exactly once, and every lock is unique.
+func TestLeaseExclusiveAcrossInstances(t *testing.T) {
+	const n, instances, limit = 5000, 8, 13
+	schema := pgtest.Schema(t)
+	stores := make([]*Store, instances)
+	for i := range stores {
+		stores[i] = openSchema(t, schema, nil)
+	}
+	ts := make([]storage.Timeout, n)
+	for i := range ts {
+		ts[i] = newTimeout(fmt.Sprintf("x-%05d", i), time.Now().Add(-time.Duration(i%17)*time.Second))
+	}
+	insert(t, stores[0], ts...)
+
+	var (
+		mu    sync.Mutex
+		got   = map[string]int{}
+		locks = map[string]bool{}
+		wg    sync.WaitGroup
+	)
+	for w, s := range stores {
+		wg.Go(func() {
+			owner := fmt.Sprint("instance-", w)
+			for empty := 0; empty < 3; {
+				ls, err := s.Lease(ctx, owner, time.Time{}, limit, time.Hour)
+				if err != nil {
+					t.Errorf("%s: Lease: %v", owner, err)
+					return
+				}
+				if len(ls) == 0 {
+					empty++ // others may hold the rest locked for a moment
+					continue
+				}
+				empty = 0
+				mu.Lock()
+				for _, l := range ls {
+					got[l.ID]++
+					if locks[l.Lock] {
+						t.Errorf("lock %q handed out twice", l.Lock)
+					}
+					if !strings.HasPrefix(l.Lock, owner+":") {
+						t.Errorf("lock %q does not start with its owner %q", l.Lock, owner)
+					}
+					locks[l.Lock] = true
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if len(got) != n {
+		t.Fatalf("%d distinct rows leased, want %d", len(got), n)
+	}
+	for id, c := range got {
+		if c != 1 {
+			t.Errorf("row %s leased %d times", id, c)
+		}
+	}
+	if _, leased, err := stores[3].Stats(ctx); err != nil || leased != n {
+		t.Fatalf("Stats: leased %d, %v; want %d", leased, err, n)
+	}
+}
+
+// TestLeaseOrderWithExpiredLeases: rows whose lease expired come back in due
+// order among the rows never leased, not after them.
+func TestLeaseOrderWithExpiredLeases(t *testing.T) {
+	clock := storetest.NewClock(t0)
+	s := open(t, clock.Now)
+	insert(t, s, newTimeout("a", t0.Add(-3*time.Minute)), newTimeout("c", t0.Add(-time.Minute)))
+	if ls, err := s.Lease(ctx, "dead", time.Time{}, 10, time.Minute); err != nil || len(ls) != 2 {
+		t.Fatalf("Lease = %v, %v", ls, err)
+	}
+	insert(t, s, newTimeout("b", t0.Add(-2*time.Minute)), newTimeout("d", t0.Add(30*time.Second)))
+	clock.Advance(time.Minute)
+	ls, err := s.Lease(ctx, "heir", time.Time{}, 10, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, l := range ls {
+		ids = append(ids, l.ID)
+	}
+	if !slices.Equal(ids, []string{"a", "b", "c", "d"}) {
+		t.Fatalf("leased %v, want [a b c d] (due order across expired and fresh rows)", ids)
+	}
+}
+
+// TestLeaseExpiredNotYetVisible: a lease shorter than the lookahead expires
+// before its row is due; the row is not leased again before dueBy reaches it.
+func TestLeaseExpiredNotYetVisible(t *testing.T) {
+	clock := storetest.NewClock(t0)
+	s := open(t, clock.Now)
+	insert(t, s, newTimeout("soon", t0.Add(50*time.Millisecond)))
+	if ls, err := s.Lease(ctx, "o", t0.Add(100*time.Millisecond), 10, 10*time.Millisecond); err != nil || len(ls) != 1 {
+		t.Fatalf("Lease with lookahead = %v, %v", ls, err)
+	}
+	clock.Advance(20 * time.Millisecond) // expired, due in 30ms
+	if ls, err := s.Lease(ctx, "o", time.Time{}, 10, time.Minute); err != nil || len(ls) != 0 {
+		t.Fatalf("Lease by now = %v, %v; want nothing", ls, err)
+	}
+	if ls, err := s.Lease(ctx, "o", t0.Add(50*time.Millisecond), 10, time.Minute); err != nil || len(ls) != 1 {
+		t.Fatalf("Lease by the due time = %v, %v; want the row", ls, err)
+	}
+}
+
+func TestMigrateIdempotent(t *testing.T) {
+	schema := pgtest.Schema(t)
+	s1 := openSchema(t, schema, nil)
+	insert(t, s1, newTimeout("kept", t0))
+	if err := s1.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s2 := openSchema(t, schema, nil)
+	if _, err := s2.Get(ctx, "kept"); err != nil {
+		t.Fatalf("row lost by the second Open: %v", err)
+	}
+	s3 := openSchema(t, schema, nil) // while s2 is open
+	checkVersions(t, s3)
+}
+
+// checkVersions: schema_version holds each version once.
+func checkVersions(t *testing.T, s *Store) {
+	t.Helper()
+	rows, err := s.pool.Query(ctx, `SELECT version FROM `+s.qs+`.schema_version ORDER BY version`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	versions, err := pgx.CollectRows(rows, pgx.RowTo[int])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []int
+	for _, m := range migrations {
+		want = append(want, m.version)
+	}
+	if !slices.Equal(versions, want) {
+		t.Fatalf("schema_version holds %v, want %v", versions, want)
+	}
+}
+
+func TestConcurrentOpenOfFreshSchema(t *testing.T) {
+	schema := pgtest.Schema(t)
+	const n = 6
+	stores := make([]*Store, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			stores[i], errs[i] = Open(ctx, pgtest.Require(t), Options{Schema: schema})
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("Open %d: %v", i, err)
+		}
+		t.Cleanup(func() { _ = stores[i].Close() })
+	}
+	checkVersions(t, stores[0])
+	insert(t, stores[1], newTimeout("x", t0))
+	if _, err := stores[n-1].Get(ctx, "x"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestOpenRefusesNewerSchema(t *testing.T) {
+	schema := pgtest.Schema(t)
+	s := openSchema(t, schema, nil)
+	newer := SchemaVersion + 1
+	if _, err := s.pool.Exec(ctx, `INSERT INTO `+s.qs+`.schema_version (version) VALUES ($1)`, newer); err != nil {
+		t.Fatal(err)
+	}
+	_ = s.Close()
+	s2, err := Open(ctx, pgtest.Require(t), Options{Schema: schema})
+	if err == nil {
+		_ = s2.Close()
+		t.Fatal("Open accepted a schema of a newer version")
+	}
+	if !errors.Is(err, ErrSchemaTooNew) || !strings.HasPrefix(err.Error(), "postgres: migrate: ") ||
+		!strings.Contains(err.Error(), fmt.Sprintf("version %d", newer)) {
+		t.Fatalf("error does not say the schema is newer: %v", err)
+	}
+	t.Logf("refused: %v", err)
+}
+
+func TestOpenErrors(t *testing.T) {
+	pgtest.Require(t)
+	if _, err := Open(ctx, "postgres://u@127.0.0.1:5432/db?sslmode=bogus", Options{}); err == nil || !strings.HasPrefix(err.Error(), "postgres: connect: ") {
+		t.Errorf("bad URL: %v", err)
+	}
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	// Port 1 on localhost refuses at once.
+	if _, err := Open(cctx, "postgres://postgres@127.0.0.1:1/postgres?sslmode=disable&connect_timeout=2", Options{}); err == nil || !strings.HasPrefix(err.Error(), "postgres: connect: ") {
+		t.Errorf("unreachable server: %v", err)
+	}
+	if _, err := Open(ctx, pgtest.URL(), Options{Schema: strings.Repeat("s", 64)}); err == nil {
+		t.Error("Open accepted a 64-byte schema name")
+	}
+}
+
+// TestOpenKeepsLiveLeases: unlike boltstore, Open must not free leases: in a
+// shared database they belong to instances that are alive.
+func TestOpenKeepsLiveLeases(t *testing.T) {
+	clock := storetest.NewClock(t0)
+	schema := pgtest.Schema(t)
+	a := openSchema(t, schema, clock.Now)
+	insert(t, a, newTimeout("r1", t0.Add(-time.Second)), newTimeout("r2", t0.Add(-time.Second)))
+	ls, err := a.Lease(ctx, "a", time.Time{}, 10, time.Minute)
+	if err != nil || len(ls) != 2 {
+		t.Fatalf("Lease = %v, %v", ls, err)
+	}
+	b := openSchema(t, schema, clock.Now)
+	if _, leased, err := b.Stats(ctx); err != nil || leased != 2 {
+		t.Fatalf("after a second Open: leased %d, %v; want 2", leased, err)
+	}
+	if ls, err := b.Lease(ctx, "b", time.Time{}, 10, time.Minute); err != nil || len(ls) != 0 {
+		t.Fatalf("second instance leased %v, %v; want nothing", ls, err)
+	}
+	if n, err := b.Reap(ctx); err != nil || n != 0 {
+		t.Fatalf("Reap = %d, %v; want 0", n, err)
+	}
+	res, err := a.Remove(ctx, []storage.Ref{{ID: ls[0].ID, Lock: ls[0].Lock}, {ID: ls[1].ID, Lock: ls[1].Lock}})
+	if err != nil || res[0] != nil || res[1] != nil {
+		t.Fatalf("Remove by the owner = %v, %v", res, err)
+	}
+}
+
+// TestReapTwoOwners: one instance's Reap frees the expired leases of a
+// dead instance and leaves the live ones of another alone.
+func TestReapTwoOwners(t *testing.T) {
+	clock := storetest.NewClock(t0)
+	schema := pgtest.Schema(t)
+	dead, live := openSchema(t, schema, clock.Now), openSchema(t, schema, clock.Now)
+	insert(t, dead, newTimeout("d1", t0.Add(-time.Minute)), newTimeout("d2", t0.Add(-time.Minute)))
+	dl, err := dead.Lease(ctx, "dead", time.Time{}, 10, time.Minute)
+	if err != nil || len(dl) != 2 {
+		t.Fatalf("Lease = %v, %v", dl, err)
+	}
+	_ = dead.Close()
+	insert(t, live, newTimeout("l1", t0))
+	ll, err := live.Lease(ctx, "live", time.Time{}, 10, time.Hour)
+	if err != nil || len(ll) != 1 {
+		t.Fatalf("Lease = %v, %v", ll, err)
+	}
+	clock.Advance(time.Minute)
+	if n, err := live.Reap(ctx); err != nil || n != 2 {
+		t.Fatalf("Reap = %d, %v; want the dead instance's 2", n, err)
+	}
+	for _, l := range dl {
+		res, err := live.Remove(ctx, []storage.Ref{{ID: l.ID, Lock: l.Lock}})
+		if err != nil || !errors.Is(res[0], storage.ErrConcurrency) {
+			t.Fatalf("Remove with a reaped lock = %v, %v; want ErrConcurrency", res, err)
+		}
+	}
+	if n, err := live.IncrementFailureCount(ctx, "l1", ll[0].Lock, "still mine"); err != nil || n != 1 {
+		t.Fatalf("live lease after Reap: %d, %v", n, err)
+	}
+	if _, leased, err := live.Stats(ctx); err != nil || leased != 1 {
+		t.Fatalf("Stats leased = %d, %v; want 1", leased, err)
+	}
+}
+
+// TestEveryMethodClosed covers the methods the conformance suite does not.
+func TestEveryMethodClosed(t *testing.T) {
+	s := open(t, nil)
+	_ = s.Close()
+	_, _, err := s.List(ctx, storage.ListFilter{Limit: 1})
+	for what, err := range map[string]error{
+		"List":       err,
+		"Cancel":     s.Cancel(ctx, "x"),
+		"Reschedule": s.Reschedule(ctx, "x", t0),
+		"Stats":      func() error { _, _, err := s.Stats(ctx); return err }(),
+		"Remove nil": func() error { _, err := s.Remove(ctx, nil); return err }(),
+	} {
+		if !errors.Is(err, storage.ErrClosed) {
+			t.Errorf("%s after Close: %v, want ErrClosed", what, err)
+		}
+	}
+}
+
+// TestCloseDuringCalls: calls racing Close either finish or see ErrClosed.
+func TestCloseDuringCalls(t *testing.T) {
+	s := open(t, nil)
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				_, err := s.Insert(ctx, []storage.Timeout{newTimeout(fmt.Sprintf("w%d-%d", w, i), time.Now())})
+				if err == nil {
+					_, err = s.Lease(ctx, "o", time.Time{}, 2, time.Minute)
+				}
+				if err == nil {
+					_, _, err = s.NextDue(ctx)
+				}
+				if err != nil {
+					if !errors.Is(err, storage.ErrClosed) {
+						t.Errorf("call racing Close: %v", err)
+					}
+					return
+				}
+			}
+		})
+	}
+	time.Sleep(100 * time.Millisecond)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+}
+
+func TestStats(t *testing.T) {
+	clock := storetest.NewClock(t0)
+	schema := pgtest.Schema(t)
+	s := openSchema(t, schema, clock.Now)
+	check := func(s *Store, wantPending, wantLeased int) {
+		t.Helper()
+		p, l, err := s.Stats(ctx)
+		if err != nil || p != wantPending || l != wantLeased {
+			t.Fatalf("Stats = %d, %d, %v; want %d, %d", p, l, err, wantPending, wantLeased)
+		}
+	}
+	check(s, 0, 0)
+	var ts []storage.Timeout
+	for i := range 1500 {
+		ts = append(ts, newTimeout(fmt.Sprintf("s%04d", i), t0.Add(time.Duration(i-1000)*time.Second)))
+	}
+	insert(t, s, ts...)
+	check(s, 1500, 0) // the cached count follows this store's own writes
+	ls, err := s.Lease(ctx, "o", time.Time{}, 600, time.Minute)
+	if err != nil || len(ls) != 600 {
+		t.Fatalf("Lease = %d, %v", len(ls), err)
+	}
+	check(s, 1500, 600)
+	if _, err := s.Remove(ctx, []storage.Ref{{ID: ls[0].ID, Lock: ls[0].Lock}, {ID: "s1499"}, {ID: "s1499"}, {ID: "nope"}}); err != nil {
+		t.Fatal(err)
+	}
+	check(s, 1498, 599)
+	if err := s.Cancel(ctx, "s1498"); err != nil {
+		t.Fatal(err)
+	}
+	check(s, 1497, 599)
+
+	// Another instance's writes show once the cached count is renewed.
+	other := openSchema(t, schema, clock.Now)
+	check(other, 1497, 599)
+	insert(t, other, newTimeout("from-other", t0))
+	if p, _, _ := s.Stats(ctx); p != 1497 && p != 1498 {
+		t.Fatalf("pending %d", p)
+	}
+	s.stats.countedAt = time.Now().Add(-pendingTTL) // as if a second passed
+	check(s, 1498, 599)
+}
+
+// TestTimesAndFields: every field survives a reopen; times come back in
+// UTC, truncated to whole microseconds (timestamptz precision).
+func TestTimesAndFields(t *testing.T) {
+	clock := storetest.NewClock(t0)
+	schema := pgtest.Schema(t)
+	s := openSchema(t, schema, clock.Now)
+	zone := time.FixedZone("minus-3", -3*3600)
+	in := storage.Timeout{
+		ID:          "full",
+		Destination: "billing",
+		DueAt:       time.Date(2026, 3, 1, 8, 59, 59, 123456789, zone),
+		ReceivedAt:  time.Date(1950, 3, 1, 11, 0, 0, 1999, time.UTC),
+		Message:     []byte("\x00\x01binary\xff"),
+		Attempts:    1 << 40,
+		LastError:   "NO_ROUTE",
+		NotBefore:   time.Date(2026, 3, 1, 12, 0, 0, 999999999, time.UTC),
+	}
+	insert(t, s, in)
+	_ = s.Close()
+	got, err := openSchema(t, schema, clock.Now).Get(ctx, "full")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := in
+	want.DueAt = in.DueAt.Truncate(time.Microsecond).UTC()
+	want.ReceivedAt = time.Date(1950, 3, 1, 11, 0, 0, 1000, time.UTC)
+	want.NotBefore = time.Date(2026, 3, 1, 12, 0, 0, 999999000, time.UTC)
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Fatalf("row after reopen (-want +got):\n%s", diff)
+	}
+	for name, tm := range map[string]time.Time{"DueAt": got.DueAt, "ReceivedAt": got.ReceivedAt, "NotBefore": got.NotBefore} {
+		if tm.Location() != time.UTC {
+			t.Errorf("%s in %s, want UTC", name, tm.Location())
+		}
+	}
+}
+
+func TestListCursor(t *testing.T) {
+	s := open(t, nil)
+	insert(t, s, newTimeout("a", t0), newTimeout("b", t0), newTimeout("c", t0.Add(-time.Hour)))
+	rows, next, err := s.List(ctx, storage.ListFilter{Limit: 2})
+	if err != nil || len(rows) != 2 || rows[0].ID != "c" || rows[1].ID != "a" || next == "" {
+		t.Fatalf("List = %v, %q, %v", rows, next, err)
+	}
+	rows, next2, err := s.List(ctx, storage.ListFilter{Limit: 2, After: next})
+	if err != nil || len(rows) != 1 || rows[0].ID != "b" || next2 != "" {
+		t.Fatalf("second page = %v, %q, %v", rows, next2, err)
+	}
+	for _, bad := range []string{"x", "not a cursor", next[:len(next)-12], "AA", encodeCursor(t0, "a")[1:], "Ag" + next[2:]} {
+		if _, _, err := s.List(ctx, storage.ListFilter{Limit: 2, After: bad}); err == nil || !strings.Contains(err.Error(), "invalid cursor") {
+			t.Errorf("List after %q: %v, want an invalid cursor error", bad, err)
+		}
+	}
+}
+
+// TestInsertFailsWhole: a row PostgreSQL refuses fails the whole batch.
+func TestInsertFailsWhole(t *testing.T) {
+	s := open(t, nil)
+	if _, err := s.Insert(ctx, []storage.Timeout{newTimeout("ok", t0), newTimeout("nul\x00id", t0)}); err == nil {
+		t.Fatal("Insert of an id with a NUL byte succeeded")
+	}
+	if _, err := s.Get(ctx, "ok"); !errors.Is(err, storage.ErrNotFound) {
+		t.Fatalf("the good row of a failed batch was written: %v", err)
+	}
+}
+
+// TestOpenContextEndsAfterOpen: the context given to Open bounds Open only;
+// the store keeps working after it ends.
+func TestOpenContextEndsAfterOpen(t *testing.T) {
+	octx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	s, err := Open(octx, pgtest.Require(t), Options{Schema: pgtest.Schema(t), MaxConns: 2})
+	cancel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	insert(t, s, newTimeout("a", t0))
+	if _, err := s.Get(ctx, "a"); err != nil {
+		t.Fatalf("Get after Open's context ended: %v", err)
+	}
+	if got := s.pool.Config().MaxConns; got != 2 {
+		t.Fatalf("pool MaxConns = %d, want 2", got)
+	}
+}
+
+// TestContextDeadlineWhileBlocked: a call blocked on a row lock gives up at
+// its context's deadline with an error wrapping it.
+func TestContextDeadlineWhileBlocked(t *testing.T) {
+	s := open(t, nil)
+	insert(t, s, newTimeout("busy", t0))
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM `+s.q.table+` WHERE id = 'busy' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	dctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	err = s.Release(dctx, "busy", "", time.Time{})
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Release blocked on a row lock = %v, want DeadlineExceeded", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("Release took %s to give up", d)
+	}
+	t.Logf("gave up after %s: %v", time.Since(start).Round(time.Millisecond), err)
+}
+
+// A schema serves one endpoint: a second endpoint would lease the first
+// one's timeouts and hand them to its own dispatcher queue.
+func TestOpenClaimsTheSchemaForOneEndpoint(t *testing.T) {
+	schema := pgtest.Schema(t)
+	url := pgtest.Require(t)
+	a, err := Open(ctx, url, Options{Schema: schema, Endpoint: "orders"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	again, err := Open(ctx, url, Options{Schema: schema, Endpoint: "orders"})
+	if err != nil {
+		t.Fatalf("a second instance of the same endpoint was refused: %v", err)
+	}
+	_ = again.Close()
+	other, err := Open(ctx, url, Options{Schema: schema, Endpoint: "billing"})
+	if err == nil {
+		_ = other.Close()
+		t.Fatal("another endpoint was let into the schema")
+	}
+	if !errors.Is(err, ErrOtherEndpoint) || !strings.Contains(err.Error(), `"orders"`) ||
+		!strings.Contains(err.Error(), "DELAYBRIDGE_POSTGRES_SCHEMA") {
+		t.Fatalf("error does not say which endpoint holds the schema and what to do: %v", err)
+	}
+}

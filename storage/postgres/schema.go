@@ -1,0 +1,192 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// ErrSchemaTooNew means the database schema was migrated by a newer build of
+// delaybridge than this one: Open refuses to run against it.
+var ErrSchemaTooNew = errors.New("database schema is newer than this build")
+
+// migration is one step of the schema: its statements run in one
+// transaction, together with the row recording its version.
+type migration struct {
+	version int
+	name    string
+	stmts   []string
+}
+
+// migrations is the ordered schema history; append only, never edit a
+// released step. {{s}} is the quoted schema name.
+//
+// Version 1, the timeouts table:
+//
+//   - id has collation "C": bytewise order (as boltstore's), cheaper compares,
+//     and List's (due_at, id) order does not depend on the database locale.
+//   - visible_at is a stored generated column, greatest(due_at, not_before):
+//     when an unleased row becomes leasable. Being generated, it can never
+//     disagree with due_at and not_before.
+//   - timeouts_ready (visible_at, id) WHERE lock_token IS NULL holds exactly
+//     the rows waiting to be leased, in lease order: Lease reads the first
+//     limit entries at or before dueBy, NextDue the first entry. Live leases
+//     are not in it, so a large in-flight set costs nothing to skip.
+//   - timeouts_leased (lock_expires_at) WHERE lock_token IS NOT NULL holds
+//     only the leased rows (bounded by what is in flight): Lease and Reap find
+//     expired leases in it, NextDue the first expiry, Stats counts it.
+//   - timeouts_due (due_at, id) serves List's keyset paging and due ranges.
+//   - lock_seq numbers leases, so a lock token (owner:n) is never reused,
+//     whichever instance leased.
+//   - A queue table churns (every row is inserted, updated a few times and
+//     deleted), so autovacuum is asked to clean it up at 2% dead rows instead
+//     of 20%: dead index entries at the head of timeouts_ready slow Lease.
+var migrations = []migration{
+	{1, "timeouts table", []string{
+		`CREATE TABLE {{s}}.timeouts (
+			id              text COLLATE "C" PRIMARY KEY,
+			destination     text        NOT NULL,
+			due_at          timestamptz NOT NULL,
+			received_at     timestamptz,
+			message         bytea       NOT NULL,
+			attempts        bigint      NOT NULL DEFAULT 0,
+			last_error      text        NOT NULL DEFAULT '',
+			lock_token      text,
+			lock_expires_at timestamptz,
+			not_before      timestamptz,
+			visible_at      timestamptz NOT NULL GENERATED ALWAYS AS (greatest(due_at, not_before)) STORED,
+			CONSTRAINT timeouts_lock_pair CHECK ((lock_token IS NULL) = (lock_expires_at IS NULL))
+		) WITH (autovacuum_vacuum_scale_factor = 0.02, autovacuum_analyze_scale_factor = 0.02)`,
+		`CREATE INDEX timeouts_ready ON {{s}}.timeouts (visible_at, id) WHERE lock_token IS NULL`,
+		`CREATE INDEX timeouts_leased ON {{s}}.timeouts (lock_expires_at) WHERE lock_token IS NOT NULL`,
+		`CREATE INDEX timeouts_due ON {{s}}.timeouts (due_at, id)`,
+		`CREATE SEQUENCE {{s}}.lock_seq`,
+	}},
+	// Version 2: the endpoint a schema serves. Two endpoints sharing one
+	// schema would lease each other's timeouts and send them through the
+	// wrong dispatcher queue; Open refuses a second endpoint instead.
+	{2, "endpoint claim", []string{
+		`CREATE TABLE {{s}}.endpoint (
+			one      boolean PRIMARY KEY DEFAULT true CHECK (one),
+			name     text        NOT NULL,
+			claimed_at timestamptz NOT NULL DEFAULT now()
+		)`,
+	}},
+}
+
+// ErrOtherEndpoint means the schema already serves another endpoint.
+var ErrOtherEndpoint = errors.New("postgres: schema serves another endpoint")
+
+// claimEndpoint records endpoint as the schema's, or checks that it is.
+func (s *Store) claimEndpoint(ctx context.Context, endpoint string) error {
+	var owner string
+	err := s.pool.QueryRow(ctx, `
+WITH ins AS (
+	INSERT INTO `+s.qs+`.endpoint (name) VALUES ($1) ON CONFLICT (one) DO NOTHING RETURNING name
+)
+SELECT name FROM ins UNION ALL SELECT name FROM `+s.qs+`.endpoint LIMIT 1`, endpoint).Scan(&owner)
+	if err != nil {
+		return fmt.Errorf("claim schema %q for endpoint %q: %w", s.schema, endpoint, err)
+	}
+	if owner != endpoint {
+		return fmt.Errorf("%w: schema %q holds the timeouts of endpoint %q, not %q; give each endpoint a schema of its own (DELAYBRIDGE_POSTGRES_SCHEMA)",
+			ErrOtherEndpoint, s.schema, owner, endpoint)
+	}
+	return nil
+}
+
+// SchemaVersion is the schema version this build creates and understands.
+var SchemaVersion = migrations[len(migrations)-1].version
+
+// migrate brings the schema to SchemaVersion, one migration per transaction.
+// Every transaction first takes a transaction-scoped advisory lock named
+// after the schema, so instances starting together apply each step once and
+// in order; the loser of the race finds the step done and moves on.
+func (s *Store) migrate(ctx context.Context) error {
+	for {
+		done, err := s.migrateStep(ctx)
+		if err != nil {
+			return err
+		}
+		if done {
+			return nil
+		}
+	}
+}
+
+func (s *Store) migrateStep(ctx context.Context) (done bool, err error) {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, migrationLockKey(s.schema)); err != nil {
+		return false, fmt.Errorf("advisory lock: %w", err)
+	}
+	// CREATE SCHEMA IF NOT EXISTS needs the CREATE privilege on the database
+	// even when the schema exists: only create what is missing.
+	var exists bool
+	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)`, s.schema).Scan(&exists); err != nil {
+		return false, fmt.Errorf("look up schema %q: %w", s.schema, err)
+	}
+	if !exists {
+		if _, err := tx.Exec(ctx, `CREATE SCHEMA `+s.qs); err != nil {
+			return false, fmt.Errorf("create schema %q: %w", s.schema, err)
+		}
+	}
+	// applied_at is a record for operators, never compared: the server's
+	// clock is fine there.
+	if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+s.qs+`.schema_version (
+		version    integer     PRIMARY KEY,
+		applied_at timestamptz NOT NULL DEFAULT now()
+	)`); err != nil {
+		return false, fmt.Errorf("create schema_version: %w", err)
+	}
+	var current int
+	if err := tx.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM `+s.qs+`.schema_version`).Scan(&current); err != nil {
+		return false, fmt.Errorf("read schema version: %w", err)
+	}
+	switch {
+	case current > SchemaVersion:
+		return false, fmt.Errorf("%w: it is at version %d, this build knows up to version %d (upgrade delaybridge, or use another schema)",
+			ErrSchemaTooNew, current, SchemaVersion)
+	case current == SchemaVersion:
+		return true, tx.Commit(ctx)
+	}
+	m := migrations[current] // versions are 1, 2, 3, ...
+	if m.version != current+1 {
+		return false, fmt.Errorf("migration list broken: step %d has version %d", current, m.version)
+	}
+	for i, stmt := range m.stmts {
+		if _, err := tx.Exec(ctx, strings.ReplaceAll(stmt, "{{s}}", s.qs)); err != nil {
+			return false, fmt.Errorf("version %d (%s), statement %d: %w", m.version, m.name, i+1, err)
+		}
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO `+s.qs+`.schema_version (version, applied_at) VALUES ($1, now())`, m.version); err != nil {
+		return false, fmt.Errorf("record version %d: %w", m.version, err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return false, fmt.Errorf("commit version %d: %w", m.version, err)
+	}
+	s.log.Info().Str("schema", s.schema).Int("version", m.version).Str("migration", m.name).Msg("applied schema migration")
+	return false, nil
+}
+
+// migrationLockKey is the advisory lock serializing migrations of one schema
+// (advisory locks are per database, so the schema is part of the key).
+func migrationLockKey(schema string) int64 {
+	h := fnv.New64a()
+	h.Write([]byte("delaybridge schema migration\x00" + schema))
+	return int64(h.Sum64())
+}
+
+// quoteIdent quotes a schema name for use in SQL.
+func quoteIdent(name string) string { return pgx.Identifier{name}.Sanitize() }
+
+// quoteLiteral quotes s as an SQL string literal.
+func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
