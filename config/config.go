@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"regexp"
 	"strings"
 	"time"
 
@@ -15,6 +16,16 @@ import (
 	"github.com/delaybridge/delaybridge/broker"
 )
 
+// AMQPURLs returns the brokers to connect to, in the order they are tried:
+// DELAYBRIDGE_AMQP_URL first, then DELAYBRIDGE_AMQP_FAILOVER_URLS.
+func (c Config) AMQPURLs() []string {
+	urls := []string{c.AMQPURL}
+	for _, u := range c.AMQPFailoverURLs {
+		urls = append(urls, strings.TrimSpace(u))
+	}
+	return urls
+}
+
 // TLSFiles returns the DELAYBRIDGE_TLS_* settings (amqps:// only).
 func (c Config) TLSFiles() broker.TLSFiles {
 	return broker.TLSFiles{CAFile: c.TLSCAFile, CertFile: c.TLSCertFile, KeyFile: c.TLSKeyFile, ServerName: c.TLSServerName}
@@ -23,6 +34,7 @@ func (c Config) TLSFiles() broker.TLSFiles {
 // Config mirrors contract §5; each field's tag is its variable's full name.
 type Config struct {
 	AMQPURL                          string        `envconfig:"DELAYBRIDGE_AMQP_URL" default:"amqp://guest:guest@localhost:5672/"`
+	AMQPFailoverURLs                 []string      `envconfig:"DELAYBRIDGE_AMQP_FAILOVER_URLS"`
 	TLSCAFile                        string        `envconfig:"DELAYBRIDGE_TLS_CA_FILE"`
 	TLSCertFile                      string        `envconfig:"DELAYBRIDGE_TLS_CERT_FILE"`
 	TLSKeyFile                       string        `envconfig:"DELAYBRIDGE_TLS_KEY_FILE"`
@@ -32,6 +44,7 @@ type Config struct {
 	Store                            string        `envconfig:"DELAYBRIDGE_STORE" default:"bbolt"`
 	StorePath                        string        `envconfig:"DELAYBRIDGE_STORE_PATH" default:"./data/delaybridge.db"`
 	PostgresURL                      string        `envconfig:"DELAYBRIDGE_POSTGRES_URL"`
+	PostgresSchema                   string        `envconfig:"DELAYBRIDGE_POSTGRES_SCHEMA" default:"delaybridge"`
 	HTTPAddr                         string        `envconfig:"DELAYBRIDGE_HTTP_ADDR" default:":8080"`
 	PollInterval                     time.Duration `envconfig:"DELAYBRIDGE_POLL_INTERVAL" default:"1s"`
 	BatchSize                        int           `envconfig:"DELAYBRIDGE_BATCH_SIZE" default:"1000"`
@@ -53,6 +66,10 @@ type Config struct {
 
 // Prefix is the environment variable prefix.
 const Prefix = "DELAYBRIDGE"
+
+// schemaName keeps DELAYBRIDGE_POSTGRES_SCHEMA a plain identifier, so it
+// never needs quoting and cannot differ from itself by case.
+var schemaName = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
 
 // Load reads and validates the environment. The error names the variable.
 func Load() (Config, error) {
@@ -84,6 +101,16 @@ func (c Config) Validate() error {
 		// Never echo the URL: it may carry the password.
 		return bad("AMQP_URL", "must be an amqp:// or amqps:// URL with a host")
 	}
+	for i, raw := range c.AMQPFailoverURLs {
+		f, err := url.Parse(strings.TrimSpace(raw))
+		if err != nil || (f.Scheme != "amqp" && f.Scheme != "amqps") || f.Host == "" {
+			return bad("AMQP_FAILOVER_URLS", "entry %d must be an amqp:// or amqps:// URL with a host", i+1)
+		}
+		// One TLS setting serves every broker, so the schemes must agree.
+		if f.Scheme != u.Scheme {
+			return bad("AMQP_FAILOVER_URLS", "entry %d is %s:// but DELAYBRIDGE_AMQP_URL is %s://; use one scheme for all brokers", i+1, f.Scheme, u.Scheme)
+		}
+	}
 	if tf := c.TLSFiles(); !tf.IsZero() {
 		if u.Scheme != "amqps" {
 			return bad("AMQP_URL", "must be an amqps:// URL when DELAYBRIDGE_TLS_* variables are set")
@@ -109,7 +136,17 @@ func (c Config) Validate() error {
 			return bad("STORE_PATH", "must not be empty with DELAYBRIDGE_STORE=bbolt")
 		}
 	case "postgres":
-		return bad("STORE", "postgres is not available in this version; use bbolt")
+		if c.PostgresURL == "" {
+			return bad("POSTGRES_URL", "must be set with DELAYBRIDGE_STORE=postgres (for example postgres://user:pass@host:5432/db)")
+		}
+		p, err := url.Parse(c.PostgresURL)
+		if err != nil || (p.Scheme != "postgres" && p.Scheme != "postgresql") {
+			// Never echo the URL: it may carry the password.
+			return bad("POSTGRES_URL", "must be a postgres:// or postgresql:// URL")
+		}
+		if !schemaName.MatchString(c.PostgresSchema) {
+			return bad("POSTGRES_SCHEMA", "%q must be 1 to 63 lower-case letters, digits or _, starting with a letter or _", c.PostgresSchema)
+		}
 	default:
 		return bad("STORE", "%q is not one of bbolt, postgres", c.Store)
 	}

@@ -16,7 +16,7 @@ func TestDefaultsMatchTheContract(t *testing.T) {
 	}
 	want := Config{
 		AMQPURL: "amqp://guest:guest@localhost:5672/", Endpoint: "delaybridge", ErrorQueue: "error",
-		Store: "bbolt", StorePath: "./data/delaybridge.db", HTTPAddr: ":8080", PollInterval: time.Second,
+		Store: "bbolt", StorePath: "./data/delaybridge.db", PostgresSchema: "delaybridge", HTTPAddr: ":8080", PollInterval: time.Second,
 		BatchSize: 1000, LockLeaseDuration: 5 * time.Minute, Prefetch: 500, NumberOfRetries: 5,
 		TimeToTriggerStoreCircuitBreaker: 30 * time.Second, TimeToTriggerFetchCircuitBreaker: 30 * time.Second,
 		TimeToTriggerDispatchBreaker: 30 * time.Second, MaxRecoveryFailuresPerSecond: 1,
@@ -51,7 +51,8 @@ var allNames = []string{
 	"DELAYBRIDGE_TIME_TO_TRIGGER_FETCH_CIRCUIT_BREAKER", "DELAYBRIDGE_TIME_TO_TRIGGER_DISPATCH_CIRCUIT_BREAKER",
 	"DELAYBRIDGE_MAXIMUM_RECOVERY_FAILURES_PER_SECOND", "DELAYBRIDGE_MAX_DELAY", "DELAYBRIDGE_MAX_MESSAGE_BYTES",
 	"DELAYBRIDGE_ALLOWED_DESTINATIONS", "DELAYBRIDGE_ADMIN_TOKEN", "DELAYBRIDGE_QUEUE_TYPE",
-	"DELAYBRIDGE_LOG_LEVEL", "DELAYBRIDGE_LOG_FORMAT",
+	"DELAYBRIDGE_LOG_LEVEL", "DELAYBRIDGE_LOG_FORMAT", "DELAYBRIDGE_AMQP_FAILOVER_URLS",
+	"DELAYBRIDGE_POSTGRES_SCHEMA",
 }
 
 func TestEveryContractVariableIsRead(t *testing.T) {
@@ -101,6 +102,7 @@ func TestBadValuesNameTheVariable(t *testing.T) {
 		"DELAYBRIDGE_ENDPOINT":                              "",
 		"DELAYBRIDGE_TIME_TO_TRIGGER_FETCH_CIRCUIT_BREAKER": "0s",
 		"DELAYBRIDGE_MAXIMUM_RECOVERY_FAILURES_PER_SECOND":  "0",
+		"DELAYBRIDGE_AMQP_FAILOVER_URLS":                    "amqp://guest:secret@b:5672/,http://guest:secret@c/",
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := loadClean(t, map[string]string{name: value})
@@ -128,5 +130,55 @@ func TestUnprefixedVariablesAreIgnored(t *testing.T) {
 	}
 	if c.Endpoint != "delaybridge" || c.StorePath != "./data/delaybridge.db" || c.LogLevel != "info" {
 		t.Fatalf("unprefixed variables were read: %+v", c)
+	}
+}
+
+func TestFailoverURLs(t *testing.T) {
+	c, err := loadClean(t, map[string]string{
+		"DELAYBRIDGE_AMQP_URL":           "amqp://a:5672/",
+		"DELAYBRIDGE_AMQP_FAILOVER_URLS": "amqp://b:5672/, amqp://c:5672/vh",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "amqp://a:5672/|amqp://b:5672/|amqp://c:5672/vh"
+	if got := strings.Join(c.AMQPURLs(), "|"); got != want {
+		t.Fatalf("AMQPURLs() = %q, want %q", got, want)
+	}
+
+	_, err = loadClean(t, map[string]string{
+		"DELAYBRIDGE_AMQP_URL":           "amqps://guest:secret@a:5671/",
+		"DELAYBRIDGE_AMQP_FAILOVER_URLS": "amqp://guest:secret@b:5672/",
+	})
+	if err == nil || !strings.Contains(err.Error(), "DELAYBRIDGE_AMQP_FAILOVER_URLS") || !strings.Contains(err.Error(), "one scheme") {
+		t.Fatalf("mixed schemes: got %v, want an error naming DELAYBRIDGE_AMQP_FAILOVER_URLS", err)
+	}
+	if err != nil && strings.Contains(err.Error(), "secret") {
+		t.Fatalf("error leaks the password: %q", err)
+	}
+}
+
+func TestPostgresStoreNeedsURL(t *testing.T) {
+	_, err := loadClean(t, map[string]string{"DELAYBRIDGE_STORE": "postgres"})
+	if err == nil || !strings.Contains(err.Error(), "DELAYBRIDGE_POSTGRES_URL") {
+		t.Fatalf("postgres without a URL: got %v, want an error naming DELAYBRIDGE_POSTGRES_URL", err)
+	}
+	_, err = loadClean(t, map[string]string{"DELAYBRIDGE_STORE": "postgres", "DELAYBRIDGE_POSTGRES_URL": "mysql://root:secret@db/x"})
+	if err == nil || !strings.Contains(err.Error(), "DELAYBRIDGE_POSTGRES_URL") || strings.Contains(err.Error(), "secret") {
+		t.Fatalf("bad postgres URL: got %v, want an error naming the variable without the password", err)
+	}
+	_, err = loadClean(t, map[string]string{"DELAYBRIDGE_STORE": "postgres", "DELAYBRIDGE_POSTGRES_URL": "postgres://db/x",
+		"DELAYBRIDGE_POSTGRES_SCHEMA": "Orders; drop"})
+	if err == nil || !strings.Contains(err.Error(), "DELAYBRIDGE_POSTGRES_SCHEMA") {
+		t.Fatalf("bad schema name: got %v, want an error naming DELAYBRIDGE_POSTGRES_SCHEMA", err)
+	}
+	c, err := loadClean(t, map[string]string{"DELAYBRIDGE_STORE": "postgres", "DELAYBRIDGE_POSTGRES_URL": "postgres://u@db:5432/x?sslmode=disable"})
+	if err != nil || c.Store != "postgres" || c.PostgresSchema != "delaybridge" {
+		t.Fatalf("a valid postgres configuration was refused or lost its default schema: %+v, %v", c, err)
+	}
+	c, err = loadClean(t, map[string]string{"DELAYBRIDGE_STORE": "postgres", "DELAYBRIDGE_POSTGRES_URL": "postgresql://db/x",
+		"DELAYBRIDGE_POSTGRES_SCHEMA": "orders_timeouts"})
+	if err != nil || c.PostgresSchema != "orders_timeouts" {
+		t.Fatalf("DELAYBRIDGE_POSTGRES_SCHEMA not read: %+v, %v", c, err)
 	}
 }
