@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"time"
 
@@ -19,6 +20,11 @@ var ErrNeverConnected = errors.New("could not connect to the broker")
 
 // ConnOptions configure a Conn.
 type ConnOptions struct {
+	// URLs are the brokers of one cluster, tried in order. A connection stays
+	// with the broker that last answered; when it is lost, that broker is
+	// tried first and the others in turn, so a node going down fails over
+	// within one attempt. URL alone is the one-broker shorthand.
+	URLs   []string
 	URL    string
 	Name   string // connection_name shown in the management UI
 	Config amqp.Config
@@ -39,9 +45,10 @@ type ConnOptions struct {
 type Conn struct {
 	opts ConnOptions
 
-	mu   sync.Mutex
-	conn *amqp.Connection
-	up   chan struct{} // closed while conn is usable
+	mu      sync.Mutex
+	conn    *amqp.Connection
+	up      chan struct{} // closed while conn is usable
+	current int           // index in opts.URLs of the broker tried first
 }
 
 // NewConn returns a Conn; it connects only in Run.
@@ -51,6 +58,9 @@ func NewConn(opts ConnOptions) *Conn {
 	}
 	if opts.MaxBackoff <= 0 {
 		opts.MaxBackoff = 10 * time.Second
+	}
+	if len(opts.URLs) == 0 {
+		opts.URLs = []string{opts.URL}
 	}
 	return &Conn{opts: opts, up: make(chan struct{})}
 }
@@ -150,15 +160,49 @@ func (c *Conn) Publisher(ctx context.Context, maxBatch int) (*Publisher, error) 
 	return NewPublisher(conn, maxBatch)
 }
 
+// Broker returns the URL (password redacted) of the broker the connection
+// uses or, while down, will try first.
+func (c *Conn) Broker() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return Redact(c.opts.URLs[c.current])
+}
+
+// dial tries each broker once, starting with the one that last answered.
 func (c *Conn) dial() (*amqp.Connection, error) {
-	conn, err := dial(c.opts.URL, c.opts.Name, c.opts.Config)
+	c.mu.Lock()
+	first := c.current
+	c.mu.Unlock()
+	var errs []string
+	for i := range c.opts.URLs {
+		idx := (first + i) % len(c.opts.URLs)
+		conn, err := c.dialOne(c.opts.URLs[idx])
+		if err != nil {
+			errs = append(errs, err.Error())
+			continue
+		}
+		c.mu.Lock()
+		c.current = idx
+		c.mu.Unlock()
+		if len(c.opts.URLs) > 1 {
+			c.opts.Logger.Info().Str("connection", c.opts.Name).Str("broker", Redact(c.opts.URLs[idx])).
+				Msg("connected to broker")
+		}
+		return conn, nil
+	}
+	// One line for logs and the exit message; each entry names its broker.
+	return nil, errors.New(strings.Join(errs, "; "))
+}
+
+func (c *Conn) dialOne(url string) (*amqp.Connection, error) {
+	conn, err := dial(url, c.opts.Name, c.opts.Config)
 	if err != nil {
 		return nil, err
 	}
 	if c.opts.OnConnect != nil {
 		if err := c.opts.OnConnect(conn); err != nil {
 			_ = conn.Close()
-			return nil, err
+			return nil, fmt.Errorf("%s: %w", Redact(url), err)
 		}
 	}
 	return conn, nil

@@ -1,0 +1,174 @@
+package broker
+
+import (
+	"context"
+	"io"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+)
+
+func testURL() string {
+	if u := os.Getenv("DELAYBRIDGE_TEST_AMQP_URL"); u != "" {
+		return u
+	}
+	return "amqp://guest:guest@127.0.0.1:5672/"
+}
+
+// closedPortURL names a local port nothing listens on.
+func closedPortURL(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	_ = l.Close()
+	return "amqp://guest:secret@" + addr + "/"
+}
+
+// proxy forwards TCP to target until stop, which also cuts every
+// connection it carried: to the client, the broker went away.
+type proxy struct {
+	l     net.Listener
+	mu    sync.Mutex
+	conns []net.Conn
+}
+
+func startProxy(t *testing.T, target string) *proxy {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &proxy{l: l}
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			up, err := net.Dial("tcp", target)
+			if err != nil {
+				_ = c.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.conns = append(p.conns, c, up)
+			p.mu.Unlock()
+			go func() { _, _ = io.Copy(up, c); _ = up.Close() }()
+			go func() { _, _ = io.Copy(c, up); _ = c.Close() }()
+		}
+	}()
+	t.Cleanup(p.stop)
+	return p
+}
+
+func (p *proxy) stop() {
+	_ = p.l.Close()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.conns {
+		_ = c.Close()
+	}
+	p.conns = nil
+}
+
+func (p *proxy) url(t *testing.T) string {
+	t.Helper()
+	u := testURL()
+	// Swap host:port of the test URL for the proxy's.
+	i := strings.Index(u, "@")
+	j := strings.Index(u[i+1:], "/")
+	if i < 0 || j < 0 {
+		t.Fatalf("cannot rewrite %s", Redact(u))
+	}
+	return u[:i+1] + p.l.Addr().String() + u[i+1+j:]
+}
+
+func brokerAddr(t *testing.T) string {
+	t.Helper()
+	u := testURL()
+	i := strings.Index(u, "@")
+	j := strings.Index(u[i+1:], "/")
+	return u[i+1 : i+1+j]
+}
+
+// A broker that is down at start is skipped for the next one in the list.
+func TestConnFailsOverAtStart(t *testing.T) {
+	testConn(t) // skip or fail when there is no broker at all
+	dead := closedPortURL(t)
+	c := NewConn(ConnOptions{URLs: []string{dead, testURL()}, Name: "failover-start", Logger: zerolog.Nop()})
+	if err := c.Connect(); err != nil {
+		t.Fatalf("Connect with one live broker in the list: %v", err)
+	}
+	defer c.Close()
+	if got, want := c.Broker(), Redact(testURL()); got != want {
+		t.Fatalf("Broker() = %s, want %s", got, want)
+	}
+}
+
+// With every broker down the error names each of them, without passwords.
+func TestConnErrorNamesEveryBroker(t *testing.T) {
+	a, b := closedPortURL(t), closedPortURL(t)
+	c := NewConn(ConnOptions{URLs: []string{a, b}, Name: "failover-none", Logger: zerolog.Nop()})
+	err := c.Connect()
+	if err == nil {
+		c.Close()
+		t.Fatal("Connect succeeded with no broker up")
+	}
+	msg := err.Error()
+	if !strings.Contains(msg, Redact(a)) || !strings.Contains(msg, Redact(b)) || strings.Contains(msg, "secret") {
+		t.Fatalf("error %q must name both brokers and hide the password", msg)
+	}
+}
+
+// A connection lost mid-run moves to the next broker within one attempt.
+func TestConnFailsOverWhenTheBrokerGoesAway(t *testing.T) {
+	testConn(t)
+	p := startProxy(t, brokerAddr(t))
+	first := p.url(t)
+	c := NewConn(ConnOptions{URLs: []string{first, testURL()}, Name: "failover-run", Logger: zerolog.Nop(),
+		MinBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond})
+	if err := c.Connect(); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.Broker(); got != Redact(first) {
+		t.Fatalf("started on %s, want the first broker %s", got, Redact(first))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+
+	p.stop() // the first broker goes away for good
+
+	deadline := time.Now().Add(20 * time.Second)
+	for c.Broker() != Redact(testURL()) || !c.Connected() {
+		if time.Now().After(deadline) {
+			t.Fatalf("still on %s (connected=%v) after 20s", c.Broker(), c.Connected())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	wctx, wcancel := context.WithTimeout(ctx, 5*time.Second)
+	defer wcancel()
+	conn, err := c.Wait(wctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatalf("the failed-over connection does not work: %v", err)
+	}
+	_ = ch.Close()
+}
