@@ -30,7 +30,6 @@ import (
 	"github.com/delaybridge/delaybridge/metrics"
 	"github.com/delaybridge/delaybridge/poller"
 	"github.com/delaybridge/delaybridge/storage"
-	"github.com/delaybridge/delaybridge/storage/boltstore"
 )
 
 // dispatchWorkers overlap the confirms of one forwarded batch with the next.
@@ -105,12 +104,9 @@ func (b *Bridge) Run(ctx context.Context) (err error) {
 
 	store := b.deps.Store
 	if store == nil {
-		bs, err := boltstore.Open(cfg.StorePath, boltstore.Options{Now: now})
-		if err != nil {
-			return fmt.Errorf("open store: %w", err)
+		if store, err = openStore(ctx, cfg, now, log); err != nil {
+			return err
 		}
-		log.Info().Str("path", cfg.StorePath).Int("recovered_leases", bs.RecoveredLeases()).Msg("store open")
-		store = bs
 	}
 	defer store.Close() // for early returns; Close is idempotent
 	var storeStats func(context.Context) (int, int, error)
@@ -134,7 +130,7 @@ func (b *Bridge) Run(ctx context.Context) (err error) {
 	amqpCfg := amqp.Config{TLSClientConfig: b.deps.TLS}
 	newConn := func(role string) *broker.Conn {
 		return broker.NewConn(broker.ConnOptions{
-			URL: cfg.AMQPURL, Name: "delaybridge " + role + " " + b.owner, Config: amqpCfg, OnConnect: declare,
+			URLs: cfg.AMQPURLs(), Name: "delaybridge " + role + " " + b.owner, Config: amqpCfg, OnConnect: declare,
 			Logger: log.With().Str("component", "broker").Logger(),
 		})
 	}
@@ -148,7 +144,7 @@ func (b *Bridge) Run(ctx context.Context) (err error) {
 		publishConn.Close()
 		return err
 	}
-	log.Info().Str("url", broker.Redact(cfg.AMQPURL)).Msg("connected to the broker")
+	log.Info().Str("consume", consumeConn.Broker()).Str("publish", publishConn.Broker()).Msg("connected to the broker")
 
 	// A triggered breaker is a critical error: the bridge stops so that a
 	// supervisor restarts it.
@@ -202,8 +198,9 @@ func (b *Bridge) Run(ctx context.Context) (err error) {
 	dp := dispatch.New(consumeConn, func(ctx context.Context) (dispatch.Publisher, error) { return dispatchPub(ctx) }, store, dispatch.Options{
 		Queue: topo.DispatcherQueue(), TimeoutsQueue: topo.TimeoutsQueue(), ErrorQueue: cfg.ErrorQueue,
 		// A bbolt file serves one instance; a second one on this endpoint
-		// would take tokens for rows it does not have and drop them.
-		Exclusive:   cfg.Store == "bbolt",
+		// would take tokens for rows it does not have and drop them. With
+		// PostgreSQL every instance sees every row, so any may dispatch.
+		Exclusive:   cfg.Store != "postgres",
 		OnConsuming: func() { dispatchingOnce.Do(func() { close(dispatching) }) },
 		Prefetch:    cfg.Prefetch, Workers: dispatchWorkers, LeaseDuration: cfg.LockLeaseDuration, NumberOfRetries: cfg.NumberOfRetries, Allowed: allowed,
 		FailureCountLimit: rate.NewLimiter(rate.Limit(cfg.MaxRecoveryFailuresPerSecond), cfg.MaxRecoveryFailuresPerSecond),
@@ -288,7 +285,9 @@ func (b *Bridge) Run(ctx context.Context) (err error) {
 	var runErr error
 	select {
 	case <-dispatching:
-		stages = append(stages, start("poller", pl.Run), start("ingest", in.Run))
+		reaper := &poller.Reaper{Store: store, Interval: cfg.LockLeaseDuration / 4,
+			Logger: log.With().Str("component", "reaper").Logger()}
+		stages = append(stages, start("poller", pl.Run), start("reaper", reaper.Run), start("ingest", in.Run))
 		if statusRun != nil {
 			stages = append(stages, start("status sampler", statusRun))
 		}

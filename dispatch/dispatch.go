@@ -363,6 +363,11 @@ func (d *Dispatcher) handle(ctx context.Context, del *amqp.Delivery, pub Publish
 			}
 		}
 	}
+	if e := d.log.Debug(); e.Enabled() {
+		// With the "removed" line below, a debug log tells exactly which
+		// forwards a crash left unsettled (the only source of duplicates).
+		e.Strs("ids", itemIDs(items)).Msg("forwarding")
+	}
 	wctx, cancel := context.WithTimeout(ctx, d.confirmWait()+d.opts.MaxHold)
 	defer cancel()
 	results := pub.Publish(wctx, out)
@@ -536,14 +541,29 @@ func (d *Dispatcher) remove(ctx context.Context, refs []storage.Ref) (int, error
 		return 0, err
 	}
 	var conflicts int64
+	var removed []string
+	debug := d.log.Debug().Enabled()
 	for i, rerr := range results {
 		if rerr != nil {
 			conflicts++
 			d.log.Warn().Err(rerr).Str("id", refs[i].ID).Msg("forwarded timeout could not be removed with its lease; a duplicate is possible")
+		} else if debug {
+			removed = append(removed, refs[i].ID)
 		}
+	}
+	if debug {
+		d.log.Debug().Strs("ids", removed).Msg("removed")
 	}
 	d.count(func(s *Stats) { s.RemoveConflicts += conflicts })
 	return len(refs) - int(conflicts), nil
+}
+
+func itemIDs(items []item) []string {
+	ids := make([]string, len(items))
+	for i, it := range items {
+		ids[i] = it.tok.ID
+	}
+	return ids
 }
 
 func ackErr(err error) error {

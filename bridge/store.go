@@ -1,0 +1,38 @@
+package bridge
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/delaybridge/delaybridge/config"
+	"github.com/delaybridge/delaybridge/storage"
+	"github.com/delaybridge/delaybridge/storage/boltstore"
+	"github.com/delaybridge/delaybridge/storage/postgres"
+)
+
+// openStore opens the store cfg names: a bbolt file for one instance, or a
+// PostgreSQL database shared by several.
+func openStore(ctx context.Context, cfg config.Config, now func() time.Time, log zerolog.Logger) (storage.Store, error) {
+	switch cfg.Store {
+	case "postgres":
+		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		ps, err := postgres.Open(ctx, cfg.PostgresURL, postgres.Options{Now: now, Schema: cfg.PostgresSchema, Endpoint: cfg.Endpoint,
+			Logger: log.With().Str("component", "store").Logger()})
+		if err != nil {
+			return nil, fmt.Errorf("open store: %w", err)
+		}
+		log.Info().Str("store", "postgres").Msg("store open")
+		return ps, nil
+	default:
+		bs, err := boltstore.Open(cfg.StorePath, boltstore.Options{Now: now})
+		if err != nil {
+			return nil, fmt.Errorf("open store: %w", err)
+		}
+		log.Info().Str("path", cfg.StorePath).Int("recovered_leases", bs.RecoveredLeases()).Msg("store open")
+		return bs, nil
+	}
+}

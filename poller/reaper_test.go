@@ -1,0 +1,65 @@
+package poller
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+)
+
+func TestReaperFreesExpiredLeases(t *testing.T) {
+	s := openStore(t)
+	insert(t, s, "a", time.Now().Add(-time.Second))
+	if ls, err := s.Lease(context.Background(), "dead-instance", time.Time{}, 10, 30*time.Millisecond); err != nil || len(ls) != 1 {
+		t.Fatalf("Lease: %v, %v", ls, err)
+	}
+	var mu sync.Mutex
+	var freed int
+	r := &Reaper{Store: s, Interval: 10 * time.Millisecond, Logger: zerolog.Nop(), OnReap: func(n int) {
+		mu.Lock()
+		freed += n
+		mu.Unlock()
+	}}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	waitFor(t, "the expired lease to be reaped", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return freed == 1
+	})
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if _, leased, err := s.Stats(context.Background()); err != nil || leased != 0 {
+		t.Fatalf("after reaping: leased=%d err=%v, want 0", leased, err)
+	}
+}
+
+type flakyReaping struct{ calls atomic.Int32 }
+
+func (f *flakyReaping) Reap(context.Context) (int, error) {
+	if f.calls.Add(1) <= 2 {
+		return 0, errors.New("store down")
+	}
+	return 0, nil
+}
+
+// A failing pass is logged and retried on the next tick; Run keeps going.
+func TestReaperKeepsGoingAfterAFailure(t *testing.T) {
+	f := &flakyReaping{}
+	r := &Reaper{Store: f, Interval: 5 * time.Millisecond, Logger: zerolog.Nop()}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	waitFor(t, "passes after the failures", func() bool { return f.calls.Load() >= 4 })
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+}
