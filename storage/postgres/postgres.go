@@ -37,6 +37,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -54,6 +55,10 @@ import (
 // DefaultSchema is the schema used when Options.Schema is empty.
 const DefaultSchema = "delaybridge"
 
+// DefaultCallTimeout is Options.CallTimeout's default: well under the
+// bridge's 30 s breaker times, far above any healthy statement.
+const DefaultCallTimeout = 10 * time.Second
+
 // Options configure Open.
 type Options struct {
 	// Now is the store's clock; nil means time.Now. All time comparisons use
@@ -70,6 +75,12 @@ type Options struct {
 	// Logger receives migration and retry messages; the zero value logs
 	// nothing.
 	Logger zerolog.Logger
+	// CallTimeout bounds each statement (each attempt of a store call);
+	// zero means DefaultCallTimeout. A database that stops answering
+	// without closing the connection (a failover to an address that drops
+	// packets) then fails calls, which the bridge's breakers count, instead
+	// of hanging them until TCP gives up many minutes later.
+	CallTimeout time.Duration
 	// Endpoint, when set, claims the schema for this bridge endpoint on
 	// first use; Open then fails with ErrOtherEndpoint for any other one.
 	Endpoint string
@@ -81,12 +92,13 @@ type Store struct {
 	mu     sync.RWMutex // read-held by every call, write-held by Close
 	closed bool
 
-	pool   *pgxpool.Pool
-	now    func() time.Time
-	log    zerolog.Logger
-	schema string // as given
-	qs     string // quoted, for SQL
-	q      queries
+	pool        *pgxpool.Pool
+	callTimeout time.Duration
+	now         func() time.Time
+	log         zerolog.Logger
+	schema      string // as given
+	qs          string // quoted, for SQL
+	q           queries
 
 	stats statsCache
 }
@@ -106,6 +118,9 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 	}
 	if len(schema) > 63 || strings.ContainsRune(schema, 0) {
 		return nil, fmt.Errorf("postgres: schema name %q: must be 1 to 63 bytes without NUL", schema)
+	}
+	if opts.CallTimeout <= 0 {
+		opts.CallTimeout = DefaultCallTimeout
 	}
 	if opts.MaxConns < 0 {
 		return nil, fmt.Errorf("postgres: MaxConns must not be negative, got %d", opts.MaxConns)
@@ -127,11 +142,12 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("postgres: connect: %s: %w", where, err)
 	}
 	s := &Store{
-		pool:   pool,
-		now:    opts.Now,
-		log:    opts.Logger,
-		schema: schema,
-		qs:     quoteIdent(schema),
+		pool:        pool,
+		callTimeout: opts.CallTimeout,
+		now:         opts.Now,
+		log:         opts.Logger,
+		schema:      schema,
+		qs:          quoteIdent(schema),
 	}
 	s.q = newQueries(s.qs)
 	if err := s.migrate(ctx); err != nil {
@@ -160,9 +176,24 @@ func (s *Store) Close() error {
 		return nil
 	}
 	s.closed = true
-	s.pool.Close()
-	return nil
+	// pgx says goodbye to the server on each connection and waits for it
+	// to hang up, up to 15 s each when the server has gone silent: do not
+	// hold up the bridge's exit that long.
+	done := make(chan struct{})
+	go func() {
+		s.pool.Close()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-time.After(closeWait):
+		return fmt.Errorf("postgres: close: the database did not answer within %s; connections are dropped", closeWait)
+	}
 }
+
+// closeWait bounds Close.
+const closeWait = 3 * time.Second
 
 // maxAttempts bounds the retries of a statement failing with a deadlock or
 // serialization failure.
@@ -182,7 +213,12 @@ func (s *Store) run(ctx context.Context, op string, fn func(ctx context.Context)
 	}
 	var err error
 	for attempt := 1; ; attempt++ {
-		err = fn(ctx)
+		cctx, cancel := context.WithTimeout(ctx, s.callTimeout)
+		err = fn(cctx)
+		if err != nil && cctx.Err() != nil && ctx.Err() == nil {
+			err = fmt.Errorf("no answer within %s: %w", s.callTimeout, err)
+		}
+		cancel()
 		if err == nil {
 			return nil
 		}
@@ -209,12 +245,30 @@ func retryable(err error) bool {
 // comparisons in SQL and in Go agree).
 func ts(t time.Time) time.Time { return t.Truncate(time.Microsecond) }
 
+// tsUp converts a time a row must not be leased before (a due time or a
+// retry hold) to whole microseconds, rounded UP: rounding down would make a
+// row due at T+900ns leasable, and forwarded, at T.
+func tsUp(t time.Time) time.Time {
+	if d := t.Truncate(time.Microsecond); !d.Equal(t) {
+		return d.Add(time.Microsecond)
+	}
+	return t
+}
+
 // nullTS is t as a nullable timestamptz parameter: the zero time is NULL.
 func nullTS(t time.Time) pgtype.Timestamptz {
 	if t.IsZero() {
 		return pgtype.Timestamptz{}
 	}
 	return pgtype.Timestamptz{Time: ts(t), Valid: true}
+}
+
+// nullTSUp is nullTS rounding up, like tsUp.
+func nullTSUp(t time.Time) pgtype.Timestamptz {
+	if t.IsZero() {
+		return pgtype.Timestamptz{}
+	}
+	return pgtype.Timestamptz{Time: tsUp(t), Valid: true}
 }
 
 // fromTS is a nullable timestamptz read back: NULL is the zero time.
@@ -228,7 +282,7 @@ func fromTS(v pgtype.Timestamptz) time.Time {
 // queries are the statements of one schema.
 type queries struct {
 	insert, lease, get, remove, release, incr, nextDue, reap, cancel, reschedule string
-	countLeased, countBoth                                                       string
+	countLeased, countBoth, estimate, countLeasedBy                              string
 	listCols, table                                                              string
 }
 
@@ -368,6 +422,12 @@ SELECT busy FROM cur`),
 
 		countLeased: r.Replace(`SELECT count(*) FROM {{t}} WHERE lock_token IS NOT NULL`),
 		countBoth:   r.Replace(`SELECT (SELECT count(*) FROM {{t}} WHERE lock_token IS NOT NULL), (SELECT count(*) FROM {{t}})`),
+		// The planner's row estimate (kept by autovacuum and ANALYZE):
+		// -1 before the table was ever analyzed.
+		estimate: `SELECT reltuples::bigint FROM pg_class WHERE oid = ` + quoteLiteral(qs+".timeouts") + `::regclass`,
+		// The owner's own leases: the poller's backpressure. starts_with,
+		// not LIKE: a host name may hold LIKE's wildcards.
+		countLeasedBy: r.Replace(`SELECT count(*) FROM {{t}} WHERE lock_token IS NOT NULL AND starts_with(lock_token, $1)`),
 
 		listCols: `id, destination, due_at, received_at, attempts, last_error, lock_token, lock_expires_at, not_before`,
 		table:    r.Replace(`{{t}}`),
@@ -393,52 +453,51 @@ func (s *Store) Insert(ctx context.Context, in []storage.Timeout) ([]bool, error
 		}
 		// The first copy of an id wins, as if inserted one by one.
 		first := make(map[string]int, len(in))
-		n := 0
+		order := make([]int, 0, len(in))
 		for i := range in {
 			if _, dup := first[in[i].ID]; !dup {
 				first[in[i].ID] = i
-				n++
+				order = append(order, i)
 			}
 		}
-		var (
-			ids, dests, lastErrs = make([]string, 0, n), make([]string, 0, n), make([]string, 0, n)
-			dues                 = make([]time.Time, 0, n)
-			recvs, notBefores    = make([]pgtype.Timestamptz, 0, n), make([]pgtype.Timestamptz, 0, n)
-			msgs                 = make([][]byte, 0, n)
-			attempts             = make([]int64, 0, n)
-		)
-		for i := range in {
-			t := &in[i]
-			if first[t.ID] != i {
-				continue
+		// Rows go in id order across statements too (see the insert
+		// statement), and a batch of large messages is split so that no
+		// statement exceeds what the protocol carries; the statements of
+		// one batch share one transaction, so the batch is still one commit.
+		slices.SortFunc(order, func(a, b int) int { return strings.Compare(in[a].ID, in[b].ID) })
+		var chunks [][]int
+		for lo := 0; lo < len(order); {
+			hi, bytes := lo, 0
+			for hi < len(order) && (hi == lo || bytes+len(in[order[hi]].Message) <= maxInsertBytes) {
+				bytes += len(in[order[hi]].Message)
+				hi++
 			}
-			msg := t.Message
-			if msg == nil {
-				msg = []byte{}
+			chunks = append(chunks, order[lo:hi])
+			lo = hi
+		}
+		var q interface {
+			Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+		} = s.pool
+		if len(chunks) > 1 {
+			tx, err := s.pool.Begin(ctx)
+			if err != nil {
+				return err
 			}
-			ids, dests, lastErrs = append(ids, t.ID), append(dests, t.Destination), append(lastErrs, t.LastError)
-			dues = append(dues, ts(t.DueAt))
-			recvs, notBefores = append(recvs, nullTS(t.ReceivedAt)), append(notBefores, nullTS(t.NotBefore))
-			msgs = append(msgs, msg)
-			attempts = append(attempts, int64(t.Attempts))
+			defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+			q = tx
 		}
-		rows, err := s.pool.Query(ctx, s.q.insert, ids, dests, dues, recvs, msgs, attempts, lastErrs, notBefores)
-		if err != nil {
-			return err
-		}
-		var id string
 		count := 0
-		_, err = pgx.ForEachRow(rows, []any{&id}, func() error {
-			i, ok := first[id]
-			if !ok {
-				return fmt.Errorf("inserted unknown id %q", id)
+		for _, chunk := range chunks {
+			n, err := s.insertChunk(ctx, q, in, chunk, first, inserted)
+			if err != nil {
+				return err
 			}
-			inserted[i] = true
-			count++
-			return nil
-		})
-		if err != nil {
-			return err
+			count += n
+		}
+		if tx, ok := q.(pgx.Tx); ok {
+			if err := tx.Commit(ctx); err != nil {
+				return err
+			}
 		}
 		s.stats.addPending(count)
 		return nil
@@ -447,6 +506,54 @@ func (s *Store) Insert(ctx context.Context, in []storage.Timeout) ([]bool, error
 		return nil, err
 	}
 	return inserted, nil
+}
+
+// maxInsertBytes bounds the message bytes of one insert statement: a
+// PostgreSQL protocol message carries at most 1 GiB, and smaller statements
+// keep the server's memory per statement in check.
+const maxInsertBytes = 64 << 20
+
+// insertChunk inserts in[i] for i in chunk (ids ascending) with one
+// statement and marks what it inserted.
+func (s *Store) insertChunk(ctx context.Context, q interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}, in []storage.Timeout, chunk []int, first map[string]int, inserted []bool) (int, error) {
+	n := len(chunk)
+	var (
+		ids, dests, lastErrs = make([]string, 0, n), make([]string, 0, n), make([]string, 0, n)
+		dues                 = make([]time.Time, 0, n)
+		recvs, notBefores    = make([]pgtype.Timestamptz, 0, n), make([]pgtype.Timestamptz, 0, n)
+		msgs                 = make([][]byte, 0, n)
+		attempts             = make([]int64, 0, n)
+	)
+	for _, i := range chunk {
+		t := &in[i]
+		msg := t.Message
+		if msg == nil {
+			msg = []byte{}
+		}
+		ids, dests, lastErrs = append(ids, t.ID), append(dests, t.Destination), append(lastErrs, t.LastError)
+		dues = append(dues, tsUp(t.DueAt))
+		recvs, notBefores = append(recvs, nullTS(t.ReceivedAt)), append(notBefores, nullTSUp(t.NotBefore))
+		msgs = append(msgs, msg)
+		attempts = append(attempts, int64(t.Attempts))
+	}
+	rows, err := q.Query(ctx, s.q.insert, ids, dests, dues, recvs, msgs, attempts, lastErrs, notBefores)
+	if err != nil {
+		return 0, err
+	}
+	var id string
+	count := 0
+	_, err = pgx.ForEachRow(rows, []any{&id}, func() error {
+		i, ok := first[id]
+		if !ok {
+			return fmt.Errorf("inserted unknown id %q", id)
+		}
+		inserted[i] = true
+		count++
+		return nil
+	})
+	return count, err
 }
 
 // Lease leases up to limit rows to owner for d; see storage.Store and the
@@ -600,7 +707,7 @@ func lockCheck(lock string, holds bool) error {
 func (s *Store) Release(ctx context.Context, id, lock string, notBefore time.Time) error {
 	return s.run(ctx, fmt.Sprintf("release %q", id), func(ctx context.Context) error {
 		var holds bool
-		err := s.pool.QueryRow(ctx, s.q.release, id, lock, ts(s.now()), nullTS(notBefore)).Scan(&holds)
+		err := s.pool.QueryRow(ctx, s.q.release, id, lock, ts(s.now()), nullTSUp(notBefore)).Scan(&holds)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return storage.ErrNotFound
 		}
@@ -693,7 +800,7 @@ func (s *Store) Cancel(ctx context.Context, id string) error {
 // NotBefore; an expired lease on it ends.
 func (s *Store) Reschedule(ctx context.Context, id string, dueAt time.Time) error {
 	return s.run(ctx, fmt.Sprintf("reschedule %q", id), func(ctx context.Context) error {
-		_, err := s.unleased(ctx, s.q.reschedule, id, ts(s.now()), ts(dueAt))
+		_, err := s.unleased(ctx, s.q.reschedule, id, ts(s.now()), tsUp(dueAt))
 		return err
 	})
 }
@@ -827,6 +934,21 @@ type statsCache struct {
 	refresh sync.Mutex // one recount at a time
 }
 
+// exactCountLimit is the table size (by the planner's estimate) from which
+// Stats reports the estimate instead of counting.
+var exactCountLimit = 1_000_000
+
+// LeasedBy counts the rows leased under owner, expired leases not yet
+// reaped included: what this instance has in flight, for the poller's
+// MaxLeased backpressure (the leased count of Stats is every instance's).
+func (s *Store) LeasedBy(ctx context.Context, owner string) (int, error) {
+	var n int
+	err := s.run(ctx, "leased", func(ctx context.Context) error {
+		return s.pool.QueryRow(ctx, s.q.countLeasedBy, owner+":").Scan(&n)
+	})
+	return n, err
+}
+
 // pendingTTL is how long a pending count is reused.
 const pendingTTL = time.Second
 
@@ -858,7 +980,8 @@ func (c *statsCache) set(pending int, at time.Time) {
 // leased count is exact on every call: an index-only count over the partial
 // index timeouts_leased, whose size is what is in flight (the poller's
 // MaxLeased bounds it), cheap enough for the poller's backpressure check on
-// every cycle. The pending count is cached, see statsCache.
+// every cycle. The pending count is cached, see statsCache; from
+// exactCountLimit rows on it is the planner's estimate, not a count.
 func (s *Store) Stats(ctx context.Context) (pending, leased int, err error) {
 	err = s.run(ctx, "stats", func(ctx context.Context) error {
 		if p, ok := s.stats.get(); ok {
@@ -872,6 +995,17 @@ func (s *Store) Stats(ctx context.Context) (pending, leased int, err error) {
 			return s.pool.QueryRow(ctx, s.q.countLeased).Scan(&leased)
 		}
 		started := time.Now()
+		// Past exactCountLimit rows an exact count scans for seconds, on
+		// every instance, each second: take the planner's estimate.
+		var estimate int64
+		if err := s.pool.QueryRow(ctx, s.q.estimate).Scan(&estimate); err != nil {
+			return err
+		}
+		if estimate >= int64(exactCountLimit) {
+			pending = int(estimate)
+			s.stats.set(pending, started)
+			return s.pool.QueryRow(ctx, s.q.countLeased).Scan(&leased)
+		}
 		if err := s.pool.QueryRow(ctx, s.q.countBoth).Scan(&leased, &pending); err != nil {
 			return err
 		}

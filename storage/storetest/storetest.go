@@ -89,6 +89,7 @@ var tests = []struct {
 	{"LeaseDueOrder", testLeaseDueOrder},
 	{"LeaseOrderAcrossBatches", testLeaseOrderAcrossBatches},
 	{"LeaseDueExactlyNow", testLeaseDueExactlyNow},
+	{"LeaseSubMicrosecondNeverEarly", testLeaseSubMicrosecondNeverEarly},
 	{"LeaseInsertedNotBefore", testLeaseInsertedNotBefore},
 	{"LeaseDueBy", testLeaseDueBy},
 	{"LeaseLimit", testLeaseLimit},
@@ -658,6 +659,30 @@ func testLeaseDueExactlyNow(e *env) {
 	e.expectNoLease()
 	e.clock.Set(at(time.Minute))
 	e.leaseOne("exact", time.Minute)
+}
+
+// A backend that keeps whole microseconds must round due times and holds
+// up, never down: a row due at T+900ns is not leasable at T+100ns, nor is
+// its stored due time earlier than the one given (the dispatcher holds a
+// forward until it).
+func testLeaseSubMicrosecondNeverEarly(e *env) {
+	due := at(time.Minute + 900*time.Nanosecond)
+	e.insert(newTimeout("sub", due))
+	held := newTimeout("subheld", at(-time.Hour))
+	held.NotBefore = due
+	e.insert(held)
+	e.clock.Set(at(time.Minute + 100*time.Nanosecond))
+	e.expectNoLease()
+	if got := e.get("sub").DueAt; got.Before(due) {
+		e.Fatalf("stored due time %s is earlier than the %s given", got, due)
+	}
+	if got := e.get("subheld").NotBefore; got.Before(due) {
+		e.Fatalf("stored hold %s is earlier than the %s given", got, due)
+	}
+	e.clock.Set(at(time.Minute + time.Microsecond))
+	if ls := e.lease("o", 10, time.Minute); len(ls) != 2 {
+		e.Fatalf("leased %d rows once due, want 2", len(ls))
+	}
 }
 
 func testLeaseInsertedNotBefore(e *env) {

@@ -1,0 +1,221 @@
+package postgres
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/delaybridge/delaybridge/storage"
+	"github.com/delaybridge/delaybridge/storage/postgres/pgtest"
+)
+
+// A batch of large messages is split over several statements of one
+// transaction: one statement cannot carry them all.
+func TestInsertLargeBatch(t *testing.T) {
+	s := openSchema(t, pgtest.Schema(t), nil)
+	const size = 30 << 20 // 3 of them exceed maxInsertBytes
+	ts := make([]storage.Timeout, 3)
+	for i := range ts {
+		ts[i] = newTimeout(fmt.Sprintf("big-%d", 2-i), time.Now().Add(time.Hour))
+		ts[i].Message = bytes.Repeat([]byte{byte('a' + i)}, size)
+	}
+	inserted, err := s.Insert(ctx, ts)
+	if err != nil {
+		t.Fatalf("Insert of 3 × 30 MiB: %v", err)
+	}
+	for i, ok := range inserted {
+		if !ok {
+			t.Fatalf("row %d not inserted", i)
+		}
+	}
+	for i := range ts {
+		got, err := s.Get(ctx, ts[i].ID)
+		if err != nil || !bytes.Equal(got.Message, ts[i].Message) {
+			t.Fatalf("Get %s: %v (message intact: %v)", ts[i].ID, err, err == nil && bytes.Equal(got.Message, ts[i].Message))
+		}
+	}
+	// Again, with one new row: the old ones are reported as already there.
+	more := append([]storage.Timeout{newTimeout("big-new", time.Now())}, ts...)
+	more[0].Message = bytes.Repeat([]byte{'z'}, size)
+	inserted, err = s.Insert(ctx, more)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !inserted[0] || inserted[1] || inserted[2] || inserted[3] {
+		t.Fatalf("inserted = %v, want [true false false false]", inserted)
+	}
+}
+
+// LeasedBy counts one owner's leases only.
+func TestLeasedBy(t *testing.T) {
+	s := openSchema(t, pgtest.Schema(t), nil)
+	for i := range 5 {
+		insert(t, s, newTimeout(fmt.Sprint("r", i), time.Now().Add(-time.Second)))
+	}
+	if _, err := s.Lease(ctx, "host_a-1", time.Time{}, 2, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Lease(ctx, "host%b-2", time.Time{}, 3, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	for owner, want := range map[string]int{"host_a-1": 2, "host%b-2": 3, "host": 0, "host_a": 0} {
+		if n, err := s.LeasedBy(ctx, owner); err != nil || n != want {
+			t.Errorf("LeasedBy(%q) = %d, %v; want %d", owner, n, err, want)
+		}
+	}
+}
+
+// A due time between two microseconds is rounded up, never down: the row
+// must not become leasable before it is due.
+func TestSubMicrosecondDueIsNotEarly(t *testing.T) {
+	base := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	now := base.Add(100 * time.Nanosecond)
+	s := openSchema(t, pgtest.Schema(t), func() time.Time { return now })
+	insert(t, s, newTimeout("sub", base.Add(900*time.Nanosecond)))
+	if ls, err := s.Lease(ctx, "o", time.Time{}, 10, time.Minute); err != nil || len(ls) != 0 {
+		t.Fatalf("leased %v (%v) 800ns before it was due", ls, err)
+	}
+	got, err := s.Get(ctx, "sub")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.DueAt.Before(base.Add(900 * time.Nanosecond)) {
+		t.Fatalf("stored due time %s is earlier than the one given", got.DueAt)
+	}
+}
+
+// Above exactCountLimit rows Stats reports the planner's estimate.
+func TestStatsEstimateForLargeTables(t *testing.T) {
+	old := exactCountLimit
+	exactCountLimit = 10
+	t.Cleanup(func() { exactCountLimit = old })
+	s := openSchema(t, pgtest.Schema(t), nil)
+	for i := range 40 {
+		insert(t, s, newTimeout(fmt.Sprint("e", i), time.Now().Add(time.Hour)))
+	}
+	if _, err := s.pool.Exec(ctx, `ANALYZE `+s.qs+`.timeouts`); err != nil {
+		t.Fatal(err)
+	}
+	s.stats = statsCache{} // forget the cached count
+	pending, leased, err := s.Stats(ctx)
+	if err != nil || pending != 40 || leased != 0 {
+		t.Fatalf("Stats = %d, %d, %v; want 40 (the estimate right after ANALYZE), 0", pending, leased, err)
+	}
+}
+
+// stallProxy forwards TCP to target until stall, after which it keeps every
+// connection open but passes nothing: a database gone silent.
+type stallProxy struct {
+	l       net.Listener
+	mu      sync.Mutex
+	stalled bool
+	conns   []net.Conn
+}
+
+func newStallProxy(t *testing.T, target string) *stallProxy {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &stallProxy{l: l}
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			up, err := net.Dial("tcp", target)
+			if err != nil {
+				_ = c.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.conns = append(p.conns, c, up)
+			p.mu.Unlock()
+			go p.pipe(up, c)
+			go p.pipe(c, up)
+		}
+	}()
+	t.Cleanup(func() {
+		_ = l.Close()
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		for _, c := range p.conns {
+			_ = c.Close()
+		}
+	})
+	return p
+}
+
+func (p *stallProxy) pipe(dst, src net.Conn) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if err != nil {
+			return
+		}
+		p.mu.Lock()
+		stalled := p.stalled
+		p.mu.Unlock()
+		if stalled {
+			continue // swallowed
+		}
+		if _, err := dst.Write(buf[:n]); err != nil {
+			return
+		}
+	}
+}
+
+func (p *stallProxy) stall() {
+	p.mu.Lock()
+	p.stalled = true
+	p.mu.Unlock()
+}
+
+// A database that stops answering fails calls after CallTimeout instead of
+// hanging them: the bridge's breakers can only count errors.
+func TestCallTimeoutWhenTheDatabaseGoesSilent(t *testing.T) {
+	u, err := url.Parse(pgtest.Require(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	host := u.Host
+	if !strings.Contains(host, ":") {
+		host += ":5432"
+	}
+	p := newStallProxy(t, host)
+	u.Host = p.l.Addr().String()
+	schema := pgtest.Schema(t)
+	s, err := Open(ctx, u.String(), Options{Schema: schema, CallTimeout: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	insert(t, s, newTimeout("x", time.Now()))
+	p.stall()
+	began := time.Now()
+	_, err = s.Get(context.Background(), "x")
+	took := time.Since(began)
+	if err == nil || errors.Is(err, storage.ErrNotFound) || !strings.Contains(err.Error(), "no answer within") {
+		t.Fatalf("Get against a silent database: %v; want a timeout error", err)
+	}
+	if took > 5*time.Second {
+		t.Fatalf("Get took %s to fail", took)
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- s.Close() }()
+	select {
+	case err := <-closed:
+		if err == nil {
+			t.Error("Close reported success although the database never answered")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close hangs on a silent database")
+	}
+}
