@@ -211,12 +211,20 @@ type Batch struct {
 	Tokens []Token `json:"tokens"`
 }
 
+// leaseCallTimeout bounds one Lease call, which shutdown does not cancel.
+const leaseCallTimeout = 30 * time.Second
+
 // pollOnce leases one batch and publishes it, returning how many it leased,
 // or -1 when leasing failed (after backing off). Leases whose dispatcher
 // message was not confirmed are released at once.
 func (p *Poller) pollOnce(ctx context.Context) (int, error) {
 	began := time.Now()
-	leases, err := p.store.Lease(ctx, p.opts.Owner, p.opts.Now().Add(p.opts.Lookahead), p.opts.BatchSize, p.opts.LeaseDuration)
+	// Not cancelled by shutdown: a lease the store committed but whose
+	// answer was abandoned would keep its rows from every instance for a
+	// whole lease. A batch in hand is published or released below.
+	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), leaseCallTimeout)
+	leases, err := p.store.Lease(lctx, p.opts.Owner, p.opts.Now().Add(p.opts.Lookahead), p.opts.BatchSize, p.opts.LeaseDuration)
+	cancel()
 	if err != nil {
 		if ctx.Err() != nil {
 			return 0, nil
@@ -284,12 +292,23 @@ func (p *Poller) pollOnce(ctx context.Context) (int, error) {
 	return len(leases), nil
 }
 
-// backlogged reports whether MaxLeased rows are already leased.
+// backlogged reports whether this instance already has MaxLeased rows
+// leased. A shared store counts the owner's leases (LeasedBy), so the cap
+// is per instance; a store of one instance may count all of them (Stats).
 func (p *Poller) backlogged(ctx context.Context) bool {
+	if p.opts.MaxLeased <= 0 {
+		return false
+	}
+	if st, ok := p.store.(interface {
+		LeasedBy(ctx context.Context, owner string) (int, error)
+	}); ok {
+		leased, err := st.LeasedBy(ctx, p.opts.Owner)
+		return err == nil && leased >= p.opts.MaxLeased
+	}
 	st, ok := p.store.(interface {
 		Stats(context.Context) (pending, leased int, err error)
 	})
-	if p.opts.MaxLeased <= 0 || !ok {
+	if !ok {
 		return false
 	}
 	_, leased, err := st.Stats(ctx)

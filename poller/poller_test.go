@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -209,4 +210,38 @@ func TestStopsLeasingAtMaxLeased(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "more after the backlog shrank", func() bool { return pub.count() > 15 })
+}
+
+// sharedStore is a store several instances use: other owners' leases count
+// in Stats but not in LeasedBy.
+type sharedStore struct {
+	*boltstore.Store
+}
+
+func (s sharedStore) LeasedBy(ctx context.Context, owner string) (int, error) {
+	n := 0
+	rows, _, err := s.List(ctx, storage.ListFilter{Limit: 1000})
+	for _, r := range rows {
+		if strings.HasPrefix(r.Lock, owner+":") {
+			n++
+		}
+	}
+	return n, err
+}
+
+// With a shared store MaxLeased caps this instance's own leases: another
+// instance's backlog does not stop it.
+func TestMaxLeasedCountsOwnLeasesOnly(t *testing.T) {
+	store := openStore(t)
+	for i := range 30 {
+		insert(t, store, fmt.Sprint(i), time.Now().Add(-time.Second))
+	}
+	if ls, err := store.Lease(context.Background(), "other", time.Time{}, 20, time.Hour); err != nil || len(ls) != 20 {
+		t.Fatalf("the other instance leased %d (%v)", len(ls), err)
+	}
+	pub := &fakePublisher{}
+	p := New(sharedStore{store}, source(pub), Options{Owner: "me", BatchSize: 5, MaxLeased: 12, LeaseDuration: time.Hour,
+		PollInterval: time.Hour, Logger: zerolog.Nop()})
+	start(t, p)
+	waitFor(t, "this instance's leases despite the other's 20", func() bool { return pub.count() == 10 })
 }
