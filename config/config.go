@@ -139,10 +139,16 @@ func (c Config) Validate() error {
 		if c.PostgresURL == "" {
 			return bad("POSTGRES_URL", "must be set with DELAYBRIDGE_STORE=postgres (for example postgres://user:pass@host:5432/db)")
 		}
-		p, err := url.Parse(c.PostgresURL)
-		if err != nil || (p.Scheme != "postgres" && p.Scheme != "postgresql") {
-			// Never echo the URL: it may carry the password.
-			return bad("POSTGRES_URL", "must be a postgres:// or postgresql:// URL")
+		// A URL or a key=value connection string (host=db user=app ...);
+		// pgx checks the rest when it connects. Never echo the value: it
+		// may carry the password.
+		if strings.Contains(c.PostgresURL, "://") {
+			p, err := url.Parse(c.PostgresURL)
+			if err != nil || (p.Scheme != "postgres" && p.Scheme != "postgresql") {
+				return bad("POSTGRES_URL", "must be a postgres:// or postgresql:// URL, or a key=value connection string")
+			}
+		} else if !strings.Contains(c.PostgresURL, "=") {
+			return bad("POSTGRES_URL", "must be a postgres:// or postgresql:// URL, or a key=value connection string")
 		}
 		if !schemaName.MatchString(c.PostgresSchema) {
 			return bad("POSTGRES_SCHEMA", "%q must be 1 to 63 lower-case letters, digits or _, starting with a letter or _", c.PostgresSchema)

@@ -176,6 +176,12 @@ func TestPostgresStoreNeedsURL(t *testing.T) {
 	if err != nil || c.Store != "postgres" || c.PostgresSchema != "delaybridge" {
 		t.Fatalf("a valid postgres configuration was refused or lost its default schema: %+v, %v", c, err)
 	}
+	if _, err = loadClean(t, map[string]string{"DELAYBRIDGE_STORE": "postgres", "DELAYBRIDGE_POSTGRES_URL": "host=db user=app password=secret dbname=x"}); err != nil {
+		t.Fatalf("a key=value connection string was refused: %v", err)
+	}
+	if _, err = loadClean(t, map[string]string{"DELAYBRIDGE_STORE": "postgres", "DELAYBRIDGE_POSTGRES_URL": "db.example.com"}); err == nil {
+		t.Fatal("a bare host name was accepted as a connection string")
+	}
 	c, err = loadClean(t, map[string]string{"DELAYBRIDGE_STORE": "postgres", "DELAYBRIDGE_POSTGRES_URL": "postgresql://db/x",
 		"DELAYBRIDGE_POSTGRES_SCHEMA": "orders_timeouts"})
 	if err != nil || c.PostgresSchema != "orders_timeouts" {
