@@ -104,7 +104,7 @@ func (b *Bridge) Run(ctx context.Context) (err error) {
 
 	store := b.deps.Store
 	if store == nil {
-		if store, err = openStore(ctx, cfg, now, log); err != nil {
+		if store, err = openStore(ctx, cfg, b.owner, now, log); err != nil {
 			return err
 		}
 	}

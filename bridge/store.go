@@ -15,13 +15,14 @@ import (
 
 // openStore opens the store cfg names: a bbolt file for one instance, or a
 // PostgreSQL database shared by several.
-func openStore(ctx context.Context, cfg config.Config, now func() time.Time, log zerolog.Logger) (storage.Store, error) {
+func openStore(ctx context.Context, cfg config.Config, owner string, now func() time.Time, log zerolog.Logger) (storage.Store, error) {
 	switch cfg.Store {
 	case "postgres":
 		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
 		ps, err := postgres.Open(ctx, cfg.PostgresURL, postgres.Options{Now: now, Schema: cfg.PostgresSchema, Endpoint: cfg.Endpoint,
-			Logger: log.With().Str("component", "store").Logger()})
+			ApplicationName: "delaybridge " + owner,
+			Logger:          log.With().Str("component", "store").Logger()})
 		if err != nil {
 			return nil, fmt.Errorf("open store: %w", err)
 		}

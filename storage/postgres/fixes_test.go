@@ -219,3 +219,17 @@ func TestCallTimeoutWhenTheDatabaseGoesSilent(t *testing.T) {
 		t.Fatal("Close hangs on a silent database")
 	}
 }
+
+// Operators find the bridge's sessions in pg_stat_activity by name.
+func TestApplicationName(t *testing.T) {
+	schema := pgtest.Schema(t)
+	s, err := Open(ctx, pgtest.Require(t), Options{Schema: schema, ApplicationName: "delaybridge test-owner"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var name string
+	if err := s.pool.QueryRow(ctx, `SELECT current_setting('application_name')`).Scan(&name); err != nil || name != "delaybridge test-owner" {
+		t.Fatalf("application_name = %q (%v)", name, err)
+	}
+}

@@ -81,6 +81,9 @@ type Options struct {
 	// packets) then fails calls, which the bridge's breakers count, instead
 	// of hanging them until TCP gives up many minutes later.
 	CallTimeout time.Duration
+	// ApplicationName is shown in pg_stat_activity when the URL sets no
+	// application_name.
+	ApplicationName string
 	// Endpoint, when set, claims the schema for this bridge endpoint on
 	// first use; Open then fails with ErrOtherEndpoint for any other one.
 	Endpoint string
@@ -131,6 +134,9 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 	}
 	if opts.MaxConns > 0 {
 		cfg.MaxConns = opts.MaxConns
+	}
+	if _, set := cfg.ConnConfig.RuntimeParams["application_name"]; !set && opts.ApplicationName != "" {
+		cfg.ConnConfig.RuntimeParams["application_name"] = opts.ApplicationName
 	}
 	where := fmt.Sprintf("%s:%d/%s", cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Database)
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
