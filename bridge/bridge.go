@@ -137,6 +137,8 @@ func (b *Bridge) Run(ctx context.Context) (err error) {
 	consumeConn, publishConn := newConn("consume"), newConn("publish")
 	met.WatchConnection("consume", consumeConn.Connected)
 	met.WatchConnection("publish", publishConn.Connected)
+	met.WatchBlocked("consume", func() bool { return consumeConn.Blocked() != "" })
+	met.WatchBlocked("publish", func() bool { return publishConn.Blocked() != "" })
 	if err := publishConn.Connect(); err != nil {
 		return err
 	}
@@ -238,6 +240,10 @@ func (b *Bridge) Run(ctx context.Context) (err error) {
 					return errors.New("starting or stopping")
 				case !consumeConn.Connected() || !publishConn.Connected():
 					return errors.New("not connected to the broker")
+				case publishConn.Blocked() != "":
+					// No forward, token or error copy gets out until
+					// the alarm lifts.
+					return fmt.Errorf("the broker blocks publishing: %s", publishConn.Blocked())
 				}
 				// The store must answer too (cheap: NextDue reads two keys).
 				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)

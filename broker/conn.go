@@ -49,6 +49,7 @@ type Conn struct {
 	conn    *amqp.Connection
 	up      chan struct{} // closed while conn is usable
 	current int           // index in opts.URLs of the broker tried first
+	blocked string        // the broker's reason while it blocks this connection's publishes
 }
 
 // NewConn returns a Conn; it connects only in Run.
@@ -209,10 +210,46 @@ func (c *Conn) dialOne(url string) (*amqp.Connection, error) {
 }
 
 func (c *Conn) set(conn *amqp.Connection) {
+	// A broker under a resource alarm (memory or disk) stops reading from
+	// publishing connections and says so with connection.blocked.
+	blocking := conn.NotifyBlocked(make(chan amqp.Blocking, 4))
+	go c.watchBlocked(conn, blocking)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.conn = conn
+	c.blocked = ""
 	close(c.up)
+}
+
+// watchBlocked follows one connection's blocked state until it closes
+// (amqp091 closes the channel then).
+func (c *Conn) watchBlocked(conn *amqp.Connection, blocking <-chan amqp.Blocking) {
+	for b := range blocking {
+		reason := ""
+		if b.Active {
+			reason = b.Reason
+			if reason == "" {
+				reason = "blocked"
+			}
+			c.opts.Logger.Warn().Str("connection", c.opts.Name).Str("reason", reason).
+				Msg("the broker blocks this connection's publishes (resource alarm)")
+		} else {
+			c.opts.Logger.Info().Str("connection", c.opts.Name).Msg("the broker unblocked this connection")
+		}
+		c.mu.Lock()
+		if c.conn == conn {
+			c.blocked = reason
+		}
+		c.mu.Unlock()
+	}
+}
+
+// Blocked returns the broker's reason while it blocks the current
+// connection's publishes (a memory or disk alarm), "" otherwise.
+func (c *Conn) Blocked() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.blocked
 }
 
 func (c *Conn) unset() {
@@ -220,6 +257,7 @@ func (c *Conn) unset() {
 	defer c.mu.Unlock()
 	if c.conn != nil {
 		c.conn = nil
+		c.blocked = ""
 		c.up = make(chan struct{})
 	}
 }

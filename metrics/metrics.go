@@ -60,8 +60,9 @@ type Metrics struct {
 
 	breakers *prometheus.GaugeVec
 
-	store *storeCollector
-	conns *connCollector
+	store   *storeCollector
+	conns   *connCollector
+	blocked *connCollector
 }
 
 // New returns metrics registered on a new registry of their own, together
@@ -103,7 +104,10 @@ func New() *Metrics {
 			Help: "State of each circuit breaker: 0 disarmed, 1 armed, 2 triggered.",
 		}, []string{"breaker"}),
 		store: newStoreCollector(),
-		conns: newConnCollector(),
+		conns: newConnCollector("broker_connected",
+			"1 while the broker connection is up, 0 while it is down or reconnecting."),
+		blocked: newConnCollector("broker_blocked",
+			"1 while the broker blocks the connection's publishes (a memory or disk alarm)."),
 	}
 	for _, s := range []string{StageIngest, StageDispatch} {
 		m.errorQueued.WithLabelValues(s)
@@ -122,7 +126,7 @@ func New() *Metrics {
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.ingested, m.dispatched, m.dispatchFailures, m.errorQueued, m.duplicates, m.staleTokens,
 		m.lateness, m.ingestCommit, m.dispatchConfirm, m.pollLease,
-		m.breakers, m.store, m.conns, buildInfo,
+		m.breakers, m.store, m.conns, m.blocked, buildInfo,
 	)
 	// A scrape that cannot read the store still serves everything else.
 	m.handler = promhttp.InstrumentMetricHandler(reg, promhttp.HandlerFor(reg, promhttp.HandlerOpts{
@@ -175,6 +179,17 @@ func (m *Metrics) WatchConnection(name string, connected func() bool) {
 	m.conns.mu.Lock()
 	m.conns.funcs[name] = connected
 	m.conns.mu.Unlock()
+}
+
+// WatchBlocked has every scrape report
+// delaybridge_broker_blocked{connection=name} from blocked.
+func (m *Metrics) WatchBlocked(name string, blocked func() bool) {
+	if m == nil {
+		return
+	}
+	m.blocked.mu.Lock()
+	m.blocked.funcs[name] = blocked
+	m.blocked.mu.Unlock()
 }
 
 // Ingested counts n messages committed to the store.
@@ -327,10 +342,9 @@ type connCollector struct {
 	funcs map[string]func() bool
 }
 
-func newConnCollector() *connCollector {
+func newConnCollector(name, help string) *connCollector {
 	return &connCollector{
-		desc: prometheus.NewDesc(namespace+"_broker_connected",
-			"1 while the broker connection is up, 0 while it is down or reconnecting.", []string{"connection"}, nil),
+		desc:  prometheus.NewDesc(namespace+"_"+name, help, []string{"connection"}, nil),
 		funcs: map[string]func() bool{},
 	}
 }

@@ -1,0 +1,87 @@
+package integration
+
+import (
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// TestBrokerAlarmBlocksReadiness: a broker memory alarm blocks the bridge's
+// publishing connection. While it lasts /readyz answers 503 naming the
+// alarm, /metrics reports delaybridge_broker_blocked{connection="publish"} 1,
+// and the due message waits; once it clears the message is delivered, never
+// early, and /readyz is 200 again.
+//
+// Not parallel: the alarm blocks every publisher on the shared broker for a
+// few seconds.
+func TestBrokerAlarmBlocksReadiness(t *testing.T) {
+	requireRabbitmqctl(t)
+	out, err := rabbitmqctl("eval", "vm_memory_monitor:get_vm_memory_high_watermark().")
+	if err != nil {
+		t.Fatalf("read the memory watermark: %v\n%s", err, out)
+	}
+	watermark := strings.TrimSpace(out)
+	if _, err := strconv.ParseFloat(watermark, 64); err != nil {
+		t.Skipf("memory watermark %q is not a plain fraction (absolute or relative config); not touching it", watermark)
+	}
+	restore := func() {
+		if out, err := rabbitmqctl("set_vm_memory_high_watermark", watermark); err != nil {
+			t.Errorf("restore the memory watermark %s: %v\n%s", watermark, err, out)
+		}
+	}
+	t.Cleanup(restore) // also after a t.Fatal
+
+	b := startBridge(t, nil)
+	conn := dial(t)
+	dest := b.Endpoint + ".dst"
+	declareQueue(t, conn, dest)
+	c := consume(t, conn, dest)
+	pub := newPublisher(t, conn)
+	// The first message makes the bridge's publishing connection a
+	// publisher; the broker blocks only those.
+	pub.Publish(b.TimeoutsQueue(), amqp.Publishing{MessageId: "before", Body: []byte("1"),
+		Headers: amqp.Table{"x-destination": dest, "x-delay": int64(200)}})
+	c.WaitFor(1, 10*time.Second)
+	due := time.Now().Add(2500 * time.Millisecond)
+	pub.Publish(b.TimeoutsQueue(), amqp.Publishing{MessageId: "during", Body: []byte("2"),
+		Headers: amqp.Table{"x-destination": dest, "x-due-at": due.UTC().Format(time.RFC3339Nano)}})
+
+	if out, err := rabbitmqctl("set_vm_memory_high_watermark", "0.0000001"); err != nil {
+		t.Fatalf("raise a memory alarm: %v\n%s", err, out)
+	}
+	alarmOn := time.Now()
+	deadline := alarmOn.Add(20 * time.Second)
+	for {
+		code, _ := getReadyz(b.HTTPAddr)
+		if code == 503 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/readyz still %d 20 s into a memory alarm", code)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("/readyz 503 %s after the alarm was raised", time.Since(alarmOn).Round(time.Millisecond))
+	if !strings.Contains(b.Stderr(), "resource alarm") {
+		t.Errorf("no log line says the broker blocks publishing")
+	}
+	if v, ok := scrape(t, b)[`delaybridge_broker_blocked{connection="publish"}`]; !ok || v != 1 {
+		t.Errorf("delaybridge_broker_blocked{connection=\"publish\"} = %v (present: %v), want 1", v, ok)
+	}
+	if n := c.Count(); n != 1 {
+		t.Fatalf("%d deliveries during the alarm, want only the first", n)
+	}
+
+	restore()
+	got := c.WaitFor(2, 30*time.Second)
+	if got[1].MessageId != "during" || got[1].At.Before(due) {
+		t.Fatalf("second delivery %q at %s, due %s", got[1].MessageId, got[1].At, due)
+	}
+	waitBridgeReadyAgain(t, b, 20*time.Second)
+	if v := scrape(t, b)[`delaybridge_broker_blocked{connection="publish"}`]; v != 0 {
+		t.Errorf("delaybridge_broker_blocked{connection=\"publish\"} = %v after the alarm, want 0", v)
+	}
+}
