@@ -20,9 +20,14 @@ func openStore(ctx context.Context, cfg config.Config, owner string, now func() 
 	case "postgres":
 		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
+		// A statement must fail well within the breaker times, so that a
+		// silent database triggers them on time; healthy ones take ms.
+		callTimeout := min(cfg.TimeToTriggerStoreCircuitBreaker, cfg.TimeToTriggerFetchCircuitBreaker,
+			cfg.TimeToTriggerDispatchBreaker) / 3
+		callTimeout = max(2*time.Second, min(callTimeout, postgres.DefaultCallTimeout))
 		ps, err := postgres.Open(ctx, cfg.PostgresURL, postgres.Options{Now: now, Schema: cfg.PostgresSchema, Endpoint: cfg.Endpoint,
-			ApplicationName: "delaybridge " + owner,
-			Logger:          log.With().Str("component", "store").Logger()})
+			ApplicationName: "delaybridge " + owner, CallTimeout: callTimeout,
+			Logger: log.With().Str("component", "store").Logger()})
 		if err != nil {
 			return nil, fmt.Errorf("open store: %w", err)
 		}

@@ -5,12 +5,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/url"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/delaybridge/delaybridge/storage"
 	"github.com/delaybridge/delaybridge/storage/postgres/pgtest"
@@ -231,5 +234,65 @@ func TestApplicationName(t *testing.T) {
 	var name string
 	if err := s.pool.QueryRow(ctx, `SELECT current_setting('application_name')`).Scan(&name); err != nil || name != "delaybridge test-owner" {
 		t.Fatalf("application_name = %q (%v)", name, err)
+	}
+}
+
+func TestRetryable(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want bool
+	}{
+		{&pgconn.PgError{Code: "40P01"}, true},
+		{&pgconn.PgError{Code: "40001"}, true},
+		{fmt.Errorf("remove: %w", &pgconn.PgError{Code: "57P01"}), true}, // terminated by an administrator
+		{&pgconn.PgError{Code: "08006"}, true},
+		{&pgconn.PgError{Code: "23505"}, false}, // unique violation: a bug, not the connection
+		{&pgconn.PgError{Code: "42P01"}, false},
+		{io.ErrUnexpectedEOF, true},
+		{context.DeadlineExceeded, false},
+		{context.Canceled, false},
+		{errors.New("something else"), false},
+	} {
+		if got := retryable(tc.err); got != tc.want {
+			t.Errorf("retryable(%v) = %v, want %v", tc.err, got, tc.want)
+		}
+	}
+}
+
+// A Remove whose connection was terminated is repeated on a new one, so a
+// forwarded timeout is not left behind to be forwarded again.
+func TestRemoveSurvivesTerminatedSessions(t *testing.T) {
+	schema := pgtest.Schema(t)
+	app := fmt.Sprintf("terminate-%d", time.Now().UnixNano()) // application_name keeps 63 bytes
+	s, err := Open(ctx, pgtest.Require(t), Options{Schema: schema, ApplicationName: app})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	admin := openSchema(t, schema, nil)
+	for round := range 5 {
+		id := fmt.Sprint("t", round)
+		insert(t, s, newTimeout(id, time.Now().Add(-time.Second)))
+		ls, err := s.Lease(ctx, "o", time.Time{}, 1, time.Hour)
+		if err != nil || len(ls) != 1 {
+			t.Fatalf("Lease: %v %v", ls, err)
+		}
+		// Kill the store's (idle) sessions: the Remove goes out on a dead one.
+		var killed int
+		if err := admin.pool.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1`,
+			app).Scan(&killed); err != nil || killed == 0 {
+			t.Fatalf("round %d: terminated %d sessions (%v)", round, killed, err)
+		}
+		time.Sleep(20 * time.Millisecond) // let the backends exit
+		res, err := s.Remove(ctx, []storage.Ref{{ID: ls[0].ID, Lock: ls[0].Lock}})
+		if err != nil {
+			t.Fatalf("round %d: Remove after its sessions were terminated: %v", round, err)
+		}
+		if res[0] != nil && !errors.Is(res[0], storage.ErrNotFound) {
+			t.Fatalf("round %d: Remove result %v", round, res[0])
+		}
+		if _, err := s.Get(ctx, id); !errors.Is(err, storage.ErrNotFound) {
+			t.Fatalf("round %d: the row is still there (%v)", round, err)
+		}
 	}
 }

@@ -37,6 +37,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -201,8 +203,7 @@ func (s *Store) Close() error {
 // closeWait bounds Close.
 const closeWait = 3 * time.Second
 
-// maxAttempts bounds the retries of a statement failing with a deadlock or
-// serialization failure.
+// maxAttempts bounds the attempts of a statement failing retryably.
 const maxAttempts = 3
 
 // run runs fn, a call of the store named op, unless the store is closed or
@@ -221,17 +222,22 @@ func (s *Store) run(ctx context.Context, op string, fn func(ctx context.Context)
 	for attempt := 1; ; attempt++ {
 		cctx, cancel := context.WithTimeout(ctx, s.callTimeout)
 		err = fn(cctx)
-		if err != nil && cctx.Err() != nil && ctx.Err() == nil {
+		timedOut := err != nil && cctx.Err() != nil && ctx.Err() == nil
+		if timedOut {
 			err = fmt.Errorf("no answer within %s: %w", s.callTimeout, err)
 		}
 		cancel()
 		if err == nil {
 			return nil
 		}
-		if attempt == maxAttempts || !retryable(err) || ctx.Err() != nil {
+		if attempt == maxAttempts || timedOut || !retryable(err) || ctx.Err() != nil {
 			break
 		}
 		s.log.Debug().Err(err).Str("op", op).Int("attempt", attempt).Msg("retrying a store statement")
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Duration(attempt) * 50 * time.Millisecond):
+		}
 	}
 	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
 		// The driver may report a cancelled statement as a server error
@@ -241,9 +247,33 @@ func (s *Store) run(ctx context.Context, op string, fn func(ctx context.Context)
 	return fmt.Errorf("postgres: %s: %w", op, err)
 }
 
+// retryable tells the failures worth another attempt on another
+// connection: deadlocks and serialization failures, and a connection lost
+// under the statement (a terminated backend, a failover, a reset). Each
+// store call is one transaction and safe to repeat: a repeated Insert finds
+// its rows there (reported as not inserted, which ingest acks as stored), a
+// repeated Remove or Release finds the lock gone (a conflict, never a second
+// delivery), a repeated Lease leaves the first lease to expire. A call that
+// timed out is not repeated: the database is not answering.
 func retryable(err error) bool {
 	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && (pgErr.Code == "40P01" || pgErr.Code == "40001")
+	if errors.As(err, &pgErr) {
+		switch {
+		case pgErr.Code == "40P01", pgErr.Code == "40001": // deadlock, serialization
+			return true
+		case strings.HasPrefix(pgErr.Code, "08"): // connection exception
+			return true
+		case pgErr.Code == "57P01", pgErr.Code == "57P02", pgErr.Code == "57P03": // shutdown, crash, starting up
+			return true
+		}
+		return false
+	}
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		return false
+	}
+	var netErr net.Error
+	return pgconn.SafeToRetry(err) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		(errors.As(err, &netErr) && !netErr.Timeout())
 }
 
 // ts converts a time for a timestamptz parameter: whole microseconds,

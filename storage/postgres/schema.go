@@ -79,7 +79,7 @@ var migrations = []migration{
 }
 
 // ErrOtherEndpoint means the schema already serves another endpoint.
-var ErrOtherEndpoint = errors.New("postgres: schema serves another endpoint")
+var ErrOtherEndpoint = errors.New("schema serves another endpoint")
 
 // claimEndpoint records endpoint as the schema's, or checks that it is.
 func (s *Store) claimEndpoint(ctx context.Context, endpoint string) error {
