@@ -168,6 +168,12 @@ func (in *Ingester) session(ctx context.Context) error {
 	linger.Stop()
 	for {
 		batch = batch[:0]
+		// Stopping wins over a ready delivery: select picks at random, and
+		// after a critical error nacked messages come straight back.
+		if ctx.Err() != nil {
+			_ = ch.Cancel(tag, false)
+			return nil
+		}
 		select {
 		case <-ctx.Done():
 			// Stop the flow first; deliveries already in the buffer stay
@@ -210,6 +216,11 @@ func (in *Ingester) session(ctx context.Context) error {
 			}
 		}
 		linger.Stop()
+		if ctx.Err() != nil {
+			// Not taken in: requeued when the channel closes.
+			_ = ch.Cancel(tag, false)
+			return nil
+		}
 		if err := in.handle(ctx, pub, batch); err != nil {
 			return err
 		}

@@ -218,6 +218,9 @@ const leaseCallTimeout = 30 * time.Second
 // or -1 when leasing failed (after backing off). Leases whose dispatcher
 // message was not confirmed are released at once.
 func (p *Poller) pollOnce(ctx context.Context) (int, error) {
+	if ctx.Err() != nil {
+		return 0, nil // the lease below outlives ctx: do not start one
+	}
 	began := time.Now()
 	// Not cancelled by shutdown: a lease the store committed but whose
 	// answer was abandoned would keep its rows from every instance for a
