@@ -27,6 +27,9 @@ func runBench(args []string) int {
 	scale := fs.Bool("scale", false, "also run the scale step (fills --scale-n pending messages; takes minutes)")
 	scaleN := fs.Int("scale-n", def.ScaleN, "messages pending far in the future in the scale step")
 	scalePunctualN := fs.Int("scale-punctual-n", def.ScalePunctualN, "messages of the due stream run while --scale-n are pending")
+	scaleOut := fs.Bool("scaleout", false, "also run the scaleout step: one vs two bridges sharing the PostgreSQL store at --postgres-url (about a minute)")
+	scaleOutN := fs.Int("scaleout-n", def.ScaleOutN, "messages of each scaleout workload (ingest, burst, spread over --window)")
+	postgresURL := fs.String("postgres-url", os.Getenv("DELAYBRIDGE_TEST_POSTGRES_URL"), "PostgreSQL database for the scaleout step (schemas are created and dropped); $DELAYBRIDGE_TEST_POSTGRES_URL when set; empty skips the step")
 	ttl := fs.Bool("ttl", true, "run the TTL + dead-letter topology comparison (--ttl=false to skip)")
 	ttlQueueType := fs.String("ttl-queue-type", def.TTLQueueType, "queue type of the TTL levels: quorum (NServiceBus v2) or classic (v1)")
 	only := fs.String("only", "", "run only these steps, comma-separated: "+strings.Join(bench.AllSteps, ","))
@@ -51,6 +54,8 @@ Measures the bridge against a real broker and prints a table (and writes JSON):
   ttl          the punctuality workload through a 28-level TTL + dead-letter topology (no bridge)
   scale        (--scale) ingest while filling --scale-n pending, punctuality, memory, store size
                and restart-to-ready with them pending
+  scaleout     (--scaleout) one, then two bridges sharing a PostgreSQL store (--postgres-url):
+               ingest rate, burst delivery rate and lateness, and what each instance did
 
 Every bridge is this binary run as a child process with its own endpoint, store and HTTP
 port; everything the bench declares on the broker is deleted at the end.
@@ -78,6 +83,7 @@ port; everything the bench declares on the broker is deleted at the end.
 		AMQPURL: *amqpURL, BridgeCmd: []string{exe, "run"}, BridgeEnv: env, Dir: *dir, Keep: *keep,
 		Size: *size, CeilingN: *ceilingN, IngestN: *ingestN, PunctualN: *punctualN, Window: *window,
 		BurstN: *burstN, ScaleN: *scaleN, ScalePunctualN: *scalePunctualN, Lead: *lead,
+		ScaleOutN: *scaleOutN, PostgresURL: *postgresURL,
 		TTLQueueType: *ttlQueueType, Publishers: *publishers, ConfirmWindow: *confirmWindow,
 		SentinelOnly: *sentinel, Log: os.Stderr,
 	}
@@ -98,6 +104,9 @@ port; everything the bench declares on the broker is deleted at the end.
 		if *scale {
 			opts.Steps = append(opts.Steps, bench.StepScale)
 		}
+		if *scaleOut {
+			opts.Steps = append(opts.Steps, bench.StepScaleOut)
+		}
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
@@ -114,6 +123,9 @@ port; everything the bench declares on the broker is deleted at the end.
 	fmt.Print(bench.FormatTable(res.Rows))
 	if cmp := bench.FormatComparison(res); cmp != "" {
 		fmt.Print("\n", cmp)
+	}
+	if so := bench.FormatScaleOut(res); so != "" {
+		fmt.Print("\n", so)
 	}
 	for _, e := range res.Errors {
 		fmt.Printf("error (%s): %s\n", e.Step, e.Error)

@@ -41,10 +41,11 @@ const (
 	StepBurst       = "burst"
 	StepTTL         = "ttl"
 	StepScale       = "scale"
+	StepScaleOut    = "scaleout"
 )
 
 // AllSteps lists every step in run order.
-var AllSteps = []string{StepCeiling, StepIngest, StepPunctuality, StepBurst, StepTTL, StepScale}
+var AllSteps = []string{StepCeiling, StepIngest, StepPunctuality, StepBurst, StepTTL, StepScale, StepScaleOut}
 
 // Options configure a run. Zero values take the defaults of DefaultOptions.
 type Options struct {
@@ -68,6 +69,12 @@ type Options struct {
 	BurstN         int
 	ScaleN         int // messages pending far in the future in the scale step
 	ScalePunctualN int // the due stream run while ScaleN are pending
+	// ScaleOutN is the size of each workload of the scaleout step (ingest,
+	// burst and spread over Window), run with one and then two bridges
+	// sharing the PostgreSQL store at PostgresURL; empty PostgresURL skips
+	// the step.
+	ScaleOutN   int
+	PostgresURL string
 	// Lead is how far ahead the first due time lies when a timed workload
 	// starts publishing; 0 picks it from the measured ingest rate (at least
 	// 3 s), so every message is stored before the first is due.
@@ -101,6 +108,7 @@ func DefaultOptions() Options {
 		BurstN:         20000,
 		ScaleN:         1000000,
 		ScalePunctualN: 20000,
+		ScaleOutN:      20000,
 		Steps:          []string{StepCeiling, StepIngest, StepPunctuality, StepBurst, StepTTL},
 		TTLQueueType:   "quorum",
 		Publishers:     4,
@@ -137,6 +145,7 @@ type Results struct {
 	Burst       *Burst    `json:"burst,omitempty"`
 	TTL         *TTL      `json:"ttl,omitempty"`
 	Scale       *Scale    `json:"scale,omitempty"`
+	ScaleOut    *ScaleOut `json:"scaleout,omitempty"`
 
 	BridgeLogs []BridgeLog `json:"bridge_logs,omitempty"`
 	Warnings   []string    `json:"warnings,omitempty"`
@@ -166,6 +175,7 @@ type Params struct {
 	BurstN         int      `json:"burst_n"`
 	ScaleN         int      `json:"scale_n"`
 	ScalePunctualN int      `json:"scale_punctual_n"`
+	ScaleOutN      int      `json:"scaleout_n,omitempty"`
 	Steps          []string `json:"steps"`
 	TTLQueueType   string   `json:"ttl_queue_type"`
 	Publishers     int      `json:"publishers"`
@@ -299,7 +309,7 @@ func Run(ctx context.Context, opts Options) (*Results, error) {
 	if len(opts.BridgeCmd) == 0 {
 		return nil, errors.New("bench: no bridge command")
 	}
-	for _, p := range []*int{&opts.Size, &opts.CeilingN, &opts.IngestN, &opts.PunctualN, &opts.BurstN, &opts.ScaleN, &opts.ScalePunctualN, &opts.Publishers, &opts.ConfirmWindow} {
+	for _, p := range []*int{&opts.Size, &opts.CeilingN, &opts.IngestN, &opts.PunctualN, &opts.BurstN, &opts.ScaleN, &opts.ScalePunctualN, &opts.ScaleOutN, &opts.Publishers, &opts.ConfirmWindow} {
 		if *p < 0 {
 			return nil, errors.New("bench: negative count")
 		}
@@ -316,6 +326,7 @@ func Run(ctx context.Context, opts Options) (*Results, error) {
 	fill(&opts.BurstN, def.BurstN)
 	fill(&opts.ScaleN, def.ScaleN)
 	fill(&opts.ScalePunctualN, def.ScalePunctualN)
+	fill(&opts.ScaleOutN, def.ScaleOutN)
 	fill(&opts.Publishers, def.Publishers)
 	fill(&opts.ConfirmWindow, def.ConfirmWindow)
 	if opts.Window <= 0 {
@@ -349,6 +360,9 @@ func Run(ctx context.Context, opts Options) (*Results, error) {
 		TTLQueueType: opts.TTLQueueType, Publishers: opts.Publishers, ConfirmWindow: opts.ConfirmWindow,
 		BridgeEnv: opts.BridgeEnv,
 	}}
+	if slices.Contains(opts.Steps, StepScaleOut) {
+		b.res.Params.ScaleOutN = opts.ScaleOutN
+	}
 	for _, s := range AllSteps { // run order, whatever order they were given in
 		if slices.Contains(opts.Steps, s) {
 			b.res.Params.Steps = append(b.res.Params.Steps, s)
@@ -382,6 +396,7 @@ func Run(ctx context.Context, opts Options) (*Results, error) {
 			return b.stepThroughput(ctx, false, true)
 		},
 		StepPunctuality: b.stepPunctuality, StepBurst: b.stepBurst, StepTTL: b.stepTTL, StepScale: b.stepScale,
+		StepScaleOut: b.stepScaleOut,
 	}
 	for _, s := range b.res.Params.Steps {
 		if ctx.Err() != nil {

@@ -58,6 +58,12 @@ func bridgeEnv(base []string, set map[string]string, overrides []string) []strin
 // startBridge starts a bridge for endpoint on storePath and waits until its
 // /readyz answers 200. It returns the time from starting the process to ready.
 func (b *bencher) startBridge(ctx context.Context, endpoint, storePath string) (*bridgeProc, time.Duration, error) {
+	return b.startBridgeEnv(ctx, endpoint, storePath, nil)
+}
+
+// startBridgeEnv is startBridge with extra settings (e.g. a PostgreSQL
+// store), applied after the bench's own and before the --env overrides.
+func (b *bencher) startBridgeEnv(ctx context.Context, endpoint, storePath string, extra map[string]string) (*bridgeProc, time.Duration, error) {
 	addr, err := freeAddr()
 	if err != nil {
 		return nil, 0, err
@@ -79,7 +85,7 @@ func (b *bencher) startBridge(ctx context.Context, endpoint, storePath string) (
 		return nil, 0, err
 	}
 	p.cmd = exec.Command(b.opts.BridgeCmd[0], b.opts.BridgeCmd[1:]...)
-	p.cmd.Env = bridgeEnv(os.Environ(), map[string]string{
+	set := map[string]string{
 		"DELAYBRIDGE_AMQP_URL":    b.opts.AMQPURL,
 		"DELAYBRIDGE_ENDPOINT":    endpoint,
 		"DELAYBRIDGE_ERROR_QUEUE": p.errorQ,
@@ -87,7 +93,11 @@ func (b *bencher) startBridge(ctx context.Context, endpoint, storePath string) (
 		"DELAYBRIDGE_HTTP_ADDR":   addr,
 		"DELAYBRIDGE_LOG_LEVEL":   "warn",
 		"DELAYBRIDGE_LOG_FORMAT":  "json",
-	}, b.opts.BridgeEnv)
+	}
+	for k, v := range extra {
+		set[k] = v
+	}
+	p.cmd.Env = bridgeEnv(os.Environ(), set, b.opts.BridgeEnv)
 	p.cmd.Stdout, p.cmd.Stderr = p.logFile, p.logFile
 	setPdeathsig(p.cmd)
 	p.started = time.Now()

@@ -106,6 +106,9 @@ func BuildRows(r *Results) []Row {
 			add(StepScale, "pending after restart", fmt.Sprint(s.PendingRestart), "", "")
 		}
 	}
+	if s := r.ScaleOut; s != nil {
+		rows = append(rows, scaleOutRows(s)...)
+	}
 	for _, e := range r.Errors {
 		add(e.Step, "step failed (error below)", "error", "", Miss)
 	}
