@@ -303,9 +303,9 @@ func (p *Poller) backlogged(ctx context.Context) bool {
 		return false
 	}
 	if st, ok := p.store.(interface {
-		LeasedBy(ctx context.Context, owner string) (int, error)
+		LeasedBy(ctx context.Context, owner string, atMost int) (int, error)
 	}); ok {
-		leased, err := st.LeasedBy(ctx, p.opts.Owner)
+		leased, err := st.LeasedBy(ctx, p.opts.Owner, p.opts.MaxLeased)
 		return err == nil && leased >= p.opts.MaxLeased
 	}
 	st, ok := p.store.(interface {

@@ -218,11 +218,11 @@ type sharedStore struct {
 	*boltstore.Store
 }
 
-func (s sharedStore) LeasedBy(ctx context.Context, owner string) (int, error) {
+func (s sharedStore) LeasedBy(ctx context.Context, owner string, atMost int) (int, error) {
 	n := 0
 	rows, _, err := s.List(ctx, storage.ListFilter{Limit: 1000})
 	for _, r := range rows {
-		if strings.HasPrefix(r.Lock, owner+":") {
+		if strings.HasPrefix(r.Lock, owner+":") && n < atMost {
 			n++
 		}
 	}

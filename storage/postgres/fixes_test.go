@@ -69,9 +69,54 @@ func TestLeasedBy(t *testing.T) {
 		t.Fatal(err)
 	}
 	for owner, want := range map[string]int{"host_a-1": 2, "host%b-2": 3, "host": 0, "host_a": 0} {
-		if n, err := s.LeasedBy(ctx, owner); err != nil || n != want {
+		if n, err := s.LeasedBy(ctx, owner, 100); err != nil || n != want {
 			t.Errorf("LeasedBy(%q) = %d, %v; want %d", owner, n, err, want)
 		}
+	}
+	if n, err := s.LeasedBy(ctx, "host%b-2", 2); err != nil || n != 2 {
+		t.Errorf("LeasedBy with atMost 2 = %d, %v; want 2", n, err)
+	}
+}
+
+// LeasedBy reads the partial index of leased rows, whatever statistics the
+// planner has: it runs before every poll on every instance.
+func TestLeasedByUsesTheLeasedIndex(t *testing.T) {
+	s := openSchema(t, pgtest.Schema(t), nil)
+	var ts []storage.Timeout
+	for i := range 5000 {
+		ts = append(ts, newTimeout(fmt.Sprint("p", i), time.Now().Add(-time.Second)))
+	}
+	insert(t, s, ts...)
+	if _, err := s.Lease(ctx, "big", time.Time{}, 5000, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	// Statistics that say most rows are leased, then most are not.
+	if _, err := s.pool.Exec(ctx, `ANALYZE `+s.qs+`.timeouts`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.pool.Exec(ctx, `UPDATE `+s.qs+`.timeouts SET lock_token = NULL, lock_expires_at = NULL WHERE id <> 'p1'`); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := s.pool.Query(ctx, `EXPLAIN `+s.q.countLeasedBy, "big:", 20000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var plan []string
+	for rows.Next() {
+		var line string
+		if err := rows.Scan(&line); err != nil {
+			t.Fatal(err)
+		}
+		plan = append(plan, line)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if p := strings.Join(plan, "\n"); !strings.Contains(p, "timeouts_leased") || strings.Contains(p, "Seq Scan") {
+		t.Fatalf("LeasedBy does not use timeouts_leased:\n%s", p)
+	}
+	if n, err := s.LeasedBy(ctx, "big", 20000); err != nil || n != 1 {
+		t.Fatalf("LeasedBy = %d, %v; want 1", n, err)
 	}
 }
 
