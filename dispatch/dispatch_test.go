@@ -418,3 +418,63 @@ func TestRetryIsHeldUntilItsNotBefore(t *testing.T) {
 		t.Fatalf("forward %+v; want it held until the retry hold ends at %s", sent, hold)
 	}
 }
+
+// batchStore reads batches with GetMany, as the PostgreSQL store does.
+type batchStore struct {
+	*boltstore.Store
+	gets, getManys int
+	failMany       error
+}
+
+func (s *batchStore) Get(ctx context.Context, id string) (storage.Timeout, error) {
+	s.gets++
+	return s.Store.Get(ctx, id)
+}
+
+func (s *batchStore) GetMany(ctx context.Context, ids []string) (map[string]storage.Timeout, error) {
+	s.getManys++
+	if s.failMany != nil {
+		return nil, s.failMany
+	}
+	out := map[string]storage.Timeout{}
+	for _, id := range ids {
+		if row, err := s.Store.Get(ctx, id); err == nil {
+			out[id] = row
+		}
+	}
+	return out, nil
+}
+
+// A store that can read a batch of rows at once is asked once per
+// dispatcher message, not once per token; if that fails, each token is
+// read on its own.
+func TestBatchOfTokensIsReadInOneCall(t *testing.T) {
+	for _, failMany := range []error{nil, errors.New("batch read failed")} {
+		f := newFixture(t, 3)
+		bs := &batchStore{Store: f.store, failMany: failMany}
+		f.d = New(nil, func(context.Context) (Publisher, error) { return f.pub, nil }, bs, Options{
+			Queue: "e.TimeoutsDispatcher", TimeoutsQueue: "e.Timeouts", ErrorQueue: "error",
+			NumberOfRetries: 3, Now: f.clock.Now, Logger: zerolog.Nop(),
+		})
+		for _, id := range []string{"a", "b", "c"} {
+			f.insert(id, "orders", t0, amqp.Publishing{MessageId: id})
+		}
+		toks := append(f.lease(), poller.Token{ID: "gone", Lock: "me:999"})
+		if _, err := f.deliver(toks...); err != nil {
+			t.Fatal(err)
+		}
+		if n := len(f.pub.to("orders")); n != 3 {
+			t.Fatalf("failMany=%v: forwarded %d, want 3", failMany, n)
+		}
+		wantGets := 0
+		if failMany != nil {
+			wantGets = 4
+		}
+		if bs.getManys != 1 || bs.gets != wantGets {
+			t.Fatalf("failMany=%v: %d GetMany and %d Get calls, want 1 and %d", failMany, bs.getManys, bs.gets, wantGets)
+		}
+		if s := f.d.Stats(); s.Stale != 1 {
+			t.Fatalf("failMany=%v: stale = %d, want 1 (the missing row)", failMany, s.Stale)
+		}
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/delaybridge/delaybridge/storage"
@@ -339,5 +340,40 @@ func TestRemoveSurvivesTerminatedSessions(t *testing.T) {
 		if _, err := s.Get(ctx, id); !errors.Is(err, storage.ErrNotFound) {
 			t.Fatalf("round %d: the row is still there (%v)", round, err)
 		}
+	}
+}
+
+// GetMany returns exactly the pending rows named, each a copy of its own.
+func TestGetMany(t *testing.T) {
+	s := openSchema(t, pgtest.Schema(t), nil)
+	var in []storage.Timeout
+	for i := range 3 {
+		tm := newTimeout(fmt.Sprint("g", i), time.Now().Add(time.Duration(i)*time.Hour))
+		tm.Message = []byte(fmt.Sprint("body-", i))
+		in = append(in, tm)
+	}
+	insert(t, s, in...)
+	ls, err := s.Lease(ctx, "o", in[0].DueAt.Add(time.Second), 1, time.Hour)
+	if err != nil || len(ls) != 1 {
+		t.Fatalf("Lease: %v %v", ls, err)
+	}
+	got, err := s.GetMany(ctx, []string{"g0", "g2", "missing", "g0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 {
+		t.Fatalf("GetMany returned %d rows, want 2: %v", len(got), got)
+	}
+	for _, id := range []string{"g0", "g2"} {
+		one, err := s.Get(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(one, got[id]); diff != "" {
+			t.Errorf("GetMany[%s] differs from Get (-Get +GetMany):\n%s", id, diff)
+		}
+	}
+	if got["g0"].Lock != ls[0].Lock || string(got["g2"].Message) != "body-2" {
+		t.Fatalf("rows mixed up: %+v", got)
 	}
 }

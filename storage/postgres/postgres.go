@@ -317,9 +317,9 @@ func fromTS(v pgtype.Timestamptz) time.Time {
 
 // queries are the statements of one schema.
 type queries struct {
-	insert, lease, get, remove, release, incr, nextDue, reap, cancel, reschedule string
-	countLeased, countBoth, estimate, countLeasedBy                              string
-	listCols, table                                                              string
+	insert, lease, get, getMany, remove, release, incr, nextDue, reap, cancel, reschedule string
+	countLeased, countBoth, estimate, countLeasedBy                                       string
+	listCols, table                                                                       string
 }
 
 func newQueries(qs string) queries {
@@ -372,6 +372,10 @@ SELECT id, lock_token, due_at FROM leased ORDER BY visible_at, id`),
 		get: r.Replace(`
 SELECT id, destination, due_at, received_at, message, attempts, last_error, lock_token, lock_expires_at, not_before
 FROM {{t}} WHERE id = $1`),
+
+		getMany: r.Replace(`
+SELECT id, destination, due_at, received_at, message, attempts, last_error, lock_token, lock_expires_at, not_before
+FROM {{t}} WHERE id = ANY($1::text[])`),
 
 		// $1 ids, $2 locks, $3 now. cur: the rows named, locked in id order,
 		// as they are now. del: those that some ref may remove (no lock, or
@@ -635,28 +639,68 @@ func (s *Store) Lease(ctx context.Context, owner string, dueBy time.Time, limit 
 }
 
 // Get returns a copy of the row with this id.
+// rowScan reads one row of the get and getMany statements.
+type rowScan struct {
+	t                        storage.Timeout
+	lock                     *string
+	recv, expires, notBefore pgtype.Timestamptz
+	attempts                 int64
+}
+
+func (r *rowScan) dest() []any {
+	return []any{&r.t.ID, &r.t.Destination, &r.t.DueAt, &r.recv, &r.t.Message,
+		&r.attempts, &r.t.LastError, &r.lock, &r.expires, &r.notBefore}
+}
+
+func (r *rowScan) timeout() storage.Timeout {
+	t := r.t
+	t.DueAt = t.DueAt.UTC()
+	t.ReceivedAt, t.LockExpiresAt, t.NotBefore = fromTS(r.recv), fromTS(r.expires), fromTS(r.notBefore)
+	t.Attempts = int(r.attempts)
+	if r.lock != nil {
+		t.Lock = *r.lock
+	}
+	return t
+}
+
+// GetMany returns the pending timeouts with these ids in one round trip;
+// ids with no pending timeout are missing from the map. The dispatcher
+// reads a dispatcher message's whole batch of tokens with it.
+func (s *Store) GetMany(ctx context.Context, ids []string) (map[string]storage.Timeout, error) {
+	out := make(map[string]storage.Timeout, len(ids))
+	err := s.run(ctx, "get many", func(ctx context.Context) error {
+		clear(out)
+		rows, err := s.pool.Query(ctx, s.q.getMany, ids)
+		if err != nil {
+			return err
+		}
+		var r rowScan
+		_, err = pgx.ForEachRow(rows, r.dest(), func() error {
+			t := r.timeout()
+			out[t.ID] = t
+			r = rowScan{} // the next row scans into fresh slices
+			return nil
+		})
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (s *Store) Get(ctx context.Context, id string) (storage.Timeout, error) {
 	var t storage.Timeout
 	err := s.run(ctx, fmt.Sprintf("get %q", id), func(ctx context.Context) error {
-		var (
-			lock                     *string
-			recv, expires, notBefore pgtype.Timestamptz
-			attempts                 int64
-		)
-		err := s.pool.QueryRow(ctx, s.q.get, id).Scan(&t.ID, &t.Destination, &t.DueAt, &recv, &t.Message,
-			&attempts, &t.LastError, &lock, &expires, &notBefore)
+		var r rowScan
+		err := s.pool.QueryRow(ctx, s.q.get, id).Scan(r.dest()...)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return storage.ErrNotFound
 		}
 		if err != nil {
 			return err
 		}
-		t.DueAt = t.DueAt.UTC()
-		t.ReceivedAt, t.LockExpiresAt, t.NotBefore = fromTS(recv), fromTS(expires), fromTS(notBefore)
-		t.Attempts = int(attempts)
-		if lock != nil {
-			t.Lock = *lock
-		}
+		t = r.timeout()
 		return nil
 	})
 	if err != nil {
