@@ -168,7 +168,15 @@ func (p *Poller) Run(ctx context.Context) error {
 			// breaker: a NextDue success must not hide a failing Lease.
 			p.opts.FetchBreaker.Success()
 		}
-		if wait <= 0 {
+		if spacing := p.opts.Lookahead / 4; wait < spacing && spacing > 0 {
+			// Rows falling due one after another would otherwise be
+			// leased one poll each (three statements per row on a shared
+			// store). Leasing a lookahead ahead leaves room to wait a
+			// little and take them in batches, still ahead of their due
+			// time; a full batch (above) or a Wake for an earlier row does
+			// not wait.
+			wait = spacing
+		} else if wait <= 0 {
 			if n > 0 {
 				continue
 			}
