@@ -210,14 +210,16 @@ func (c *Conn) dialOne(url string) (*amqp.Connection, error) {
 }
 
 func (c *Conn) set(conn *amqp.Connection) {
-	// A broker under a resource alarm (memory or disk) stops reading from
-	// publishing connections and says so with connection.blocked.
-	blocking := conn.NotifyBlocked(make(chan amqp.Blocking, 4))
-	go c.watchBlocked(conn, blocking)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.conn = conn
 	c.blocked = ""
+	// A broker under a resource alarm (memory or disk) stops reading from
+	// publishing connections and says so with connection.blocked. The
+	// watcher starts once conn is current, so it drops no early event;
+	// amqp091 only sends to the buffered channel, never into c.mu.
+	blocking := conn.NotifyBlocked(make(chan amqp.Blocking, 4))
+	go c.watchBlocked(conn, blocking)
 	close(c.up)
 }
 

@@ -334,11 +334,12 @@ func (d *Dispatcher) handle(ctx context.Context, del *amqp.Delivery, pub Publish
 		d.log.Error().Err(err).Msg("unreadable dispatcher message dropped")
 		return ackErr(del.Ack(false))
 	}
-	now := d.opts.Now()
 	items := make([]item, 0, len(batch.Tokens))
 	rows := d.prefetch(ctx, batch.Tokens)
 	for _, tok := range batch.Tokens {
-		it, ok := d.load(ctx, pub, tok, rows, now)
+		// Judged after the read: the lease left must be measured from now,
+		// not from before a slow store call.
+		it, ok := d.load(ctx, pub, tok, rows, d.opts.Now())
 		if ok {
 			items = append(items, it)
 		}

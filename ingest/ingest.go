@@ -281,8 +281,15 @@ func (in *Ingester) handle(ctx context.Context, pub Publisher, batch []amqp.Deli
 		}
 		in.opts.StoreBreaker.Success()
 		in.opts.Metrics.ObserveIngestCommit(time.Since(began))
-		var earliest time.Time
-		anyInserted := false // the zero time is a valid due time (year 1)
+		// Wake for every row, duplicates too: a store that repeated its
+		// insert after a lost connection reports its own rows as
+		// duplicates, and a wake too many costs one poll.
+		earliest := rows[0].DueAt
+		for _, r := range rows[1:] {
+			if r.DueAt.Before(earliest) {
+				earliest = r.DueAt
+			}
+		}
 		duplicates := 0
 		for i, ok := range inserted {
 			if !ok {
@@ -290,15 +297,12 @@ func (in *Ingester) handle(ctx context.Context, pub Publisher, batch []amqp.Deli
 				in.log.Info().Str("id", rows[i].ID).Msg("duplicate: id already pending, not stored again")
 				continue
 			}
-			if !anyInserted || rows[i].DueAt.Before(earliest) {
-				earliest, anyInserted = rows[i].DueAt, true
-			}
 			in.log.Debug().Str("id", rows[i].ID).Str("destination", rows[i].Destination).
 				Time("due_at", rows[i].DueAt).Msg("stored")
 		}
 		in.opts.Metrics.Ingested(len(inserted) - duplicates)
 		in.opts.Metrics.DuplicatesSuppressed(duplicates)
-		if anyInserted && in.opts.Wake != nil {
+		if in.opts.Wake != nil {
 			in.opts.Wake(earliest)
 		}
 	}

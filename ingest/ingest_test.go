@@ -354,3 +354,25 @@ func TestCancelOverAMQP(t *testing.T) {
 		t.Fatal("a cancel whose store call failed must be requeued, not acked")
 	}
 }
+
+// A store that repeated an insert after a lost connection reports its own
+// rows as already pending: the poller is still woken for them, or a message
+// due now would wait for the next poll interval.
+func TestWakesEvenWhenEveryRowIsReportedDuplicate(t *testing.T) {
+	store, pub, s := &fakeStore{rows: map[string]storage.Timeout{"m0": {}, "m1": {}}}, &fakePublisher{}, newSettle()
+	var woke []time.Time
+	in := newIngester(store, pub, &woke)
+	batch := deliveries(s,
+		amqp.Table{HeaderDestination: "a", HeaderDelay: int32(3000)},
+		amqp.Table{HeaderDestination: "b", HeaderDelay: int32(1000)},
+	)
+	if err := in.handle(context.Background(), pub, batch); err != nil {
+		t.Fatal(err)
+	}
+	if !s.ackedTag(1) || !s.ackedTag(2) {
+		t.Fatal("duplicates must be acked: they are stored")
+	}
+	if len(woke) != 1 || !woke[0].Equal(now0.Add(time.Second)) {
+		t.Fatalf("poller woken with %v, want once with the earliest due time", woke)
+	}
+}

@@ -23,14 +23,22 @@ import (
 // A batch of large messages is split over several statements of one
 // transaction: one statement cannot carry them all.
 func TestInsertLargeBatch(t *testing.T) {
-	s := openSchema(t, pgtest.Schema(t), nil)
+	// A call timeout far too short for 90 MiB: the insert's own timeout
+	// grows with its bytes, or such a batch would fail every time.
+	s, err := Open(ctx, pgtest.Require(t), Options{Schema: pgtest.Schema(t), CallTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
 	const size = 30 << 20 // 3 of them exceed maxInsertBytes
 	ts := make([]storage.Timeout, 3)
 	for i := range ts {
 		ts[i] = newTimeout(fmt.Sprintf("big-%d", 2-i), time.Now().Add(time.Hour))
 		ts[i].Message = bytes.Repeat([]byte{byte('a' + i)}, size)
 	}
+	began := time.Now()
 	inserted, err := s.Insert(ctx, ts)
+	t.Logf("3 × 30 MiB inserted in %s", time.Since(began).Round(time.Millisecond))
 	if err != nil {
 		t.Fatalf("Insert of 3 × 30 MiB: %v", err)
 	}
@@ -298,6 +306,9 @@ func TestRetryable(t *testing.T) {
 		{context.DeadlineExceeded, false},
 		{context.Canceled, false},
 		{errors.New("something else"), false},
+		{noReconnectRetry{&pgconn.PgError{Code: "57P01"}}, false}, // not idempotent: not after a lost connection
+		{fmt.Errorf("x: %w", noReconnectRetry{io.ErrUnexpectedEOF}), false},
+		{noReconnectRetry{&pgconn.PgError{Code: "40P01"}}, true}, // a deadlock rolled back for sure
 	} {
 		if got := retryable(tc.err); got != tc.want {
 			t.Errorf("retryable(%v) = %v, want %v", tc.err, got, tc.want)

@@ -210,6 +210,11 @@ const maxAttempts = 3
 // ctx is done; it retries fn on deadlock and serialization failures (each fn
 // is a whole transaction, rolled back when it fails) and wraps its error.
 func (s *Store) run(ctx context.Context, op string, fn func(ctx context.Context) error) error {
+	return s.runFor(ctx, op, s.callTimeout, fn)
+}
+
+// runFor is run with an attempt timeout of its own.
+func (s *Store) runFor(ctx context.Context, op string, timeout time.Duration, fn func(ctx context.Context) error) error {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.closed {
@@ -220,11 +225,11 @@ func (s *Store) run(ctx context.Context, op string, fn func(ctx context.Context)
 	}
 	var err error
 	for attempt := 1; ; attempt++ {
-		cctx, cancel := context.WithTimeout(ctx, s.callTimeout)
+		cctx, cancel := context.WithTimeout(ctx, timeout)
 		err = fn(cctx)
 		timedOut := err != nil && cctx.Err() != nil && ctx.Err() == nil
 		if timedOut {
-			err = fmt.Errorf("no answer within %s: %w", s.callTimeout, err)
+			err = fmt.Errorf("no answer within %s: %w", timeout, err)
 		}
 		cancel()
 		if err == nil {
@@ -247,6 +252,14 @@ func (s *Store) run(ctx context.Context, op string, fn func(ctx context.Context)
 	return fmt.Errorf("postgres: %s: %w", op, err)
 }
 
+// noReconnectRetry marks an error of a statement that must not be repeated
+// after a lost connection (it is not idempotent); deadlocks and
+// serialization failures, which roll back for sure, are still retried.
+type noReconnectRetry struct{ err error }
+
+func (e noReconnectRetry) Error() string { return e.err.Error() }
+func (e noReconnectRetry) Unwrap() error { return e.err }
+
 // retryable tells the failures worth another attempt on another
 // connection: deadlocks and serialization failures, and a connection lost
 // under the statement (a terminated backend, a failover, a reset). Each
@@ -257,6 +270,10 @@ func (s *Store) run(ctx context.Context, op string, fn func(ctx context.Context)
 // timed out is not repeated: the database is not answering.
 func retryable(err error) bool {
 	var pgErr *pgconn.PgError
+	var once noReconnectRetry
+	if errors.As(err, &once) {
+		return errors.As(err, &pgErr) && (pgErr.Code == "40P01" || pgErr.Code == "40001")
+	}
 	if errors.As(err, &pgErr) {
 		switch {
 		case pgErr.Code == "40P01", pgErr.Code == "40001": // deadlock, serialization
@@ -492,7 +509,14 @@ func (s *Store) Insert(ctx context.Context, in []storage.Timeout) ([]bool, error
 		}
 	}
 	inserted := make([]bool, len(in))
-	err := s.run(ctx, "insert", func(ctx context.Context) error {
+	// A batch of large messages takes its time on the wire: allow 8 MiB/s
+	// on top of the call timeout, or it would fail the same way forever.
+	var bytes int
+	for i := range in {
+		bytes += len(in[i].Message)
+	}
+	timeout := s.callTimeout + time.Duration(bytes/(8<<20))*time.Second
+	err := s.runFor(ctx, "insert", timeout, func(ctx context.Context) error {
 		clear(inserted)
 		if len(in) == 0 {
 			return nil
@@ -817,7 +841,9 @@ func (s *Store) IncrementFailureCount(ctx context.Context, id, lock, reason stri
 			return storage.ErrNotFound
 		}
 		if err != nil {
-			return err
+			// Not repeated after a lost connection: the first attempt may
+			// have committed, and a second would count one failure twice.
+			return noReconnectRetry{err}
 		}
 		if err := lockCheck(lock, holds); err != nil {
 			return err
