@@ -388,3 +388,35 @@ func TestGetMany(t *testing.T) {
 		t.Fatalf("rows mixed up: %+v", got)
 	}
 }
+
+// Instances of one endpoint starting at the same moment on a fresh schema
+// all claim it (a single-statement claim could miss a concurrent one).
+func TestConcurrentClaimsOfOneEndpoint(t *testing.T) {
+	for round := range 20 {
+		schema := pgtest.Schema(t)
+		stores := make([]*Store, 8)
+		for i := range stores {
+			stores[i] = openSchema(t, schema, nil) // migrated, not yet claimed
+		}
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		errs := make(chan error, len(stores))
+		for _, s := range stores {
+			wg.Go(func() {
+				<-start
+				if err := s.claimEndpoint(ctx, "orders"); err != nil {
+					errs <- err
+				}
+			})
+		}
+		close(start)
+		wg.Wait()
+		close(errs)
+		for _, s := range stores {
+			_ = s.Close() // keep within max_connections
+		}
+		for err := range errs {
+			t.Fatalf("round %d: claim: %v", round, err)
+		}
+	}
+}

@@ -83,12 +83,15 @@ var ErrOtherEndpoint = errors.New("schema serves another endpoint")
 
 // claimEndpoint records endpoint as the schema's, or checks that it is.
 func (s *Store) claimEndpoint(ctx context.Context, endpoint string) error {
+	// Two statements, not one: a single statement's snapshot may predate
+	// the claim of an instance starting at the same moment, whose row its
+	// INSERT then waits for and skips, and its SELECT does not see. The
+	// second statement's snapshot is taken after that wait.
 	var owner string
-	err := s.pool.QueryRow(ctx, `
-WITH ins AS (
-	INSERT INTO `+s.qs+`.endpoint (name) VALUES ($1) ON CONFLICT (one) DO NOTHING RETURNING name
-)
-SELECT name FROM ins UNION ALL SELECT name FROM `+s.qs+`.endpoint LIMIT 1`, endpoint).Scan(&owner)
+	_, err := s.pool.Exec(ctx, `INSERT INTO `+s.qs+`.endpoint (name) VALUES ($1) ON CONFLICT (one) DO NOTHING`, endpoint)
+	if err == nil {
+		err = s.pool.QueryRow(ctx, `SELECT name FROM `+s.qs+`.endpoint`).Scan(&owner)
+	}
 	if err != nil {
 		return fmt.Errorf("claim schema %q for endpoint %q: %w", s.schema, endpoint, err)
 	}
