@@ -742,7 +742,9 @@ func (s *Store) Remove(ctx context.Context, refs []storage.Ref) ([]error, error)
 		// Still report a closed store or a cancelled context.
 		return results, s.run(ctx, "remove", func(context.Context) error { return nil })
 	}
+	attempt := 0
 	err := s.run(ctx, "remove", func(ctx context.Context) error {
+		attempt++
 		clear(results)
 		now := ts(s.now())
 		ids, locks := make([]string, len(refs)), make([]string, len(refs))
@@ -777,6 +779,11 @@ func (s *Store) Remove(ctx context.Context, refs []storage.Ref) ([]error, error)
 		for i, ref := range refs {
 			cur := found[ref.ID]
 			switch {
+			case cur == nil && attempt > 1 && !gone[ref.ID]:
+				// Repeated after a lost connection: the first attempt
+				// most likely removed it, and only the lease holder
+				// could have. Not a conflict worth a warning.
+				gone[ref.ID] = true
 			case cur == nil || gone[ref.ID]:
 				if ref.Lock != "" {
 					results[i] = fmt.Errorf("postgres: remove %q: %w", ref.ID, storage.ErrNotFound)
