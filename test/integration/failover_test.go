@@ -1,0 +1,411 @@
+package integration
+
+// Broker failover at run time (README "Broker connection loss",
+// DELAYBRIDGE_AMQP_FAILOVER_URLS): the bridge is given two brokers and the
+// one it uses goes away while messages are being ingested and dispatched.
+//
+// The test machine has one RabbitMQ node, so the two "brokers" are TCP
+// proxies started by the test in front of it. Killing a proxy closes its
+// listener (further dials are refused) and every connection it carried, on
+// both sides, as a node that goes down would.
+
+import (
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// TestFailoverBrokerMidRun: the bridge starts with DELAYBRIDGE_AMQP_URL at
+// proxy A and DELAYBRIDGE_AMQP_FAILOVER_URLS at proxy B (both in front of the
+// test broker). 1,500 messages due 0.5–6 s ahead are published straight to
+// the broker over ~3 s; about 2 s in, proxy A is killed. The bridge must not
+// exit: it logs "connected to broker" with proxy B's (redacted) URL for both
+// its connections, proxy B carries them, /readyz answers 200 again, every
+// confirmed message arrives and none early. Duplicates are counted; each must
+// be a forward that may have been unconfirmed when A's connection died (due
+// before the kill, first copy at most ~1 s after it, next copy after it).
+// E.Timeouts and the error queue end empty.
+func TestFailoverBrokerMidRun(t *testing.T) {
+	t.Parallel()
+	requireBroker(t)
+	const (
+		n      = 1500
+		batch  = 50
+		every  = 100 * time.Millisecond // 30 batches: ~3 s of publishing
+		killAt = 2 * time.Second
+	)
+	testStart := time.Now()
+	live, err := url.Parse(amqpURL)
+	if err != nil {
+		t.Fatalf("parse the broker URL: %v", err)
+	}
+	target := live.Host
+	if live.Port() == "" {
+		port := "5672"
+		if live.Scheme == "amqps" {
+			port = "5671"
+		}
+		target = net.JoinHostPort(live.Hostname(), port)
+	}
+	proxyA, proxyB := startTCPProxy(t, "A", target), startTCPProxy(t, "B", target)
+	viaProxy := func(p *tcpProxy) string {
+		u := *live
+		u.Host = p.Addr()
+		return u.String()
+	}
+	urlA, urlB := viaProxy(proxyA), viaProxy(proxyB)
+
+	b := startBridge(t, map[string]string{
+		"DELAYBRIDGE_AMQP_URL":           urlA,
+		"DELAYBRIDGE_AMQP_FAILOVER_URLS": urlB,
+	})
+	dests := []string{b.Endpoint + ".dst-a", b.Endpoint + ".dst-b"}
+	setup := dial(t)
+	for _, q := range dests {
+		declareQueue(t, setup, q)
+	}
+	c := startFaultConsumer(t, dests...)
+	pub, err := newFaultPublisher("it-failover-publisher")
+	if err != nil {
+		t.Fatalf("publisher: %v", err)
+	}
+	t.Cleanup(pub.Close)
+	mon := startReadyMonitor(t, b.HTTPAddr)
+	defer func() { // also after a t.Fatal
+		summarizeBridgeLog(t, "", b)
+		t.Logf("proxy A %s: %d connections accepted, %d bytes from the bridge; proxy B %s: %d connections accepted, %d bytes from the bridge",
+			proxyA.Addr(), proxyA.Accepted(), proxyA.BytesIn(), proxyB.Addr(), proxyB.Accepted(), proxyB.BytesIn())
+		t.Logf("runtime %s", time.Since(testStart).Round(time.Millisecond))
+	}()
+
+	// Before the kill: both connections on A (tried first), none on B.
+	if got := connectedBrokers(t, b); len(got) != 2 || got[0].Broker != redactURL(urlA) || got[1].Broker != redactURL(urlA) {
+		t.Fatalf("at start-up want both connections logged as connected to proxy A %s, got %v", redactURL(urlA), got)
+	}
+	if a, bb := proxyA.Accepted(), proxyB.Accepted(); a < 2 || bb != 0 {
+		t.Fatalf("at start-up proxy A accepted %d connections (want ≥ 2), proxy B %d (want 0)", a, bb)
+	}
+
+	start := time.Now()
+	type waveResult struct {
+		due map[string]time.Time
+		err error
+	}
+	pubDone := make(chan waveResult, 1)
+	go func() {
+		due, err := publishWave(pub, b.TimeoutsQueue(), dests, "failover-", n, batch, every, 500*time.Millisecond, 6*time.Second)
+		pubDone <- waveResult{due, err}
+	}()
+
+	time.Sleep(time.Until(start.Add(killAt)))
+	if !b.Running() {
+		t.Fatalf("the bridge exited with code %d before proxy A was killed", b.exitCode)
+	}
+	delivered := c.Count()
+	killed := proxyA.Kill()
+	kill := time.Now()
+	t.Logf("proxy A killed at +%s (%d connections cut, %d deliveries so far)", kill.Sub(start).Round(time.Millisecond), killed, delivered)
+
+	// Both connections move to B, and the bridge is ready again.
+	deadline := time.Now().Add(20 * time.Second)
+	var onB []brokerLogLine
+	for {
+		onB = onB[:0]
+		for _, l := range connectedBrokers(t, b) {
+			if l.Broker == redactURL(urlB) {
+				onB = append(onB, l)
+			}
+		}
+		if hasRoles(onB, "consume", "publish") {
+			break
+		}
+		if !b.Running() {
+			t.Fatalf("the bridge exited with code %d after proxy A was killed; want it to fail over to proxy B", b.exitCode)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("20 s after the kill the log does not show both connections connected to proxy B %s (have %v)", redactURL(urlB), onB)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	waitBridgeReadyAgain(t, b, 20*time.Second)
+	readyAt := mon.readyAfter(kill)
+	if readyAt.IsZero() {
+		readyAt = time.Now()
+	}
+	var lastConnect time.Time
+	for _, l := range onB {
+		if l.At.After(lastConnect) {
+			lastConnect = l.At
+		}
+	}
+	t.Logf("after the kill: connected to proxy B %v; last connection %s after the kill; /readyz 200 again %s after the kill",
+		onB, lastConnect.Sub(kill).Round(time.Millisecond), readyAt.Sub(kill).Round(time.Millisecond))
+	if !mon.sawStatusBetween(http.StatusServiceUnavailable, kill, readyAt) {
+		t.Logf("note: /readyz was never seen answering 503 after the kill (polled every %s); the failover may have been quicker than that", readyPollEvery)
+	}
+	if pw, ok := live.User.Password(); ok && pw != "" && pw != "xxxxx" && strings.Contains(b.Stderr(), ":"+pw+"@") {
+		t.Errorf("the bridge log contains the broker password")
+	}
+
+	res := <-pubDone
+	if res.err != nil {
+		t.Fatalf("publishing: %v (%d confirmed before that)", res.err, len(res.due))
+	}
+	due := res.due
+	t.Logf("published and confirmed %d messages in %s", len(due), time.Since(start).Round(time.Millisecond))
+
+	if missing := c.waitAll(due, time.Until(latestDue(due).Add(15*time.Second))); missing > 0 {
+		t.Errorf("%d of %d messages still missing 15 s after the last due time", missing, len(due))
+	}
+	time.Sleep(1500 * time.Millisecond) // late duplicates
+	got := c.All()
+	rep := checkFaultRun(t, due, got)
+	checkDuplicatesExplainedByKills(t, rep, due, []killEvent{{At: kill, Running: readyAt}})
+	t.Logf("%d deliveries of %d messages: %d lost, %d early, %d duplicate deliveries (%d ids), %d unknown; latest %s after its due time; consumer reconnects %d",
+		len(got), len(due), rep.lost, rep.early, rep.dups, len(rep.dupIDs), rep.unknown, rep.worstLate.Round(time.Millisecond), c.Reconnects())
+	t.Logf("/readyz transitions (from the start of publishing): %s", mon.String(start))
+
+	// Proxy B carried the bridge's traffic: its consume and publish
+	// connections (at least), with the whole run's forwards on them.
+	if acc := proxyB.Accepted(); acc < 2 {
+		t.Errorf("proxy B accepted %d connections after the kill, want ≥ 2 (consume and publish)", acc)
+	}
+	if proxyB.BytesIn() == 0 {
+		t.Errorf("proxy B carried no bytes from the bridge")
+	}
+	if proxyB.Open() < 2 {
+		t.Errorf("proxy B carries %d connections at the end, want ≥ 2 (consume and publish)", proxyB.Open())
+	}
+
+	if !b.Running() {
+		t.Fatalf("the bridge exited with code %d", b.exitCode)
+	}
+	if code, err := getReadyz(b.HTTPAddr); code != http.StatusOK {
+		t.Errorf("at the end /readyz answers %d (%v), want 200", code, err)
+	}
+	b.Stop()
+	checkBridgeQueuesDrained(t, b)
+}
+
+// brokerLogLine is one "connected to broker" line of the bridge's log.
+type brokerLogLine struct {
+	Connection string // "delaybridge consume|publish <owner>"
+	Broker     string // the broker's URL, password redacted
+	At         time.Time
+}
+
+func (l brokerLogLine) String() string {
+	role, _, _ := strings.Cut(strings.TrimPrefix(l.Connection, "delaybridge "), " ")
+	return role + "→" + l.Broker
+}
+
+// connectedBrokers returns the bridge's "connected to broker" log lines in
+// order (written per connection when more than one broker is configured).
+func connectedBrokers(t *testing.T, b *bridgeProc) []brokerLogLine {
+	t.Helper()
+	var out []brokerLogLine
+	for _, line := range strings.Split(b.Stderr(), "\n") {
+		var m struct{ Message, Connection, Broker, Time string }
+		if json.Unmarshal([]byte(line), &m) != nil || m.Message != "connected to broker" {
+			continue
+		}
+		if m.Broker == "" || m.Connection == "" {
+			t.Errorf("a \"connected to broker\" line without its broker or connection: %s", line)
+			continue
+		}
+		at, err := time.Parse(time.RFC3339Nano, m.Time)
+		if err != nil {
+			t.Errorf("a \"connected to broker\" line with an unparsable time: %s", line)
+		}
+		out = append(out, brokerLogLine{Connection: m.Connection, Broker: m.Broker, At: at})
+	}
+	return out
+}
+
+// hasRoles reports whether lines include a connection of each role.
+func hasRoles(lines []brokerLogLine, roles ...string) bool {
+	for _, r := range roles {
+		found := false
+		for _, l := range lines {
+			if strings.HasPrefix(l.Connection, "delaybridge "+r+" ") {
+				found = true
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}
+
+// readyAfter is the first moment after t at which /readyz answered 200
+// following an answer other than 200, or zero if no such change was seen
+// (e.g. the failover was quicker than the polling).
+func (m *readyMonitor) readyAfter(t time.Time) time.Time {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	down := false
+	for _, s := range m.changes {
+		if s.At.Before(t) {
+			continue
+		}
+		if s.Status != http.StatusOK {
+			down = true
+		} else if down {
+			return s.At
+		}
+	}
+	return time.Time{}
+}
+
+// ---------------------------------------------------------------------------
+// A killable TCP proxy
+
+// tcpProxy forwards every connection it accepts to target. Kill closes the
+// listener and every connection, on both sides.
+type tcpProxy struct {
+	name     string
+	target   string
+	ln       net.Listener
+	accepted atomic.Int64
+	bytesIn  atomic.Int64 // client → target
+
+	mu     sync.Mutex
+	killed bool
+	conns  map[net.Conn]struct{}
+	wg     sync.WaitGroup
+}
+
+// startTCPProxy listens on 127.0.0.1:0; the proxy is killed at cleanup.
+func startTCPProxy(t *testing.T, name, target string) *tcpProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("proxy %s: listen: %v", name, err)
+	}
+	p := &tcpProxy{name: name, target: target, ln: ln, conns: map[net.Conn]struct{}{}}
+	p.wg.Add(1)
+	go p.serve()
+	t.Cleanup(func() { p.Kill() })
+	return p
+}
+
+// Addr is the proxy's host:port.
+func (p *tcpProxy) Addr() string { return p.ln.Addr().String() }
+
+// Accepted is how many client connections the proxy accepted.
+func (p *tcpProxy) Accepted() int { return int(p.accepted.Load()) }
+
+// BytesIn is how many bytes the clients sent through the proxy.
+func (p *tcpProxy) BytesIn() int64 { return p.bytesIn.Load() }
+
+// Open is the number of client connections the proxy carries now.
+func (p *tcpProxy) Open() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.conns) / 2 // each client connection and its upstream
+}
+
+func (p *tcpProxy) serve() {
+	defer p.wg.Done()
+	for {
+		client, err := p.ln.Accept()
+		if err != nil {
+			return // closed by Kill
+		}
+		p.accepted.Add(1)
+		p.wg.Add(1)
+		go p.forward(client)
+	}
+}
+
+// track registers the connections, or reports false when the proxy was
+// killed meanwhile.
+func (p *tcpProxy) track(cs ...net.Conn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.killed {
+		return false
+	}
+	for _, c := range cs {
+		p.conns[c] = struct{}{}
+	}
+	return true
+}
+
+func (p *tcpProxy) untrack(cs ...net.Conn) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range cs {
+		delete(p.conns, c)
+	}
+}
+
+func (p *tcpProxy) forward(client net.Conn) {
+	defer p.wg.Done()
+	upstream, err := net.DialTimeout("tcp", p.target, 5*time.Second)
+	if err != nil {
+		_ = client.Close()
+		return
+	}
+	if !p.track(client, upstream) {
+		_ = client.Close()
+		_ = upstream.Close()
+		return
+	}
+	var once sync.Once
+	closeBoth := func() {
+		once.Do(func() {
+			_ = client.Close()
+			_ = upstream.Close()
+			p.untrack(client, upstream)
+		})
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = io.Copy(countingWriter{upstream, &p.bytesIn}, client)
+		closeBoth()
+	}()
+	_, _ = io.Copy(client, upstream)
+	closeBoth()
+	<-done
+}
+
+// Kill closes the listener and every connection, waits until every
+// forwarding goroutine ended, and returns how many connections it cut.
+func (p *tcpProxy) Kill() int {
+	p.mu.Lock()
+	if p.killed {
+		p.mu.Unlock()
+		return 0
+	}
+	p.killed = true
+	_ = p.ln.Close()
+	cut := len(p.conns) / 2
+	for c := range p.conns {
+		_ = c.Close()
+	}
+	p.mu.Unlock()
+	p.wg.Wait()
+	return cut
+}
+
+// countingWriter adds the bytes written to n as they pass.
+type countingWriter struct {
+	w io.Writer
+	n *atomic.Int64
+}
+
+func (c countingWriter) Write(b []byte) (int, error) {
+	k, err := c.w.Write(b)
+	c.n.Add(int64(k))
+	return k, err
+}
