@@ -2,15 +2,15 @@ package broker
 
 import (
 	"context"
-	"io"
 	"net"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/delaybridge/delaybridge/internal/tcpproxy"
 )
 
 func testURL() string {
@@ -32,63 +32,28 @@ func closedPortURL(t *testing.T) string {
 	return "amqp://guest:secret@" + addr + "/"
 }
 
-// proxy forwards TCP to target until stop, which also cuts every
+// startProxy starts a proxy to target, killed at cleanup; Kill cuts every
 // connection it carried: to the client, the broker went away.
-type proxy struct {
-	l     net.Listener
-	mu    sync.Mutex
-	conns []net.Conn
-}
-
-func startProxy(t *testing.T, target string) *proxy {
+func startProxy(t *testing.T, target string) *tcpproxy.Proxy {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := tcpproxy.Start(target)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &proxy{l: l}
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			up, err := net.Dial("tcp", target)
-			if err != nil {
-				_ = c.Close()
-				continue
-			}
-			p.mu.Lock()
-			p.conns = append(p.conns, c, up)
-			p.mu.Unlock()
-			go func() { _, _ = io.Copy(up, c); _ = up.Close() }()
-			go func() { _, _ = io.Copy(c, up); _ = c.Close() }()
-		}
-	}()
-	t.Cleanup(p.stop)
+	t.Cleanup(p.Close)
 	return p
 }
 
-func (p *proxy) stop() {
-	_ = p.l.Close()
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, c := range p.conns {
-		_ = c.Close()
-	}
-	p.conns = nil
-}
-
-func (p *proxy) url(t *testing.T) string {
+// proxyURL is the test URL with host:port swapped for the proxy's.
+func proxyURL(t *testing.T, p *tcpproxy.Proxy) string {
 	t.Helper()
 	u := testURL()
-	// Swap host:port of the test URL for the proxy's.
 	i := strings.Index(u, "@")
 	j := strings.Index(u[i+1:], "/")
 	if i < 0 || j < 0 {
 		t.Fatalf("cannot rewrite %s", Redact(u))
 	}
-	return u[:i+1] + p.l.Addr().String() + u[i+1+j:]
+	return u[:i+1] + p.Addr() + u[i+1+j:]
 }
 
 func brokerAddr(t *testing.T) string {
@@ -132,7 +97,7 @@ func TestConnErrorNamesEveryBroker(t *testing.T) {
 func TestConnFailsOverWhenTheBrokerGoesAway(t *testing.T) {
 	testConn(t)
 	p := startProxy(t, brokerAddr(t))
-	first := p.url(t)
+	first := proxyURL(t, p)
 	c := NewConn(ConnOptions{URLs: []string{first, testURL()}, Name: "failover-run", Logger: zerolog.Nop(),
 		MinBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond})
 	if err := c.Connect(); err != nil {
@@ -151,7 +116,7 @@ func TestConnFailsOverWhenTheBrokerGoesAway(t *testing.T) {
 		}
 	}()
 
-	p.stop() // the first broker goes away for good
+	p.Kill() // the first broker goes away for good
 
 	deadline := time.Now().Add(20 * time.Second)
 	for c.Broker() != Redact(testURL()) || !c.Connected() {

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/url"
 	"strings"
 	"sync"
@@ -16,6 +15,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/delaybridge/delaybridge/internal/tcpproxy"
 	"github.com/delaybridge/delaybridge/storage"
 	"github.com/delaybridge/delaybridge/storage/postgres/pgtest"
 )
@@ -167,75 +167,6 @@ func TestStatsEstimateForLargeTables(t *testing.T) {
 	}
 }
 
-// stallProxy forwards TCP to target until stall, after which it keeps every
-// connection open but passes nothing: a database gone silent.
-type stallProxy struct {
-	l       net.Listener
-	mu      sync.Mutex
-	stalled bool
-	conns   []net.Conn
-}
-
-func newStallProxy(t *testing.T, target string) *stallProxy {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &stallProxy{l: l}
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			up, err := net.Dial("tcp", target)
-			if err != nil {
-				_ = c.Close()
-				continue
-			}
-			p.mu.Lock()
-			p.conns = append(p.conns, c, up)
-			p.mu.Unlock()
-			go p.pipe(up, c)
-			go p.pipe(c, up)
-		}
-	}()
-	t.Cleanup(func() {
-		_ = l.Close()
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		for _, c := range p.conns {
-			_ = c.Close()
-		}
-	})
-	return p
-}
-
-func (p *stallProxy) pipe(dst, src net.Conn) {
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := src.Read(buf)
-		if err != nil {
-			return
-		}
-		p.mu.Lock()
-		stalled := p.stalled
-		p.mu.Unlock()
-		if stalled {
-			continue // swallowed
-		}
-		if _, err := dst.Write(buf[:n]); err != nil {
-			return
-		}
-	}
-}
-
-func (p *stallProxy) stall() {
-	p.mu.Lock()
-	p.stalled = true
-	p.mu.Unlock()
-}
-
 // A database that stops answering fails calls after CallTimeout instead of
 // hanging them: the bridge's breakers can only count errors.
 func TestCallTimeoutWhenTheDatabaseGoesSilent(t *testing.T) {
@@ -247,15 +178,19 @@ func TestCallTimeoutWhenTheDatabaseGoesSilent(t *testing.T) {
 	if !strings.Contains(host, ":") {
 		host += ":5432"
 	}
-	p := newStallProxy(t, host)
-	u.Host = p.l.Addr().String()
+	p, err := tcpproxy.Start(host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	u.Host = p.Addr()
 	schema := pgtest.Schema(t)
 	s, err := Open(ctx, u.String(), Options{Schema: schema, CallTimeout: 300 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
 	insert(t, s, newTimeout("x", time.Now()))
-	p.stall()
+	p.Stall() // a database gone silent: connections stay open, nothing passes
 	began := time.Now()
 	_, err = s.Get(context.Background(), "x")
 	took := time.Since(began)

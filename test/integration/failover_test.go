@@ -11,15 +11,14 @@ package integration
 
 import (
 	"encoding/json"
-	"io"
 	"net"
 	"net/http"
 	"net/url"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/delaybridge/delaybridge/internal/tcpproxy"
 )
 
 // TestFailoverBrokerMidRun: the bridge starts with DELAYBRIDGE_AMQP_URL at
@@ -54,8 +53,8 @@ func TestFailoverBrokerMidRun(t *testing.T) {
 		}
 		target = net.JoinHostPort(live.Hostname(), port)
 	}
-	proxyA, proxyB := startTCPProxy(t, "A", target), startTCPProxy(t, "B", target)
-	viaProxy := func(p *tcpProxy) string {
+	proxyA, proxyB := startProxy(t, target), startProxy(t, target)
+	viaProxy := func(p *tcpproxy.Proxy) string {
 		u := *live
 		u.Host = p.Addr()
 		return u.String()
@@ -81,7 +80,7 @@ func TestFailoverBrokerMidRun(t *testing.T) {
 	defer func() { // also after a t.Fatal
 		summarizeBridgeLog(t, "", b)
 		t.Logf("proxy A %s: %d connections accepted, %d bytes from the bridge; proxy B %s: %d connections accepted, %d bytes from the bridge",
-			proxyA.Addr(), proxyA.Accepted(), proxyA.BytesIn(), proxyB.Addr(), proxyB.Accepted(), proxyB.BytesIn())
+			proxyA.Addr(), proxyA.Accepted(), proxyA.BytesUp(), proxyB.Addr(), proxyB.Accepted(), proxyB.BytesUp())
 		t.Logf("runtime %s", time.Since(testStart).Round(time.Millisecond))
 	}()
 
@@ -177,7 +176,7 @@ func TestFailoverBrokerMidRun(t *testing.T) {
 	if acc := proxyB.Accepted(); acc < 2 {
 		t.Errorf("proxy B accepted %d connections after the kill, want ≥ 2 (consume and publish)", acc)
 	}
-	if proxyB.BytesIn() == 0 {
+	if proxyB.BytesUp() == 0 {
 		t.Errorf("proxy B carried no bytes from the bridge")
 	}
 	if proxyB.Open() < 2 {
@@ -266,146 +265,15 @@ func (m *readyMonitor) readyAfter(t time.Time) time.Time {
 }
 
 // ---------------------------------------------------------------------------
-// A killable TCP proxy
+// Proxies in front of the test broker or database
 
-// tcpProxy forwards every connection it accepts to target. Kill closes the
-// listener and every connection, on both sides.
-type tcpProxy struct {
-	name     string
-	target   string
-	ln       net.Listener
-	accepted atomic.Int64
-	bytesIn  atomic.Int64 // client → target
-
-	mu     sync.Mutex
-	killed bool
-	conns  map[net.Conn]struct{}
-	wg     sync.WaitGroup
-}
-
-// startTCPProxy listens on 127.0.0.1:0; the proxy is killed at cleanup.
-func startTCPProxy(t *testing.T, name, target string) *tcpProxy {
+// startProxy starts a tcpproxy to target (host:port), killed at cleanup.
+func startProxy(t testing.TB, target string) *tcpproxy.Proxy {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := tcpproxy.Start(target)
 	if err != nil {
-		t.Fatalf("proxy %s: listen: %v", name, err)
+		t.Fatalf("proxy to %s: %v", target, err)
 	}
-	p := &tcpProxy{name: name, target: target, ln: ln, conns: map[net.Conn]struct{}{}}
-	p.wg.Add(1)
-	go p.serve()
-	t.Cleanup(func() { p.Kill() })
+	t.Cleanup(p.Close)
 	return p
-}
-
-// Addr is the proxy's host:port.
-func (p *tcpProxy) Addr() string { return p.ln.Addr().String() }
-
-// Accepted is how many client connections the proxy accepted.
-func (p *tcpProxy) Accepted() int { return int(p.accepted.Load()) }
-
-// BytesIn is how many bytes the clients sent through the proxy.
-func (p *tcpProxy) BytesIn() int64 { return p.bytesIn.Load() }
-
-// Open is the number of client connections the proxy carries now.
-func (p *tcpProxy) Open() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return len(p.conns) / 2 // each client connection and its upstream
-}
-
-func (p *tcpProxy) serve() {
-	defer p.wg.Done()
-	for {
-		client, err := p.ln.Accept()
-		if err != nil {
-			return // closed by Kill
-		}
-		p.accepted.Add(1)
-		p.wg.Add(1)
-		go p.forward(client)
-	}
-}
-
-// track registers the connections, or reports false when the proxy was
-// killed meanwhile.
-func (p *tcpProxy) track(cs ...net.Conn) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.killed {
-		return false
-	}
-	for _, c := range cs {
-		p.conns[c] = struct{}{}
-	}
-	return true
-}
-
-func (p *tcpProxy) untrack(cs ...net.Conn) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, c := range cs {
-		delete(p.conns, c)
-	}
-}
-
-func (p *tcpProxy) forward(client net.Conn) {
-	defer p.wg.Done()
-	upstream, err := net.DialTimeout("tcp", p.target, 5*time.Second)
-	if err != nil {
-		_ = client.Close()
-		return
-	}
-	if !p.track(client, upstream) {
-		_ = client.Close()
-		_ = upstream.Close()
-		return
-	}
-	var once sync.Once
-	closeBoth := func() {
-		once.Do(func() {
-			_ = client.Close()
-			_ = upstream.Close()
-			p.untrack(client, upstream)
-		})
-	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_, _ = io.Copy(countingWriter{upstream, &p.bytesIn}, client)
-		closeBoth()
-	}()
-	_, _ = io.Copy(client, upstream)
-	closeBoth()
-	<-done
-}
-
-// Kill closes the listener and every connection, waits until every
-// forwarding goroutine ended, and returns how many connections it cut.
-func (p *tcpProxy) Kill() int {
-	p.mu.Lock()
-	if p.killed {
-		p.mu.Unlock()
-		return 0
-	}
-	p.killed = true
-	_ = p.ln.Close()
-	cut := len(p.conns) / 2
-	for c := range p.conns {
-		_ = c.Close()
-	}
-	p.mu.Unlock()
-	p.wg.Wait()
-	return cut
-}
-
-// countingWriter adds the bytes written to n as they pass.
-type countingWriter struct {
-	w io.Writer
-	n *atomic.Int64
-}
-
-func (c countingWriter) Write(b []byte) (int, error) {
-	k, err := c.w.Write(b)
-	c.n.Add(int64(k))
-	return k, err
 }

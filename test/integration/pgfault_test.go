@@ -328,123 +328,6 @@ func TestPGSessionsTerminatedMidFlow(t *testing.T) {
 	}
 }
 
-// stallingProxy forwards TCP to a target until stalled; stalled, it keeps
-// every connection open (and accepts new ones) but passes nothing: a
-// database gone silent. Unstall closes every connection it holds (their
-// streams lost bytes) and forwards again for new ones.
-type stallingProxy struct {
-	l        net.Listener
-	target   string
-	mu       sync.Mutex
-	stalled  bool
-	conns    map[net.Conn]bool
-	accepted int
-	dropped  int64 // bytes swallowed while stalled
-}
-
-func newStallingProxy(t testing.TB, target string) *stallingProxy {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("proxy listen: %v", err)
-	}
-	p := &stallingProxy{l: l, target: target, conns: map[net.Conn]bool{}}
-	go p.accept()
-	t.Cleanup(func() {
-		_ = l.Close()
-		p.closeAll()
-	})
-	return p
-}
-
-func (p *stallingProxy) Addr() string { return p.l.Addr().String() }
-
-func (p *stallingProxy) accept() {
-	for {
-		c, err := p.l.Accept()
-		if err != nil {
-			return
-		}
-		p.mu.Lock()
-		p.accepted++
-		p.conns[c] = true
-		stalled := p.stalled
-		p.mu.Unlock()
-		if stalled {
-			continue // held open, never answered; closed by unstall
-		}
-		up, err := net.DialTimeout("tcp", p.target, 5*time.Second)
-		if err != nil {
-			p.drop(c)
-			continue
-		}
-		p.mu.Lock()
-		p.conns[up] = true
-		p.mu.Unlock()
-		go p.pipe(up, c)
-		go p.pipe(c, up)
-	}
-}
-
-func (p *stallingProxy) pipe(dst, src net.Conn) {
-	defer p.drop(src)
-	defer p.drop(dst)
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := src.Read(buf)
-		if err != nil {
-			return
-		}
-		p.mu.Lock()
-		stalled := p.stalled
-		if stalled {
-			p.dropped += int64(n)
-		}
-		p.mu.Unlock()
-		if stalled {
-			continue
-		}
-		if _, err := dst.Write(buf[:n]); err != nil {
-			return
-		}
-	}
-}
-
-func (p *stallingProxy) drop(c net.Conn) {
-	_ = c.Close()
-	p.mu.Lock()
-	delete(p.conns, c)
-	p.mu.Unlock()
-}
-
-func (p *stallingProxy) closeAll() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for c := range p.conns {
-		_ = c.Close()
-		delete(p.conns, c)
-	}
-}
-
-func (p *stallingProxy) Stall() {
-	p.mu.Lock()
-	p.stalled = true
-	p.mu.Unlock()
-}
-
-func (p *stallingProxy) Unstall() {
-	p.mu.Lock()
-	p.stalled = false
-	p.mu.Unlock()
-	p.closeAll()
-}
-
-func (p *stallingProxy) stats() (accepted int, dropped int64) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.accepted, p.dropped
-}
-
 // pgHostPort is host:port of the test database.
 func pgHostPort(t testing.TB, raw string) *url.URL {
 	t.Helper()
@@ -484,7 +367,7 @@ func TestPGDatabaseSilentLongerThanBreakers(t *testing.T) {
 	testStart := time.Now()
 	pg := requirePostgres(t)
 	u := pgHostPort(t, pg.URL)
-	proxy := newStallingProxy(t, u.Host)
+	proxy := startProxy(t, u.Host)
 	viaProxy := *u
 	viaProxy.Host = proxy.Addr()
 	b := startBridge(t, pgEnv(pg, map[string]string{
@@ -594,7 +477,7 @@ func TestPGDatabaseSilentLongerThanBreakers(t *testing.T) {
 			t.Errorf("the critical error line does not say which breaker triggered: %s", l)
 		}
 	}
-	accepted, dropped := proxy.stats()
+	accepted, dropped := proxy.Accepted(), proxy.Swallowed()
 	trig := "never"
 	if !firstTrigger.IsZero() {
 		trig = firstTrigger.Sub(stallAt).Round(time.Millisecond).String()
@@ -619,7 +502,7 @@ func TestPGDatabaseSilentLongerThanBreakers(t *testing.T) {
 	}
 
 	time.Sleep(time.Until(stallAt.Add(outage)))
-	proxy.Unstall()
+	proxy.Resume() // closes the stalled connections, forwards new ones
 	t.Logf("proxy forwards again at +%s after the stall", time.Since(stallAt).Round(time.Millisecond))
 	restartAt := time.Now()
 	b2 := b.Restart(nil)
