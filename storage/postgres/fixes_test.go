@@ -355,3 +355,34 @@ func TestConcurrentClaimsOfOneEndpoint(t *testing.T) {
 		}
 	}
 }
+
+// A Lease repeated after its answer was lost frees what the lost attempt
+// leased before leasing again: those rows must not wait out a whole lease.
+func TestLeaseRepeatedAfterLostAnswerLeavesNoOrphans(t *testing.T) {
+	s := openSchema(t, pgtest.Schema(t), nil)
+	for i := range 3 {
+		insert(t, s, newTimeout(fmt.Sprint("o", i), time.Now().Add(-time.Second)))
+	}
+	s.testLeaseAnswerLost = func(attempt int) error {
+		if attempt == 1 {
+			return io.ErrUnexpectedEOF // retryable, like a connection reset
+		}
+		return nil
+	}
+	ls, err := s.Lease(ctx, "me", time.Time{}, 10, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ls) != 3 {
+		t.Fatalf("the repeated lease got %d rows, want all 3", len(ls))
+	}
+	if n, err := s.LeasedBy(ctx, "me", 100); err != nil || n != 3 {
+		t.Fatalf("%d rows leased by me (%v), want 3: the lost attempt's leases are orphans", n, err)
+	}
+	for _, l := range ls {
+		row, err := s.Get(ctx, l.ID)
+		if err != nil || row.Lock != l.Lock {
+			t.Fatalf("row %s holds lock %q, the lease says %q (%v)", l.ID, row.Lock, l.Lock, err)
+		}
+	}
+}

@@ -33,8 +33,10 @@ package postgres
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/base64"
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -106,6 +108,10 @@ type Store struct {
 	q           queries
 
 	stats statsCache
+
+	// testLeaseAnswerLost, set by tests, makes a Lease attempt fail after
+	// its statement committed, as a connection lost before the answer.
+	testLeaseAnswerLost func(attempt int) error
 }
 
 var _ storage.Store = (*Store)(nil)
@@ -334,9 +340,9 @@ func fromTS(v pgtype.Timestamptz) time.Time {
 
 // queries are the statements of one schema.
 type queries struct {
-	insert, lease, get, getMany, remove, release, incr, nextDue, reap, cancel, reschedule string
-	countLeased, countBoth, estimate, countLeasedBy                                       string
-	listCols, table                                                                       string
+	insert, lease, unlease, get, getMany, remove, release, incr, nextDue, reap, cancel, reschedule string
+	countLeased, countBoth, estimate, countLeasedBy                                                string
+	listCols, table                                                                                string
 }
 
 func newQueries(qs string) queries {
@@ -352,7 +358,7 @@ ORDER BY id COLLATE "C"
 ON CONFLICT (id) DO NOTHING
 RETURNING id`),
 
-		// $1 dueBy, $2 now, $3 limit, $4 owner, $5 expiry.
+		// $1 dueBy, $2 now, $3 limit, $4 token prefix (owner:call.), $5 expiry.
 		// ready: unleased rows visible by dueBy, in due order (index
 		// timeouts_ready). expired: leased rows whose lease ran out by now
 		// (index timeouts_leased, oldest expiry first) and that are
@@ -379,7 +385,7 @@ WITH ready AS (
 	LIMIT $3
 ), leased AS (
 	UPDATE {{t}} t
-	SET lock_token = $4::text || ':' || nextval({{seq}}), lock_expires_at = $5
+	SET lock_token = $4::text || nextval({{seq}}), lock_expires_at = $5
 	FROM picked
 	WHERE t.id = picked.id
 	RETURNING t.id, t.lock_token, t.due_at, t.visible_at
@@ -389,6 +395,10 @@ SELECT id, lock_token, due_at FROM leased ORDER BY visible_at, id`),
 		get: r.Replace(`
 SELECT id, destination, due_at, received_at, message, attempts, last_error, lock_token, lock_expires_at, not_before
 FROM {{t}} WHERE id = $1`),
+
+		// $1 token prefix of one Lease call.
+		unlease: r.Replace(`UPDATE {{t}} SET lock_token = NULL, lock_expires_at = NULL
+WHERE lock_token IS NOT NULL AND starts_with(lock_token, $1)`),
 
 		getMany: r.Replace(`
 SELECT id, destination, due_at, received_at, message, attempts, last_error, lock_token, lock_expires_at, not_before
@@ -636,16 +646,36 @@ func (s *Store) Lease(ctx context.Context, owner string, dueBy time.Time, limit 
 	if d <= 0 {
 		return nil, fmt.Errorf("postgres: lease: duration must be positive, got %s", d)
 	}
+	// Every token of this call starts with owner:call. so that a repeat
+	// after a lost connection can first free what the lost attempt leased
+	// (it may have committed; nobody got its tokens): otherwise those rows
+	// would wait out a whole lease.
+	var nonce [6]byte
+	_, _ = rand.Read(nonce[:])
+	prefix := owner + ":" + hex.EncodeToString(nonce[:]) + "."
 	var leases []storage.Lease
+	attempt := 0
 	err := s.run(ctx, "lease", func(ctx context.Context) error {
+		attempt++
+		if attempt > 1 {
+			if _, err := s.pool.Exec(ctx, s.q.unlease, prefix); err != nil {
+				return err
+			}
+		}
 		now := s.now()
 		by := dueBy
 		if by.IsZero() {
 			by = now
 		}
-		rows, err := s.pool.Query(ctx, s.q.lease, ts(by), ts(now), limit, owner, ts(now.Add(d)))
+		rows, err := s.pool.Query(ctx, s.q.lease, ts(by), ts(now), limit, prefix, ts(now.Add(d)))
 		if err != nil {
 			return err
+		}
+		if s.testLeaseAnswerLost != nil {
+			if err := s.testLeaseAnswerLost(attempt); err != nil {
+				rows.Close() // the statement completes and commits; its answer is dropped
+				return err
+			}
 		}
 		leases = make([]storage.Lease, 0, min(limit, 256))
 		var l storage.Lease
