@@ -1,7 +1,6 @@
 package boltstore
 
 import (
-	"bytes"
 	"fmt"
 	"path/filepath"
 	"testing"
@@ -11,29 +10,13 @@ import (
 	"github.com/delaybridge/delaybridge/storage/storetest"
 )
 
-var benchBody = bytes.Repeat([]byte("x"), 512)
-
-func benchRows(prefix string, n int, due time.Time) []storage.Timeout {
-	ts := make([]storage.Timeout, n)
-	for i := range ts {
-		ts[i] = storage.Timeout{
-			ID:          fmt.Sprintf("%s-%d", prefix, i),
-			Destination: "bench.destination",
-			DueAt:       due,
-			ReceivedAt:  due,
-			Message:     benchBody,
-		}
-	}
-	return ts
-}
-
 // BenchmarkInsertBatch256: one op = one Insert (one commit) of 256 rows with
 // 512-byte bodies.
 func BenchmarkInsertBatch256(b *testing.B) {
 	s := open(b, filepath.Join(b.TempDir(), "db"), nil)
 	batches := make([][]storage.Timeout, b.N)
 	for i := range batches {
-		batches[i] = benchRows(fmt.Sprint("b", i), 256, time.Now().Add(time.Hour))
+		batches[i] = storetest.BenchRows(fmt.Sprint("b", i), 256, time.Now().Add(time.Hour))
 	}
 	b.ResetTimer()
 	for i := range b.N {
@@ -54,7 +37,7 @@ func BenchmarkLeaseRemove1000(b *testing.B) {
 	b.ResetTimer()
 	for i := range b.N {
 		b.StopTimer()
-		if _, err := s.Insert(ctx, benchRows(fmt.Sprint("r", i), 1000, storetest.T0.Add(-time.Second))); err != nil {
+		if _, err := s.Insert(ctx, storetest.BenchRows(fmt.Sprint("r", i), 1000, storetest.T0.Add(-time.Second))); err != nil {
 			b.Fatal(err)
 		}
 		b.StartTimer()

@@ -1,7 +1,6 @@
 package postgres
 
 import (
-	"bytes"
 	"fmt"
 	"testing"
 	"time"
@@ -10,22 +9,6 @@ import (
 	"github.com/delaybridge/delaybridge/storage/storetest"
 )
 
-var benchBody = bytes.Repeat([]byte("x"), 512)
-
-func benchRows(prefix string, n int, due time.Time) []storage.Timeout {
-	ts := make([]storage.Timeout, n)
-	for i := range ts {
-		ts[i] = storage.Timeout{
-			ID:          fmt.Sprintf("%s-%d", prefix, i),
-			Destination: "bench.destination",
-			DueAt:       due,
-			ReceivedAt:  due,
-			Message:     benchBody,
-		}
-	}
-	return ts
-}
-
 // BenchmarkInsert: one op = one Insert (one transaction) of 256 rows with
 // 512-byte bodies, the size of an ingest group commit.
 func BenchmarkInsert(b *testing.B) {
@@ -33,7 +16,7 @@ func BenchmarkInsert(b *testing.B) {
 	due := time.Now().Add(time.Hour)
 	batches := make([][]storage.Timeout, b.N)
 	for i := range batches {
-		batches[i] = benchRows(fmt.Sprint("b", i), 256, due)
+		batches[i] = storetest.BenchRows(fmt.Sprint("b", i), 256, due)
 	}
 	b.ResetTimer()
 	for i := range b.N {
@@ -49,14 +32,14 @@ func BenchmarkInsert(b *testing.B) {
 func BenchmarkLeaseRemove(b *testing.B) {
 	clock := storetest.NewClock(storetest.T0)
 	s := open(b, clock.Now)
-	if _, err := s.Insert(ctx, benchRows("future", 10_000, storetest.T0.Add(time.Hour))); err != nil {
+	if _, err := s.Insert(ctx, storetest.BenchRows("future", 10_000, storetest.T0.Add(time.Hour))); err != nil {
 		b.Fatal(err)
 	}
 	refs := make([]storage.Ref, 1000)
 	b.ResetTimer()
 	for i := range b.N {
 		b.StopTimer()
-		if _, err := s.Insert(ctx, benchRows(fmt.Sprint("r", i), 1000, storetest.T0.Add(-time.Second))); err != nil {
+		if _, err := s.Insert(ctx, storetest.BenchRows(fmt.Sprint("r", i), 1000, storetest.T0.Add(-time.Second))); err != nil {
 			b.Fatal(err)
 		}
 		b.StartTimer()
