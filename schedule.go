@@ -12,7 +12,7 @@ import (
 
 	"github.com/delaybridge/delaybridge/broker"
 	"github.com/delaybridge/delaybridge/config"
-	"github.com/delaybridge/delaybridge/ingest"
+	"github.com/delaybridge/delaybridge/wire"
 )
 
 // runSchedule publishes one message to E.Timeouts: the quickest way to see
@@ -53,17 +53,17 @@ broker at DELAYBRIDGE_AMQP_URL; the bridge delivers it to QUEUE when due.
 	}
 	body := strings.Join(fs.Args(), "")
 
-	h := amqp.Table{ingest.HeaderDestination: *to}
+	h := amqp.Table{wire.HeaderDestination: *to}
 	var due time.Time
 	if *at != "" {
 		t, err := time.Parse(time.RFC3339Nano, *at)
 		if err != nil {
 			return fail("--at %q is not an RFC 3339 time like 2026-11-21T20:00:00Z", *at)
 		}
-		h[ingest.HeaderDueAt] = *at
+		h[wire.HeaderDueAt] = *at
 		due = t
 	} else {
-		h[ingest.HeaderDelay] = in.Milliseconds()
+		h[wire.HeaderDelay] = in.Milliseconds()
 		due = time.Now().Add(*in)
 	}
 	for k, v := range headers {

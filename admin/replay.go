@@ -9,17 +9,9 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/delaybridge/delaybridge/broker"
 	"github.com/delaybridge/delaybridge/message"
 	"github.com/delaybridge/delaybridge/storage"
-)
-
-// Destination headers a forwarded copy still carries (ingest.HeaderDestination
-// and ingest.HeaderNSBDestination; not imported to keep admin independent of
-// ingest).
-const (
-	headerDestination    = "x-destination"
-	headerNSBDestination = "NServiceBus.Timeout.RouteExpiredTimeoutTo"
+	"github.com/delaybridge/delaybridge/wire"
 )
 
 // Replayer moves dispatch failures from the error queue back into the store
@@ -129,29 +121,29 @@ func (rp *Replayer) Replay(ctx context.Context, limit int) (res ReplayResult, er
 // rebuild turns an error-queue copy back into the timeout the bridge failed
 // to dispatch, or says why it cannot.
 func rebuild(d *amqp.Delivery, now time.Time) (storage.Timeout, string) {
-	stage, _ := d.Headers[broker.HeaderStage].(string)
+	stage, _ := d.Headers[wire.HeaderStage].(string)
 	switch stage {
-	case broker.StageDispatch:
-	case broker.StageIngest:
+	case wire.StageDispatch:
+	case wire.StageIngest:
 		return storage.Timeout{}, "an ingest failure (invalid or rejected input), not a dispatch failure"
 	default:
-		return storage.Timeout{}, fmt.Sprintf("no %s header of a delaybridge dispatch failure", broker.HeaderStage)
+		return storage.Timeout{}, fmt.Sprintf("no %s header of a delaybridge dispatch failure", wire.HeaderStage)
 	}
 	if d.MessageId == "" {
 		return storage.Timeout{}, "no message-id"
 	}
-	dest, _ := d.Headers[headerDestination].(string)
+	dest, _ := d.Headers[wire.HeaderDestination].(string)
 	if dest == "" {
-		dest, _ = d.Headers[headerNSBDestination].(string)
+		dest, _ = d.Headers[wire.HeaderNSBDestination].(string)
 	}
 	if dest == "" {
-		return storage.Timeout{}, "no destination header (" + headerDestination + " or " + headerNSBDestination + ")"
+		return storage.Timeout{}, "no destination header (" + wire.HeaderDestination + " or " + wire.HeaderNSBDestination + ")"
 	}
 	p := message.FromDelivery(d)
 	h := make(amqp.Table, len(p.Headers))
 	maps.Copy(h, p.Headers)
 	for k := range h {
-		if strings.HasPrefix(k, "x-delaybridge-") || k == broker.HeaderNSBException || k == broker.HeaderNSBFailedQ {
+		if strings.HasPrefix(k, wire.HeaderPrefix) || k == wire.HeaderNSBException || k == wire.HeaderNSBFailedQ {
 			delete(h, k)
 		}
 	}

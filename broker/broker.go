@@ -13,6 +13,8 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/delaybridge/delaybridge/wire"
 )
 
 // Redact returns the URL with any password replaced, for logs and errors.
@@ -74,10 +76,10 @@ type Topology struct {
 }
 
 // TimeoutsQueue is where clients publish messages to delay.
-func (t Topology) TimeoutsQueue() string { return t.Endpoint + ".Timeouts" }
+func (t Topology) TimeoutsQueue() string { return wire.TimeoutsQueue(t.Endpoint) }
 
 // DispatcherQueue carries lease tokens from the poller to the dispatcher.
-func (t Topology) DispatcherQueue() string { return t.Endpoint + ".TimeoutsDispatcher" }
+func (t Topology) DispatcherQueue() string { return wire.DispatcherQueue(t.Endpoint) }
 
 // Declare declares the three durable queues. It never deletes or purges.
 func (t Topology) Declare(ch *amqp.Channel) error {

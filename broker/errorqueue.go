@@ -5,25 +5,17 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/delaybridge/delaybridge/wire"
 )
 
-// Error-queue headers of contract §4.
-const (
-	HeaderError         = "x-delaybridge-error"
-	HeaderStage         = "x-delaybridge-stage"
-	HeaderFailedAt      = "x-delaybridge-failed-at"
-	HeaderAttempts      = "x-delaybridge-attempts"
-	HeaderNSBException  = "NServiceBus.ExceptionInfo.Message"
-	HeaderNSBFailedQ    = "NServiceBus.FailedQ"
-	StageIngest         = "ingest"
-	StageDispatch       = "dispatch"
-	maxReasonHeaderSize = 4096
-)
+// maxReasonHeaderSize caps the reason headers of an error copy.
+const maxReasonHeaderSize = 4096
 
 // ErrorFacts say why and where a message failed.
 type ErrorFacts struct {
 	Reason   string
-	Stage    string // StageIngest or StageDispatch
+	Stage    string // wire.StageIngest or wire.StageDispatch
 	Attempts int    // dispatch failures so far
 	FailedAt time.Time
 	FailedQ  string // the queue the message came from: E.Timeouts
@@ -40,12 +32,12 @@ func ErrorCopy(p amqp.Publishing, f ErrorFacts) amqp.Publishing {
 	if len(reason) > maxReasonHeaderSize {
 		reason = reason[:maxReasonHeaderSize]
 	}
-	h[HeaderError] = reason
-	h[HeaderStage] = f.Stage
-	h[HeaderFailedAt] = f.FailedAt.UTC().Format(time.RFC3339Nano)
-	h[HeaderAttempts] = int32(f.Attempts)
-	h[HeaderNSBException] = reason
-	h[HeaderNSBFailedQ] = f.FailedQ
+	h[wire.HeaderError] = reason
+	h[wire.HeaderStage] = f.Stage
+	h[wire.HeaderFailedAt] = f.FailedAt.UTC().Format(time.RFC3339Nano)
+	h[wire.HeaderAttempts] = int32(f.Attempts)
+	h[wire.HeaderNSBException] = reason
+	h[wire.HeaderNSBFailedQ] = f.FailedQ
 	p.Headers = h
 	p.UserId = ""
 	return p

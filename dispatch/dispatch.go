@@ -24,6 +24,7 @@ import (
 	"github.com/delaybridge/delaybridge/message"
 	"github.com/delaybridge/delaybridge/poller"
 	"github.com/delaybridge/delaybridge/storage"
+	"github.com/delaybridge/delaybridge/wire"
 )
 
 // Store is what the dispatcher needs of the store.
@@ -543,7 +544,7 @@ func (d *Dispatcher) fail(ctx context.Context, pub Publisher, it item, reason st
 
 func (d *Dispatcher) moveToErrorQueue(ctx context.Context, pub Publisher, it item, reason string) {
 	copyMsg := broker.ErrorCopy(it.msg, broker.ErrorFacts{
-		Reason: reason, Stage: broker.StageDispatch, Attempts: it.row.Attempts,
+		Reason: reason, Stage: wire.StageDispatch, Attempts: it.row.Attempts,
 		FailedAt: d.opts.Now(), FailedQ: d.opts.TimeoutsQueue,
 	})
 	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -556,7 +557,7 @@ func (d *Dispatcher) moveToErrorQueue(ctx context.Context, pub Publisher, it ite
 	}
 	d.log.Error().Str("id", it.tok.ID).Str("destination", it.row.Destination).Str("reason", reason).
 		Str("error_queue", d.opts.ErrorQueue).Msg("message moved to the error queue")
-	d.opts.Metrics.ErrorQueued(broker.StageDispatch, 1)
+	d.opts.Metrics.ErrorQueued(wire.StageDispatch, 1)
 	n, _ := d.remove(ctx, []storage.Ref{{ID: it.tok.ID, Lock: it.tok.Lock}})
 	d.count(func(s *Stats) { s.ErrorQueued += int64(n) })
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/delaybridge/delaybridge/storage"
 	"github.com/delaybridge/delaybridge/storage/boltstore"
 	"github.com/delaybridge/delaybridge/storage/storetest"
+	"github.com/delaybridge/delaybridge/wire"
 )
 
 var t0 = time.Date(2026, 11, 21, 20, 0, 0, 0, time.UTC)
@@ -290,16 +291,16 @@ func TestFailuresRetryWithBackoffThenErrorQueue(t *testing.T) {
 		t.Fatalf("error copy lost content: %+v", m)
 	}
 	for k, want := range map[string]any{
-		broker.HeaderStage: "dispatch", broker.HeaderAttempts: int32(3), broker.HeaderNSBFailedQ: "e.Timeouts",
+		wire.HeaderStage: "dispatch", wire.HeaderAttempts: int32(3), wire.HeaderNSBFailedQ: "e.Timeouts",
 	} {
 		if m.Headers[k] != want {
 			t.Errorf("header %s = %v, want %v", k, m.Headers[k], want)
 		}
 	}
-	if r, _ := m.Headers[broker.HeaderError].(string); !strings.Contains(r, "NO_ROUTE") {
+	if r, _ := m.Headers[wire.HeaderError].(string); !strings.Contains(r, "NO_ROUTE") {
 		t.Errorf("reason %q", r)
 	}
-	if _, err := time.Parse(time.RFC3339Nano, m.Headers[broker.HeaderFailedAt].(string)); err != nil {
+	if _, err := time.Parse(time.RFC3339Nano, m.Headers[wire.HeaderFailedAt].(string)); err != nil {
 		t.Errorf("failed-at: %v", err)
 	}
 }

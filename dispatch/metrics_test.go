@@ -9,6 +9,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/delaybridge/delaybridge/broker"
+	"github.com/delaybridge/delaybridge/wire"
 )
 
 // recorder is a Metrics that remembers what it was told.
@@ -70,7 +71,7 @@ func TestMetrics(t *testing.T) {
 	}
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
-	if rec.dispatched != 2 || rec.failed != 1 || rec.stale != 3 || rec.errorQueued[broker.StageDispatch] != 1 {
+	if rec.dispatched != 2 || rec.failed != 1 || rec.stale != 3 || rec.errorQueued[wire.StageDispatch] != 1 {
 		t.Errorf("dispatched %d, failed %d, stale %d, error queued %v; want 2, 1, 3, dispatch:1",
 			rec.dispatched, rec.failed, rec.stale, rec.errorQueued)
 	}

@@ -21,6 +21,8 @@ import (
 	"unicode/utf8"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/delaybridge/delaybridge/wire"
 )
 
 var (
@@ -85,7 +87,7 @@ func TestParseTimestampDueAtOutsideYears0000To9999(t *testing.T) {
 		{time.Unix(math.MinInt64, 0), false},
 		{time.Unix(-1<<62, 0), false},
 	} {
-		d := &amqp.Delivery{MessageId: "m1", Headers: amqp.Table{HeaderDestination: "q", HeaderDueAt: c.due}}
+		d := &amqp.Delivery{MessageId: "m1", Headers: amqp.Table{wire.HeaderDestination: "q", wire.HeaderDueAt: c.due}}
 		p, err := Parse(d, fzReceived)
 		if c.want {
 			if err != nil || !p.DueAt.Equal(c.due) {
@@ -105,10 +107,10 @@ func TestParseTimestampDueAtOutsideYears0000To9999(t *testing.T) {
 // instant and no other input.
 func TestParseZeroInstantIsAValidDueTime(t *testing.T) {
 	for _, h := range []amqp.Table{
-		{HeaderDestination: "q", HeaderDueAt: "0001-01-01T00:00:00Z"},
-		{HeaderDestination: "q", HeaderDueAt: "0001-01-01T01:00:00+01:00"},
-		{HeaderDestination: "q", HeaderDueAt: time.Time{}},
-		{HeaderDestination: "q", HeaderNSBExpire: "0001-01-01 00:00:00:000000 Z"},
+		{wire.HeaderDestination: "q", wire.HeaderDueAt: "0001-01-01T00:00:00Z"},
+		{wire.HeaderDestination: "q", wire.HeaderDueAt: "0001-01-01T01:00:00+01:00"},
+		{wire.HeaderDestination: "q", wire.HeaderDueAt: time.Time{}},
+		{wire.HeaderDestination: "q", wire.HeaderNSBExpire: "0001-01-01 00:00:00:000000 Z"},
 	} {
 		p, err := Parse(&amqp.Delivery{MessageId: "m1", Headers: h}, fzReceived)
 		if err != nil || !p.DueAt.Equal(time.Time{}) || !fzZeroInstant(h) {
@@ -226,7 +228,7 @@ func (src *fzSrc) value(sel byte, depth int) any {
 	case 16:
 		t := amqp.Table{}
 		for k, sel := range src.children(depth) {
-			key := [...]string{HeaderDestination, HeaderDueAt, HeaderDelay, "", src.s}[k%5]
+			key := [...]string{wire.HeaderDestination, wire.HeaderDueAt, wire.HeaderDelay, "", src.s}[k%5]
 			t[key] = src.value(sel, depth+1)
 		}
 		return t
@@ -356,16 +358,16 @@ func fzPresent(h amqp.Table, name string) bool { return h[name] != nil }
 // 0001-01-01T00:00:00Z, the one valid due time that is time.Time's zero value.
 func fzZeroInstant(h amqp.Table) bool {
 	switch {
-	case fzPresent(h, HeaderDueAt):
-		switch v := h[HeaderDueAt].(type) {
+	case fzPresent(h, wire.HeaderDueAt):
+		switch v := h[wire.HeaderDueAt].(type) {
 		case time.Time:
 			return v.Equal(time.Time{})
 		case string, []byte:
 			t, err := time.Parse(time.RFC3339Nano, strings.ToUpper(strings.TrimSpace(fzText(v, ""))))
 			return err == nil && t.Equal(time.Time{})
 		}
-	case fzPresent(h, HeaderNSBExpire):
-		return fzNSBZero.MatchString(fzText(h[HeaderNSBExpire], ""))
+	case fzPresent(h, wire.HeaderNSBExpire):
+		return fzNSBZero.MatchString(fzText(h[wire.HeaderNSBExpire], ""))
 	}
 	return false
 }
@@ -407,9 +409,9 @@ func fzParse(t *testing.T, what string, d *amqp.Delivery, r time.Time) (Parsed, 
 	if p.DueAt.IsZero() && !fzZeroInstant(d.Headers) {
 		t.Fatalf("%s: accepted with a zero due time\n%s", what, fzShowDelivery(d))
 	}
-	viaDelay := !fzPresent(d.Headers, HeaderDueAt) && !fzPresent(d.Headers, HeaderNSBExpire)
+	viaDelay := !fzPresent(d.Headers, wire.HeaderDueAt) && !fzPresent(d.Headers, wire.HeaderNSBExpire)
 	switch {
-	case viaDelay && !fzPresent(d.Headers, HeaderDelay):
+	case viaDelay && !fzPresent(d.Headers, wire.HeaderDelay):
 		t.Fatalf("%s: accepted without a due-time header: %+v", what, p)
 	case viaDelay:
 		if p.DueAt.Before(r) || p.DueAt.Sub(r) > time.Duration(fzMaxDelayMs)*time.Millisecond {
@@ -535,11 +537,11 @@ func FuzzParseHeaderValues(f *testing.F) {
 	add(seed{kStr, kStr, 0, []byte("\x00"), "-9223372036854775808", "\xff", 1 << 62, 0, 0})
 	add(seed{kI64, kStr, 0, []byte("\x00"), "", "\xff", 1 << 62, 0, 0})
 
-	baseline, err := Parse(&amqp.Delivery{MessageId: "m1", Headers: amqp.Table{HeaderDestination: "orders", HeaderDueAt: fzDue}}, fzReceived)
+	baseline, err := Parse(&amqp.Delivery{MessageId: "m1", Headers: amqp.Table{wire.HeaderDestination: "orders", wire.HeaderDueAt: fzDue}}, fzReceived)
 	if err != nil {
 		f.Fatal(err)
 	}
-	expireBaseline, err := Parse(&amqp.Delivery{MessageId: "m1", Headers: amqp.Table{HeaderDestination: "orders", HeaderNSBExpire: fzExpire}}, fzReceived)
+	expireBaseline, err := Parse(&amqp.Delivery{MessageId: "m1", Headers: amqp.Table{wire.HeaderDestination: "orders", wire.HeaderNSBExpire: fzExpire}}, fzReceived)
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -567,34 +569,34 @@ func FuzzParseHeaderValues(f *testing.F) {
 		}
 
 		// 1. The value alone in each slot, every other field valid.
-		for _, name := range []string{HeaderDestination, HeaderNSBDestination} {
-			p, err := fzParse(t, name, &amqp.Delivery{MessageId: "m1", Headers: amqp.Table{name: v, HeaderDueAt: fzDue}}, r)
+		for _, name := range []string{wire.HeaderDestination, wire.HeaderNSBDestination} {
+			p, err := fzParse(t, name, &amqp.Delivery{MessageId: "m1", Headers: amqp.Table{name: v, wire.HeaderDueAt: fzDue}}, r)
 			want(name, err, isStr && fzValidName(str))
 			if err == nil && p.Destination != str {
 				t.Fatalf("%s: destination %q, want %q", name, p.Destination, str)
 			}
 		}
 		{
-			p, err := fzParse(t, HeaderDueAt, &amqp.Delivery{MessageId: "m1", Headers: amqp.Table{HeaderDestination: "orders", HeaderDueAt: v}}, r)
+			p, err := fzParse(t, wire.HeaderDueAt, &amqp.Delivery{MessageId: "m1", Headers: amqp.Table{wire.HeaderDestination: "orders", wire.HeaderDueAt: v}}, r)
 			switch v := v.(type) {
 			case time.Time:
-				want(HeaderDueAt, err, !v.Before(fzMinDue) && v.Before(fzEndDue))
+				want(wire.HeaderDueAt, err, !v.Before(fzMinDue) && v.Before(fzEndDue))
 				if err == nil && !p.DueAt.Equal(v) {
 					t.Fatalf("x-due-at %s: due %s", v, p.DueAt)
 				}
 			case string, []byte:
 			default:
-				want(HeaderDueAt, err, false)
+				want(wire.HeaderDueAt, err, false)
 			}
 		}
 		{
-			_, err := fzParse(t, HeaderNSBExpire, &amqp.Delivery{MessageId: "m1", Headers: amqp.Table{HeaderDestination: "orders", HeaderNSBExpire: v}}, r)
+			_, err := fzParse(t, wire.HeaderNSBExpire, &amqp.Delivery{MessageId: "m1", Headers: amqp.Table{wire.HeaderDestination: "orders", wire.HeaderNSBExpire: v}}, r)
 			if err == nil && (!isStr || !fzNSBWire.MatchString(str)) {
-				t.Fatalf("accepted %s %s", HeaderNSBExpire, fzShow(v))
+				t.Fatalf("accepted %s %s", wire.HeaderNSBExpire, fzShow(v))
 			}
 		}
 		{
-			p, err := fzParse(t, HeaderDelay, &amqp.Delivery{MessageId: "m1", Headers: amqp.Table{HeaderDestination: "orders", HeaderDelay: v}}, r)
+			p, err := fzParse(t, wire.HeaderDelay, &amqp.Delivery{MessageId: "m1", Headers: amqp.Table{wire.HeaderDestination: "orders", wire.HeaderDelay: v}}, r)
 			var ms int64
 			isInt := true
 			switch v := v.(type) {
@@ -617,7 +619,7 @@ func FuzzParseHeaderValues(f *testing.F) {
 			case string, []byte:
 				isInt = false
 				if fzDecimal.MatchString(strings.TrimSpace(str)) {
-					want(HeaderDelay, err, true)
+					want(wire.HeaderDelay, err, true)
 				}
 				if err == nil {
 					n, perr := strconv.ParseInt(strings.TrimSpace(str), 10, 64)
@@ -629,10 +631,10 @@ func FuzzParseHeaderValues(f *testing.F) {
 				}
 			default:
 				isInt = false
-				want(HeaderDelay, err, false)
+				want(wire.HeaderDelay, err, false)
 			}
 			if isInt {
-				want(HeaderDelay, err, ms <= fzMaxDelayMs)
+				want(wire.HeaderDelay, err, ms <= fzMaxDelayMs)
 				switch {
 				case err != nil:
 				case ms <= 0 && !p.DueAt.Equal(r):
@@ -643,24 +645,24 @@ func FuzzParseHeaderValues(f *testing.F) {
 			}
 		}
 		{
-			p, err := fzParse(t, HeaderNSBMessageID, &amqp.Delivery{Headers: amqp.Table{HeaderDestination: "orders", HeaderDueAt: fzDue, HeaderNSBMessageID: v}}, r)
+			p, err := fzParse(t, wire.HeaderNSBMessageID, &amqp.Delivery{Headers: amqp.Table{wire.HeaderDestination: "orders", wire.HeaderDueAt: fzDue, wire.HeaderNSBMessageID: v}}, r)
 			switch {
 			case v == nil || isStr && strings.TrimSpace(str) == "":
-				want(HeaderNSBMessageID, err, true)
+				want(wire.HeaderNSBMessageID, err, true)
 				if p.ID != "" {
-					t.Fatalf("blank %s gave id %q", HeaderNSBMessageID, p.ID)
+					t.Fatalf("blank %s gave id %q", wire.HeaderNSBMessageID, p.ID)
 				}
 			case isStr:
-				want(HeaderNSBMessageID, err, fzValidName(str))
+				want(wire.HeaderNSBMessageID, err, fzValidName(str))
 				if err == nil && p.ID != str {
-					t.Fatalf("%s: id %q, want %q", HeaderNSBMessageID, p.ID, str)
+					t.Fatalf("%s: id %q, want %q", wire.HeaderNSBMessageID, p.ID, str)
 				}
 			default:
-				want(HeaderNSBMessageID, err, false)
+				want(wire.HeaderNSBMessageID, err, false)
 			}
 		}
 		for _, id := range []string{fzText(v, s), s} {
-			p, err := fzParse(t, "message-id", &amqp.Delivery{MessageId: id, Headers: amqp.Table{HeaderDestination: "orders", HeaderDueAt: fzDue}}, r)
+			p, err := fzParse(t, "message-id", &amqp.Delivery{MessageId: id, Headers: amqp.Table{wire.HeaderDestination: "orders", wire.HeaderDueAt: fzDue}}, r)
 			blank := strings.TrimSpace(id) == ""
 			if ok := blank || fzValidName(id); ok != (err == nil) {
 				t.Fatalf("message-id %.300q (%d bytes): accepted %v, want %v (%v)", id, len(id), err == nil, ok, err)
@@ -676,11 +678,11 @@ func FuzzParseHeaderValues(f *testing.F) {
 			id   string
 			want Parsed
 		}{
-			{amqp.Table{HeaderDestination: "orders", HeaderDueAt: fzDue, HeaderNSBDestination: v}, "m1", baseline},
-			{amqp.Table{HeaderDestination: "orders", HeaderDueAt: fzDue, HeaderNSBExpire: v}, "m1", baseline},
-			{amqp.Table{HeaderDestination: "orders", HeaderDueAt: fzDue, HeaderDelay: v}, "m1", baseline},
-			{amqp.Table{HeaderDestination: "orders", HeaderDueAt: fzDue, HeaderNSBMessageID: v}, "m1", baseline},
-			{amqp.Table{HeaderDestination: "orders", HeaderNSBExpire: fzExpire, HeaderDelay: v}, "m1", expireBaseline},
+			{amqp.Table{wire.HeaderDestination: "orders", wire.HeaderDueAt: fzDue, wire.HeaderNSBDestination: v}, "m1", baseline},
+			{amqp.Table{wire.HeaderDestination: "orders", wire.HeaderDueAt: fzDue, wire.HeaderNSBExpire: v}, "m1", baseline},
+			{amqp.Table{wire.HeaderDestination: "orders", wire.HeaderDueAt: fzDue, wire.HeaderDelay: v}, "m1", baseline},
+			{amqp.Table{wire.HeaderDestination: "orders", wire.HeaderDueAt: fzDue, wire.HeaderNSBMessageID: v}, "m1", baseline},
+			{amqp.Table{wire.HeaderDestination: "orders", wire.HeaderNSBExpire: fzExpire, wire.HeaderDelay: v}, "m1", expireBaseline},
 		} {
 			p, err := fzParse(t, "precedence", &amqp.Delivery{MessageId: c.id, Headers: c.h}, r)
 			if err != nil || p != c.want {
@@ -689,16 +691,16 @@ func FuzzParseHeaderValues(f *testing.F) {
 		}
 
 		// 3. Destination and due time both from the fuzzer, with both ids.
-		for _, dest := range []string{HeaderDestination, HeaderNSBDestination} {
-			for _, due := range []string{HeaderDueAt, HeaderNSBExpire, HeaderDelay} {
-				h := amqp.Table{dest: v2, due: v, HeaderNSBMessageID: s2}
+		for _, dest := range []string{wire.HeaderDestination, wire.HeaderNSBDestination} {
+			for _, due := range []string{wire.HeaderDueAt, wire.HeaderNSBExpire, wire.HeaderDelay} {
+				h := amqp.Table{dest: v2, due: v, wire.HeaderNSBMessageID: s2}
 				fzParse(t, dest+"+"+due, &amqp.Delivery{MessageId: string(raw), Headers: h}, r)
 			}
 		}
 
 		// 4. The value everywhere at once.
 		all := amqp.Table{}
-		for _, name := range []string{HeaderDestination, HeaderNSBDestination, HeaderDueAt, HeaderNSBExpire, HeaderDelay, HeaderNSBMessageID} {
+		for _, name := range []string{wire.HeaderDestination, wire.HeaderNSBDestination, wire.HeaderDueAt, wire.HeaderNSBExpire, wire.HeaderDelay, wire.HeaderNSBMessageID} {
 			all[name] = v
 		}
 		fzParse(t, "everywhere", &amqp.Delivery{MessageId: fzText(v, s), Headers: all}, r)
@@ -716,7 +718,7 @@ func fzFormatNSB(t time.Time, digits int) string {
 
 func fzDueAt(t *testing.T, header string, v any) (time.Time, error) {
 	t.Helper()
-	d := &amqp.Delivery{MessageId: "m1", Headers: amqp.Table{HeaderDestination: "q", header: v}}
+	d := &amqp.Delivery{MessageId: "m1", Headers: amqp.Table{wire.HeaderDestination: "q", header: v}}
 	p, err := fzParse(t, header, d, fzReceived)
 	return p.DueAt, err
 }
@@ -743,7 +745,7 @@ func FuzzDueTimeStrings(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		for _, header := range []string{HeaderDueAt, HeaderNSBExpire} {
+		for _, header := range []string{wire.HeaderDueAt, wire.HeaderNSBExpire} {
 			due, err := fzDueAt(t, header, s)
 			dueB, errB := fzDueAt(t, header, []byte(s))
 			if due != dueB || fmt.Sprint(err) != fmt.Sprint(errB) {
@@ -760,15 +762,15 @@ func FuzzDueTimeStrings(f *testing.F) {
 			}
 			// Round trips: the instant written in either format reads back the same.
 			rfc := due.Format(time.RFC3339Nano)
-			if back, err := fzDueAt(t, HeaderDueAt, rfc); err != nil || !back.Equal(due) {
+			if back, err := fzDueAt(t, wire.HeaderDueAt, rfc); err != nil || !back.Equal(due) {
 				t.Fatalf("%s %q: due %s; as x-due-at %q it reads back %s, %v", header, s, due, rfc, back, err)
 			}
 			nsb := fzFormatNSB(due, 9)
-			if back, err := fzDueAt(t, HeaderNSBExpire, nsb); err != nil || !back.Equal(due) {
+			if back, err := fzDueAt(t, wire.HeaderNSBExpire, nsb); err != nil || !back.Equal(due) {
 				t.Fatalf("%s %q: due %s; as NServiceBus %q it reads back %s, %v", header, s, due, nsb, back, err)
 			}
 			switch header {
-			case HeaderNSBExpire:
+			case wire.HeaderNSBExpire:
 				if !fzNSBWire.MatchString(s) {
 					t.Fatalf("accepted NServiceBus.Timeout.Expire %q, which is not in the wire format", s)
 				}
@@ -778,10 +780,10 @@ func FuzzDueTimeStrings(f *testing.F) {
 				if again := fzFormatNSB(due, digits); again != s {
 					t.Fatalf("NServiceBus.Timeout.Expire %q read as %s, which is %q", s, due, again)
 				}
-			case HeaderDueAt:
+			case wire.HeaderDueAt:
 				// RFC 3339 is case-insensitive and Parse trims spaces.
 				for _, alt := range []string{strings.ToLower(s), strings.ToUpper(s), " " + s + "\t"} {
-					if back, err := fzDueAt(t, HeaderDueAt, alt); err != nil || !back.Equal(due) {
+					if back, err := fzDueAt(t, wire.HeaderDueAt, alt); err != nil || !back.Equal(due) {
 						t.Fatalf("x-due-at %q is %s, but %q reads %s, %v", s, due, alt, back, err)
 					}
 				}

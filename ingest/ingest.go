@@ -19,6 +19,7 @@ import (
 	"github.com/delaybridge/delaybridge/circuit"
 	"github.com/delaybridge/delaybridge/message"
 	"github.com/delaybridge/delaybridge/storage"
+	"github.com/delaybridge/delaybridge/wire"
 )
 
 // Store is what ingest needs of the store.
@@ -355,7 +356,7 @@ func (in *Ingester) prepare(d *amqp.Delivery, now time.Time) (storage.Timeout, e
 	if err := in.opts.Rules.Check(p, len(d.Body), now); err != nil {
 		return storage.Timeout{}, err
 	}
-	pub := broker.Forwardable(message.FromDelivery(d), DueTimeHeaders)
+	pub := broker.Forwardable(message.FromDelivery(d), wire.DueTimeHeaders)
 	if p.ID == "" {
 		p.ID = uuid.NewString()
 		pub.MessageId = p.ID
@@ -383,7 +384,7 @@ func (in *Ingester) reject(ctx context.Context, pub Publisher, invalid []rejecte
 			RoutingKey: in.opts.ErrorQueue,
 			Mandatory:  true,
 			Msg: broker.ErrorCopy(message.FromDelivery(r.d), broker.ErrorFacts{
-				Reason: r.reason, Stage: broker.StageIngest, FailedAt: now, FailedQ: in.opts.Queue,
+				Reason: r.reason, Stage: wire.StageIngest, FailedAt: now, FailedQ: in.opts.Queue,
 			}),
 		}
 	}
@@ -408,28 +409,28 @@ func (in *Ingester) reject(ctx context.Context, pub Publisher, invalid []rejecte
 		moved++
 		_ = r.d.Ack(false)
 	}
-	in.opts.Metrics.ErrorQueued(broker.StageIngest, moved)
+	in.opts.Metrics.ErrorQueued(wire.StageIngest, moved)
 	return all, connErr
 }
 
 // isCancel reports whether d asks to cancel a pending message.
 func isCancel(d *amqp.Delivery) bool {
-	_, ok := d.Headers[HeaderCancel]
+	_, ok := d.Headers[wire.HeaderCancel]
 	return ok
 }
 
 // cancelID validates a cancel message and returns the id it names.
 func cancelID(d *amqp.Delivery) (string, error) {
-	id, _, err := headerString(d.Headers, HeaderCancel)
+	id, _, err := headerString(d.Headers, wire.HeaderCancel)
 	switch {
 	case err != nil:
 		return "", err
 	case strings.TrimSpace(id) == "":
-		return "", fmt.Errorf("header %s is empty: it must name the message-id to cancel", HeaderCancel)
+		return "", fmt.Errorf("header %s is empty: it must name the message-id to cancel", wire.HeaderCancel)
 	case len(id) > maxIDBytes:
-		return "", fmt.Errorf("header %s is %d bytes; a message id is at most %d", HeaderCancel, len(id), maxIDBytes)
+		return "", fmt.Errorf("header %s is %d bytes; a message id is at most %d", wire.HeaderCancel, len(id), maxIDBytes)
 	case len(d.Body) > 0:
-		return "", fmt.Errorf("a message with header %s cancels and must have no body (this one has %d bytes)", HeaderCancel, len(d.Body))
+		return "", fmt.Errorf("a message with header %s cancels and must have no body (this one has %d bytes)", wire.HeaderCancel, len(d.Body))
 	}
 	return id, nil
 }

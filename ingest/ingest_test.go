@@ -15,6 +15,7 @@ import (
 	"github.com/delaybridge/delaybridge/broker"
 	"github.com/delaybridge/delaybridge/message"
 	"github.com/delaybridge/delaybridge/storage"
+	"github.com/delaybridge/delaybridge/wire"
 )
 
 // fakeStore records inserts; fail makes Insert fail. ids already present are
@@ -145,8 +146,8 @@ func TestValidBatchIsStoredThenAckedOnce(t *testing.T) {
 	var woke []time.Time
 	in := newIngester(store, pub, &woke)
 	batch := deliveries(s,
-		amqp.Table{HeaderDestination: "a", HeaderDelay: int32(5000), "keep": "me"},
-		amqp.Table{HeaderDestination: "b", HeaderDueAt: "2026-11-21T20:00:01Z"},
+		amqp.Table{wire.HeaderDestination: "a", wire.HeaderDelay: int32(5000), "keep": "me"},
+		amqp.Table{wire.HeaderDestination: "b", wire.HeaderDueAt: "2026-11-21T20:00:01Z"},
 	)
 	if err := in.handle(context.Background(), pub, batch); err != nil {
 		t.Fatal(err)
@@ -165,7 +166,7 @@ func TestValidBatchIsStoredThenAckedOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, has := p.Headers[HeaderDelay]; has || p.Headers["keep"] != "me" || p.UserId != "" || string(p.Body) != "body0" {
+	if _, has := p.Headers[wire.HeaderDelay]; has || p.Headers["keep"] != "me" || p.UserId != "" || string(p.Body) != "body0" {
 		t.Fatalf("stored message: %+v", p)
 	}
 	if row.Destination != "a" || !row.DueAt.Equal(now0.Add(5*time.Second)) || !row.ReceivedAt.Equal(now0) {
@@ -177,7 +178,7 @@ func TestStoreFailureRequeuesAndAcksNothing(t *testing.T) {
 	store, pub, s := &fakeStore{fail: errors.New("disk full")}, &fakePublisher{}, newSettle()
 	var woke []time.Time
 	in := newIngester(store, pub, &woke)
-	batch := deliveries(s, amqp.Table{HeaderDestination: "a", HeaderDelay: int32(1)}, amqp.Table{})
+	batch := deliveries(s, amqp.Table{wire.HeaderDestination: "a", wire.HeaderDelay: int32(1)}, amqp.Table{})
 	if err := in.handle(context.Background(), pub, batch); err != nil {
 		t.Fatal(err)
 	}
@@ -197,10 +198,10 @@ func TestInvalidGoesToErrorQueueAndIsAckedAfterConfirm(t *testing.T) {
 	var woke []time.Time
 	in := newIngester(store, pub, &woke)
 	batch := deliveries(s,
-		amqp.Table{HeaderDestination: "a", HeaderDelay: int32(1)},
-		amqp.Table{HeaderDelay: int32(1), "orig": int64(7)},                          // no destination
-		amqp.Table{HeaderDestination: "e.TimeoutsDispatcher", HeaderDelay: int32(1)}, // own queue
-		amqp.Table{HeaderDestination: "a", HeaderDelay: int32(1), HeaderCancel: "m0"},
+		amqp.Table{wire.HeaderDestination: "a", wire.HeaderDelay: int32(1)},
+		amqp.Table{wire.HeaderDelay: int32(1), "orig": int64(7)},                               // no destination
+		amqp.Table{wire.HeaderDestination: "e.TimeoutsDispatcher", wire.HeaderDelay: int32(1)}, // own queue
+		amqp.Table{wire.HeaderDestination: "a", wire.HeaderDelay: int32(1), wire.HeaderCancel: "m0"},
 	)
 	if err := in.handle(context.Background(), pub, batch); err != nil {
 		t.Fatal(err)
@@ -227,9 +228,9 @@ func TestInvalidGoesToErrorQueueAndIsAckedAfterConfirm(t *testing.T) {
 	if h["orig"] != int64(7) || string(m.Msg.Body) != "body1" || m.Msg.MessageId != "m1" || m.Msg.UserId != "" {
 		t.Fatalf("error copy lost the original: %+v", m.Msg)
 	}
-	if !strings.Contains(h[broker.HeaderError].(string), "no destination") || h[broker.HeaderStage] != "ingest" ||
-		h[broker.HeaderAttempts] != int32(0) || h[broker.HeaderNSBFailedQ] != "e.Timeouts" ||
-		h[broker.HeaderNSBException] != h[broker.HeaderError] || h[broker.HeaderFailedAt] != now0.Format(time.RFC3339Nano) {
+	if !strings.Contains(h[wire.HeaderError].(string), "no destination") || h[wire.HeaderStage] != "ingest" ||
+		h[wire.HeaderAttempts] != int32(0) || h[wire.HeaderNSBFailedQ] != "e.Timeouts" ||
+		h[wire.HeaderNSBException] != h[wire.HeaderError] || h[wire.HeaderFailedAt] != now0.Format(time.RFC3339Nano) {
 		t.Fatalf("error headers %v", h)
 	}
 }
@@ -250,7 +251,7 @@ func TestDuplicateIsAckedNotStoredTwice(t *testing.T) {
 	store, pub, s := &fakeStore{}, &fakePublisher{}, newSettle()
 	var woke []time.Time
 	in := newIngester(store, pub, &woke)
-	h := amqp.Table{HeaderDestination: "a", HeaderDelay: int32(1)}
+	h := amqp.Table{wire.HeaderDestination: "a", wire.HeaderDelay: int32(1)}
 	b := deliveries(s, h, h)
 	b[1].MessageId = "m0"
 	if err := in.handle(context.Background(), pub, b); err != nil {
@@ -265,7 +266,7 @@ func TestGeneratedIDIsForwarded(t *testing.T) {
 	store, pub, s := &fakeStore{}, &fakePublisher{}, newSettle()
 	var woke []time.Time
 	in := newIngester(store, pub, &woke)
-	b := deliveries(s, amqp.Table{HeaderDestination: "a", HeaderDelay: int32(1)})
+	b := deliveries(s, amqp.Table{wire.HeaderDestination: "a", wire.HeaderDelay: int32(1)})
 	b[0].MessageId = ""
 	if err := in.handle(context.Background(), pub, b); err != nil {
 		t.Fatal(err)
@@ -282,7 +283,7 @@ func TestStoredAreAckedEvenWhenTheErrorQueueConnectionFails(t *testing.T) {
 	store, pub, s := &fakeStore{}, &fakePublisher{fail: fmt.Errorf("%w: connection lost", broker.ErrNotConfirmed)}, newSettle()
 	var woke []time.Time
 	in := newIngester(store, pub, &woke)
-	b := deliveries(s, amqp.Table{HeaderDestination: "a", HeaderDelay: int32(1)}, amqp.Table{})
+	b := deliveries(s, amqp.Table{wire.HeaderDestination: "a", wire.HeaderDelay: int32(1)}, amqp.Table{})
 	if err := in.handle(context.Background(), pub, b); !errors.Is(err, broker.ErrNotConfirmed) {
 		t.Fatalf("want the connection failure reported, got %v", err)
 	}
@@ -299,7 +300,7 @@ func TestCancelOverAMQP(t *testing.T) {
 	var woke []time.Time
 	in := newIngester(store, pub, &woke)
 	// A message, then a cancel of it in the same batch (cancels end a batch).
-	b := deliveries(s, amqp.Table{HeaderDestination: "a", HeaderDelay: int32(60000)}, amqp.Table{HeaderCancel: "m0"})
+	b := deliveries(s, amqp.Table{wire.HeaderDestination: "a", wire.HeaderDelay: int32(60000)}, amqp.Table{wire.HeaderCancel: "m0"})
 	b[1].Body = nil
 	if err := in.handle(context.Background(), pub, b); err != nil {
 		t.Fatal(err)
@@ -313,7 +314,7 @@ func TestCancelOverAMQP(t *testing.T) {
 
 	// Nothing pending, or too late: settled (acked), not an error.
 	s2 := newSettle()
-	b2 := deliveries(s2, amqp.Table{HeaderCancel: "gone"}, amqp.Table{HeaderCancel: []byte("busy")})
+	b2 := deliveries(s2, amqp.Table{wire.HeaderCancel: "gone"}, amqp.Table{wire.HeaderCancel: []byte("busy")})
 	b2[0].Body, b2[1].Body = nil, nil
 	store.rows["busy"] = storage.Timeout{ID: "busy"}
 	if err := in.handle(context.Background(), pub, b2); err != nil {
@@ -328,7 +329,7 @@ func TestCancelOverAMQP(t *testing.T) {
 
 	// Malformed cancels go to the error queue with a reason.
 	s3 := newSettle()
-	b3 := deliveries(s3, amqp.Table{HeaderCancel: ""}, amqp.Table{HeaderCancel: "x"}, amqp.Table{HeaderCancel: int32(5)})
+	b3 := deliveries(s3, amqp.Table{wire.HeaderCancel: ""}, amqp.Table{wire.HeaderCancel: "x"}, amqp.Table{wire.HeaderCancel: int32(5)})
 	b3[0].Body, b3[2].Body = nil, nil // b3[1] keeps a body
 	if err := in.handle(context.Background(), pub, b3); err != nil {
 		t.Fatal(err)
@@ -337,7 +338,7 @@ func TestCancelOverAMQP(t *testing.T) {
 		t.Fatalf("%d on the error queue, want 3", len(pub.sent))
 	}
 	for i, want := range []string{"is empty", "must have no body", "must be a string"} {
-		if r := pub.sent[i].Msg.Headers[broker.HeaderError].(string); !strings.Contains(r, want) {
+		if r := pub.sent[i].Msg.Headers[wire.HeaderError].(string); !strings.Contains(r, want) {
 			t.Errorf("reason %q, want it to mention %q", r, want)
 		}
 	}
@@ -345,7 +346,7 @@ func TestCancelOverAMQP(t *testing.T) {
 	// A store failure requeues the cancel.
 	store.fail = errors.New("disk")
 	s4 := newSettle()
-	b4 := deliveries(s4, amqp.Table{HeaderCancel: "m9"})
+	b4 := deliveries(s4, amqp.Table{wire.HeaderCancel: "m9"})
 	b4[0].Body = nil
 	if err := in.handle(context.Background(), pub, b4); err != nil {
 		t.Fatal(err)
@@ -363,8 +364,8 @@ func TestWakesEvenWhenEveryRowIsReportedDuplicate(t *testing.T) {
 	var woke []time.Time
 	in := newIngester(store, pub, &woke)
 	batch := deliveries(s,
-		amqp.Table{HeaderDestination: "a", HeaderDelay: int32(3000)},
-		amqp.Table{HeaderDestination: "b", HeaderDelay: int32(1000)},
+		amqp.Table{wire.HeaderDestination: "a", wire.HeaderDelay: int32(3000)},
+		amqp.Table{wire.HeaderDestination: "b", wire.HeaderDelay: int32(1000)},
 	)
 	if err := in.handle(context.Background(), pub, batch); err != nil {
 		t.Fatal(err)
@@ -376,3 +377,4 @@ func TestWakesEvenWhenEveryRowIsReportedDuplicate(t *testing.T) {
 		t.Fatalf("poller woken with %v, want once with the earliest due time", woke)
 	}
 }
+

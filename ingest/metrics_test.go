@@ -9,6 +9,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/delaybridge/delaybridge/broker"
+	"github.com/delaybridge/delaybridge/wire"
 )
 
 type recorder struct {
@@ -33,13 +34,13 @@ func TestMetrics(t *testing.T) {
 	in := newIngester(store, pub, &woke)
 	rec := &recorder{}
 	in.opts.Metrics = rec
-	good := amqp.Table{HeaderDestination: "a", HeaderDelay: int32(1)}
+	good := amqp.Table{wire.HeaderDestination: "a", wire.HeaderDelay: int32(1)}
 	b := deliveries(s, good, good, amqp.Table{}, good)
 	b[3].MessageId = "m0" // a duplicate of the first
 	if err := in.handle(context.Background(), pub, b); err != nil {
 		t.Fatal(err)
 	}
-	if rec.ingested != 2 || rec.duplicates != 1 || rec.errorQueued[broker.StageIngest] != 1 || rec.commits != 1 {
+	if rec.ingested != 2 || rec.duplicates != 1 || rec.errorQueued[wire.StageIngest] != 1 || rec.commits != 1 {
 		t.Errorf("%+v; want 2 ingested, 1 duplicate, 1 error-queued at ingest, 1 commit", rec)
 	}
 
@@ -52,7 +53,7 @@ func TestMetrics(t *testing.T) {
 	if err := in.handle(context.Background(), pub, deliveries(newSettle(), amqp.Table{})); err != nil {
 		t.Fatal(err)
 	}
-	if rec.ingested != 2 || rec.errorQueued[broker.StageIngest] != 1 || rec.commits != 1 {
+	if rec.ingested != 2 || rec.errorQueued[wire.StageIngest] != 1 || rec.commits != 1 {
 		t.Errorf("%+v after failures; want the counts unchanged", rec)
 	}
 }

@@ -11,22 +11,9 @@ import (
 	"unicode/utf8"
 
 	amqp "github.com/rabbitmq/amqp091-go"
-)
 
-// Header names of contract §2.
-const (
-	HeaderDestination    = "x-destination"
-	HeaderNSBDestination = "NServiceBus.Timeout.RouteExpiredTimeoutTo"
-	HeaderDueAt          = "x-due-at"
-	HeaderNSBExpire      = "NServiceBus.Timeout.Expire"
-	HeaderDelay          = "x-delay"
-	HeaderNSBMessageID   = "NServiceBus.MessageId"
-	HeaderCancel         = "x-delaybridge-cancel"
+	"github.com/delaybridge/delaybridge/wire"
 )
-
-// DueTimeHeaders are removed before forwarding so a forwarded message can
-// never loop back into a delay.
-var DueTimeHeaders = []string{HeaderDueAt, HeaderNSBExpire, HeaderDelay}
 
 // maxDelay is the longest x-delay whose due time a time.Duration can hold.
 const maxDelay = math.MaxInt64 / int64(time.Millisecond)
@@ -94,7 +81,7 @@ func headerString(h amqp.Table, name string) (s string, ok bool, err error) {
 }
 
 func destination(h amqp.Table) (string, error) {
-	for _, name := range []string{HeaderDestination, HeaderNSBDestination} {
+	for _, name := range []string{wire.HeaderDestination, wire.HeaderNSBDestination} {
 		s, ok, err := headerString(h, name)
 		if err != nil {
 			return "", err
@@ -114,17 +101,17 @@ func destination(h amqp.Table) (string, error) {
 		}
 		return s, nil
 	}
-	return "", fmt.Errorf("no destination: set header %s (or %s) to the queue to deliver to", HeaderDestination, HeaderNSBDestination)
+	return "", fmt.Errorf("no destination: set header %s (or %s) to the queue to deliver to", wire.HeaderDestination, wire.HeaderNSBDestination)
 }
 
 func dueAt(h amqp.Table, receivedAt time.Time) (time.Time, error) {
-	if v, ok := h[HeaderDueAt]; ok && v != nil {
+	if v, ok := h[wire.HeaderDueAt]; ok && v != nil {
 		return parseDueAt(v)
 	}
-	if v, ok := h[HeaderNSBExpire]; ok && v != nil {
+	if v, ok := h[wire.HeaderNSBExpire]; ok && v != nil {
 		return parseNSBExpire(v)
 	}
-	if v, ok := h[HeaderDelay]; ok && v != nil {
+	if v, ok := h[wire.HeaderDelay]; ok && v != nil {
 		ms, err := parseDelay(v)
 		if err != nil {
 			return time.Time{}, err
@@ -134,7 +121,7 @@ func dueAt(h amqp.Table, receivedAt time.Time) (time.Time, error) {
 		}
 		return receivedAt.Add(time.Duration(ms) * time.Millisecond), nil
 	}
-	return time.Time{}, fmt.Errorf("no due time: set header %s (RFC 3339), %s or %s (milliseconds)", HeaderDueAt, HeaderNSBExpire, HeaderDelay)
+	return time.Time{}, fmt.Errorf("no due time: set header %s (RFC 3339), %s or %s (milliseconds)", wire.HeaderDueAt, wire.HeaderNSBExpire, wire.HeaderDelay)
 }
 
 func parseDueAt(v any) (time.Time, error) {
@@ -145,19 +132,19 @@ func parseDueAt(v any) (time.Time, error) {
 	case []byte:
 		s = string(v)
 	case time.Time: // an AMQP timestamp is unambiguous, if only to the second
-		return inRange(HeaderDueAt, v.UTC())
+		return inRange(wire.HeaderDueAt, v.UTC())
 	default:
-		return time.Time{}, fmt.Errorf("header %s must be an RFC 3339 string, got %s", HeaderDueAt, typeName(v))
+		return time.Time{}, fmt.Errorf("header %s must be an RFC 3339 string, got %s", wire.HeaderDueAt, typeName(v))
 	}
 	// RFC 3339 allows lower-case t and z; Go's parser wants them upper-case.
 	if len(s) > maxTimeText {
-		return time.Time{}, fmt.Errorf("header %s is %d bytes, too long for an RFC 3339 timestamp", HeaderDueAt, len(s))
+		return time.Time{}, fmt.Errorf("header %s is %d bytes, too long for an RFC 3339 timestamp", wire.HeaderDueAt, len(s))
 	}
 	t, err := time.Parse(time.RFC3339Nano, strings.ToUpper(strings.TrimSpace(s)))
 	if err != nil {
-		return time.Time{}, fmt.Errorf("header %s %q is not an RFC 3339 timestamp like 2026-11-21T20:00:00.250Z", HeaderDueAt, clip(s))
+		return time.Time{}, fmt.Errorf("header %s %q is not an RFC 3339 timestamp like 2026-11-21T20:00:00.250Z", wire.HeaderDueAt, clip(s))
 	}
-	return inRange(HeaderDueAt, t.UTC())
+	return inRange(wire.HeaderDueAt, t.UTC())
 }
 
 func parseNSBExpire(v any) (time.Time, error) {
@@ -168,22 +155,22 @@ func parseNSBExpire(v any) (time.Time, error) {
 	case []byte:
 		s = string(v)
 	default:
-		return time.Time{}, fmt.Errorf("header %s must be a string, got %s", HeaderNSBExpire, typeName(v))
+		return time.Time{}, fmt.Errorf("header %s must be a string, got %s", wire.HeaderNSBExpire, typeName(v))
 	}
 	if len(s) > maxTimeText {
-		return time.Time{}, fmt.Errorf("header %s is %d bytes, too long for the NServiceBus wire format", HeaderNSBExpire, len(s))
+		return time.Time{}, fmt.Errorf("header %s is %d bytes, too long for the NServiceBus wire format", wire.HeaderNSBExpire, len(s))
 	}
 	m := nsbExpire.FindStringSubmatch(s)
 	if m == nil {
-		return time.Time{}, fmt.Errorf("header %s %q is not in the NServiceBus wire format yyyy-MM-dd HH:mm:ss:ffffff Z", HeaderNSBExpire, clip(s))
+		return time.Time{}, fmt.Errorf("header %s %q is not in the NServiceBus wire format yyyy-MM-dd HH:mm:ss:ffffff Z", wire.HeaderNSBExpire, clip(s))
 	}
 	t, err := time.Parse("2006-01-02 15:04:05", m[1])
 	if err != nil {
-		return time.Time{}, fmt.Errorf("header %s %q: %v", HeaderNSBExpire, clip(s), err)
+		return time.Time{}, fmt.Errorf("header %s %q: %v", wire.HeaderNSBExpire, clip(s), err)
 	}
 	frac := m[2] + strings.Repeat("0", 9-len(m[2]))
 	ns, _ := strconv.Atoi(frac) // nine digits at most: always fits
-	return inRange(HeaderNSBExpire, t.Add(time.Duration(ns)).UTC())
+	return inRange(wire.HeaderNSBExpire, t.Add(time.Duration(ns)).UTC())
 }
 
 // parseDelay accepts every AMQP integer type and decimal strings, as the
@@ -216,14 +203,14 @@ func parseDelay(v any) (int64, error) {
 		}
 		n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
 		if err != nil {
-			return 0, fmt.Errorf("header %s %q is not a whole number of milliseconds", HeaderDelay, clip(s))
+			return 0, fmt.Errorf("header %s %q is not a whole number of milliseconds", wire.HeaderDelay, clip(s))
 		}
 		ms = n
 	default:
-		return 0, fmt.Errorf("header %s must be an integer number of milliseconds, got %s", HeaderDelay, typeName(v))
+		return 0, fmt.Errorf("header %s must be an integer number of milliseconds, got %s", wire.HeaderDelay, typeName(v))
 	}
 	if ms > maxDelay {
-		return 0, fmt.Errorf("header %s %d ms is longer than the %d ms the bridge can represent", HeaderDelay, ms, maxDelay)
+		return 0, fmt.Errorf("header %s %d ms is longer than the %d ms the bridge can represent", wire.HeaderDelay, ms, maxDelay)
 	}
 	return ms, nil
 }
@@ -238,11 +225,11 @@ func inRange(header string, t time.Time) (time.Time, error) {
 func messageID(d *amqp.Delivery) (string, error) {
 	id, source := d.MessageId, "message-id property"
 	if strings.TrimSpace(id) == "" {
-		s, ok, err := headerString(d.Headers, HeaderNSBMessageID)
+		s, ok, err := headerString(d.Headers, wire.HeaderNSBMessageID)
 		if err != nil {
 			return "", err
 		}
-		id, source = s, "header "+HeaderNSBMessageID
+		id, source = s, "header "+wire.HeaderNSBMessageID
 		if !ok || strings.TrimSpace(id) == "" {
 			return "", nil // the caller assigns one
 		}

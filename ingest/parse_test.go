@@ -6,6 +6,8 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/delaybridge/delaybridge/wire"
 )
 
 var received = time.Date(2026, 11, 21, 19, 0, 0, 0, time.UTC)
@@ -27,35 +29,35 @@ func TestDueTimeForms(t *testing.T) {
 		h    amqp.Table
 		want time.Time
 	}{
-		{"x-due-at Z", amqp.Table{HeaderDueAt: "2026-11-21T20:00:00.250Z"}, at("2026-11-21T20:00:00.250Z")},
-		{"x-due-at offset", amqp.Table{HeaderDueAt: "2026-11-21T22:00:00+02:00"}, at("2026-11-21T20:00:00Z")},
-		{"x-due-at lower case", amqp.Table{HeaderDueAt: "2026-11-21t20:00:00.5z"}, at("2026-11-21T20:00:00.5Z")},
-		{"x-due-at nanos", amqp.Table{HeaderDueAt: "2026-11-21T20:00:00.123456789Z"}, at("2026-11-21T20:00:00.123456789Z")},
-		{"x-due-at bytes", amqp.Table{HeaderDueAt: []byte("2026-11-21T20:00:00Z")}, at("2026-11-21T20:00:00Z")},
-		{"x-due-at timestamp", amqp.Table{HeaderDueAt: time.Unix(1763755200, 0)}, time.Unix(1763755200, 0).UTC()},
-		{"nsb expire", amqp.Table{HeaderNSBExpire: "2026-11-21 20:00:00:250000 Z"}, at("2026-11-21T20:00:00.25Z")},
-		{"nsb expire 7 digits", amqp.Table{HeaderNSBExpire: "2026-11-21 20:00:00:1234567 Z"}, at("2026-11-21T20:00:00.1234567Z")},
-		{"x-delay int8", amqp.Table{HeaderDelay: int8(100)}, received.Add(100 * time.Millisecond)},
-		{"x-delay uint8", amqp.Table{HeaderDelay: uint8(200)}, received.Add(200 * time.Millisecond)},
-		{"x-delay int16", amqp.Table{HeaderDelay: int16(30000)}, received.Add(30 * time.Second)},
-		{"x-delay uint16", amqp.Table{HeaderDelay: uint16(60000)}, received.Add(60 * time.Second)},
-		{"x-delay int32", amqp.Table{HeaderDelay: int32(1500)}, received.Add(1500 * time.Millisecond)},
-		{"x-delay uint32", amqp.Table{HeaderDelay: uint32(4000000000)}, received.Add(4000000000 * time.Millisecond)},
-		{"x-delay int64", amqp.Table{HeaderDelay: int64(86400000 * 365)}, received.Add(365 * 24 * time.Hour)},
-		{"x-delay int", amqp.Table{HeaderDelay: 5}, received.Add(5 * time.Millisecond)},
-		{"x-delay string", amqp.Table{HeaderDelay: "1500"}, received.Add(1500 * time.Millisecond)},
-		{"x-delay string spaces", amqp.Table{HeaderDelay: " 1500 "}, received.Add(1500 * time.Millisecond)},
-		{"x-delay zero", amqp.Table{HeaderDelay: int32(0)}, received},
-		{"x-delay negative", amqp.Table{HeaderDelay: int32(-5000)}, received},
-		{"x-delay negative string", amqp.Table{HeaderDelay: "-5"}, received},
-		{"past due", amqp.Table{HeaderDueAt: "2000-01-01T00:00:00Z"}, at("2000-01-01T00:00:00Z")},
-		{"far future", amqp.Table{HeaderDueAt: "9999-12-31T23:59:59Z"}, at("9999-12-31T23:59:59Z")},
-		{"x-due-at wins over others", amqp.Table{HeaderDueAt: "2026-11-21T20:00:00Z", HeaderNSBExpire: "2030-01-01 00:00:00:000000 Z", HeaderDelay: int32(1)}, at("2026-11-21T20:00:00Z")},
-		{"expire wins over delay", amqp.Table{HeaderNSBExpire: "2030-01-01 00:00:00:000000 Z", HeaderDelay: int32(1)}, at("2030-01-01T00:00:00Z")},
+		{"x-due-at Z", amqp.Table{wire.HeaderDueAt: "2026-11-21T20:00:00.250Z"}, at("2026-11-21T20:00:00.250Z")},
+		{"x-due-at offset", amqp.Table{wire.HeaderDueAt: "2026-11-21T22:00:00+02:00"}, at("2026-11-21T20:00:00Z")},
+		{"x-due-at lower case", amqp.Table{wire.HeaderDueAt: "2026-11-21t20:00:00.5z"}, at("2026-11-21T20:00:00.5Z")},
+		{"x-due-at nanos", amqp.Table{wire.HeaderDueAt: "2026-11-21T20:00:00.123456789Z"}, at("2026-11-21T20:00:00.123456789Z")},
+		{"x-due-at bytes", amqp.Table{wire.HeaderDueAt: []byte("2026-11-21T20:00:00Z")}, at("2026-11-21T20:00:00Z")},
+		{"x-due-at timestamp", amqp.Table{wire.HeaderDueAt: time.Unix(1763755200, 0)}, time.Unix(1763755200, 0).UTC()},
+		{"nsb expire", amqp.Table{wire.HeaderNSBExpire: "2026-11-21 20:00:00:250000 Z"}, at("2026-11-21T20:00:00.25Z")},
+		{"nsb expire 7 digits", amqp.Table{wire.HeaderNSBExpire: "2026-11-21 20:00:00:1234567 Z"}, at("2026-11-21T20:00:00.1234567Z")},
+		{"x-delay int8", amqp.Table{wire.HeaderDelay: int8(100)}, received.Add(100 * time.Millisecond)},
+		{"x-delay uint8", amqp.Table{wire.HeaderDelay: uint8(200)}, received.Add(200 * time.Millisecond)},
+		{"x-delay int16", amqp.Table{wire.HeaderDelay: int16(30000)}, received.Add(30 * time.Second)},
+		{"x-delay uint16", amqp.Table{wire.HeaderDelay: uint16(60000)}, received.Add(60 * time.Second)},
+		{"x-delay int32", amqp.Table{wire.HeaderDelay: int32(1500)}, received.Add(1500 * time.Millisecond)},
+		{"x-delay uint32", amqp.Table{wire.HeaderDelay: uint32(4000000000)}, received.Add(4000000000 * time.Millisecond)},
+		{"x-delay int64", amqp.Table{wire.HeaderDelay: int64(86400000 * 365)}, received.Add(365 * 24 * time.Hour)},
+		{"x-delay int", amqp.Table{wire.HeaderDelay: 5}, received.Add(5 * time.Millisecond)},
+		{"x-delay string", amqp.Table{wire.HeaderDelay: "1500"}, received.Add(1500 * time.Millisecond)},
+		{"x-delay string spaces", amqp.Table{wire.HeaderDelay: " 1500 "}, received.Add(1500 * time.Millisecond)},
+		{"x-delay zero", amqp.Table{wire.HeaderDelay: int32(0)}, received},
+		{"x-delay negative", amqp.Table{wire.HeaderDelay: int32(-5000)}, received},
+		{"x-delay negative string", amqp.Table{wire.HeaderDelay: "-5"}, received},
+		{"past due", amqp.Table{wire.HeaderDueAt: "2000-01-01T00:00:00Z"}, at("2000-01-01T00:00:00Z")},
+		{"far future", amqp.Table{wire.HeaderDueAt: "9999-12-31T23:59:59Z"}, at("9999-12-31T23:59:59Z")},
+		{"x-due-at wins over others", amqp.Table{wire.HeaderDueAt: "2026-11-21T20:00:00Z", wire.HeaderNSBExpire: "2030-01-01 00:00:00:000000 Z", wire.HeaderDelay: int32(1)}, at("2026-11-21T20:00:00Z")},
+		{"expire wins over delay", amqp.Table{wire.HeaderNSBExpire: "2030-01-01 00:00:00:000000 Z", wire.HeaderDelay: int32(1)}, at("2030-01-01T00:00:00Z")},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			c.h[HeaderDestination] = "orders"
+			c.h[wire.HeaderDestination] = "orders"
 			p, err := Parse(delivery(c.h), received)
 			if err != nil {
 				t.Fatalf("Parse: %v", err)
@@ -74,26 +76,26 @@ func TestParseRejectsWithAClearReason(t *testing.T) {
 		d    *amqp.Delivery
 		want string // part of the reason
 	}{
-		{"no destination", delivery(amqp.Table{HeaderDueAt: due}), "no destination"},
-		{"empty destination", delivery(amqp.Table{HeaderDestination: "", HeaderDueAt: due}), "is empty"},
-		{"destination not a string", delivery(amqp.Table{HeaderDestination: int32(5), HeaderDueAt: due}), "must be a string"},
-		{"destination too long", delivery(amqp.Table{HeaderDestination: strings.Repeat("q", 256), HeaderDueAt: due}), "at most 255"},
-		{"destination control chars", delivery(amqp.Table{HeaderDestination: "a\nb", HeaderDueAt: due}), "control"},
-		{"destination bad utf8", delivery(amqp.Table{HeaderDestination: "\xff\xfe", HeaderDueAt: due}), "UTF-8"},
-		{"no due time", delivery(amqp.Table{HeaderDestination: "q"}), "no due time"},
-		{"bad x-due-at", delivery(amqp.Table{HeaderDestination: "q", HeaderDueAt: "tomorrow"}), "RFC 3339"},
-		{"x-due-at without zone", delivery(amqp.Table{HeaderDestination: "q", HeaderDueAt: "2026-11-21T20:00:00"}), "RFC 3339"},
-		{"x-due-at number", delivery(amqp.Table{HeaderDestination: "q", HeaderDueAt: int64(5)}), "RFC 3339 string"},
-		{"bad nsb expire", delivery(amqp.Table{HeaderDestination: "q", HeaderNSBExpire: "2026-11-21T20:00:00Z"}), "NServiceBus wire format"},
-		{"nsb expire bad date", delivery(amqp.Table{HeaderDestination: "q", HeaderNSBExpire: "2026-13-41 20:00:00:000000 Z"}), "month out of range"},
-		{"x-delay float", delivery(amqp.Table{HeaderDestination: "q", HeaderDelay: 1.5}), "floating-point"},
-		{"x-delay bool", delivery(amqp.Table{HeaderDestination: "q", HeaderDelay: true}), "boolean"},
-		{"x-delay words", delivery(amqp.Table{HeaderDestination: "q", HeaderDelay: "ten"}), "whole number"},
-		{"x-delay decimal point", delivery(amqp.Table{HeaderDestination: "q", HeaderDelay: "1.5"}), "whole number"},
-		{"x-delay overflow", delivery(amqp.Table{HeaderDestination: "q", HeaderDelay: int64(1) << 62}), "longer than"},
-		{"x-delay huge string", delivery(amqp.Table{HeaderDestination: "q", HeaderDelay: strings.Repeat("9", 100000)}), "whole number"},
-		{"id too long", &amqp.Delivery{Headers: amqp.Table{HeaderDestination: "q", HeaderDueAt: due, HeaderNSBMessageID: strings.Repeat("i", 300)}}, "at most 255"},
-		{"id control chars", &amqp.Delivery{MessageId: "a\x00b", Headers: amqp.Table{HeaderDestination: "q", HeaderDueAt: due}}, "control"},
+		{"no destination", delivery(amqp.Table{wire.HeaderDueAt: due}), "no destination"},
+		{"empty destination", delivery(amqp.Table{wire.HeaderDestination: "", wire.HeaderDueAt: due}), "is empty"},
+		{"destination not a string", delivery(amqp.Table{wire.HeaderDestination: int32(5), wire.HeaderDueAt: due}), "must be a string"},
+		{"destination too long", delivery(amqp.Table{wire.HeaderDestination: strings.Repeat("q", 256), wire.HeaderDueAt: due}), "at most 255"},
+		{"destination control chars", delivery(amqp.Table{wire.HeaderDestination: "a\nb", wire.HeaderDueAt: due}), "control"},
+		{"destination bad utf8", delivery(amqp.Table{wire.HeaderDestination: "\xff\xfe", wire.HeaderDueAt: due}), "UTF-8"},
+		{"no due time", delivery(amqp.Table{wire.HeaderDestination: "q"}), "no due time"},
+		{"bad x-due-at", delivery(amqp.Table{wire.HeaderDestination: "q", wire.HeaderDueAt: "tomorrow"}), "RFC 3339"},
+		{"x-due-at without zone", delivery(amqp.Table{wire.HeaderDestination: "q", wire.HeaderDueAt: "2026-11-21T20:00:00"}), "RFC 3339"},
+		{"x-due-at number", delivery(amqp.Table{wire.HeaderDestination: "q", wire.HeaderDueAt: int64(5)}), "RFC 3339 string"},
+		{"bad nsb expire", delivery(amqp.Table{wire.HeaderDestination: "q", wire.HeaderNSBExpire: "2026-11-21T20:00:00Z"}), "NServiceBus wire format"},
+		{"nsb expire bad date", delivery(amqp.Table{wire.HeaderDestination: "q", wire.HeaderNSBExpire: "2026-13-41 20:00:00:000000 Z"}), "month out of range"},
+		{"x-delay float", delivery(amqp.Table{wire.HeaderDestination: "q", wire.HeaderDelay: 1.5}), "floating-point"},
+		{"x-delay bool", delivery(amqp.Table{wire.HeaderDestination: "q", wire.HeaderDelay: true}), "boolean"},
+		{"x-delay words", delivery(amqp.Table{wire.HeaderDestination: "q", wire.HeaderDelay: "ten"}), "whole number"},
+		{"x-delay decimal point", delivery(amqp.Table{wire.HeaderDestination: "q", wire.HeaderDelay: "1.5"}), "whole number"},
+		{"x-delay overflow", delivery(amqp.Table{wire.HeaderDestination: "q", wire.HeaderDelay: int64(1) << 62}), "longer than"},
+		{"x-delay huge string", delivery(amqp.Table{wire.HeaderDestination: "q", wire.HeaderDelay: strings.Repeat("9", 100000)}), "whole number"},
+		{"id too long", &amqp.Delivery{Headers: amqp.Table{wire.HeaderDestination: "q", wire.HeaderDueAt: due, wire.HeaderNSBMessageID: strings.Repeat("i", 300)}}, "at most 255"},
+		{"id control chars", &amqp.Delivery{MessageId: "a\x00b", Headers: amqp.Table{wire.HeaderDestination: "q", wire.HeaderDueAt: due}}, "control"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -118,14 +120,14 @@ func TestDestinationAndIdentity(t *testing.T) {
 		d                *amqp.Delivery
 		wantDest, wantID string
 	}{
-		{"x-destination", &amqp.Delivery{MessageId: "a", Headers: amqp.Table{HeaderDestination: "orders", HeaderDueAt: due}}, "orders", "a"},
-		{"nsb destination", &amqp.Delivery{MessageId: "a", Headers: amqp.Table{HeaderNSBDestination: "billing", HeaderDueAt: due}}, "billing", "a"},
-		{"x-destination wins", &amqp.Delivery{MessageId: "a", Headers: amqp.Table{HeaderDestination: "orders", HeaderNSBDestination: "billing", HeaderDueAt: due}}, "orders", "a"},
-		{"destination as bytes", &amqp.Delivery{MessageId: "a", Headers: amqp.Table{HeaderDestination: []byte("orders"), HeaderDueAt: due}}, "orders", "a"},
-		{"nsb message id", &amqp.Delivery{Headers: amqp.Table{HeaderDestination: "q", HeaderDueAt: due, HeaderNSBMessageID: "nsb-1"}}, "q", "nsb-1"},
-		{"property wins", &amqp.Delivery{MessageId: "prop", Headers: amqp.Table{HeaderDestination: "q", HeaderDueAt: due, HeaderNSBMessageID: "nsb-1"}}, "q", "prop"},
-		{"no id: caller assigns", &amqp.Delivery{Headers: amqp.Table{HeaderDestination: "q", HeaderDueAt: due}}, "q", ""},
-		{"blank id is no id", &amqp.Delivery{MessageId: "  ", Headers: amqp.Table{HeaderDestination: "q", HeaderDueAt: due}}, "q", ""},
+		{"x-destination", &amqp.Delivery{MessageId: "a", Headers: amqp.Table{wire.HeaderDestination: "orders", wire.HeaderDueAt: due}}, "orders", "a"},
+		{"nsb destination", &amqp.Delivery{MessageId: "a", Headers: amqp.Table{wire.HeaderNSBDestination: "billing", wire.HeaderDueAt: due}}, "billing", "a"},
+		{"x-destination wins", &amqp.Delivery{MessageId: "a", Headers: amqp.Table{wire.HeaderDestination: "orders", wire.HeaderNSBDestination: "billing", wire.HeaderDueAt: due}}, "orders", "a"},
+		{"destination as bytes", &amqp.Delivery{MessageId: "a", Headers: amqp.Table{wire.HeaderDestination: []byte("orders"), wire.HeaderDueAt: due}}, "orders", "a"},
+		{"nsb message id", &amqp.Delivery{Headers: amqp.Table{wire.HeaderDestination: "q", wire.HeaderDueAt: due, wire.HeaderNSBMessageID: "nsb-1"}}, "q", "nsb-1"},
+		{"property wins", &amqp.Delivery{MessageId: "prop", Headers: amqp.Table{wire.HeaderDestination: "q", wire.HeaderDueAt: due, wire.HeaderNSBMessageID: "nsb-1"}}, "q", "prop"},
+		{"no id: caller assigns", &amqp.Delivery{Headers: amqp.Table{wire.HeaderDestination: "q", wire.HeaderDueAt: due}}, "q", ""},
+		{"blank id is no id", &amqp.Delivery{MessageId: "  ", Headers: amqp.Table{wire.HeaderDestination: "q", wire.HeaderDueAt: due}}, "q", ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -21,8 +21,8 @@ import (
 
 const namespace = "delaybridge"
 
-// Error-queue stages, the values of the stage label (broker.StageIngest and
-// broker.StageDispatch).
+// Error-queue stages, the values of the stage label (wire.StageIngest and
+// wire.StageDispatch).
 const (
 	StageIngest   = "ingest"
 	StageDispatch = "dispatch"

@@ -1,0 +1,95 @@
+// Package wire is the one home of delaybridge's wire format: the queue names
+// of an endpoint, the headers clients set, the headers the bridge puts on
+// error-queue copies, and the dispatcher token that the poller hands to the
+// dispatcher. docs/contract.md describes them for users; every package that
+// reads or writes them takes the names from here.
+package wire
+
+import (
+	"encoding/json"
+	"fmt"
+)
+
+// Queue names of an endpoint (docs/contract.md §1).
+
+// TimeoutsQueue is where clients publish messages to delay.
+func TimeoutsQueue(endpoint string) string { return endpoint + ".Timeouts" }
+
+// DispatcherQueue carries lease tokens from the poller to the dispatcher.
+func DispatcherQueue(endpoint string) string { return endpoint + ".TimeoutsDispatcher" }
+
+// Headers a client sets on E.Timeouts (docs/contract.md §2).
+const (
+	// HeaderDestination names the queue to deliver to.
+	HeaderDestination = "x-destination"
+	// HeaderNSBDestination is the NServiceBus timeout manager's destination.
+	HeaderNSBDestination = "NServiceBus.Timeout.RouteExpiredTimeoutTo"
+	// HeaderDueAt is the due time, RFC 3339 (or an AMQP timestamp).
+	HeaderDueAt = "x-due-at"
+	// HeaderNSBExpire is the NServiceBus timeout manager's due time.
+	HeaderNSBExpire = "NServiceBus.Timeout.Expire"
+	// HeaderDelay is a delay in milliseconds from receipt, as the
+	// delayed-message-exchange plugin's clients send it.
+	HeaderDelay = "x-delay"
+	// HeaderNSBMessageID is NServiceBus's message id, used when the
+	// message-id property is empty.
+	HeaderNSBMessageID = "NServiceBus.MessageId"
+	// HeaderCancel asks to cancel the pending message with this id.
+	HeaderCancel = "x-delaybridge-cancel"
+)
+
+// DueTimeHeaders are removed before forwarding so a forwarded message can
+// never loop back into a delay.
+var DueTimeHeaders = []string{HeaderDueAt, HeaderNSBExpire, HeaderDelay}
+
+// Headers the bridge adds to error-queue copies (docs/contract.md §4). The
+// NServiceBus ones let ServiceControl and ServicePulse show them.
+const (
+	HeaderError        = "x-delaybridge-error"
+	HeaderStage        = "x-delaybridge-stage"
+	HeaderFailedAt     = "x-delaybridge-failed-at"
+	HeaderAttempts     = "x-delaybridge-attempts"
+	HeaderNSBException = "NServiceBus.ExceptionInfo.Message"
+	HeaderNSBFailedQ   = "NServiceBus.FailedQ"
+
+	// HeaderPrefix starts every header the bridge itself sets.
+	HeaderPrefix = "x-delaybridge-"
+)
+
+// Stages named in HeaderStage.
+const (
+	StageIngest   = "ingest"
+	StageDispatch = "dispatch"
+)
+
+// Token names one leased timeout in a dispatcher message.
+type Token struct {
+	ID   string `json:"id"`
+	Lock string `json:"lock"`
+}
+
+// tokenBatch is the body of a dispatcher message.
+type tokenBatch struct {
+	Tokens []Token `json:"tokens"`
+}
+
+// TokenContentType is the content type of dispatcher messages.
+const TokenContentType = "application/json"
+
+// EncodeTokens returns the body of a dispatcher message carrying toks.
+func EncodeTokens(toks []Token) ([]byte, error) {
+	body, err := json.Marshal(tokenBatch{Tokens: toks})
+	if err != nil {
+		return nil, fmt.Errorf("wire: encode tokens: %w", err)
+	}
+	return body, nil
+}
+
+// DecodeTokens reads the tokens of a dispatcher message.
+func DecodeTokens(body []byte) ([]Token, error) {
+	var b tokenBatch
+	if err := json.Unmarshal(body, &b); err != nil {
+		return nil, fmt.Errorf("wire: decode tokens: %w", err)
+	}
+	return b.Tokens, nil
+}
