@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -130,5 +131,32 @@ func TestCLIErrors(t *testing.T) {
 	code = runAdmin("stats", []string{"--url", "http://127.0.0.1:1"}, &out, &errOut)
 	if code != 1 || !strings.Contains(errOut.String(), "cannot reach the admin API") {
 		t.Errorf("unreachable: %d %q", code, errOut.String())
+	}
+}
+
+func TestBenchMoved(t *testing.T) {
+	var errOut bytes.Buffer
+	code := benchMoved(&errOut)
+	msg := errOut.String()
+	if code != exitConfig || strings.Count(msg, "\n") != 1 || !strings.Contains(msg, "go build -o delaybridge-bench ./cmd/delaybridge-bench") {
+		t.Fatalf("bench: %d %q", code, msg)
+	}
+}
+
+// The harness must stay out of the bridge's binary: a test, so that an
+// import of it slipping back in fails here rather than in a binary's size.
+func TestBridgeDoesNotLinkBench(t *testing.T) {
+	goTool, err := exec.LookPath("go") // go test puts GOROOT/bin first on PATH
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(goTool, "list", "-deps", ".").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	for _, pkg := range strings.Fields(string(out)) {
+		if pkg == "github.com/delaybridge/delaybridge/bench" {
+			t.Fatalf("the bridge's main package depends on %s", pkg)
+		}
 	}
 }

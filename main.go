@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"syscall"
@@ -40,7 +41,7 @@ func run(args []string) int {
 	case "schedule":
 		return runSchedule(args)
 	case "bench":
-		return runBench(args)
+		return benchMoved(os.Stderr)
 	case "ls", "show", "cancel", "reschedule", "dispatch", "stats", "replay-errors":
 		return runAdmin(cmd, args, os.Stdout, os.Stderr)
 	case "help", "-h", "--help":
@@ -57,8 +58,6 @@ const usage = `usage:
   delaybridge schedule [flags] BODY
                                  publish BODY to E.Timeouts for delivery later
                                  (delaybridge schedule --help for flags)
-  delaybridge bench [flags]      measure throughput, punctuality and memory against a real broker
-                                 (delaybridge bench --help for flags)
 
 admin commands (talk to a running bridge's admin API; flags --url, default
 $DELAYBRIDGE_ADMIN_URL or http://127.0.0.1:8080, and --token, default
@@ -74,7 +73,16 @@ $DELAYBRIDGE_ADMIN_TOKEN; --json prints the API's JSON instead of a table):
   delaybridge replay-errors [--limit N]
                                  move dispatch failures from the error queue
                                  back into the store, due now
+
+The bench is its own command, delaybridge-bench: see bench/README.md.
 `
+
+// benchMoved answers the bench subcommand, which is its own command so that
+// the harness is not linked into the bridge.
+func benchMoved(stderr io.Writer) int {
+	fmt.Fprintln(stderr, "delaybridge: the bench is its own command: go build -o delaybridge . && go build -o delaybridge-bench ./cmd/delaybridge-bench && ./delaybridge-bench (see bench/README.md)")
+	return exitConfig
+}
 
 func runBridge() int {
 	cfg, err := config.Load()

@@ -6,13 +6,15 @@
 // run with "run") with its own endpoint, store and HTTP port, so memory
 // figures are its own and a restart is a real process start.
 //
-// Run is the entry point; the delaybridge bench command parses flags, calls
-// it and prints the results.
+// Run is the entry point; cmd/delaybridge-bench parses flags, calls it and
+// prints the results. The harness is its own command so that none of it is
+// linked into the bridge.
 package bench
 
 import (
 	"context"
 	"crypto/rand"
+	"debug/buildinfo"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -22,7 +24,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -159,7 +160,7 @@ type Machine struct {
 	CPUModel       string `json:"cpu_model,omitempty"`
 	GOOS           string `json:"goos"`
 	GOARCH         string `json:"goarch"`
-	GoVersion      string `json:"go_version"`
+	GoVersion      string `json:"go_version"` // the bridge binary's when readable, else the bench's
 	Broker         string `json:"broker"`
 	BridgeRevision string `json:"bridge_revision,omitempty"`
 	StoreFS        string `json:"store_fs,omitempty"`
@@ -378,7 +379,7 @@ func Run(ctx context.Context, opts Options) (*Results, error) {
 		return nil, fmt.Errorf("bench: %w", err)
 	}
 	b.dir = dir
-	b.res.Machine = machine(b.adminConn, dir)
+	b.res.Machine = machine(b.adminConn, dir, bridgeExe(b.opts.BridgeCmd[0]))
 	if opts.Keep {
 		b.logf("keeping stores and bridge logs in %s", dir)
 	} else {
@@ -1310,7 +1311,7 @@ func windowRates(n int, series func(yield func(time.Time, int64))) (first, last 
 // ---------------------------------------------------------------------------
 // helpers
 
-func machine(conn *amqp.Connection, dir string) Machine {
+func machine(conn *amqp.Connection, dir, bridgePath string) Machine {
 	m := Machine{CPUs: runtime.NumCPU(), GOOS: runtime.GOOS, GOARCH: runtime.GOARCH, GoVersion: runtime.Version()}
 	if data, err := os.ReadFile("/proc/cpuinfo"); err == nil {
 		for _, line := range strings.Split(string(data), "\n") {
@@ -1323,7 +1324,10 @@ func machine(conn *amqp.Connection, dir string) Machine {
 	product, _ := conn.Properties["product"].(string)
 	version, _ := conn.Properties["version"].(string)
 	m.Broker = strings.TrimSpace(product + " " + version)
-	if bi, ok := debug.ReadBuildInfo(); ok {
+	// The bridge is a binary of its own, so its revision and Go version come
+	// from that file, not from the bench's build.
+	if bi, err := buildinfo.ReadFile(bridgePath); err == nil {
+		m.GoVersion = bi.GoVersion
 		var rev, modified string
 		for _, s := range bi.Settings {
 			switch s.Key {

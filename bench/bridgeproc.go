@@ -351,3 +351,12 @@ func storeSize(path string) (size, onDisk int64) {
 	}
 	return size, onDisk
 }
+
+// bridgeExe is the file the bridge command runs: name itself when it is a
+// path, else where $PATH finds it.
+func bridgeExe(name string) string {
+	if p, err := exec.LookPath(name); err == nil {
+		return p
+	}
+	return name
+}

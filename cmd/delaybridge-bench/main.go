@@ -1,22 +1,40 @@
+// Command delaybridge-bench measures delaybridge against a real broker: it
+// runs the delaybridge binary as child processes and prints what it measured.
+// It is a command of its own so that the harness is not linked into the
+// bridge.
 package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
+	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 
 	"github.com/delaybridge/delaybridge/bench"
 )
 
-// runBench is the bench subcommand: it runs the bridge (this binary, as a
-// child process) against a real broker and prints what it measured.
-func runBench(args []string) int {
+// Exit codes, as the bridge's: 0 every check passed, 1 a miss or a failure,
+// 2 usage.
+const (
+	exitOK       = 0
+	exitCritical = 1
+	exitConfig   = 2
+)
+
+func main() {
+	os.Exit(run(os.Args[1:]))
+}
+
+func run(args []string) int {
 	def := bench.DefaultOptions()
-	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs := flag.NewFlagSet("delaybridge-bench", flag.ContinueOnError)
+	bridgePath := fs.String("bridge", "", "the delaybridge binary each bridge runs (default: delaybridge next to this executable, else on $PATH)")
 	amqpURL := fs.String("amqp-url", envOr("DELAYBRIDGE_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/"), "broker URL; $DELAYBRIDGE_AMQP_URL when set")
 	size := fs.Int("size", def.Size, "message body size in bytes")
 	ceilingN := fs.Int("ceiling-n", def.CeilingN, "messages for the broker's single-hop ceiling")
@@ -44,7 +62,7 @@ func runBench(args []string) int {
 	var env envFlags
 	fs.Var(&env, "env", "extra KEY=VALUE setting for every bridge started, e.g. DELAYBRIDGE_BATCH_SIZE=2000 (repeatable)")
 	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), `usage: delaybridge bench [flags]
+		fmt.Fprint(fs.Output(), `usage: delaybridge-bench [flags]
 
 Measures the bridge against a real broker and prints a table (and writes JSON):
   ceiling      the broker's own single hop (persistent, publisher confirms, consumer acks)
@@ -57,8 +75,9 @@ Measures the bridge against a real broker and prints a table (and writes JSON):
   scaleout     (--scaleout) one, then two bridges sharing a PostgreSQL store (--postgres-url):
                ingest rate, burst delivery rate and lateness, and what each instance did
 
-Every bridge is this binary run as a child process with its own endpoint, store and HTTP
-port; everything the bench declares on the broker is deleted at the end.
+Every bridge is the delaybridge binary (--bridge) run as a child process with its own
+endpoint, store and HTTP port; everything the bench declares on the broker is deleted at
+the end.
 
 `)
 		fs.PrintDefaults()
@@ -70,13 +89,13 @@ port; everything the bench declares on the broker is deleted at the end.
 		return exitConfig
 	}
 	if fs.NArg() > 0 {
-		fmt.Fprintf(os.Stderr, "delaybridge bench: unexpected arguments %q\n", fs.Args())
+		fmt.Fprintf(os.Stderr, "delaybridge-bench: unexpected arguments %q\n", fs.Args())
 		return exitConfig
 	}
-	exe, err := os.Executable()
+	exe, err := findBridge(*bridgePath)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "delaybridge bench: cannot find this executable:", err)
-		return exitCritical
+		fmt.Fprintln(os.Stderr, "delaybridge-bench:", err)
+		return exitConfig
 	}
 
 	opts := bench.Options{
@@ -89,6 +108,8 @@ port; everything the bench declares on the broker is deleted at the end.
 	}
 	if *quiet {
 		opts.Log = nil
+	} else {
+		fmt.Fprintln(os.Stderr, "delaybridge-bench: bridge binary", exe)
 	}
 	if *only != "" {
 		for _, s := range strings.Split(*only, ",") {
@@ -113,7 +134,7 @@ port; everything the bench declares on the broker is deleted at the end.
 	defer stop()
 	res, err := bench.Run(ctx, opts)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "delaybridge bench:", err)
+		fmt.Fprintln(os.Stderr, "delaybridge-bench:", err)
 		return exitCritical
 	}
 
@@ -138,7 +159,7 @@ port; everything the bench declares on the broker is deleted at the end.
 	}
 	if *jsonPath != "" {
 		if err := bench.WriteJSON(res, *jsonPath); err != nil {
-			fmt.Fprintln(os.Stderr, "delaybridge bench: write JSON:", err)
+			fmt.Fprintln(os.Stderr, "delaybridge-bench: write JSON:", err)
 			return exitCritical
 		}
 		fmt.Println("\nresults written to", *jsonPath)
@@ -152,6 +173,32 @@ port; everything the bench declares on the broker is deleted at the end.
 		}
 	}
 	return exitOK
+}
+
+// findBridge returns the delaybridge binary to run: flagPath when set (a
+// file path, not looked up on $PATH), else one next to this executable (so
+// both built into one directory just work), else one on $PATH.
+func findBridge(flagPath string) (string, error) {
+	if flagPath != "" {
+		abs, err := filepath.Abs(flagPath)
+		if err != nil {
+			return "", fmt.Errorf("--bridge: %w", err)
+		}
+		if _, err := exec.LookPath(abs); err != nil {
+			return "", fmt.Errorf("--bridge: %w", err)
+		}
+		return abs, nil
+	}
+	if self, err := os.Executable(); err == nil {
+		if p, err := exec.LookPath(filepath.Join(filepath.Dir(self), "delaybridge")); err == nil {
+			return p, nil
+		}
+	}
+	p, err := exec.LookPath("delaybridge")
+	if err != nil {
+		return "", errors.New("no delaybridge binary next to this one or on $PATH: build it (go build -o delaybridge .) or pass --bridge PATH")
+	}
+	return filepath.Abs(p)
 }
 
 func envOr(name, def string) string {
