@@ -185,7 +185,7 @@ func (b *Bridge) Run(ctx context.Context) (err error) {
 		Logger:       log.With().Str("component", "poller").Logger(),
 	})
 	in := ingest.New(consumeConn, func(ctx context.Context) (ingest.Publisher, error) { return ingestPub(ctx) }, store, ingest.Options{
-		Queue: topo.TimeoutsQueue(), ErrorQueue: cfg.ErrorQueue, Prefetch: cfg.Prefetch,
+		Sources: []ingest.Source{ingest.TimeoutsSource(topo.TimeoutsQueue())}, ErrorQueue: cfg.ErrorQueue, Prefetch: cfg.Prefetch,
 		MaxBatch: min(cfg.Prefetch, 500), Wake: pl.Wake, Now: now,
 		Rules: ingest.Rules{
 			MaxDelay: cfg.MaxDelay, MaxMessageBytes: cfg.MaxMessageBytes, Allowed: allowed,

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"strings"
 	"sync"
 	"time"
@@ -264,12 +263,9 @@ func (c *Conn) unset() {
 	}
 }
 
-// backoff doubles from MinBackoff to MaxBackoff with full jitter over the
-// upper half, so a fleet of bridges does not reconnect in lockstep.
+// backoff is the pause before reconnect attempt attempt.
 func (c *Conn) backoff(attempt int) time.Duration {
-	d := c.opts.MinBackoff << min(attempt-1, 20)
-	d = min(d, c.opts.MaxBackoff)
-	return d/2 + time.Duration(rand.Int64N(int64(d/2)+1))
+	return backoff(c.opts.MinBackoff, c.opts.MaxBackoff, attempt)
 }
 
 func errString(e *amqp.Error) string {

@@ -7,14 +7,11 @@ package dispatch
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"sync"
 	"time"
 
-	"github.com/google/uuid"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/rs/zerolog"
 	"golang.org/x/time/rate"
@@ -22,7 +19,6 @@ import (
 	"github.com/delaybridge/delaybridge/broker"
 	"github.com/delaybridge/delaybridge/circuit"
 	"github.com/delaybridge/delaybridge/message"
-	"github.com/delaybridge/delaybridge/poller"
 	"github.com/delaybridge/delaybridge/storage"
 	"github.com/delaybridge/delaybridge/wire"
 )
@@ -38,12 +34,7 @@ type Store interface {
 // Publisher forwards with confirms. Each worker gets its own.
 type Publisher interface {
 	Publish(ctx context.Context, msgs []broker.Outgoing) []error
-}
-
-// Connection hands out the current consume connection, waiting while the
-// broker is unreachable (broker.Conn).
-type Connection interface {
-	Wait(ctx context.Context) (*amqp.Connection, error)
+	Close() error
 }
 
 // NewPublisher opens a publisher on the current publish connection.
@@ -118,7 +109,7 @@ type Options struct {
 
 // Dispatcher forwards due timeouts.
 type Dispatcher struct {
-	conn   Connection
+	conn   broker.Waiter
 	newPub NewPublisher
 	store  Store
 	opts   Options
@@ -134,7 +125,7 @@ type Stats struct {
 
 // New returns a Dispatcher consuming on conn, with opts.Workers workers that
 // each forward through their own publisher from newPub; it starts nothing.
-func New(conn Connection, newPub NewPublisher, store Store, opts Options) *Dispatcher {
+func New(conn broker.Waiter, newPub NewPublisher, store Store, opts Options) *Dispatcher {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
@@ -211,34 +202,24 @@ func (d *Dispatcher) count(f func(*Stats)) {
 // connection fails it resumes on the next one; dispatcher messages not yet
 // acknowledged return to the queue with the old channel.
 func (d *Dispatcher) Run(ctx context.Context) error {
-	for {
-		err := d.session(ctx)
-		if ctx.Err() != nil {
-			return nil
-		}
-		if errors.Is(err, ErrAnotherInstance) {
-			return err // retrying cannot help
-		}
-		d.log.Warn().Err(err).Msg("dispatch interrupted; resuming on the next broker connection")
-		if !broker.Sleep(ctx, 100*time.Millisecond+time.Duration(rand.Int64N(int64(400*time.Millisecond)))) {
-			return nil
-		}
+	err := broker.Consume(ctx, d.conn, broker.ConsumeOptions{
+		Queue: d.opts.Queue, Prefetch: d.opts.Prefetch, Exclusive: d.opts.Exclusive, Name: "dispatch",
+		OnConsuming: d.opts.OnConsuming, Logger: d.log,
+	}, d.session)
+	if errors.Is(err, broker.ErrExclusiveConsumer) {
+		return fmt.Errorf("%w: %s already has an exclusive consumer: another delaybridge instance with a bbolt store serves this endpoint. "+
+			"A bbolt file serves one instance; run several with DELAYBRIDGE_STORE=postgres", ErrAnotherInstance, d.opts.Queue)
 	}
+	return err
 }
 
-// session consumes on one channel with one publisher per worker until
-// something fails or ctx ends.
-func (d *Dispatcher) session(ctx context.Context) error {
-	conn, err := d.conn.Wait(ctx)
-	if err != nil {
-		return err
-	}
+// session runs the workers, each with its own publisher, on one consumer
+// until something fails or ctx ends.
+func (d *Dispatcher) session(ctx context.Context, s *broker.Session) error {
 	pubs := make([]Publisher, 0, d.opts.Workers)
 	defer func() {
 		for _, p := range pubs {
-			if c, ok := p.(interface{ Close() error }); ok {
-				_ = c.Close()
-			}
+			_ = p.Close()
 		}
 	}()
 	for range d.opts.Workers {
@@ -248,29 +229,6 @@ func (d *Dispatcher) session(ctx context.Context) error {
 		}
 		pubs = append(pubs, p)
 	}
-	ch, err := conn.Channel()
-	if err != nil {
-		return fmt.Errorf("dispatch: open channel: %w", err)
-	}
-	defer ch.Close()
-	closed := ch.NotifyClose(make(chan *amqp.Error, 1))
-	if err := ch.Qos(d.opts.Prefetch, 0, false); err != nil {
-		return fmt.Errorf("dispatch: set prefetch: %w", err)
-	}
-	tag := "delaybridge-dispatch-" + uuid.NewString()
-	deliveries, err := ch.Consume(d.opts.Queue, tag, false, d.opts.Exclusive, false, false, nil)
-	var amqpErr *amqp.Error
-	if d.opts.Exclusive && errors.As(err, &amqpErr) && amqpErr.Code == amqp.AccessRefused {
-		return fmt.Errorf("%w: %s already has an exclusive consumer: another delaybridge instance with a bbolt store serves this endpoint. "+
-			"A bbolt file serves one instance; run several with DELAYBRIDGE_STORE=postgres", ErrAnotherInstance, d.opts.Queue)
-	}
-	if err != nil {
-		return fmt.Errorf("dispatch: consume %s: %w", d.opts.Queue, err)
-	}
-	if d.opts.OnConsuming != nil {
-		d.opts.OnConsuming()
-	}
-	d.log.Info().Str("queue", d.opts.Queue).Int("workers", len(pubs)).Msg("dispatcher consuming")
 
 	// Workers stop taking new messages when stop closes; the message in hand
 	// is finished with a context that shutdown does not cancel.
@@ -281,17 +239,17 @@ func (d *Dispatcher) session(ctx context.Context) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs <- d.work(ctx, stop, deliveries, pub)
+			errs <- d.work(ctx, stop, s.Deliveries, pub)
 		}()
 	}
 	var runErr error
 	select {
 	case <-ctx.Done():
-	case e := <-closed:
+	case e := <-s.Closed:
 		runErr = fmt.Errorf("dispatch: channel closed: %v", e)
 	case runErr = <-errs:
 	}
-	_ = ch.Cancel(tag, false)
+	s.Cancel()
 	close(stop)
 	wg.Wait()
 	close(errs)
@@ -312,32 +270,62 @@ func (d *Dispatcher) work(ctx context.Context, stop <-chan struct{}, deliveries 
 			if !ok {
 				return nil
 			}
-			if err := d.handle(context.WithoutCancel(ctx), &del, pub); err != nil {
+			settled, err := d.handle(context.WithoutCancel(ctx), &del, pub)
+			if serr := settle(&del, settled); serr != nil && err == nil {
+				err = serr
+			}
+			if err != nil {
 				return err
 			}
 		}
 	}
 }
 
+// outcome is what becomes of one dispatcher message.
+type outcome uint8
+
+const (
+	// requeue: the broker failed under it; its tokens were released, and the
+	// message goes back to the queue for whoever consumes next.
+	requeue outcome = iota
+	// ack: every token is settled (forwarded, released, failed or stale).
+	ack
+)
+
+// settle carries out a dispatcher message's outcome, once.
+func settle(del *amqp.Delivery, o outcome) error {
+	var err error
+	if o == ack {
+		err = del.Ack(false)
+	} else {
+		err = del.Nack(false, true)
+	}
+	if err != nil {
+		return fmt.Errorf("dispatch: settle: %w", err)
+	}
+	return nil
+}
+
 // item is one token on its way through a dispatcher message.
 type item struct {
-	tok poller.Token
+	tok wire.Token
 	row storage.Timeout
 	msg amqp.Publishing
 }
 
-// handle processes one dispatcher message. It returns an error only when the
-// broker connection failed; per-message problems are settled here.
-func (d *Dispatcher) handle(ctx context.Context, del *amqp.Delivery, pub Publisher) error {
-	var batch poller.Batch
-	if err := json.Unmarshal(del.Body, &batch); err != nil {
+// handle processes one dispatcher message and decides its outcome; the
+// caller settles it. It returns an error only when the broker connection
+// failed; per-token problems are dealt with here.
+func (d *Dispatcher) handle(ctx context.Context, del *amqp.Delivery, pub Publisher) (outcome, error) {
+	toks, err := wire.DecodeTokens(del.Body)
+	if err != nil {
 		// Not ours or corrupt: nobody else can read it either.
 		d.log.Error().Err(err).Msg("unreadable dispatcher message dropped")
-		return ackErr(del.Ack(false))
+		return ack, nil
 	}
-	items := make([]item, 0, len(batch.Tokens))
-	rows := d.prefetch(ctx, batch.Tokens)
-	for _, tok := range batch.Tokens {
+	items := make([]item, 0, len(toks))
+	rows := d.prefetch(ctx, toks)
+	for _, tok := range toks {
 		// Judged after the read: the lease left must be measured from now,
 		// not from before a slow store call.
 		it, ok := d.load(ctx, pub, tok, rows, d.opts.Now())
@@ -346,7 +334,7 @@ func (d *Dispatcher) handle(ctx context.Context, del *amqp.Delivery, pub Publish
 		}
 	}
 	if len(items) == 0 {
-		return ackErr(del.Ack(false))
+		return ack, nil
 	}
 
 	// Never early: the poller leases a little ahead, and each forward waits
@@ -407,13 +395,12 @@ func (d *Dispatcher) handle(ctx context.Context, del *amqp.Delivery, pub Publish
 			// not; reconnecting handles it.
 			d.opts.Breaker.Failure(brokerErr)
 		}
-		_ = del.Nack(false, true)
-		return fmt.Errorf("dispatch: forward: %w", brokerErr)
+		return requeue, fmt.Errorf("dispatch: forward: %w", brokerErr)
 	}
 	if removeErr == nil && len(done) > 0 {
 		d.opts.Breaker.Success()
 	}
-	return ackErr(del.Ack(false))
+	return ack, nil
 }
 
 // load fetches the row behind a token and decides whether it may be
@@ -422,7 +409,7 @@ func (d *Dispatcher) handle(ctx context.Context, del *amqp.Delivery, pub Publish
 // prefetch reads the rows of a batch of tokens in one round trip when the
 // store can (a shared store over the network: one read per token halved the
 // burst rate). Nil means read each with Get.
-func (d *Dispatcher) prefetch(ctx context.Context, toks []poller.Token) map[string]storage.Timeout {
+func (d *Dispatcher) prefetch(ctx context.Context, toks []wire.Token) map[string]storage.Timeout {
 	gm, ok := d.store.(interface {
 		GetMany(ctx context.Context, ids []string) (map[string]storage.Timeout, error)
 	})
@@ -442,7 +429,7 @@ func (d *Dispatcher) prefetch(ctx context.Context, toks []poller.Token) map[stri
 	return rows
 }
 
-func (d *Dispatcher) load(ctx context.Context, pub Publisher, tok poller.Token, rows map[string]storage.Timeout, now time.Time) (item, bool) {
+func (d *Dispatcher) load(ctx context.Context, pub Publisher, tok wire.Token, rows map[string]storage.Timeout, now time.Time) (item, bool) {
 	it := item{tok: tok}
 	var row storage.Timeout
 	var err error
@@ -499,7 +486,7 @@ func (d *Dispatcher) load(ctx context.Context, pub Publisher, tok poller.Token, 
 	return it, true
 }
 
-func (d *Dispatcher) stale(tok poller.Token, why string) {
+func (d *Dispatcher) stale(tok wire.Token, why string) {
 	d.count(func(s *Stats) { s.Stale++ })
 	d.opts.Metrics.StaleToken()
 	d.log.Debug().Str("id", tok.ID).Str("why", why).Msg("stale dispatcher token skipped")
@@ -599,11 +586,4 @@ func itemIDs(items []item) []string {
 		ids[i] = it.tok.ID
 	}
 	return ids
-}
-
-func ackErr(err error) error {
-	if err != nil {
-		return fmt.Errorf("dispatch: ack: %w", err)
-	}
-	return nil
 }

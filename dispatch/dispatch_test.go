@@ -2,7 +2,6 @@ package dispatch
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -15,8 +14,8 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/delaybridge/delaybridge/broker"
+	"github.com/delaybridge/delaybridge/internal/amqptest"
 	"github.com/delaybridge/delaybridge/message"
-	"github.com/delaybridge/delaybridge/poller"
 	"github.com/delaybridge/delaybridge/storage"
 	"github.com/delaybridge/delaybridge/storage/boltstore"
 	"github.com/delaybridge/delaybridge/storage/storetest"
@@ -45,6 +44,8 @@ func (p *fakePublisher) Publish(_ context.Context, msgs []broker.Outgoing) []err
 	return res
 }
 
+func (p *fakePublisher) Close() error { return nil }
+
 func (p *fakePublisher) to(queue string) []broker.Outgoing {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -56,19 +57,6 @@ func (p *fakePublisher) to(queue string) []broker.Outgoing {
 	}
 	return out
 }
-
-// acker records how a dispatcher message was settled.
-type acker struct{ acks, nacks, requeues int }
-
-func (a *acker) Ack(uint64, bool) error { a.acks++; return nil }
-func (a *acker) Nack(_ uint64, _ bool, requeue bool) error {
-	a.nacks++
-	if requeue {
-		a.requeues++
-	}
-	return nil
-}
-func (a *acker) Reject(uint64, bool) error { return errors.New("unexpected reject") }
 
 type fixture struct {
 	t     *testing.T
@@ -105,26 +93,41 @@ func (f *fixture) insert(id, dest string, due time.Time, p amqp.Publishing) {
 	}
 }
 
-func (f *fixture) lease() []poller.Token {
+func (f *fixture) lease() []wire.Token {
 	f.t.Helper()
 	ls, err := f.store.Lease(context.Background(), "me", time.Time{}, 100, time.Minute)
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	toks := make([]poller.Token, len(ls))
+	toks := make([]wire.Token, len(ls))
 	for i, l := range ls {
-		toks[i] = poller.Token{ID: l.ID, Lock: l.Lock}
+		toks[i] = wire.Token{ID: l.ID, Lock: l.Lock}
 	}
 	return toks
 }
 
 // deliver runs one dispatcher message through the dispatcher.
-func (f *fixture) deliver(toks ...poller.Token) (*acker, error) {
+// It returns how the message was settled, checked to be exactly once.
+func (f *fixture) deliver(toks ...wire.Token) (amqptest.Outcome, error) {
 	f.t.Helper()
-	body, _ := json.Marshal(poller.Batch{Tokens: toks})
-	a := &acker{}
-	err := f.d.handle(context.Background(), &amqp.Delivery{Acknowledger: a, Body: body}, f.pub)
-	return a, err
+	body, err := wire.EncodeTokens(toks)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return f.deliverBody(body)
+}
+
+// deliverBody runs a dispatcher message with this body through the
+// dispatcher and settles it as a worker does.
+func (f *fixture) deliverBody(body []byte) (amqptest.Outcome, error) {
+	f.t.Helper()
+	a := amqptest.New(f.t)
+	del := a.Deliver(amqp.Delivery{Body: body})
+	o, err := f.d.handle(context.Background(), &del, f.pub)
+	if serr := settle(&del, o); serr != nil {
+		f.t.Fatal(serr)
+	}
+	return a.Outcome(del.DeliveryTag), err
 }
 
 func (f *fixture) pending(id string) (storage.Timeout, bool) {
@@ -143,8 +146,8 @@ func TestForwardsThenRemoves(t *testing.T) {
 	msg := amqp.Publishing{MessageId: "a", Headers: amqp.Table{"k": "v"}, Body: []byte("hello")}
 	f.insert("a", "orders", t0, msg)
 	a, err := f.deliver(f.lease()...)
-	if err != nil || a.acks != 1 {
-		t.Fatalf("err %v, acks %d", err, a.acks)
+	if err != nil || a != amqptest.Acked {
+		t.Fatalf("err %v, dispatcher message %s", err, a)
 	}
 	sent := f.pub.to("orders")
 	if len(sent) != 1 || !sent[0].Mandatory || string(sent[0].Msg.Body) != "hello" || sent[0].Msg.Headers["k"] != "v" {
@@ -167,8 +170,8 @@ func TestStaleTokensAreNotForwarded(t *testing.T) {
 	}
 	current := f.lease() // leased again under a new lock
 	a, err := f.deliver(old...)
-	if err != nil || a.acks != 1 {
-		t.Fatalf("err %v acks %d", err, a.acks)
+	if err != nil || a != amqptest.Acked {
+		t.Fatalf("err %v, dispatcher message %s", err, a)
 	}
 	if n := len(f.pub.sent); n != 0 {
 		t.Fatalf("a stale token was forwarded %d times", n)
@@ -215,7 +218,7 @@ func TestEarlyTokenIsHeldUntilDue(t *testing.T) {
 		t.Fatalf("lease: %v %v", toks, err)
 	}
 	f.clock.Set(due.Add(-20 * time.Millisecond))
-	if _, err := f.deliver(poller.Token{ID: toks[0].ID, Lock: toks[0].Lock}); err != nil {
+	if _, err := f.deliver(wire.Token{ID: toks[0].ID, Lock: toks[0].Lock}); err != nil {
 		t.Fatal(err)
 	}
 	sent := f.pub.to("orders")
@@ -234,7 +237,7 @@ func TestFarTooEarlyTokenIsReleased(t *testing.T) {
 	if err != nil || len(toks) != 1 {
 		t.Fatalf("lease: %v %v", toks, err)
 	}
-	if _, err := f.deliver(poller.Token{ID: toks[0].ID, Lock: toks[0].Lock}); err != nil {
+	if _, err := f.deliver(wire.Token{ID: toks[0].ID, Lock: toks[0].Lock}); err != nil {
 		t.Fatal(err)
 	}
 	if len(f.pub.sent) != 0 {
@@ -313,7 +316,7 @@ func TestBrokerFailureDoesNotBurnRetries(t *testing.T) {
 	if !errors.Is(err, broker.ErrNotConfirmed) {
 		t.Fatalf("want the connection failure reported, got %v", err)
 	}
-	if a.requeues != 1 {
+	if a != amqptest.Requeued {
 		t.Fatal("dispatcher message not requeued")
 	}
 	row, ok := f.pending("a")
@@ -360,12 +363,12 @@ func TestDisallowedAndCorruptGoToErrorQueue(t *testing.T) {
 
 func TestUnreadableDispatcherMessageIsSettled(t *testing.T) {
 	f := newFixture(t, 3)
-	a := &acker{}
-	if err := f.d.handle(context.Background(), &amqp.Delivery{Acknowledger: a, Body: []byte("{nope")}, f.pub); err != nil {
+	a, err := f.deliverBody([]byte("{nope"))
+	if err != nil {
 		t.Fatal(err)
 	}
-	if a.acks != 1 {
-		t.Fatal("garbage on the dispatcher queue must not block it")
+	if a != amqptest.Acked {
+		t.Fatalf("an unreadable dispatcher message was %s; nobody can read it, so it is dropped", a)
 	}
 }
 
@@ -412,7 +415,7 @@ func TestRetryIsHeldUntilItsNotBefore(t *testing.T) {
 		t.Fatalf("lease: %v %v", ls, err)
 	}
 	f.clock.Set(hold.Add(-50 * time.Millisecond))
-	if _, err := f.deliver(poller.Token{ID: ls[0].ID, Lock: ls[0].Lock}); err != nil {
+	if _, err := f.deliver(wire.Token{ID: ls[0].ID, Lock: ls[0].Lock}); err != nil {
 		t.Fatal(err)
 	}
 	if sent := f.pub.to("orders"); len(sent) != 1 || !sent[0].NotBefore.Equal(hold) {
@@ -460,7 +463,7 @@ func TestBatchOfTokensIsReadInOneCall(t *testing.T) {
 		for _, id := range []string{"a", "b", "c"} {
 			f.insert(id, "orders", t0, amqp.Publishing{MessageId: id})
 		}
-		toks := append(f.lease(), poller.Token{ID: "gone", Lock: "me:999"})
+		toks := append(f.lease(), wire.Token{ID: "gone", Lock: "me:999"})
 		if _, err := f.deliver(toks...); err != nil {
 			t.Fatal(err)
 		}

@@ -1,14 +1,14 @@
-// Package ingest consumes E.Timeouts, validates each message, stores the good
-// ones and moves the bad ones to the error queue. A delivery is acknowledged
-// only after the store committed it, or the error queue confirmed its copy.
+// Package ingest consumes the intake queues (E.Timeouts, and one per protocol
+// adapter), validates each message, stores the good ones and moves the bad
+// ones to the error queue. A delivery is acknowledged only after the store
+// committed it, or the error queue confirmed its copy.
 package ingest
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
-	"strings"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -31,12 +31,7 @@ type Store interface {
 // Publisher sends error-queue copies with confirms.
 type Publisher interface {
 	Publish(ctx context.Context, msgs []broker.Outgoing) []error
-}
-
-// Connection hands out the current consume connection, waiting while the
-// broker is unreachable (broker.Conn).
-type Connection interface {
-	Wait(ctx context.Context) (*amqp.Connection, error)
+	Close() error
 }
 
 // NewPublisher opens a publisher on the current publish connection.
@@ -63,14 +58,16 @@ func (noMetrics) ObserveIngestCommit(time.Duration) {}
 
 // Options configure an Ingester.
 type Options struct {
-	Queue      string // E.Timeouts
+	// Sources are the queues to consume, each with its parser.
+	Sources    []Source
 	ErrorQueue string
 	Prefetch   int
 	// MaxBatch caps deliveries stored in one commit (group commit), and
 	// Linger is how long a batch waits for more deliveries before its commit.
 	MaxBatch int
 	Linger   time.Duration
-	Rules    Rules
+	// Rules apply to what every source schedules.
+	Rules Rules
 	// Wake is told the earliest due time of every committed batch, so the
 	// poller can wake early. Optional.
 	Wake func(due time.Time)
@@ -85,9 +82,9 @@ type Options struct {
 	Logger  zerolog.Logger
 }
 
-// Ingester moves messages from E.Timeouts into the store.
+// Ingester moves messages from the intake queues into the store.
 type Ingester struct {
-	conn   Connection
+	conn   broker.Waiter
 	newPub NewPublisher
 	store  Store
 	opts   Options
@@ -96,7 +93,7 @@ type Ingester struct {
 
 // New returns an Ingester that consumes on conn and publishes error-queue
 // copies through newPub; it starts nothing.
-func New(conn Connection, newPub NewPublisher, store Store, opts Options) *Ingester {
+func New(conn broker.Waiter, newPub NewPublisher, store Store, opts Options) *Ingester {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
@@ -118,342 +115,331 @@ func New(conn Connection, newPub NewPublisher, store Store, opts Options) *Inges
 	return &Ingester{conn: conn, newPub: newPub, store: store, opts: opts, log: opts.Logger}
 }
 
-// Run consumes until ctx ends, then cancels the consumer, finishes the batch
-// in hand and returns nil. When the broker connection or channel fails it
-// resumes on the next connection; unacknowledged deliveries go back to the
-// queue with the old channel.
+// Run consumes every source until ctx ends, then cancels the consumers,
+// requeues the batches in hand and returns nil. When the broker connection
+// or a channel fails it resumes on the next connection; unacknowledged
+// deliveries go back to their queue with the old channel.
 func (in *Ingester) Run(ctx context.Context) error {
-	for {
-		err := in.session(ctx)
-		if ctx.Err() != nil {
-			return nil
-		}
-		in.log.Warn().Err(err).Msg("ingest interrupted; resuming on the next broker connection")
-		if !broker.Sleep(ctx, 100*time.Millisecond+time.Duration(rand.Int64N(int64(400*time.Millisecond)))) {
-			return nil
-		}
+	var wg sync.WaitGroup
+	errs := make([]error, len(in.opts.Sources))
+	for i, src := range in.opts.Sources {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = broker.Consume(ctx, in.conn, broker.ConsumeOptions{
+				Queue: src.Queue, Prefetch: in.opts.Prefetch, Name: src.Name, Setup: src.Setup, Logger: in.log,
+			}, func(ctx context.Context, s *broker.Session) error { return in.session(ctx, src, s) })
+		}()
 	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
-// session consumes on one channel until it fails or ctx ends.
-func (in *Ingester) session(ctx context.Context) error {
-	conn, err := in.conn.Wait(ctx)
-	if err != nil {
-		return err
-	}
+// session takes in one source's deliveries on one channel until it fails or
+// ctx ends.
+func (in *Ingester) session(ctx context.Context, src Source, s *broker.Session) error {
 	pub, err := in.newPub(ctx)
 	if err != nil {
-		return fmt.Errorf("ingest: open error-queue publisher: %w", err)
+		return fmt.Errorf("%s: open error-queue publisher: %w", src.Name, err)
 	}
-	if c, ok := pub.(interface{ Close() error }); ok {
-		defer c.Close()
-	}
-	ch, err := conn.Channel()
-	if err != nil {
-		return fmt.Errorf("ingest: open channel: %w", err)
-	}
-	defer ch.Close()
-	closed := ch.NotifyClose(make(chan *amqp.Error, 1))
-	if err := ch.Qos(in.opts.Prefetch, 0, false); err != nil {
-		return fmt.Errorf("ingest: set prefetch: %w", err)
-	}
-	tag := "delaybridge-ingest-" + uuid.NewString()
-	deliveries, err := ch.Consume(in.opts.Queue, tag, false, false, false, false, nil)
-	if err != nil {
-		return fmt.Errorf("ingest: consume %s: %w", in.opts.Queue, err)
-	}
-	in.log.Info().Str("queue", in.opts.Queue).Msg("ingest consuming")
+	defer pub.Close()
 
-	batch := make([]amqp.Delivery, 0, in.opts.MaxBatch)
+	batch := make([]entry, 0, in.opts.MaxBatch)
 	linger := time.NewTimer(time.Hour)
 	linger.Stop()
 	for {
 		batch = batch[:0]
 		// Stopping wins over a ready delivery: select picks at random, and
-		// after a critical error nacked messages come straight back.
+		// after a critical error requeued messages come straight back.
 		if ctx.Err() != nil {
-			_ = ch.Cancel(tag, false)
+			s.Cancel()
 			return nil
 		}
 		select {
 		case <-ctx.Done():
 			// Stop the flow first; deliveries already in the buffer stay
 			// unacked and are requeued when the channel closes.
-			_ = ch.Cancel(tag, false)
+			s.Cancel()
 			return nil
-		case e := <-closed:
-			return fmt.Errorf("ingest: channel closed: %v", e)
-		case d, ok := <-deliveries:
+		case e := <-s.Closed:
+			return fmt.Errorf("%s: channel closed: %v", src.Name, e)
+		case d, ok := <-s.Deliveries:
 			if !ok {
-				return fmt.Errorf("ingest: consumer cancelled by the broker")
+				return fmt.Errorf("%s: consumer cancelled by the broker", src.Name)
 			}
-			batch = append(batch, d)
+			batch = append(batch, in.classify(src, d))
 		}
-		if isCancel(&batch[0]) {
-			// A cancel ends its batch, so everything published before it is
-			// committed first and nothing published after it is affected.
-			if err := in.handle(ctx, pub, batch); err != nil {
-				return err
-			}
-			continue
-		}
-		// Group commit: gather what arrives within a short linger. The
-		// library hands deliveries over one at a time, so a non-blocking
-		// drain alone yields batches of one and an fsync per message.
-		linger.Reset(in.opts.Linger)
-	fill:
-		for len(batch) < in.opts.MaxBatch {
-			select {
-			case d, ok := <-deliveries:
-				if !ok {
+		if batch[0].intake.Op != OpCancel {
+			// Group commit: gather what arrives within a short linger. The
+			// library hands deliveries over one at a time, so a
+			// non-blocking drain alone yields batches of one and an fsync
+			// per message. A cancel ends its batch, so everything received
+			// before it is committed first and nothing after it is affected.
+			linger.Reset(in.opts.Linger)
+		fill:
+			for len(batch) < in.opts.MaxBatch {
+				select {
+				case d, ok := <-s.Deliveries:
+					if !ok {
+						break fill
+					}
+					batch = append(batch, in.classify(src, d))
+					if batch[len(batch)-1].intake.Op == OpCancel {
+						break fill
+					}
+				case <-linger.C:
 					break fill
 				}
-				batch = append(batch, d)
-				if isCancel(&d) {
-					break fill
-				}
-			case <-linger.C:
-				break fill
 			}
+			linger.Stop()
 		}
-		linger.Stop()
 		if ctx.Err() != nil {
-			// Not taken in: requeued when the channel closes.
-			_ = ch.Cancel(tag, false)
-			return nil
+			// Not taken in: back to the queue.
+			s.Cancel()
+			return settle(batch)
 		}
-		if err := in.handle(ctx, pub, batch); err != nil {
+		if err := in.handle(ctx, src, pub, batch); err != nil {
 			return err
 		}
 	}
 }
 
-type rejected struct {
-	d      *amqp.Delivery
-	reason string
+// outcome is what becomes of one delivery. Every delivery starts as requeue:
+// whatever is not decided otherwise goes back to the queue.
+type outcome uint8
+
+const (
+	requeue outcome = iota
+	ack
+)
+
+// entry is one delivery on its way through a batch.
+type entry struct {
+	d       amqp.Delivery
+	intake  Intake
+	row     storage.Timeout // OpSchedule, once accepted
+	outcome outcome
 }
 
-// handle stores the valid deliveries of a batch in one commit and sends the
-// invalid ones to the error queue, then settles every delivery.
-func (in *Ingester) handle(ctx context.Context, pub Publisher, batch []amqp.Delivery) error {
+// classify parses a delivery and, for a message to schedule, applies the
+// rules and builds its store row; a message that fails either becomes a
+// rejection.
+func (in *Ingester) classify(src Source, d amqp.Delivery) entry {
 	now := in.opts.Now()
-	var (
-		rows    = make([]storage.Timeout, 0, len(batch))
-		stored  = make([]*amqp.Delivery, 0, len(batch))
-		invalid []rejected
-	)
-	var cancels []*amqp.Delivery
-	for i := range batch {
-		d := &batch[i]
-		if isCancel(d) {
-			if _, err := cancelID(d); err != nil {
-				invalid = append(invalid, rejected{d: d, reason: err.Error()})
-			} else {
-				cancels = append(cancels, d)
-			}
-			continue
-		}
-		row, err := in.prepare(d, now)
-		if err != nil {
-			invalid = append(invalid, rejected{d: d, reason: err.Error()})
-			continue
-		}
-		rows = append(rows, row)
-		stored = append(stored, d)
+	e := entry{d: d, intake: src.Parser.Parse(&d, now)}
+	if e.intake.Op != OpSchedule {
+		return e
 	}
-
-	if len(rows) > 0 {
-		// Store failures are not the message's fault: requeue and retry.
-		// The commit must not be abandoned half-way by shutdown, so it does
-		// not take ctx.
-		began := time.Now()
-		inserted, err := in.store.Insert(context.WithoutCancel(ctx), rows)
-		if err != nil {
-			pause := in.opts.StoreBreaker.Failure(err)
-			in.log.Error().Err(err).Int("messages", len(rows)).Dur("retry_in", pause).Msg("store failed; messages requeued")
-			for _, d := range stored {
-				_ = d.Nack(false, true)
-			}
-			for _, r := range invalid {
-				_ = r.d.Nack(false, true)
-			}
-			broker.Sleep(ctx, pause)
-			return nil
-		}
-		in.opts.StoreBreaker.Success()
-		in.opts.Metrics.ObserveIngestCommit(time.Since(began))
-		// Wake for every row, duplicates too: a store that repeated its
-		// insert after a lost connection reports its own rows as
-		// duplicates, and a wake too many costs one poll.
-		earliest := rows[0].DueAt
-		for _, r := range rows[1:] {
-			if r.DueAt.Before(earliest) {
-				earliest = r.DueAt
-			}
-		}
-		duplicates := 0
-		for i, ok := range inserted {
-			if !ok {
-				duplicates++
-				in.log.Info().Str("id", rows[i].ID).Msg("duplicate: id already pending, not stored again")
-				continue
-			}
-			in.log.Debug().Str("id", rows[i].ID).Str("destination", rows[i].Destination).
-				Time("due_at", rows[i].DueAt).Msg("stored")
-		}
-		in.opts.Metrics.Ingested(len(inserted) - duplicates)
-		in.opts.Metrics.DuplicatesSuppressed(duplicates)
-		if in.opts.Wake != nil {
-			in.opts.Wake(earliest)
-		}
-	}
-
-	// Cancels come last in a batch (see Run): after the inserts before them.
-	nacked := false
-	for _, d := range cancels {
-		if in.cancel(ctx, d) {
-			stored = append(stored, d)
-		} else {
-			_ = d.Nack(false, true)
-			nacked = true
-		}
-	}
-
-	if len(invalid) == 0 && !nacked {
-		// Everything before this tag on the channel is settled: one frame.
-		if err := batch[len(batch)-1].Ack(true); err != nil {
-			return fmt.Errorf("ingest: ack: %w", err)
-		}
-		return nil
-	}
-	// Ack what is committed first: whatever happens to the rejects, stored
-	// messages must not be redelivered (an id-less one would be stored twice).
-	for _, d := range stored {
-		if err := d.Ack(false); err != nil {
-			return fmt.Errorf("ingest: ack: %w", err)
-		}
-	}
-	if len(invalid) == 0 {
-		return nil
-	}
-	moved, err := in.reject(ctx, pub, invalid, now)
+	row, err := in.accept(&e.intake, len(d.Body), now)
 	if err != nil {
-		return err // the connection failed: resume on a new one
+		e.intake = Reject(err)
+		return e
 	}
+	e.row = row
+	return e
+}
+
+// accept checks a message to schedule against the rules and builds its row.
+func (in *Ingester) accept(it *Intake, bodyLen int, now time.Time) (storage.Timeout, error) {
+	if err := in.opts.Rules.Check(Parsed{ID: it.ID, Destination: it.Destination, DueAt: it.DueAt}, bodyLen, now); err != nil {
+		return storage.Timeout{}, err
+	}
+	if it.ID == "" {
+		it.ID = uuid.NewString()
+		it.Msg.MessageId = it.ID
+	}
+	enc, err := message.Encode(nil, &it.Msg)
+	if err != nil {
+		return storage.Timeout{}, fmt.Errorf("headers cannot be stored: %w", err)
+	}
+	return storage.Timeout{ID: it.ID, Destination: it.Destination, DueAt: it.DueAt, ReceivedAt: now, Message: enc}, nil
+}
+
+// handle decides the outcome of every delivery of a batch, then settles each
+// exactly once. Rejections go to the error queue first: they do not depend on
+// the store. Then the messages to schedule are stored in one commit, and a
+// cancel (last in its batch) is applied after them.
+func (in *Ingester) handle(ctx context.Context, src Source, pub Publisher, batch []entry) error {
+	moved, connErr := in.reject(ctx, src, pub, batch)
+	var pause time.Duration
 	if !moved {
 		// The error queue is not taking copies; do not spin on redeliveries.
-		broker.Sleep(ctx, in.opts.RetryDelay)
+		pause = in.opts.RetryDelay
+	}
+	if committed, p := in.commit(ctx, batch); !committed {
+		pause = max(pause, p)
+	} else if p := in.cancel(ctx, batch); p > 0 {
+		pause = max(pause, p)
+	}
+	if err := settle(batch); err != nil {
+		return err
+	}
+	if connErr != nil {
+		return connErr // the publish connection failed: resume on a new one
+	}
+	if pause > 0 {
+		broker.Sleep(ctx, pause)
 	}
 	return nil
 }
 
-// prepare validates a delivery and builds its store row.
-func (in *Ingester) prepare(d *amqp.Delivery, now time.Time) (storage.Timeout, error) {
-	p, err := Parse(d, now)
-	if err != nil {
-		return storage.Timeout{}, err
+// settle carries out the outcome of every delivery of a batch, each exactly
+// once. When all are acks one multiple ack settles them: every delivery
+// before the batch on this channel is settled already.
+func settle(batch []entry) error {
+	if len(batch) == 0 {
+		return nil
 	}
-	if err := in.opts.Rules.Check(p, len(d.Body), now); err != nil {
-		return storage.Timeout{}, err
+	all := true
+	for i := range batch {
+		all = all && batch[i].outcome == ack
 	}
-	pub := broker.Forwardable(message.FromDelivery(d), wire.DueTimeHeaders)
-	if p.ID == "" {
-		p.ID = uuid.NewString()
-		pub.MessageId = p.ID
+	if all {
+		if err := batch[len(batch)-1].d.Ack(true); err != nil {
+			return fmt.Errorf("ingest: ack: %w", err)
+		}
+		return nil
 	}
-	enc, err := message.Encode(nil, &pub)
-	if err != nil {
-		return storage.Timeout{}, fmt.Errorf("headers cannot be stored: %w", err)
+	for i := range batch {
+		var err error
+		if batch[i].outcome == ack {
+			err = batch[i].d.Ack(false)
+		} else {
+			err = batch[i].d.Nack(false, true)
+		}
+		if err != nil {
+			// The channel is gone: what is unsettled returns to the queue.
+			return fmt.Errorf("ingest: settle: %w", err)
+		}
 	}
-	return storage.Timeout{
-		ID:          p.ID,
-		Destination: p.Destination,
-		DueAt:       p.DueAt,
-		ReceivedAt:  now,
-		Message:     enc,
-	}, nil
+	return nil
 }
 
-// reject copies invalid deliveries to the error queue and acks each one whose
-// copy the broker confirmed; the others are requeued. It reports whether all
-// moved, and an error when the publish connection failed.
-func (in *Ingester) reject(ctx context.Context, pub Publisher, invalid []rejected, now time.Time) (bool, error) {
-	out := make([]broker.Outgoing, len(invalid))
-	for i, r := range invalid {
-		out[i] = broker.Outgoing{
+// commit stores the batch's messages to schedule in one commit and marks
+// them acked. It reports false, and the pause before the next attempt, when
+// the store failed: they are then requeued, and so is the batch's cancel.
+func (in *Ingester) commit(ctx context.Context, batch []entry) (bool, time.Duration) {
+	var rows []storage.Timeout
+	var idx []int
+	for i := range batch {
+		if batch[i].intake.Op == OpSchedule {
+			rows = append(rows, batch[i].row)
+			idx = append(idx, i)
+		}
+	}
+	if len(rows) == 0 {
+		return true, 0
+	}
+	// Store failures are not the message's fault: requeue and retry. The
+	// commit must not be abandoned half-way by shutdown, so it does not
+	// take ctx.
+	began := time.Now()
+	inserted, err := in.store.Insert(context.WithoutCancel(ctx), rows)
+	if err != nil {
+		pause := in.opts.StoreBreaker.Failure(err)
+		in.log.Error().Err(err).Int("messages", len(rows)).Dur("retry_in", pause).Msg("store failed; messages requeued")
+		return false, pause // they, and the cancel after them, stay requeue
+	}
+	in.opts.StoreBreaker.Success()
+	in.opts.Metrics.ObserveIngestCommit(time.Since(began))
+	// Wake for every row, duplicates too: a store that repeated its insert
+	// after a lost connection reports its own rows as duplicates, and a
+	// wake too many costs one poll.
+	earliest := rows[0].DueAt
+	duplicates := 0
+	for j, r := range rows {
+		batch[idx[j]].outcome = ack
+		if r.DueAt.Before(earliest) {
+			earliest = r.DueAt
+		}
+		if !inserted[j] {
+			duplicates++
+			in.log.Info().Str("id", r.ID).Msg("duplicate: id already pending, not stored again")
+			continue
+		}
+		in.log.Debug().Str("id", r.ID).Str("destination", r.Destination).Time("due_at", r.DueAt).Msg("stored")
+	}
+	in.opts.Metrics.Ingested(len(rows) - duplicates)
+	in.opts.Metrics.DuplicatesSuppressed(duplicates)
+	if in.opts.Wake != nil {
+		in.opts.Wake(earliest)
+	}
+	return true, 0
+}
+
+// cancel applies the batch's cancels, after its inserts. It returns the pause
+// to take when the store failed (those cancels stay requeued).
+func (in *Ingester) cancel(ctx context.Context, batch []entry) time.Duration {
+	var pause time.Duration
+	for i := range batch {
+		e := &batch[i]
+		if e.intake.Op != OpCancel {
+			continue
+		}
+		id := e.intake.CancelID
+		err := in.store.Cancel(context.WithoutCancel(ctx), id)
+		switch {
+		case err == nil:
+			in.log.Info().Str("id", id).Msg("cancelled over AMQP")
+		case errors.Is(err, storage.ErrNotFound):
+			in.log.Info().Str("id", id).Msg("cancel: nothing pending with this id (already delivered, or never scheduled)")
+		case errors.Is(err, storage.ErrLeased):
+			in.log.Warn().Str("id", id).Msg("cancel: too late, the message is being dispatched")
+		default:
+			pause = max(pause, in.opts.StoreBreaker.Failure(err))
+			in.log.Error().Err(err).Str("id", id).Dur("retry_in", pause).Msg("cancel failed; requeued")
+			continue
+		}
+		in.opts.StoreBreaker.Success()
+		e.outcome = ack
+	}
+	return pause
+}
+
+// reject copies the batch's invalid deliveries to the error queue and marks
+// acked each one whose copy the broker confirmed; the others stay requeued.
+// It reports whether all moved, and an error when the publish connection
+// failed.
+func (in *Ingester) reject(ctx context.Context, src Source, pub Publisher, batch []entry) (bool, error) {
+	var out []broker.Outgoing
+	var idx []int
+	now := in.opts.Now()
+	for i := range batch {
+		e := &batch[i]
+		if e.intake.Op != OpReject {
+			continue
+		}
+		out = append(out, broker.Outgoing{
 			RoutingKey: in.opts.ErrorQueue,
 			Mandatory:  true,
-			Msg: broker.ErrorCopy(message.FromDelivery(r.d), broker.ErrorFacts{
-				Reason: r.reason, Stage: wire.StageIngest, FailedAt: now, FailedQ: in.opts.Queue,
+			Msg: broker.ErrorCopy(message.FromDelivery(&e.d), broker.ErrorFacts{
+				Reason: e.intake.Reason, Stage: wire.StageIngest, FailedAt: now, FailedQ: src.Queue,
 			}),
-		}
+		})
+		idx = append(idx, i)
+	}
+	if len(out) == 0 {
+		return true, nil
 	}
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	results := pub.Publish(wctx, out)
-	all := true
 	var connErr error
 	moved := 0
-	for i, r := range invalid {
-		if results[i] != nil {
-			all = false
-			if errors.Is(results[i], broker.ErrNotConfirmed) {
-				connErr = results[i]
+	for j, i := range idx {
+		e := &batch[i]
+		if results[j] != nil {
+			if errors.Is(results[j], broker.ErrNotConfirmed) {
+				connErr = results[j]
 			}
-			in.log.Error().Err(results[i]).Str("reason", r.reason).Msg("could not move invalid message to the error queue; requeued")
-			_ = r.d.Nack(false, true)
+			in.log.Error().Err(results[j]).Str("reason", e.intake.Reason).Msg("could not move invalid message to the error queue; requeued")
 			continue
 		}
-		in.log.Warn().Str("message_id", r.d.MessageId).Str("reason", r.reason).
+		in.log.Warn().Str("message_id", e.d.MessageId).Str("reason", e.intake.Reason).
 			Str("error_queue", in.opts.ErrorQueue).Msg("invalid message moved to the error queue")
+		e.outcome = ack
 		moved++
-		_ = r.d.Ack(false)
 	}
 	in.opts.Metrics.ErrorQueued(wire.StageIngest, moved)
-	return all, connErr
-}
-
-// isCancel reports whether d asks to cancel a pending message.
-func isCancel(d *amqp.Delivery) bool {
-	_, ok := d.Headers[wire.HeaderCancel]
-	return ok
-}
-
-// cancelID validates a cancel message and returns the id it names.
-func cancelID(d *amqp.Delivery) (string, error) {
-	id, _, err := headerString(d.Headers, wire.HeaderCancel)
-	switch {
-	case err != nil:
-		return "", err
-	case strings.TrimSpace(id) == "":
-		return "", fmt.Errorf("header %s is empty: it must name the message-id to cancel", wire.HeaderCancel)
-	case len(id) > maxIDBytes:
-		return "", fmt.Errorf("header %s is %d bytes; a message id is at most %d", wire.HeaderCancel, len(id), maxIDBytes)
-	case len(d.Body) > 0:
-		return "", fmt.Errorf("a message with header %s cancels and must have no body (this one has %d bytes)", wire.HeaderCancel, len(d.Body))
-	}
-	return id, nil
-}
-
-// cancel removes the pending message a cancel names. It reports whether the
-// cancel is settled (done, nothing pending with that id, or too late: being
-// dispatched); false means a store failure, to retry.
-func (in *Ingester) cancel(ctx context.Context, d *amqp.Delivery) bool {
-	id, _ := cancelID(d) // validated by the caller
-	err := in.store.Cancel(context.WithoutCancel(ctx), id)
-	switch {
-	case err == nil:
-		in.log.Info().Str("id", id).Msg("cancelled over AMQP")
-	case errors.Is(err, storage.ErrNotFound):
-		in.log.Info().Str("id", id).Msg("cancel: nothing pending with this id (already delivered, or never scheduled)")
-	case errors.Is(err, storage.ErrLeased):
-		in.log.Warn().Str("id", id).Msg("cancel: too late, the message is being dispatched")
-	default:
-		pause := in.opts.StoreBreaker.Failure(err)
-		in.log.Error().Err(err).Str("id", id).Dur("retry_in", pause).Msg("cancel failed; requeued")
-		broker.Sleep(ctx, pause)
-		return false
-	}
-	in.opts.StoreBreaker.Success()
-	return true
+	return moved == len(idx), connErr
 }

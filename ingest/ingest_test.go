@@ -13,6 +13,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/delaybridge/delaybridge/broker"
+	"github.com/delaybridge/delaybridge/internal/amqptest"
 	"github.com/delaybridge/delaybridge/message"
 	"github.com/delaybridge/delaybridge/storage"
 	"github.com/delaybridge/delaybridge/wire"
@@ -70,6 +71,8 @@ type fakePublisher struct {
 	fail error
 }
 
+func (p *fakePublisher) Close() error { return nil }
+
 func (p *fakePublisher) Publish(_ context.Context, msgs []broker.Outgoing) []error {
 	res := make([]error, len(msgs))
 	for i, m := range msgs {
@@ -79,84 +82,55 @@ func (p *fakePublisher) Publish(_ context.Context, msgs []broker.Outgoing) []err
 	return res
 }
 
-// settle records what happened to each delivery tag.
-type settle struct {
-	mu      sync.Mutex
-	acked   map[uint64]bool
-	multi   []uint64
-	nacked  map[uint64]bool
-	requeue map[uint64]bool
-}
-
-func newSettle() *settle {
-	return &settle{acked: map[uint64]bool{}, nacked: map[uint64]bool{}, requeue: map[uint64]bool{}}
-}
-func (s *settle) Ack(tag uint64, multiple bool) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if multiple {
-		s.multi = append(s.multi, tag)
-	}
-	s.acked[tag] = true
-	return nil
-}
-func (s *settle) Nack(tag uint64, _ bool, requeue bool) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.nacked[tag], s.requeue[tag] = true, requeue
-	return nil
-}
-func (s *settle) Reject(uint64, bool) error { return errors.New("unexpected") }
-
-// ackedTag reports whether tag was acked on its own or by a multiple ack.
-func (s *settle) ackedTag(tag uint64) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, m := range s.multi {
-		if m >= tag {
-			return true
-		}
-	}
-	return s.acked[tag]
-}
-
 var now0 = time.Date(2026, 11, 21, 20, 0, 0, 0, time.UTC)
 
 func newIngester(store Store, _ Publisher, woke *[]time.Time) *Ingester {
 	all, _ := CompileGlobs([]string{"*"})
 	return New(nil, nil, store, Options{
-		Queue: "e.Timeouts", ErrorQueue: "error", MaxBatch: 100, RetryDelay: time.Millisecond,
+		Sources: []Source{testSource}, ErrorQueue: "error", MaxBatch: 100, RetryDelay: time.Millisecond,
 		Rules: Rules{MaxMessageBytes: 1 << 20, Allowed: all, Reserved: []string{"e.Timeouts", "e.TimeoutsDispatcher"}},
 		Wake:  func(t time.Time) { *woke = append(*woke, t) },
 		Now:   func() time.Time { return now0 }, Logger: zerolog.Nop(),
 	})
 }
 
-func deliveries(s *settle, hs ...amqp.Table) []amqp.Delivery {
+// deliveries hands out one delivery per header table, in order on a's channel.
+func deliveries(a *amqptest.Acker, hs ...amqp.Table) []amqp.Delivery {
 	out := make([]amqp.Delivery, len(hs))
 	for i, h := range hs {
-		out[i] = amqp.Delivery{Acknowledger: s, DeliveryTag: uint64(i + 1), Headers: h,
-			MessageId: fmt.Sprint("m", i), Body: []byte(fmt.Sprint("body", i)), UserId: "guest"}
+		out[i] = a.Deliver(amqp.Delivery{Headers: h,
+			MessageId: fmt.Sprint("m", i), Body: []byte(fmt.Sprint("body", i)), UserId: "guest"})
 	}
 	return out
 }
 
+var testSource = TimeoutsSource("e.Timeouts")
+
+// take runs ds through ingest as one batch of testSource.
+func (in *Ingester) take(pub Publisher, ds []amqp.Delivery) error {
+	batch := make([]entry, len(ds))
+	for i, d := range ds {
+		batch[i] = in.classify(testSource, d)
+	}
+	return in.handle(context.Background(), testSource, pub, batch)
+}
+
 func TestValidBatchIsStoredThenAckedOnce(t *testing.T) {
-	store, pub, s := &fakeStore{}, &fakePublisher{}, newSettle()
+	store, pub, s := &fakeStore{}, &fakePublisher{}, amqptest.New(t)
 	var woke []time.Time
 	in := newIngester(store, pub, &woke)
 	batch := deliveries(s,
 		amqp.Table{wire.HeaderDestination: "a", wire.HeaderDelay: int32(5000), "keep": "me"},
 		amqp.Table{wire.HeaderDestination: "b", wire.HeaderDueAt: "2026-11-21T20:00:01Z"},
 	)
-	if err := in.handle(context.Background(), pub, batch); err != nil {
+	if err := in.take(pub, batch); err != nil {
 		t.Fatal(err)
 	}
 	if store.calls != 1 || len(store.rows) != 2 {
 		t.Fatalf("want one commit of 2 rows, got %d commits, %d rows", store.calls, len(store.rows))
 	}
-	if len(s.multi) != 1 || s.multi[0] != 2 {
-		t.Fatalf("want one multiple-ack of the last tag, got %v", s.multi)
+	if len(s.Multiple()) != 1 || s.Multiple()[0] != 2 {
+		t.Fatalf("want one multiple-ack of the last tag, got %v", s.Multiple())
 	}
 	if len(woke) != 1 || !woke[0].Equal(now0.Add(time.Second)) {
 		t.Fatalf("poller woken with %v, want the earliest due time", woke)
@@ -174,27 +148,37 @@ func TestValidBatchIsStoredThenAckedOnce(t *testing.T) {
 	}
 }
 
-func TestStoreFailureRequeuesAndAcksNothing(t *testing.T) {
-	store, pub, s := &fakeStore{fail: errors.New("disk full")}, &fakePublisher{}, newSettle()
+// A store failure requeues every message to schedule and wakes nothing. An
+// invalid message in the same batch does not depend on the store: its copy
+// goes to the error queue before the commit, so a broken store neither keeps
+// it on E.Timeouts nor copies it again on every redelivery.
+func TestStoreFailureRequeuesWhatItCouldNotStore(t *testing.T) {
+	store, pub, s := &fakeStore{fail: errors.New("disk full")}, &fakePublisher{}, amqptest.New(t)
 	var woke []time.Time
 	in := newIngester(store, pub, &woke)
-	batch := deliveries(s, amqp.Table{wire.HeaderDestination: "a", wire.HeaderDelay: int32(1)}, amqp.Table{})
-	if err := in.handle(context.Background(), pub, batch); err != nil {
+	batch := deliveries(s, amqp.Table{wire.HeaderDestination: "a", wire.HeaderDelay: int32(1)}, amqp.Table{},
+		amqp.Table{wire.HeaderDestination: "b", wire.HeaderDelay: int32(1)})
+	if err := in.take(pub, batch); err != nil {
 		t.Fatal(err)
 	}
-	if len(s.acked) != 0 {
-		t.Fatalf("acked %v before any commit", s.acked)
+	for tag, want := range map[uint64]amqptest.Outcome{1: amqptest.Requeued, 2: amqptest.Acked, 3: amqptest.Requeued} {
+		if got := s.Outcome(tag); got != want {
+			t.Errorf("tag %d %s, want %s", tag, got, want)
+		}
 	}
-	if !s.requeue[1] || !s.requeue[2] {
-		t.Fatalf("want both requeued, got %v", s.requeue)
+	if len(s.Multiple()) != 0 {
+		t.Errorf("multiple acks %v with requeued deliveries in the batch", s.Multiple())
 	}
-	if len(pub.sent) != 0 || len(woke) != 0 {
-		t.Fatal("nothing may leave for the error queue or wake the poller without a commit")
+	if len(pub.sent) != 1 || string(pub.sent[0].Msg.Body) != "body1" {
+		t.Fatalf("error queue got %d copies, want the invalid message's only", len(pub.sent))
+	}
+	if len(woke) != 0 {
+		t.Fatal("the poller was woken without a commit")
 	}
 }
 
 func TestInvalidGoesToErrorQueueAndIsAckedAfterConfirm(t *testing.T) {
-	store, pub, s := &fakeStore{}, &fakePublisher{}, newSettle()
+	store, pub, s := &fakeStore{}, &fakePublisher{}, amqptest.New(t)
 	var woke []time.Time
 	in := newIngester(store, pub, &woke)
 	batch := deliveries(s,
@@ -203,19 +187,16 @@ func TestInvalidGoesToErrorQueueAndIsAckedAfterConfirm(t *testing.T) {
 		amqp.Table{wire.HeaderDestination: "e.TimeoutsDispatcher", wire.HeaderDelay: int32(1)}, // own queue
 		amqp.Table{wire.HeaderDestination: "a", wire.HeaderDelay: int32(1), wire.HeaderCancel: "m0"},
 	)
-	if err := in.handle(context.Background(), pub, batch); err != nil {
+	if err := in.take(pub, batch); err != nil {
 		t.Fatal(err)
 	}
 	if len(store.rows) != 1 {
 		t.Fatalf("stored %d, want 1", len(store.rows))
 	}
 	for tag := uint64(1); tag <= 4; tag++ {
-		if !s.acked[tag] {
+		if !(s.Outcome(tag) == amqptest.Acked) {
 			t.Errorf("tag %d not acked", tag)
 		}
-	}
-	if len(s.multi) != 0 {
-		t.Fatal("a multiple ack would be wrong with rejects in the batch")
 	}
 	if len(pub.sent) != 3 {
 		t.Fatalf("%d on the error queue, want 3", len(pub.sent))
@@ -236,39 +217,39 @@ func TestInvalidGoesToErrorQueueAndIsAckedAfterConfirm(t *testing.T) {
 }
 
 func TestInvalidIsRequeuedWhenTheErrorQueueDoesNotConfirm(t *testing.T) {
-	store, pub, s := &fakeStore{}, &fakePublisher{fail: broker.ErrNacked}, newSettle()
+	store, pub, s := &fakeStore{}, &fakePublisher{fail: broker.ErrNacked}, amqptest.New(t)
 	var woke []time.Time
 	in := newIngester(store, pub, &woke)
-	if err := in.handle(context.Background(), pub, deliveries(s, amqp.Table{})); err != nil {
+	if err := in.take(pub, deliveries(s, amqp.Table{})); err != nil {
 		t.Fatal(err)
 	}
-	if s.acked[1] || !s.requeue[1] {
+	if (s.Outcome(1) == amqptest.Acked) || !(s.Outcome(1) == amqptest.Requeued) {
 		t.Fatal("an invalid message must stay on E.Timeouts until its error copy is confirmed")
 	}
 }
 
 func TestDuplicateIsAckedNotStoredTwice(t *testing.T) {
-	store, pub, s := &fakeStore{}, &fakePublisher{}, newSettle()
+	store, pub, s := &fakeStore{}, &fakePublisher{}, amqptest.New(t)
 	var woke []time.Time
 	in := newIngester(store, pub, &woke)
 	h := amqp.Table{wire.HeaderDestination: "a", wire.HeaderDelay: int32(1)}
 	b := deliveries(s, h, h)
 	b[1].MessageId = "m0"
-	if err := in.handle(context.Background(), pub, b); err != nil {
+	if err := in.take(pub, b); err != nil {
 		t.Fatal(err)
 	}
-	if len(store.rows) != 1 || !s.acked[2] {
-		t.Fatalf("rows %d, acked %v", len(store.rows), s.acked)
+	if len(store.rows) != 1 || !(s.Outcome(2) == amqptest.Acked) {
+		t.Fatalf("rows %d, tag 2 %s", len(store.rows), s.Outcome(2))
 	}
 }
 
 func TestGeneratedIDIsForwarded(t *testing.T) {
-	store, pub, s := &fakeStore{}, &fakePublisher{}, newSettle()
+	store, pub, s := &fakeStore{}, &fakePublisher{}, amqptest.New(t)
 	var woke []time.Time
 	in := newIngester(store, pub, &woke)
 	b := deliveries(s, amqp.Table{wire.HeaderDestination: "a", wire.HeaderDelay: int32(1)})
 	b[0].MessageId = ""
-	if err := in.handle(context.Background(), pub, b); err != nil {
+	if err := in.take(pub, b); err != nil {
 		t.Fatal(err)
 	}
 	for id, row := range store.rows {
@@ -280,58 +261,58 @@ func TestGeneratedIDIsForwarded(t *testing.T) {
 }
 
 func TestStoredAreAckedEvenWhenTheErrorQueueConnectionFails(t *testing.T) {
-	store, pub, s := &fakeStore{}, &fakePublisher{fail: fmt.Errorf("%w: connection lost", broker.ErrNotConfirmed)}, newSettle()
+	store, pub, s := &fakeStore{}, &fakePublisher{fail: fmt.Errorf("%w: connection lost", broker.ErrNotConfirmed)}, amqptest.New(t)
 	var woke []time.Time
 	in := newIngester(store, pub, &woke)
 	b := deliveries(s, amqp.Table{wire.HeaderDestination: "a", wire.HeaderDelay: int32(1)}, amqp.Table{})
-	if err := in.handle(context.Background(), pub, b); !errors.Is(err, broker.ErrNotConfirmed) {
+	if err := in.take(pub, b); !errors.Is(err, broker.ErrNotConfirmed) {
 		t.Fatalf("want the connection failure reported, got %v", err)
 	}
-	if !s.acked[1] {
+	if !(s.Outcome(1) == amqptest.Acked) {
 		t.Fatal("a committed message was left unacked: it would be redelivered and stored again")
 	}
-	if s.acked[2] {
+	if s.Outcome(2) == amqptest.Acked {
 		t.Fatal("the invalid message was acked without its error-queue copy")
 	}
 }
 
 func TestCancelOverAMQP(t *testing.T) {
-	store, pub, s := &fakeStore{leased: map[string]bool{"busy": true}}, &fakePublisher{}, newSettle()
+	store, pub, s := &fakeStore{leased: map[string]bool{"busy": true}}, &fakePublisher{}, amqptest.New(t)
 	var woke []time.Time
 	in := newIngester(store, pub, &woke)
 	// A message, then a cancel of it in the same batch (cancels end a batch).
 	b := deliveries(s, amqp.Table{wire.HeaderDestination: "a", wire.HeaderDelay: int32(60000)}, amqp.Table{wire.HeaderCancel: "m0"})
 	b[1].Body = nil
-	if err := in.handle(context.Background(), pub, b); err != nil {
+	if err := in.take(pub, b); err != nil {
 		t.Fatal(err)
 	}
 	if _, ok := store.rows["m0"]; ok {
 		t.Fatal("the cancelled message is still pending")
 	}
-	if !s.ackedTag(1) || !s.ackedTag(2) || len(pub.sent) != 0 {
-		t.Fatalf("acked %v (multiple %v), error queue %d", s.acked, s.multi, len(pub.sent))
+	if !(s.Outcome(1) == amqptest.Acked) || !(s.Outcome(2) == amqptest.Acked) || len(pub.sent) != 0 {
+		t.Fatalf("%s, %s (multiple %v), error queue %d", s.Outcome(1), s.Outcome(2), s.Multiple(), len(pub.sent))
 	}
 
 	// Nothing pending, or too late: settled (acked), not an error.
-	s2 := newSettle()
+	s2 := amqptest.New(t)
 	b2 := deliveries(s2, amqp.Table{wire.HeaderCancel: "gone"}, amqp.Table{wire.HeaderCancel: []byte("busy")})
 	b2[0].Body, b2[1].Body = nil, nil
 	store.rows["busy"] = storage.Timeout{ID: "busy"}
-	if err := in.handle(context.Background(), pub, b2); err != nil {
+	if err := in.take(pub, b2); err != nil {
 		t.Fatal(err)
 	}
-	if !s2.ackedTag(1) || !s2.ackedTag(2) || len(pub.sent) != 0 {
-		t.Fatalf("acked %v, error queue %d", s2.acked, len(pub.sent))
+	if !(s2.Outcome(1) == amqptest.Acked) || !(s2.Outcome(2) == amqptest.Acked) || len(pub.sent) != 0 {
+		t.Fatalf("%s, %s, error queue %d", s2.Outcome(1), s2.Outcome(2), len(pub.sent))
 	}
 	if _, ok := store.rows["busy"]; !ok {
 		t.Fatal("a message being dispatched was cancelled")
 	}
 
 	// Malformed cancels go to the error queue with a reason.
-	s3 := newSettle()
+	s3 := amqptest.New(t)
 	b3 := deliveries(s3, amqp.Table{wire.HeaderCancel: ""}, amqp.Table{wire.HeaderCancel: "x"}, amqp.Table{wire.HeaderCancel: int32(5)})
 	b3[0].Body, b3[2].Body = nil, nil // b3[1] keeps a body
-	if err := in.handle(context.Background(), pub, b3); err != nil {
+	if err := in.take(pub, b3); err != nil {
 		t.Fatal(err)
 	}
 	if len(pub.sent) != 3 {
@@ -345,13 +326,13 @@ func TestCancelOverAMQP(t *testing.T) {
 
 	// A store failure requeues the cancel.
 	store.fail = errors.New("disk")
-	s4 := newSettle()
+	s4 := amqptest.New(t)
 	b4 := deliveries(s4, amqp.Table{wire.HeaderCancel: "m9"})
 	b4[0].Body = nil
-	if err := in.handle(context.Background(), pub, b4); err != nil {
+	if err := in.take(pub, b4); err != nil {
 		t.Fatal(err)
 	}
-	if s4.acked[1] || !s4.requeue[1] {
+	if (s4.Outcome(1) == amqptest.Acked) || !(s4.Outcome(1) == amqptest.Requeued) {
 		t.Fatal("a cancel whose store call failed must be requeued, not acked")
 	}
 }
@@ -360,17 +341,17 @@ func TestCancelOverAMQP(t *testing.T) {
 // rows as already pending: the poller is still woken for them, or a message
 // due now would wait for the next poll interval.
 func TestWakesEvenWhenEveryRowIsReportedDuplicate(t *testing.T) {
-	store, pub, s := &fakeStore{rows: map[string]storage.Timeout{"m0": {}, "m1": {}}}, &fakePublisher{}, newSettle()
+	store, pub, s := &fakeStore{rows: map[string]storage.Timeout{"m0": {}, "m1": {}}}, &fakePublisher{}, amqptest.New(t)
 	var woke []time.Time
 	in := newIngester(store, pub, &woke)
 	batch := deliveries(s,
 		amqp.Table{wire.HeaderDestination: "a", wire.HeaderDelay: int32(3000)},
 		amqp.Table{wire.HeaderDestination: "b", wire.HeaderDelay: int32(1000)},
 	)
-	if err := in.handle(context.Background(), pub, batch); err != nil {
+	if err := in.take(pub, batch); err != nil {
 		t.Fatal(err)
 	}
-	if !s.ackedTag(1) || !s.ackedTag(2) {
+	if !(s.Outcome(1) == amqptest.Acked) || !(s.Outcome(2) == amqptest.Acked) {
 		t.Fatal("duplicates must be acked: they are stored")
 	}
 	if len(woke) != 1 || !woke[0].Equal(now0.Add(time.Second)) {
@@ -378,3 +359,27 @@ func TestWakesEvenWhenEveryRowIsReportedDuplicate(t *testing.T) {
 	}
 }
 
+// A cancel ends its batch. When the messages before it fail to commit, the
+// cancel must be requeued with them: left unsettled, it would be acked by the
+// next batch's multiple ack and lost, and the message it names delivered.
+func TestCancelAfterAFailedCommitIsRequeuedNotLost(t *testing.T) {
+	store, pub := &fakeStore{fail: errors.New("disk full")}, &fakePublisher{}
+	a := amqptest.New(t)
+	var woke []time.Time
+	in := newIngester(store, pub, &woke)
+	msg := a.Deliver(amqp.Delivery{MessageId: "m0", Headers: amqp.Table{wire.HeaderDestination: "a", wire.HeaderDelay: int32(60000)}, Body: []byte("x")})
+	cancel := a.Deliver(amqp.Delivery{Headers: amqp.Table{wire.HeaderCancel: "m0"}})
+	if err := in.take(pub, []amqp.Delivery{msg, cancel}); err != nil {
+		t.Fatal(err)
+	}
+	store.fail = nil
+	next := a.Deliver(amqp.Delivery{MessageId: "m1", Headers: amqp.Table{wire.HeaderDestination: "a", wire.HeaderDelay: int32(1)}, Body: []byte("y")})
+	if err := in.take(pub, []amqp.Delivery{next}); err != nil {
+		t.Fatal(err)
+	}
+	for tag, want := range map[uint64]amqptest.Outcome{1: amqptest.Requeued, 2: amqptest.Requeued, 3: amqptest.Acked} {
+		if got := a.Outcome(tag); got != want {
+			t.Errorf("tag %d %s, want %s", tag, got, want)
+		}
+	}
+}

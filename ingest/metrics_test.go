@@ -1,7 +1,6 @@
 package ingest
 
 import (
-	"context"
 	"errors"
 	"testing"
 	"time"
@@ -9,6 +8,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/delaybridge/delaybridge/broker"
+	"github.com/delaybridge/delaybridge/internal/amqptest"
 	"github.com/delaybridge/delaybridge/wire"
 )
 
@@ -29,7 +29,7 @@ func (r *recorder) ErrorQueued(stage string, n int) {
 func (r *recorder) ObserveIngestCommit(time.Duration) { r.commits++ }
 
 func TestMetrics(t *testing.T) {
-	store, pub, s := &fakeStore{}, &fakePublisher{}, newSettle()
+	store, pub, s := &fakeStore{}, &fakePublisher{}, amqptest.New(t)
 	var woke []time.Time
 	in := newIngester(store, pub, &woke)
 	rec := &recorder{}
@@ -37,7 +37,7 @@ func TestMetrics(t *testing.T) {
 	good := amqp.Table{wire.HeaderDestination: "a", wire.HeaderDelay: int32(1)}
 	b := deliveries(s, good, good, amqp.Table{}, good)
 	b[3].MessageId = "m0" // a duplicate of the first
-	if err := in.handle(context.Background(), pub, b); err != nil {
+	if err := in.take(pub, b); err != nil {
 		t.Fatal(err)
 	}
 	if rec.ingested != 2 || rec.duplicates != 1 || rec.errorQueued[wire.StageIngest] != 1 || rec.commits != 1 {
@@ -46,11 +46,11 @@ func TestMetrics(t *testing.T) {
 
 	// Nothing is counted for a failed commit or an unconfirmed copy.
 	store.fail, pub.fail = errors.New("disk on fire"), broker.ErrNacked
-	if err := in.handle(context.Background(), pub, deliveries(newSettle(), good)); err != nil {
+	if err := in.take(pub, deliveries(amqptest.New(t), good)); err != nil {
 		t.Fatal(err)
 	}
 	store.fail = nil
-	if err := in.handle(context.Background(), pub, deliveries(newSettle(), amqp.Table{})); err != nil {
+	if err := in.take(pub, deliveries(amqptest.New(t), amqp.Table{})); err != nil {
 		t.Fatal(err)
 	}
 	if rec.ingested != 2 || rec.errorQueued[wire.StageIngest] != 1 || rec.commits != 1 {

@@ -1,0 +1,139 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/google/uuid"
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/rs/zerolog"
+)
+
+// Waiter hands out the current connection, waiting while the broker is
+// unreachable (*Conn implements it).
+type Waiter interface {
+	Wait(ctx context.Context) (*amqp.Connection, error)
+}
+
+// ErrExclusiveConsumer means an exclusive consume was refused because the
+// queue already has a consumer. Consume does not retry it.
+var ErrExclusiveConsumer = errors.New("the queue already has a consumer")
+
+// ConsumeOptions configure Consume.
+type ConsumeOptions struct {
+	Queue    string
+	Prefetch int
+	// Exclusive asks for the queue's only consumer; when another consumer
+	// holds it, Consume returns ErrExclusiveConsumer.
+	Exclusive bool
+	// Name goes into the consumer tag and the log lines ("ingest").
+	Name string
+	// Setup, when set, runs on every new channel before consuming (for
+	// declarations and bindings a source needs). An error ends the session.
+	Setup func(*amqp.Channel) error
+	// OnConsuming, when set, is called each time the consumer is in place.
+	OnConsuming func()
+	// MinBackoff and MaxBackoff bound the jittered, doubling pause before a
+	// new session; defaults 200ms and 10s. A session that got to consume
+	// resets it.
+	MinBackoff, MaxBackoff time.Duration
+	Logger                 zerolog.Logger
+}
+
+// Session is one consumer on one channel.
+type Session struct {
+	// Deliveries are the consumer's deliveries; closed when the broker
+	// cancels the consumer or the channel closes.
+	Deliveries <-chan amqp.Delivery
+	// Closed receives the reason when the channel closes.
+	Closed <-chan *amqp.Error
+	// Channel is the session's channel; it is closed when the session ends,
+	// which returns every unsettled delivery to the queue.
+	Channel *amqp.Channel
+	tag     string
+}
+
+// Cancel stops the flow of deliveries. Those already received and not yet
+// settled go back to the queue when the channel closes.
+func (s *Session) Cancel() { _ = s.Channel.Cancel(s.tag, false) }
+
+// Consume consumes opts.Queue until ctx ends, calling handle once per
+// session: a channel with its prefetch set and its consumer in place. When
+// handle returns (a channel or connection failed, or the broker cancelled
+// the consumer) it starts a new session on the current connection after a
+// backoff. It returns nil when ctx ends and an error only for what retrying
+// cannot fix (ErrExclusiveConsumer).
+func Consume(ctx context.Context, conn Waiter, opts ConsumeOptions, handle func(context.Context, *Session) error) error {
+	if opts.MinBackoff <= 0 {
+		opts.MinBackoff = 200 * time.Millisecond
+	}
+	if opts.MaxBackoff <= 0 {
+		opts.MaxBackoff = 10 * time.Second
+	}
+	attempt := 0
+	for {
+		consumed, err := session(ctx, conn, opts, handle)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if errors.Is(err, ErrExclusiveConsumer) {
+			return err
+		}
+		if consumed {
+			attempt = 0
+		}
+		attempt++
+		wait := backoff(opts.MinBackoff, opts.MaxBackoff, attempt)
+		opts.Logger.Warn().Err(err).Str("queue", opts.Queue).Dur("retry_in", wait).
+			Msg(opts.Name + " interrupted; resuming on the next broker connection")
+		if !Sleep(ctx, wait) {
+			return nil
+		}
+	}
+}
+
+// session runs one session; consumed reports whether the consumer got in place.
+func session(ctx context.Context, conn Waiter, opts ConsumeOptions, handle func(context.Context, *Session) error) (consumed bool, err error) {
+	c, err := conn.Wait(ctx)
+	if err != nil {
+		return false, err
+	}
+	ch, err := c.Channel()
+	if err != nil {
+		return false, fmt.Errorf("%s: open channel: %w", opts.Name, err)
+	}
+	defer ch.Close()
+	closed := ch.NotifyClose(make(chan *amqp.Error, 1))
+	if opts.Setup != nil {
+		if err := opts.Setup(ch); err != nil {
+			return false, fmt.Errorf("%s: set up channel: %w", opts.Name, err)
+		}
+	}
+	if err := ch.Qos(opts.Prefetch, 0, false); err != nil {
+		return false, fmt.Errorf("%s: set prefetch: %w", opts.Name, err)
+	}
+	tag := "delaybridge-" + opts.Name + "-" + uuid.NewString()
+	deliveries, err := ch.Consume(opts.Queue, tag, false, opts.Exclusive, false, false, nil)
+	var amqpErr *amqp.Error
+	if opts.Exclusive && errors.As(err, &amqpErr) && amqpErr.Code == amqp.AccessRefused {
+		return false, fmt.Errorf("%w: %s", ErrExclusiveConsumer, opts.Queue)
+	}
+	if err != nil {
+		return false, fmt.Errorf("%s: consume %s: %w", opts.Name, opts.Queue, err)
+	}
+	if opts.OnConsuming != nil {
+		opts.OnConsuming()
+	}
+	opts.Logger.Info().Str("queue", opts.Queue).Msg(opts.Name + " consuming")
+	return true, handle(ctx, &Session{Deliveries: deliveries, Closed: closed, Channel: ch, tag: tag})
+}
+
+// backoff doubles from lo to hi with full jitter over the upper half, so a
+// fleet of bridges does not retry in lockstep.
+func backoff(lo, hi time.Duration, attempt int) time.Duration {
+	d := min(lo<<min(attempt-1, 20), hi)
+	return d/2 + time.Duration(rand.Int64N(int64(d/2)+1))
+}

@@ -1,0 +1,113 @@
+package ingest
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/delaybridge/delaybridge/broker"
+	"github.com/delaybridge/delaybridge/message"
+	"github.com/delaybridge/delaybridge/wire"
+)
+
+// Source is one intake queue and the parser of its wire format. Adding a
+// protocol means adding a Parser and a Source; ingest does the rest (rules,
+// ids, group commit, the error queue, settling).
+type Source struct {
+	// Name identifies the source in logs and consumer tags ("timeouts").
+	Name   string
+	Queue  string
+	Parser Parser
+	// Setup, when set, runs on every new channel before consuming: for
+	// the declarations and bindings the source needs.
+	Setup func(*amqp.Channel) error
+}
+
+// Parser turns one delivery into what ingest should do with it. It must not
+// keep d.
+type Parser interface {
+	Parse(d *amqp.Delivery, receivedAt time.Time) Intake
+}
+
+// ParserFunc makes a function a Parser.
+type ParserFunc func(d *amqp.Delivery, receivedAt time.Time) Intake
+
+// Parse calls f.
+func (f ParserFunc) Parse(d *amqp.Delivery, receivedAt time.Time) Intake { return f(d, receivedAt) }
+
+// Op is what a delivery asks for.
+type Op uint8
+
+// What a delivery may ask for.
+const (
+	// OpReject: the delivery is invalid; it goes to the error queue with Reason.
+	OpReject Op = iota
+	// OpSchedule: store Msg for Destination at DueAt.
+	OpSchedule
+	// OpCancel: cancel the pending message CancelID. A cancel ends its
+	// batch, so it applies to everything received before it.
+	OpCancel
+)
+
+// Intake is a parser's reading of one delivery.
+type Intake struct {
+	Op Op
+
+	// OpSchedule. An empty ID has the bridge assign one, which it also
+	// sets as Msg's message-id. Msg is the message exactly as it is to be
+	// forwarded (the parser drops its protocol's delay headers).
+	ID          string
+	Destination string
+	DueAt       time.Time
+	Msg         amqp.Publishing
+
+	// OpCancel.
+	CancelID string
+
+	// OpReject: why, in words; it lands in the error copy's headers.
+	Reason string
+}
+
+// Reject is the Intake of an invalid delivery.
+func Reject(err error) Intake { return Intake{Op: OpReject, Reason: err.Error()} }
+
+// TimeoutsSource is E.Timeouts with the bridge's own headers (docs/contract.md §2).
+func TimeoutsSource(queue string) Source {
+	return Source{Name: "ingest", Queue: queue, Parser: ParserFunc(ParseHeaders)}
+}
+
+// ParseHeaders reads a delivery to E.Timeouts: a cancel (x-delaybridge-cancel)
+// or a message to schedule (destination, due time and id headers).
+func ParseHeaders(d *amqp.Delivery, receivedAt time.Time) Intake {
+	if _, ok := d.Headers[wire.HeaderCancel]; ok {
+		id, err := cancelID(d)
+		if err != nil {
+			return Reject(err)
+		}
+		return Intake{Op: OpCancel, CancelID: id}
+	}
+	p, err := Parse(d, receivedAt)
+	if err != nil {
+		return Reject(err)
+	}
+	return Intake{Op: OpSchedule, ID: p.ID, Destination: p.Destination, DueAt: p.DueAt,
+		Msg: broker.Forwardable(message.FromDelivery(d), wire.DueTimeHeaders)}
+}
+
+// cancelID validates a cancel message and returns the id it names.
+func cancelID(d *amqp.Delivery) (string, error) {
+	id, _, err := headerString(d.Headers, wire.HeaderCancel)
+	switch {
+	case err != nil:
+		return "", err
+	case strings.TrimSpace(id) == "":
+		return "", fmt.Errorf("header %s is empty: it must name the message-id to cancel", wire.HeaderCancel)
+	case len(id) > maxIDBytes:
+		return "", fmt.Errorf("header %s is %d bytes; a message id is at most %d", wire.HeaderCancel, len(id), maxIDBytes)
+	case len(d.Body) > 0:
+		return "", fmt.Errorf("a message with header %s cancels and must have no body (this one has %d bytes)", wire.HeaderCancel, len(d.Body))
+	}
+	return id, nil
+}
