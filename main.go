@@ -19,7 +19,7 @@ import (
 	"github.com/delaybridge/delaybridge/config"
 )
 
-// Exit codes of contract §5.
+// Exit codes of docs/contract.md §5.
 const (
 	exitOK       = 0
 	exitCritical = 1

@@ -68,7 +68,7 @@ func dial(rawURL, name string, cfg amqp.Config) (*amqp.Connection, error) {
 	return conn, nil
 }
 
-// Topology names the queues the bridge owns (contract §1).
+// Topology names the queues the bridge owns (docs/contract.md §1).
 type Topology struct {
 	Endpoint   string
 	ErrorQueue string

@@ -1,4 +1,4 @@
-// Package config reads the bridge's environment variables (contract §5).
+// Package config reads the bridge's environment variables (docs/contract.md §5).
 // Only main reads it; components receive their own small option structs.
 package config
 
@@ -31,7 +31,7 @@ func (c Config) TLSFiles() broker.TLSFiles {
 	return broker.TLSFiles{CAFile: c.TLSCAFile, CertFile: c.TLSCertFile, KeyFile: c.TLSKeyFile, ServerName: c.TLSServerName}
 }
 
-// Config mirrors contract §5; each field's tag is its variable's full name.
+// Config mirrors docs/contract.md §5; each field's tag is its variable's full name.
 type Config struct {
 	AMQPURL                          string        `envconfig:"DELAYBRIDGE_AMQP_URL" default:"amqp://guest:guest@localhost:5672/"`
 	AMQPFailoverURLs                 []string      `envconfig:"DELAYBRIDGE_AMQP_FAILOVER_URLS"`

@@ -24,7 +24,7 @@ func TestDefaultsMatchTheContract(t *testing.T) {
 		LogLevel: "info", LogFormat: "json",
 	}
 	if diff := cmp.Diff(want, c); diff != "" {
-		t.Fatalf("defaults differ from contract §5 (-want +got):\n%s", diff)
+		t.Fatalf("defaults differ from docs/contract.md §5 (-want +got):\n%s", diff)
 	}
 }
 

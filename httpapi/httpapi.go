@@ -1,4 +1,4 @@
-// Package httpapi serves the bridge's HTTP surface (contract §6).
+// Package httpapi serves the bridge's HTTP surface (docs/contract.md §6).
 package httpapi
 
 import (

@@ -102,7 +102,7 @@ func TestParseTimestampDueAtOutsideYears0000To9999(t *testing.T) {
 }
 
 // 0001-01-01T00:00:00Z is a valid RFC 3339 due time in years 0000 to 9999
-// (contract §2: in the past, so due at once), and it is time.Time's zero
+// (docs/contract.md §2: in the past, so due at once), and it is time.Time's zero
 // value. That is why the fuzz targets allow a zero DueAt for exactly this
 // instant and no other input.
 func TestParseZeroInstantIsAValidDueTime(t *testing.T) {

@@ -8,7 +8,7 @@ import (
 	"unicode/utf8"
 )
 
-// Rules are the operator's limits on what may be scheduled (contract §4, §5).
+// Rules are the operator's limits on what may be scheduled (docs/contract.md §4, §5).
 type Rules struct {
 	MaxDelay        time.Duration // 0: no limit
 	MaxMessageBytes int
