@@ -8,6 +8,7 @@ package storage
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 )
 
@@ -21,6 +22,11 @@ var (
 	ErrClosed = errors.New("storage: store is closed")
 	// ErrLeased means the timeout is being dispatched and cannot be changed.
 	ErrLeased = errors.New("storage: timeout is being dispatched")
+	// ErrUnsupported comes from an optional method (Stater, LeaseCounter,
+	// MultiGetter) of a wrapper whose wrapped store lacks it: a wrapper
+	// cannot choose its methods by what it wraps. Callers treat it as the
+	// interface's absence. It matches errors.ErrUnsupported as well.
+	ErrUnsupported = fmt.Errorf("storage: %w", errors.ErrUnsupported)
 )
 
 // ListFilter selects pending timeouts for List.
@@ -117,4 +123,45 @@ type Store interface {
 	Reschedule(ctx context.Context, id string, dueAt time.Time) error
 
 	Close() error
+}
+
+// The optional interfaces below are what a backend may offer beyond Store.
+// Callers find them with a type assertion, do without them when absent, and
+// treat ErrUnsupported from one as its absence. storetest checks each one a
+// store has. boltstore has Stater; postgres has all three.
+
+// Stater counts the store's rows. The admin API's stats, the status page,
+// /debug/vars and the store metrics show the counts, and the poller's
+// MaxLeased backpressure uses the leased count when the store has no
+// LeaseCounter (a store of one instance: every lease is its own).
+type Stater interface {
+	// Stats returns how many timeouts are pending, leased ones included,
+	// and how many of them are leased. A lease counts until its row is
+	// removed or released, or, once expired, freed by Reap, Lease, Cancel
+	// or Reschedule. It is cheap enough for every poll cycle. A shared store may count the
+	// pending rows of other instances late (postgres: up to a second) and
+	// estimate them when there are millions.
+	Stats(ctx context.Context) (pending, leased int, err error)
+}
+
+// LeaseCounter counts one owner's leases: the poller's MaxLeased
+// backpressure on a store several instances share, whose Stats count every
+// instance's leases. The poller prefers it to Stater.
+type LeaseCounter interface {
+	// LeasedBy returns how many rows are leased under owner (the owner
+	// given to Lease), expired leases counted as in Stats, but at most
+	// atMost: the store stops counting there, and atMost must be positive.
+	// Owners are told apart by the "owner:" prefix of lock tokens, so an
+	// owner containing ':' may also count those of another owner.
+	LeasedBy(ctx context.Context, owner string, atMost int) (int, error)
+}
+
+// MultiGetter reads many rows in one call: the dispatcher reads the rows
+// behind a dispatcher message's tokens with one round trip, not one Get each.
+type MultiGetter interface {
+	// GetMany returns the pending timeouts with these ids, keyed by id, each
+	// a copy as Get returns it. An id with no pending timeout is absent from
+	// the map, not an error; a repeated id is read once. The map is not nil
+	// when err is nil, even for no ids.
+	GetMany(ctx context.Context, ids []string) (map[string]Timeout, error)
 }

@@ -78,7 +78,12 @@ type Store struct {
 	steps atomic.Int64
 }
 
-var _ storage.Store = (*Store)(nil)
+var (
+	_ storage.Store  = (*Store)(nil)
+	_ storage.Stater = (*Store)(nil)
+	// No LeaseCounter: the file has one owner, so Stats counts its leases.
+	// No MultiGetter: a Get is a local read, not a round trip.
+)
 
 // Open opens or creates the store file at path, creating its parent
 // directories, and frees every lease left in it (see RecoveredLeases).
@@ -728,8 +733,8 @@ func (s *Store) Reap(ctx context.Context) (int, error) {
 }
 
 // Stats returns how many rows the store holds (pending, leased or not) and
-// how many of them are leased. It counts keys page by page in the two
-// indexes (bbolt Bucket.Stats): no record is read, but every index page is.
+// how many of them are leased; see storage.Stater. It reads the counts kept
+// in bucket meta: nothing is counted.
 func (s *Store) Stats(ctx context.Context) (pending, leased int, err error) {
 	exit, err := s.enter(ctx)
 	if err != nil {

@@ -8,6 +8,12 @@
 //	...
 //	fs.Heal()
 //
+// The wrapper also has the optional methods of package storage (Stats,
+// LeasedBy, GetMany), with faults of their own, so that code under test finds
+// them as it would on the wrapped store. A Go type cannot pick its methods by
+// what it wraps, so where the wrapped store lacks one the wrapper answers
+// storage.ErrUnsupported, which callers take as the method's absence.
+//
 // All controls are safe for concurrent use with the store's methods.
 package faultstore
 
@@ -21,7 +27,7 @@ import (
 	"github.com/delaybridge/delaybridge/storage"
 )
 
-// Op names one method of storage.Store.
+// Op names one method of storage.Store or of its optional interfaces.
 type Op int
 
 // The operations a fault or delay can be set on. Close is counted but
@@ -38,6 +44,9 @@ const (
 	List
 	Cancel
 	Reschedule
+	Stats    // storage.Stater
+	LeasedBy // storage.LeaseCounter
+	GetMany  // storage.MultiGetter
 	Close
 	numOps
 )
@@ -45,7 +54,7 @@ const (
 var opNames = [...]string{
 	Insert: "Insert", Lease: "Lease", Get: "Get", Remove: "Remove", Release: "Release",
 	Increment: "IncrementFailureCount", NextDue: "NextDue", Reap: "Reap", List: "List", Cancel: "Cancel",
-	Reschedule: "Reschedule", Close: "Close",
+	Reschedule: "Reschedule", Stats: "Stats", LeasedBy: "LeasedBy", GetMany: "GetMany", Close: "Close",
 }
 
 func (op Op) String() string {
@@ -70,7 +79,12 @@ type Store struct {
 	closeOnce sync.Once
 }
 
-var _ storage.Store = (*Store)(nil)
+var (
+	_ storage.Store        = (*Store)(nil)
+	_ storage.Stater       = (*Store)(nil)
+	_ storage.LeaseCounter = (*Store)(nil)
+	_ storage.MultiGetter  = (*Store)(nil)
+)
 
 // Wrap returns a healed faultstore around s.
 func Wrap(s storage.Store) *Store {
@@ -81,7 +95,8 @@ func Wrap(s storage.Store) *Store {
 func (s *Store) Unwrap() storage.Store { return s.inner }
 
 // Fail makes every later call of op return err (errors.Is-comparable: it is
-// returned as is) until cleared; nil clears it. Close cannot be failed.
+// returned as is) until cleared; nil clears it. Close cannot be failed, and
+// an optional method the wrapped store lacks answers ErrUnsupported anyway.
 func (s *Store) Fail(op Op, err error) {
 	if op < 0 || op >= numOps || op == Close {
 		panic(fmt.Sprintf("faultstore: cannot fail %v", op))
@@ -166,6 +181,18 @@ func (s *Store) enter(ctx context.Context, op Op) error {
 	err := s.errs[op]
 	s.mu.Unlock()
 	return err
+}
+
+// enterOptional is enter for an optional method: it also returns the wrapped
+// store as I. When the wrapped store is no I, the call counts and fails with
+// storage.ErrUnsupported at once, whatever faults and delays are set.
+func enterOptional[I any](ctx context.Context, s *Store, op Op) (I, error) {
+	inner, ok := s.inner.(I)
+	if !ok {
+		s.calls[op].Add(1)
+		return inner, fmt.Errorf("faultstore: %v: %w", op, storage.ErrUnsupported)
+	}
+	return inner, s.enter(ctx, op)
 }
 
 // Insert implements storage.Store.
@@ -254,6 +281,36 @@ func (s *Store) Reschedule(ctx context.Context, id string, dueAt time.Time) erro
 		return err
 	}
 	return s.inner.Reschedule(ctx, id, dueAt)
+}
+
+// Stats implements storage.Stater: ErrUnsupported when the wrapped store
+// has no Stats.
+func (s *Store) Stats(ctx context.Context) (pending, leased int, err error) {
+	inner, err := enterOptional[storage.Stater](ctx, s, Stats)
+	if err != nil {
+		return 0, 0, err
+	}
+	return inner.Stats(ctx)
+}
+
+// LeasedBy implements storage.LeaseCounter: ErrUnsupported when the wrapped
+// store has no LeasedBy.
+func (s *Store) LeasedBy(ctx context.Context, owner string, atMost int) (int, error) {
+	inner, err := enterOptional[storage.LeaseCounter](ctx, s, LeasedBy)
+	if err != nil {
+		return 0, err
+	}
+	return inner.LeasedBy(ctx, owner, atMost)
+}
+
+// GetMany implements storage.MultiGetter: ErrUnsupported when the wrapped
+// store has no GetMany.
+func (s *Store) GetMany(ctx context.Context, ids []string) (map[string]storage.Timeout, error) {
+	inner, err := enterOptional[storage.MultiGetter](ctx, s, GetMany)
+	if err != nil {
+		return nil, err
+	}
+	return inner.GetMany(ctx, ids)
 }
 
 // Close closes the wrapped store the first time and returns its result;

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"reflect"
 	"sync"
 	"testing"
 	"time"
@@ -465,5 +466,129 @@ func TestConcurrentControls(t *testing.T) {
 	wg.Wait()
 	if got := s.Calls(Insert); got != 200 {
 		t.Errorf("Calls(Insert) = %d, want 200", got)
+	}
+}
+
+// fullStore is a boltstore with every optional method, counting the calls
+// that reach it: LeasedBy answers 7 and records its arguments, GetMany reads
+// with Get.
+type fullStore struct {
+	*boltstore.Store
+	calls    map[Op]int
+	leasedBy string
+}
+
+func (f *fullStore) Stats(ctx context.Context) (int, int, error) {
+	f.calls[Stats]++
+	return f.Store.Stats(ctx)
+}
+
+func (f *fullStore) LeasedBy(_ context.Context, owner string, atMost int) (int, error) {
+	f.calls[LeasedBy]++
+	f.leasedBy = fmt.Sprint(owner, " ", atMost)
+	return 7, nil
+}
+
+func (f *fullStore) GetMany(ctx context.Context, ids []string) (map[string]storage.Timeout, error) {
+	f.calls[GetMany]++
+	out := map[string]storage.Timeout{}
+	for _, id := range ids {
+		t, err := f.Get(ctx, id)
+		if errors.Is(err, storage.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		out[id] = t
+	}
+	return out, nil
+}
+
+// The optional methods delegate when healed, and fail or wait with their
+// own faults and delays without reaching the wrapped store.
+func TestOptionalMethods(t *testing.T) {
+	clock := storetest.NewClock(storetest.T0)
+	_, bolt := open(t, clock.Now)
+	inner := &fullStore{Store: bolt, calls: map[Op]int{}}
+	s := Wrap(inner)
+	mustInsert(t, s, row("a", clock.Now()), row("b", clock.Now().Add(time.Hour)))
+	mustLease(t, s, 1)
+	rowA, err := bolt.Get(ctx, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		op   Op
+		call func(ctx context.Context) (any, error)
+		want any
+	}{
+		{Stats, func(ctx context.Context) (any, error) {
+			p, l, err := s.Stats(ctx)
+			return [2]int{p, l}, err
+		}, [2]int{2, 1}},
+		{LeasedBy, func(ctx context.Context) (any, error) { return s.LeasedBy(ctx, "me", 5) }, 7},
+		{GetMany, func(ctx context.Context) (any, error) { return s.GetMany(ctx, []string{"a", "zz"}) },
+			map[string]storage.Timeout{"a": rowA}},
+	} {
+		t.Run(tc.op.String(), func(t *testing.T) {
+			got, err := tc.call(ctx)
+			if err != nil || !reflect.DeepEqual(got, tc.want) {
+				t.Fatalf("healed: %v, %v; want %v", got, err, tc.want)
+			}
+			if inner.calls[tc.op] != 1 {
+				t.Fatalf("healed: the wrapped store had %d calls, want 1", inner.calls[tc.op])
+			}
+
+			s.Fail(tc.op, errBoom)
+			_, err = tc.call(ctx)
+			wantInjected(t, tc.op.String(), err)
+			s.Heal()
+			s.Delay(tc.op, time.Hour)
+			cctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+			defer cancel()
+			if _, err := tc.call(cctx); !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("delayed past its context: %v, want DeadlineExceeded", err)
+			}
+			s.Heal()
+			if inner.calls[tc.op] != 1 {
+				t.Fatalf("failed calls reached the wrapped store (%d calls)", inner.calls[tc.op])
+			}
+			if n := s.Calls(tc.op); n != 3 {
+				t.Fatalf("Calls(%v) = %d, want 3", tc.op, n)
+			}
+		})
+	}
+	if inner.leasedBy != "me 5" {
+		t.Errorf("LeasedBy reached the wrapped store as %q, want owner me, atMost 5", inner.leasedBy)
+	}
+}
+
+// Over a store without them, LeasedBy and GetMany answer ErrUnsupported at
+// once, faults and delays aside; Stats, which boltstore has, delegates.
+func TestOptionalMethodsTheWrappedStoreLacks(t *testing.T) {
+	clock := storetest.NewClock(storetest.T0)
+	s, _ := open(t, clock.Now)
+	mustInsert(t, s, row("a", clock.Now()))
+	mustLease(t, s, 1)
+	if p, l, err := s.Stats(ctx); err != nil || p != 1 || l != 1 {
+		t.Fatalf("Stats = %d, %d, %v; want the boltstore's 1, 1", p, l, err)
+	}
+	s.Fail(LeasedBy, errBoom)
+	s.Fail(GetMany, errBoom)
+	s.Delay(LeasedBy, time.Hour)
+	s.Delay(GetMany, time.Hour)
+	_, errLeasedBy := s.LeasedBy(ctx, "owner", 10)
+	rows, errGetMany := s.GetMany(ctx, []string{"a"})
+	for what, err := range map[string]error{"LeasedBy": errLeasedBy, "GetMany": errGetMany} {
+		if !errors.Is(err, storage.ErrUnsupported) || !errors.Is(err, errors.ErrUnsupported) {
+			t.Errorf("%s: %v, want ErrUnsupported", what, err)
+		}
+	}
+	if rows != nil {
+		t.Errorf("GetMany returned rows %v with its error", rows)
+	}
+	if s.Calls(LeasedBy) != 1 || s.Calls(GetMany) != 1 {
+		t.Errorf("Calls: LeasedBy %d, GetMany %d; want 1 each", s.Calls(LeasedBy), s.Calls(GetMany))
 	}
 }

@@ -114,7 +114,12 @@ type Store struct {
 	testLeaseAnswerLost func(attempt int) error
 }
 
-var _ storage.Store = (*Store)(nil)
+var (
+	_ storage.Store        = (*Store)(nil)
+	_ storage.Stater       = (*Store)(nil)
+	_ storage.LeaseCounter = (*Store)(nil)
+	_ storage.MultiGetter  = (*Store)(nil)
+)
 
 // Open connects to the database at url (a PostgreSQL URL or key=value
 // connection string), checks that it answers, and creates or migrates the

@@ -30,6 +30,10 @@
 //     nil and empty Message are not told apart.
 //   - Every method returns ErrClosed after Close; Close twice is no error. A
 //     cancelled context fails the call with an error wrapping ctx.Err().
+//   - The optional interfaces (storage.Stater, LeaseCounter, MultiGetter)
+//     are checked when the store has them and skipped, saying so, when it
+//     has not or answers ErrUnsupported. LeasedBy with atMost <= 0 is an
+//     error.
 package storetest
 
 import (
@@ -116,6 +120,9 @@ var tests = []struct {
 	{"ListFilters", testListFilters},
 	{"Cancel", testCancel},
 	{"Reschedule", testReschedule},
+	{"Stats", testStats},
+	{"LeasedBy", testLeasedBy},
+	{"GetMany", testGetMany},
 	{"Closed", testClosed},
 	{"ContextCancelled", testContextCancelled},
 }
@@ -1317,6 +1324,9 @@ func testClosed(e *env) {
 	closed("NextDue", err)
 	_, err = e.s.Reap(e.ctx)
 	closed("Reap", err)
+	for what, err := range e.optionalCalls(e.ctx) {
+		closed(what, err)
+	}
 }
 
 func testContextCancelled(e *env) {
@@ -1344,6 +1354,9 @@ func testContextCancelled(e *env) {
 	cancelled("NextDue", err)
 	_, err = e.s.Reap(ctx)
 	cancelled("Reap", err)
+	for what, err := range e.optionalCalls(ctx) {
+		cancelled(what, err)
+	}
 	// None of them did anything.
 	e.expectMissing("b")
 	if row := e.get("a"); row.Attempts != 0 || !row.NotBefore.IsZero() {
