@@ -96,7 +96,8 @@ type ListJSON struct {
 	Next     string        `json:"next,omitempty"`
 }
 
-// StatsJSON is the response of GET /api/v1/stats.
+// StatsJSON is the response of GET /api/v1/stats. Pending and Leased are
+// left out when the store cannot count (it is no storage.Stater).
 type StatsJSON struct {
 	Pending *int       `json:"pending,omitempty"`
 	Leased  *int       `json:"leased,omitempty"`
@@ -430,17 +431,20 @@ func (h *handler) setDue(w http.ResponseWriter, r *http.Request, op, id string, 
 	writeJSON(w, http.StatusOK, summary(&t, h.opts.Now()))
 }
 
+// stats reports the counts when the store has them (storage.Stater) and
+// leaves them out otherwise.
 func (h *handler) stats(w http.ResponseWriter, r *http.Request) {
 	var out StatsJSON
-	if st, ok := h.opts.Store.(interface {
-		Stats(context.Context) (int, int, error)
-	}); ok {
+	if st, ok := h.opts.Store.(storage.Stater); ok {
 		pending, leased, err := st.Stats(r.Context())
-		if err != nil {
+		switch {
+		case errors.Is(err, storage.ErrUnsupported):
+		case err != nil:
 			h.storeError(w, "stats", "", err)
 			return
+		default:
+			out.Pending, out.Leased = &pending, &leased
 		}
-		out.Pending, out.Leased = &pending, &leased
 	}
 	at, ok, err := h.opts.Store.NextDue(r.Context())
 	if err != nil {

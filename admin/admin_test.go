@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -20,6 +21,7 @@ import (
 	"github.com/delaybridge/delaybridge/message"
 	"github.com/delaybridge/delaybridge/storage"
 	"github.com/delaybridge/delaybridge/storage/boltstore"
+	"github.com/delaybridge/delaybridge/storage/faultstore"
 )
 
 const token = "s3cret-token"
@@ -35,7 +37,11 @@ type fixture struct {
 	woken []time.Time
 }
 
-func newFixture(t *testing.T, tok string) *fixture {
+func newFixture(t *testing.T, tok string) *fixture { return newFixtureOver(t, tok, nil) }
+
+// newFixtureOver serves wrap(the fixture's boltstore); nil wrap serves the
+// boltstore itself.
+func newFixtureOver(t *testing.T, tok string, wrap func(storage.Store) storage.Store) *fixture {
 	f := &fixture{t: t, now: t0}
 	clock := func() time.Time { f.mu.Lock(); defer f.mu.Unlock(); return f.now }
 	st, err := boltstore.Open(filepath.Join(t.TempDir(), "s.db"), boltstore.Options{Now: clock})
@@ -44,7 +50,11 @@ func newFixture(t *testing.T, tok string) *fixture {
 	}
 	t.Cleanup(func() { st.Close() })
 	f.store = st
-	h := New(Options{Store: st, Token: tok, Now: clock, Wake: func(at time.Time) {
+	var served storage.Store = st
+	if wrap != nil {
+		served = wrap(st)
+	}
+	h := New(Options{Store: served, Token: tok, Now: clock, Wake: func(at time.Time) {
 		f.mu.Lock()
 		f.woken = append(f.woken, at)
 		f.mu.Unlock()
@@ -362,6 +372,39 @@ func TestStats(t *testing.T) {
 	f.want("GET", "/api/v1/stats", "", 200, &s)
 	if *s.Pending != 2 || *s.Leased != 1 || s.NextDue == nil || !s.NextDue.Equal(t0.Add(time.Minute)) {
 		t.Errorf("stats %+v (next %v)", s, s.NextDue)
+	}
+}
+
+// The counts are left out when the store has no Stats, or answers
+// ErrUnsupported behind a wrapper; the next due time is still there.
+func TestStatsWithoutCounts(t *testing.T) {
+	for name, wrap := range map[string]func(storage.Store) storage.Store{
+		"no Stater":      func(s storage.Store) storage.Store { return struct{ storage.Store }{s} },
+		"ErrUnsupported": func(s storage.Store) storage.Store { return faultstore.Wrap(struct{ storage.Store }{s}) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			f := newFixtureOver(t, token, wrap)
+			f.insert("a", "q", t0.Add(time.Minute), amqp.Publishing{})
+			var s StatsJSON
+			f.want("GET", "/api/v1/stats", "", 200, &s)
+			if s.Pending != nil || s.Leased != nil || s.NextDue == nil || !s.NextDue.Equal(t0.Add(time.Minute)) {
+				t.Errorf("stats %+v (next %v), want only next_due", s, s.NextDue)
+			}
+		})
+	}
+}
+
+// A failing Stats is a store error.
+func TestStatsFailing(t *testing.T) {
+	var fs *faultstore.Store
+	f := newFixtureOver(t, token, func(s storage.Store) storage.Store { fs = faultstore.Wrap(s); return fs })
+	fs.Fail(faultstore.Stats, errors.New("disk gone"))
+	f.want("GET", "/api/v1/stats", "", 500, nil)
+	fs.Heal()
+	var s StatsJSON
+	f.want("GET", "/api/v1/stats", "", 200, &s)
+	if s.Pending == nil || *s.Pending != 0 || s.Leased == nil || *s.Leased != 0 {
+		t.Errorf("stats after Heal %+v", s)
 	}
 }
 

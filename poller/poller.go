@@ -29,9 +29,11 @@ type Store interface {
 	NextDue(ctx context.Context) (time.Time, bool, error)
 }
 
-// Publisher sends dispatcher messages with confirms.
+// Publisher sends dispatcher messages with confirms (*broker.Publisher).
+// The poller closes one whose connection failed before opening the next.
 type Publisher interface {
 	Publish(ctx context.Context, msgs []broker.Outgoing) []error
+	Close() error
 }
 
 // NewPublisher opens a publisher on the current publish connection, waiting
@@ -143,9 +145,7 @@ func (p *Poller) Run(ctx context.Context) error {
 		if err != nil {
 			// The publisher's connection failed; its leases were released.
 			p.log.Warn().Err(err).Msg("handing over to the dispatcher failed; resuming on the next broker connection")
-			if c, ok := p.pub.(interface{ Close() error }); ok {
-				_ = c.Close()
-			}
+			_ = p.pub.Close()
 			p.pub = nil
 			broker.Sleep(ctx, 200*time.Millisecond+time.Duration(rand.Int64N(int64(300*time.Millisecond))))
 			continue
@@ -304,21 +304,21 @@ func (p *Poller) pollOnce(ctx context.Context) (int, error) {
 }
 
 // backlogged reports whether this instance already has MaxLeased rows
-// leased. A shared store counts the owner's leases (LeasedBy), so the cap
-// is per instance; a store of one instance may count all of them (Stats).
+// leased. A shared store counts the owner's leases (storage.LeaseCounter),
+// so the cap is per instance; a store of one instance counts all of them
+// (storage.Stater). A store that can count neither, or fails to, is never
+// backlogged: the cap is a brake, not a condition for leasing.
 func (p *Poller) backlogged(ctx context.Context) bool {
 	if p.opts.MaxLeased <= 0 {
 		return false
 	}
-	if st, ok := p.store.(interface {
-		LeasedBy(ctx context.Context, owner string, atMost int) (int, error)
-	}); ok {
-		leased, err := st.LeasedBy(ctx, p.opts.Owner, p.opts.MaxLeased)
-		return err == nil && leased >= p.opts.MaxLeased
+	if lc, ok := p.store.(storage.LeaseCounter); ok {
+		leased, err := lc.LeasedBy(ctx, p.opts.Owner, p.opts.MaxLeased)
+		if !errors.Is(err, storage.ErrUnsupported) {
+			return err == nil && leased >= p.opts.MaxLeased
+		}
 	}
-	st, ok := p.store.(interface {
-		Stats(context.Context) (pending, leased int, err error)
-	})
+	st, ok := p.store.(storage.Stater)
 	if !ok {
 		return false
 	}

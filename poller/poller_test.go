@@ -16,6 +16,7 @@ import (
 	"github.com/delaybridge/delaybridge/broker"
 	"github.com/delaybridge/delaybridge/storage"
 	"github.com/delaybridge/delaybridge/storage/boltstore"
+	"github.com/delaybridge/delaybridge/storage/faultstore"
 )
 
 type fakePublisher struct {
@@ -23,6 +24,14 @@ type fakePublisher struct {
 	tokens []Token
 	fail   error
 	sent   chan struct{}
+	closed int
+}
+
+func (p *fakePublisher) Close() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.closed++
+	return nil
 }
 
 func (p *fakePublisher) Publish(_ context.Context, msgs []broker.Outgoing) []error {
@@ -185,20 +194,29 @@ func source(p Publisher) NewPublisher {
 	return func(context.Context) (Publisher, error) { return p, nil }
 }
 
-func TestStopsLeasingAtMaxLeased(t *testing.T) {
-	store := openStore(t)
+// leaseToTheCap runs a poller with MaxLeased 12 over 40 due rows of inner
+// (served as store) and returns its publisher once the poller stopped at the
+// cap.
+func leaseToTheCap(t *testing.T, inner *boltstore.Store, store Store) *fakePublisher {
+	t.Helper()
+	for i := range 40 {
+		insert(t, inner, fmt.Sprint(i), time.Now().Add(-time.Second))
+	}
 	pub := &fakePublisher{}
 	p := New(store, source(pub), Options{Owner: "o", BatchSize: 5, MaxLeased: 12, LeaseDuration: time.Minute,
 		PollInterval: time.Hour, Logger: zerolog.Nop()})
-	for i := range 40 {
-		insert(t, store, fmt.Sprint(i), time.Now().Add(-time.Second))
-	}
 	start(t, p)
 	waitFor(t, "the cap", func() bool { return pub.count() >= 12 })
 	time.Sleep(100 * time.Millisecond)
 	if n := pub.count(); n > 15 { // at most one batch past the cap
 		t.Fatalf("leased %d with MaxLeased 12 and nothing dispatched", n)
 	}
+	return pub
+}
+
+func TestStopsLeasingAtMaxLeased(t *testing.T) {
+	store := openStore(t)
+	pub := leaseToTheCap(t, store, store)
 	// Dispatching (removing) leased rows lets the poller go on.
 	var refs []storage.Ref
 	pub.mu.Lock()
@@ -244,4 +262,43 @@ func TestMaxLeasedCountsOwnLeasesOnly(t *testing.T) {
 		PollInterval: time.Hour, Logger: zerolog.Nop()})
 	start(t, p)
 	waitFor(t, "this instance's leases despite the other's 20", func() bool { return pub.count() == 10 })
+}
+
+// A store behind the fault-injecting wrapper, as in the bridge's own tests,
+// still brakes: the wrapper answers ErrUnsupported for the LeasedBy that
+// boltstore lacks, and the poller counts with Stats instead.
+func TestMaxLeasedThroughTheFaultStore(t *testing.T) {
+	store := openStore(t)
+	fs := faultstore.Wrap(store)
+	leaseToTheCap(t, store, fs)
+	if fs.Calls(faultstore.LeasedBy) == 0 || fs.Calls(faultstore.Stats) == 0 {
+		t.Fatalf("LeasedBy called %d times, Stats %d; want both", fs.Calls(faultstore.LeasedBy), fs.Calls(faultstore.Stats))
+	}
+}
+
+// A publisher whose hand-over failed is closed, and the next one takes the
+// released leases.
+func TestAFailedPublisherIsClosed(t *testing.T) {
+	store := openStore(t)
+	insert(t, store, "a", time.Now().Add(-time.Second))
+	failing := &fakePublisher{fail: fmt.Errorf("%w: boom", broker.ErrNotConfirmed)}
+	next := &fakePublisher{}
+	var mu sync.Mutex
+	pubs := []*fakePublisher{failing, next}
+	p := New(store, func(context.Context) (Publisher, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		pub := pubs[0]
+		if len(pubs) > 1 {
+			pubs = pubs[1:]
+		}
+		return pub, nil
+	}, Options{Owner: "o", BatchSize: 10, LeaseDuration: time.Hour, PollInterval: time.Hour, Logger: zerolog.Nop()})
+	start(t, p)
+	waitFor(t, "the next publisher to take the row", func() bool { return next.count() == 1 })
+	failing.mu.Lock()
+	defer failing.mu.Unlock()
+	if failing.closed != 1 {
+		t.Fatalf("the failed publisher was closed %d times, want once", failing.closed)
+	}
 }
