@@ -2,31 +2,20 @@ package broker
 
 import (
 	"context"
-	"os"
 	"sync"
 	"testing"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/delaybridge/delaybridge/internal/testenv"
 )
 
-// testConn connects to DELAYBRIDGE_TEST_AMQP_URL (default the local broker)
-// or skips; under CI=true a missing broker is a failure.
+// testConn connects to the test broker (testenv.DialAMQP: skipped when it
+// is unreachable, failed under CI=true) and closes it when the test ends.
 func testConn(t *testing.T) *amqp.Connection {
 	t.Helper()
-	url := os.Getenv("DELAYBRIDGE_TEST_AMQP_URL")
-	if url == "" {
-		url = "amqp://guest:guest@127.0.0.1:5672/"
-	}
-	conn, err := amqp.DialConfig(url, amqp.Config{Dial: amqp.DefaultDial(5 * time.Second)})
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("RabbitMQ not reachable: %v; under CI=true this is a failure", err)
-		}
-		t.Skipf("RabbitMQ not reachable: %v; skipped (fails under CI=true)", err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
-	return conn
+	return testenv.DialAMQP(t)
 }
 
 // A window's confirms are reported as they arrive, while later messages of

@@ -9,7 +9,7 @@ package integration
 //
 // Broker control goes through rabbitmqctl (DELAYBRIDGE_TEST_RABBITMQCTL, default
 // "rabbitmqctl" on PATH); without it these tests are skipped (failed under
-// CI=true).
+// CI=true: internal/testenv).
 
 import (
 	"bufio"
@@ -29,6 +29,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/delaybridge/delaybridge/internal/testenv"
 )
 
 // TestForcedConnectionClose: while ~2,000 messages due over the next ~6 s
@@ -272,17 +274,13 @@ func rabbitmqctlPath() string {
 	return "rabbitmqctl"
 }
 
-// requireRabbitmqctl skips (fails under CI=true) when rabbitmqctl cannot
-// reach the broker.
+// requireRabbitmqctl skips (fails under CI=true) when there is no broker or
+// no rabbitmqctl.
 func requireRabbitmqctl(t *testing.T) {
 	t.Helper()
 	requireBroker(t)
 	if _, err := exec.LookPath(rabbitmqctlPath()); err != nil {
-		msg := fmt.Sprintf("%s not found (%v): this test controls the broker with it (set DELAYBRIDGE_TEST_RABBITMQCTL)", rabbitmqctlPath(), err)
-		if os.Getenv("CI") == "true" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
+		testenv.Unavailable(t, "%s not found (%v): this test controls the broker with it (set DELAYBRIDGE_TEST_RABBITMQCTL)", rabbitmqctlPath(), err)
 	}
 }
 

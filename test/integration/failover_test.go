@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/delaybridge/delaybridge/broker"
 	"github.com/delaybridge/delaybridge/internal/tcpproxy"
 )
 
@@ -85,8 +86,8 @@ func TestFailoverBrokerMidRun(t *testing.T) {
 	}()
 
 	// Before the kill: both connections on A (tried first), none on B.
-	if got := connectedBrokers(t, b); len(got) != 2 || got[0].Broker != redactURL(urlA) || got[1].Broker != redactURL(urlA) {
-		t.Fatalf("at start-up want both connections logged as connected to proxy A %s, got %v", redactURL(urlA), got)
+	if got := connectedBrokers(t, b); len(got) != 2 || got[0].Broker != broker.Redact(urlA) || got[1].Broker != broker.Redact(urlA) {
+		t.Fatalf("at start-up want both connections logged as connected to proxy A %s, got %v", broker.Redact(urlA), got)
 	}
 	if a, bb := proxyA.Accepted(), proxyB.Accepted(); a < 2 || bb != 0 {
 		t.Fatalf("at start-up proxy A accepted %d connections (want ≥ 2), proxy B %d (want 0)", a, bb)
@@ -118,7 +119,7 @@ func TestFailoverBrokerMidRun(t *testing.T) {
 	for {
 		onB = onB[:0]
 		for _, l := range connectedBrokers(t, b) {
-			if l.Broker == redactURL(urlB) {
+			if l.Broker == broker.Redact(urlB) {
 				onB = append(onB, l)
 			}
 		}
@@ -129,7 +130,7 @@ func TestFailoverBrokerMidRun(t *testing.T) {
 			t.Fatalf("the bridge exited with code %d after proxy A was killed; want it to fail over to proxy B", b.exitCode)
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("20 s after the kill the log does not show both connections connected to proxy B %s (have %v)", redactURL(urlB), onB)
+			t.Fatalf("20 s after the kill the log does not show both connections connected to proxy B %s (have %v)", broker.Redact(urlB), onB)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

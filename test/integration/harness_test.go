@@ -6,7 +6,8 @@
 //
 // The broker is taken from DELAYBRIDGE_TEST_AMQP_URL (default
 // amqp://guest:guest@127.0.0.1:5672/). Without a reachable broker the tests
-// are skipped, except under CI=true where that is a failure.
+// are skipped, except under CI=true where that is a failure (the rule of
+// internal/testenv).
 package integration
 
 import (
@@ -18,7 +19,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -30,15 +30,14 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
-)
 
-const defaultAMQPURL = "amqp://guest:guest@127.0.0.1:5672/"
+	"github.com/delaybridge/delaybridge/broker"
+	"github.com/delaybridge/delaybridge/internal/testenv"
+)
 
 var (
 	// amqpURL is the broker every test and every bridge uses.
 	amqpURL string
-	// brokerDown is set by TestMain when the broker is unreachable outside CI.
-	brokerDown bool
 	// bridgeBin is the race-enabled bridge binary built once by TestMain.
 	bridgeBin string
 )
@@ -46,37 +45,25 @@ var (
 func TestMain(m *testing.M) { os.Exit(testMain(m)) }
 
 func testMain(m *testing.M) int {
-	amqpURL = os.Getenv("DELAYBRIDGE_TEST_AMQP_URL")
-	if amqpURL == "" {
-		amqpURL = defaultAMQPURL
-	}
-	conn, err := amqp.DialConfig(amqpURL, amqp.Config{Dial: amqp.DefaultDial(5 * time.Second)})
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			fmt.Fprintf(os.Stderr, "integration: FAIL: RabbitMQ is not reachable at %s: %v\n"+
-				"integration: CI=true, so a missing broker is a failure, not a skip "+
-				"(start one, e.g. scripts/ensure-rabbitmq.sh, or set DELAYBRIDGE_TEST_AMQP_URL)\n",
-				redactURL(amqpURL), err)
-			return 1
-		}
-		fmt.Fprintf(os.Stderr, "integration: RabbitMQ is not reachable at %s (%v): skipping the integration tests "+
-			"(set DELAYBRIDGE_TEST_AMQP_URL or start a broker; under CI=true this fails)\n", redactURL(amqpURL), err)
-		brokerDown = true
+	amqpURL = testenv.AMQPURLFromEnv()
+	if err := testenv.AMQPReachable(); err != nil {
+		// No bridge to build: every test's requireBroker skips it, or
+		// fails it under CI=true.
+		fmt.Fprintf(os.Stderr, "integration: RabbitMQ is not reachable at %s (%v)\n", broker.Redact(amqpURL), err)
 		return m.Run()
 	}
-	_ = conn.Close()
 
+	root, err := repoRoot()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "integration: cannot find the repository root:", err)
+		return 1
+	}
 	tmp, err := os.MkdirTemp("", "delaybridge-it-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "integration:", err)
 		return 1
 	}
 	defer os.RemoveAll(tmp)
-	root, err := repoRoot()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "integration: cannot find the repository root:", err)
-		return 1
-	}
 	bridgeBin = filepath.Join(tmp, "delaybridge")
 	build := exec.Command("go", "build", "-race", "-o", bridgeBin, ".")
 	build.Dir = root
@@ -106,25 +93,11 @@ func repoRoot() (string, error) {
 	return root, nil
 }
 
-func redactURL(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "(unparsable URL)"
-	}
-	if u.User != nil {
-		if _, ok := u.User.Password(); ok {
-			u.User = url.UserPassword(u.User.Username(), "xxxxx")
-		}
-	}
-	return u.String()
-}
-
-// requireBroker skips the test when TestMain found no broker (never under CI).
+// requireBroker skips the test when TestMain found no broker, or fails it
+// under CI=true (testenv.AMQPURL).
 func requireBroker(t testing.TB) {
 	t.Helper()
-	if brokerDown {
-		t.Skip("RabbitMQ not reachable; integration tests skipped (they fail under CI=true)")
-	}
+	testenv.AMQPURL(t)
 }
 
 // randomHex returns n random bytes as hex.
@@ -398,7 +371,7 @@ func dial(t testing.TB) *amqp.Connection {
 	requireBroker(t)
 	conn, err := amqp.DialConfig(amqpURL, amqp.Config{Dial: amqp.DefaultDial(10 * time.Second)})
 	if err != nil {
-		t.Fatalf("connect to %s: %v", redactURL(amqpURL), err)
+		t.Fatalf("connect to %s: %v", broker.Redact(amqpURL), err)
 	}
 	t.Cleanup(func() { _ = conn.Close() })
 	return conn

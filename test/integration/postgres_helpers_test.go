@@ -4,22 +4,18 @@ package integration
 // postgres. The database is taken from DELAYBRIDGE_TEST_POSTGRES_URL (default
 // postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable). Without a
 // reachable database those tests are skipped, except under CI=true where
-// that is a failure (the same rule as for the broker).
+// that is a failure (the same rule as for the broker: internal/testenv).
 
 import (
 	"context"
-	"os"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/delaybridge/delaybridge/broker"
 	"github.com/delaybridge/delaybridge/storage/postgres/pgtest"
 )
-
-// postgresURL is the database the bridges under test share (the same rule
-// as the store's own tests).
-func postgresURL() string { return pgtest.URL() }
 
 // pgTest is a test's own schema in the shared database and a connection to
 // inspect it. The connection is for the test's goroutine only (a pgx.Conn is
@@ -39,19 +35,12 @@ type pgTest struct {
 func requirePostgres(t testing.TB) *pgTest {
 	t.Helper()
 	requireBroker(t)
-	url := postgresURL()
+	url := pgtest.Require(t) // the database the bridges under test share, as in the store's own tests
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	conn, err := pgx.Connect(ctx, url)
-	if err == nil {
-		err = conn.Ping(ctx)
-	}
 	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("PostgreSQL is not reachable at %s: %v (CI=true, so a missing database is a failure, not a skip; "+
-				"start one or set DELAYBRIDGE_TEST_POSTGRES_URL)", redactURL(url), err)
-		}
-		t.Skipf("PostgreSQL not reachable at %s (%v); skipped (set DELAYBRIDGE_TEST_POSTGRES_URL; under CI=true this fails)", redactURL(url), err)
+		t.Fatalf("connect to PostgreSQL at %s: %v", broker.Redact(url), err)
 	}
 	p := &pgTest{URL: url, Schema: "it_" + randomHex(6), conn: conn}
 	t.Cleanup(func() {
