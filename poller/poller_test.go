@@ -126,17 +126,47 @@ func TestWakeInterruptsALongSleep(t *testing.T) {
 	}
 }
 
+// A Wake for a time after the one the poller sleeps toward is ignored: that
+// sleep ends before it anyway. A running poller takes a wake off its channel
+// at once and goes back to sleep, which would hide a wrong wake; so the
+// poller is stopped while it sleeps, its state kept, and the channel then
+// shows every wake sent. A Wake for an earlier time, which must wake, shows
+// that the check sees one.
 func TestWakeForALaterTimeDoesNotWake(t *testing.T) {
 	store := openStore(t)
 	pub := &fakePublisher{}
 	p := New(store, source(pub), Options{Owner: "o", BatchSize: 10, LeaseDuration: time.Minute,
 		PollInterval: time.Hour, Logger: zerolog.Nop()})
-	insert(t, store, "soon", time.Now().Add(time.Hour))
-	start(t, p)
-	waitFor(t, "sleep", func() bool { return p.sleepUntil.Load() < int64(1<<62) })
-	p.Wake(time.Now().Add(2 * time.Hour))
-	if len(p.wake) != 0 {
-		t.Fatal("a wake for a time after the one slept toward must be ignored")
+	soon := time.Now().Add(time.Hour)
+	insert(t, store, "soon", soon)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	waitFor(t, "the poller to sleep toward the row", func() bool { return p.sleepUntil.Load() < int64(1<<62) })
+	until := time.Unix(0, p.sleepUntil.Load())
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if until.Before(soon.Add(-time.Minute)) {
+		t.Fatalf("the poller sleeps until %s, want about the row's due time %s", until, soon)
+	}
+	p.sleepUntil.Store(until.UnixNano()) // as while it slept, whatever Run left
+	select {
+	case <-p.wake:
+	default:
+	}
+
+	for _, later := range []time.Time{until.Add(time.Nanosecond), until.Add(time.Second), soon.Add(time.Hour)} {
+		p.Wake(later)
+		if len(p.wake) != 0 {
+			t.Fatalf("Wake(sleep end + %s) woke a poller sleeping until %s; a wake for a later time must be ignored",
+				later.Sub(until), until.Format(time.RFC3339Nano))
+		}
+	}
+	p.Wake(until.Add(-time.Millisecond))
+	if len(p.wake) != 1 {
+		t.Fatal("a Wake for a time before the sleep's end did not wake: the check above cannot see a wake")
 	}
 }
 
