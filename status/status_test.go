@@ -13,6 +13,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/delaybridge/delaybridge/circuit"
+	"github.com/delaybridge/delaybridge/metrics"
 	"github.com/delaybridge/delaybridge/storage"
 )
 
@@ -28,26 +30,43 @@ func (c *clock) Advance(d time.Duration) {
 	c.mu.Unlock()
 }
 
-// registry mimics the bridge's series that the page reads.
+// registry is a bridge's real metrics (package metrics), so the page is
+// tested against the series the bridge exports, under their real names: a
+// renamed metric leaves the page without its figures and fails these tests.
 type registry struct {
-	reg                  *prometheus.Registry
-	ingested, dispatched prometheus.Counter
-	lateness             prometheus.Histogram
-	breakers             *prometheus.GaugeVec
-	connected            *prometheus.GaugeVec
+	m   *metrics.Metrics
+	reg *prometheus.Registry
 }
 
 func newRegistry() *registry {
-	r := &registry{
-		reg:        prometheus.NewRegistry(),
-		ingested:   prometheus.NewCounter(prometheus.CounterOpts{Name: metricIngested}),
-		dispatched: prometheus.NewCounter(prometheus.CounterOpts{Name: metricDispatched}),
-		lateness:   prometheus.NewHistogram(prometheus.HistogramOpts{Name: metricLateness}),
-		breakers:   prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: metricBreaker}, []string{"breaker"}),
-		connected:  prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: metricConnected}, []string{"connection"}),
+	m := metrics.New()
+	return &registry{m: m, reg: m.Registry()}
+}
+
+// setConnected has the metrics report the broker connection name up or down.
+func (r *registry) setConnected(name string, up bool) {
+	r.m.WatchConnection(name, func() bool { return up })
+}
+
+// TestReadsTheBridgesMetricNames: every series the page reads is one the
+// bridge's metrics export (a metric renamed in either package fails here).
+func TestReadsTheBridgesMetricNames(t *testing.T) {
+	r := newRegistry()
+	r.setConnected("publish", true)
+	mfs, err := r.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
 	}
-	r.reg.MustRegister(r.ingested, r.dispatched, r.lateness, r.breakers, r.connected)
-	return r
+	exported := map[string]bool{}
+	for _, mf := range mfs {
+		exported[mf.GetName()] = true
+	}
+	for _, name := range []string{metricIngested, metricDispatched, metricFailures, metricErrorQueue,
+		metricLateness, metricBreaker, metricConnected} {
+		if !exported[name] {
+			t.Errorf("the page reads %s, which package metrics does not export", name)
+		}
+	}
 }
 
 func get(t *testing.T, h http.Handler) string {
@@ -76,8 +95,9 @@ func mustContain(t *testing.T, page string, want ...string) {
 func TestPageShowsCountsStatesAndEscapes(t *testing.T) {
 	clk := &clock{t: time.Date(2026, 11, 21, 20, 0, 0, 0, time.UTC)}
 	r := newRegistry()
-	r.breakers.WithLabelValues("store").Set(0)
-	r.breakers.WithLabelValues("dispatch").Set(2)
+	r.m.BreakerState("store", circuit.Disarmed)
+	r.m.BreakerState("dispatch", circuit.Triggered)
+	r.setConnected("publish", true) // Broker below takes precedence
 	evil := `<script>alert(1)</script>`
 	h := New(Options{
 		Endpoint: "orders-bridge",
@@ -120,8 +140,8 @@ func TestPageShowsCountsStatesAndEscapes(t *testing.T) {
 
 func TestBreakersAndConnectionsFromGatherer(t *testing.T) {
 	r := newRegistry()
-	r.breakers.WithLabelValues("fetch").Set(1)
-	r.connected.WithLabelValues("publish").Set(1)
+	r.m.BreakerState("fetch", circuit.Armed)
+	r.setConnected("publish", true)
 	page := get(t, New(Options{Gatherer: r.reg}))
 	mustContain(t, page, "fetch breaker", "armed", "publish connection", "connected", ">healthy<")
 }
@@ -135,10 +155,10 @@ func TestThroughputAndLateness(t *testing.T) {
 	// dispatch 20 ms late.
 	for range 12 {
 		clk.Advance(SampleInterval)
-		r.ingested.Add(20)
+		r.m.Ingested(20)
 		for range 10 {
-			r.dispatched.Inc()
-			r.lateness.Observe(0.020)
+			r.m.Dispatched(1)
+			r.m.ObserveLateness(20 * time.Millisecond)
 		}
 		h.sample(false)
 	}
