@@ -2,6 +2,7 @@ package message
 
 import (
 	"errors"
+	"reflect"
 	"testing"
 	"time"
 
@@ -52,6 +53,36 @@ func TestRoundTripKeepsEveryFieldAndType(t *testing.T) {
 				t.Fatalf("round trip changed the message (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// FromDelivery keeps every property and the body: each field of
+// amqp.Publishing is set (none left at its zero value, so that dropping any
+// one shows) on a delivery under the same name, and must come back. The
+// delivery's own fields (tag, exchange, routing key, …) are not properties
+// and must not matter.
+func TestFromDeliveryCopiesEveryField(t *testing.T) {
+	want := fullPublishing()
+	d := amqp.Delivery{ConsumerTag: "ctag", DeliveryTag: 42, Redelivered: true, Exchange: "E",
+		RoutingKey: "E.Timeouts", MessageCount: 3}
+	wv, dv := reflect.ValueOf(want), reflect.ValueOf(&d).Elem()
+	for i := range wv.NumField() {
+		f := wv.Type().Field(i)
+		if wv.Field(i).IsZero() {
+			t.Fatalf("fullPublishing leaves %s at its zero value: a FromDelivery that drops it would pass", f.Name)
+		}
+		df := dv.FieldByName(f.Name)
+		if !df.IsValid() || df.Type() != f.Type {
+			t.Fatalf("amqp.Delivery has no field %s %s to copy", f.Name, f.Type)
+		}
+		df.Set(wv.Field(i))
+	}
+	if d.Priority != 7 || d.DeliveryMode != amqp.Persistent {
+		t.Fatalf("the delivery is not set up as intended: %+v", d)
+	}
+	got := FromDelivery(&d)
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Fatalf("FromDelivery lost or changed a field (-want +got):\n%s", diff)
 	}
 }
 
