@@ -403,16 +403,11 @@ func (d *Dispatcher) handle(ctx context.Context, del *amqp.Delivery, pub Publish
 	return ack, nil
 }
 
-// load fetches the row behind a token and decides whether it may be
-// forwarded now. Stale tokens (row gone, released, leased again or lease
-// expired) are skipped: whoever holds the row now forwards it.
 // prefetch reads the rows of a batch of tokens in one round trip when the
 // store can (a shared store over the network: one read per token halved the
 // burst rate). Nil means read each with Get.
 func (d *Dispatcher) prefetch(ctx context.Context, toks []wire.Token) map[string]storage.Timeout {
-	gm, ok := d.store.(interface {
-		GetMany(ctx context.Context, ids []string) (map[string]storage.Timeout, error)
-	})
+	gm, ok := d.store.(storage.MultiGetter)
 	if !ok || len(toks) < 2 {
 		return nil
 	}
@@ -421,7 +416,10 @@ func (d *Dispatcher) prefetch(ctx context.Context, toks []wire.Token) map[string
 		ids[i] = t.ID
 	}
 	rows, err := gm.GetMany(ctx, ids)
-	if err != nil {
+	switch {
+	case errors.Is(err, storage.ErrUnsupported):
+		return nil // a wrapper over a store without GetMany
+	case err != nil:
 		// Each token is read on its own instead, and fails on its own.
 		d.log.Warn().Err(err).Int("tokens", len(toks)).Msg("reading a batch of leased timeouts failed; reading them one by one")
 		return nil
@@ -429,6 +427,9 @@ func (d *Dispatcher) prefetch(ctx context.Context, toks []wire.Token) map[string
 	return rows
 }
 
+// load fetches the row behind a token and decides whether it may be
+// forwarded now. Stale tokens (row gone, released, leased again or lease
+// expired) are skipped: whoever holds the row now forwards it.
 func (d *Dispatcher) load(ctx context.Context, pub Publisher, tok wire.Token, rows map[string]storage.Timeout, now time.Time) (item, bool) {
 	it := item{tok: tok}
 	var row storage.Timeout

@@ -6,7 +6,6 @@ package poller
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -20,6 +19,7 @@ import (
 	"github.com/delaybridge/delaybridge/broker"
 	"github.com/delaybridge/delaybridge/circuit"
 	"github.com/delaybridge/delaybridge/storage"
+	"github.com/delaybridge/delaybridge/wire"
 )
 
 // Store is what the poller needs of the store.
@@ -208,17 +208,6 @@ func (p *Poller) untilNext(ctx context.Context) (time.Duration, error) {
 	return wait, nil
 }
 
-// Token names one leased timeout in a dispatcher message.
-type Token struct {
-	ID   string `json:"id"`
-	Lock string `json:"lock"`
-}
-
-// Batch is the body of a dispatcher message.
-type Batch struct {
-	Tokens []Token `json:"tokens"`
-}
-
 // leaseCallTimeout bounds one Lease call, which shutdown does not cancel.
 const leaseCallTimeout = 30 * time.Second
 
@@ -253,19 +242,19 @@ func (p *Poller) pollOnce(ctx context.Context) (int, error) {
 	var groups [][]storage.Lease
 	for start := 0; start < len(leases); start += p.opts.TokensPerMessage {
 		group := leases[start:min(start+p.opts.TokensPerMessage, len(leases))]
-		b := Batch{Tokens: make([]Token, len(group))}
+		toks := make([]wire.Token, len(group))
 		for i, l := range group {
-			b.Tokens[i] = Token{ID: l.ID, Lock: l.Lock}
+			toks[i] = wire.Token{ID: l.ID, Lock: l.Lock}
 		}
-		body, err := json.Marshal(b)
+		body, err := wire.EncodeTokens(toks)
 		if err != nil {
-			return 0, fmt.Errorf("poller: encode tokens: %w", err)
+			return 0, fmt.Errorf("poller: %w", err)
 		}
 		msgs = append(msgs, broker.Outgoing{
 			RoutingKey: p.opts.DispatcherQueue,
 			Mandatory:  true,
 			Msg: amqp.Publishing{
-				ContentType:  "application/json",
+				ContentType:  wire.TokenContentType,
 				DeliveryMode: amqp.Persistent,
 				Timestamp:    p.opts.Now(),
 				Body:         body,

@@ -2,7 +2,6 @@ package poller
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -17,11 +16,12 @@ import (
 	"github.com/delaybridge/delaybridge/storage"
 	"github.com/delaybridge/delaybridge/storage/boltstore"
 	"github.com/delaybridge/delaybridge/storage/faultstore"
+	"github.com/delaybridge/delaybridge/wire"
 )
 
 type fakePublisher struct {
 	mu     sync.Mutex
-	tokens []Token
+	tokens []wire.Token
 	fail   error
 	sent   chan struct{}
 	closed int
@@ -43,11 +43,11 @@ func (p *fakePublisher) Publish(_ context.Context, msgs []broker.Outgoing) []err
 			res[i] = p.fail
 			continue
 		}
-		var b Batch
-		if err := json.Unmarshal(m.Msg.Body, &b); err != nil {
+		toks, err := wire.DecodeTokens(m.Msg.Body)
+		if err != nil {
 			panic(err)
 		}
-		p.tokens = append(p.tokens, b.Tokens...)
+		p.tokens = append(p.tokens, toks...)
 	}
 	select {
 	case p.sent <- struct{}{}:
