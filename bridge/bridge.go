@@ -10,25 +10,14 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
-	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/rs/zerolog"
 
-	"golang.org/x/time/rate"
-
-	"github.com/delaybridge/delaybridge/admin"
-	"github.com/delaybridge/delaybridge/broker"
-	"github.com/delaybridge/delaybridge/circuit"
 	"github.com/delaybridge/delaybridge/config"
-	"github.com/delaybridge/delaybridge/dispatch"
-	"github.com/delaybridge/delaybridge/httpapi"
-	"github.com/delaybridge/delaybridge/ingest"
 	"github.com/delaybridge/delaybridge/metrics"
-	"github.com/delaybridge/delaybridge/poller"
 	"github.com/delaybridge/delaybridge/storage"
 )
 
@@ -92,224 +81,36 @@ func (b *Bridge) Ready() bool { return b.ready.Load() }
 
 // Run runs the bridge until ctx ends (returning nil after a clean shutdown)
 // or a critical error (wrapping ErrCritical).
-func (b *Bridge) Run(ctx context.Context) (err error) {
-	cfg, log := b.cfg, b.log
-	topo := broker.Topology{Endpoint: cfg.Endpoint, ErrorQueue: cfg.ErrorQueue, QueueType: cfg.QueueType}
-	allowed, err := ingest.CompileGlobs(cfg.AllowedDestinations)
+func (b *Bridge) Run(ctx context.Context) error {
+	c, err := b.build(ctx)
 	if err != nil {
-		return fmt.Errorf("DELAYBRIDGE_ALLOWED_DESTINATIONS: %w", err)
-	}
-	now := b.deps.Now
-	met := b.deps.Metrics
-
-	store := b.deps.Store
-	if store == nil {
-		if store, err = openStore(ctx, cfg, b.owner, now, log); err != nil {
-			return err
-		}
-	}
-	defer store.Close() // for early returns; Close is idempotent
-	var storeStats func(context.Context) (int, int, error)
-	if st, ok := store.(interface {
-		Stats(context.Context) (int, int, error)
-	}); ok {
-		storeStats = st.Stats
-	}
-	met.WatchStore(storeStats, store.NextDue, now)
-
-	// Separate connections: a publisher blocked by flow control must not
-	// stall the consumers, and vice versa. Each reconnects on its own.
-	declare := func(conn *amqp.Connection) error {
-		ch, err := conn.Channel()
-		if err != nil {
-			return fmt.Errorf("open channel: %w", err)
-		}
-		defer ch.Close()
-		return topo.Declare(ch)
-	}
-	amqpCfg := amqp.Config{TLSClientConfig: b.deps.TLS}
-	newConn := func(role string) *broker.Conn {
-		return broker.NewConn(broker.ConnOptions{
-			URLs: cfg.AMQPURLs(), Name: "delaybridge " + role + " " + b.owner, Config: amqpCfg, OnConnect: declare,
-			Logger: log.With().Str("component", "broker").Logger(),
-		})
-	}
-	consumeConn, publishConn := newConn("consume"), newConn("publish")
-	met.WatchConnection("consume", consumeConn.Connected)
-	met.WatchConnection("publish", publishConn.Connected)
-	met.WatchBlocked("consume", func() bool { return consumeConn.Blocked() != "" })
-	met.WatchBlocked("publish", func() bool { return publishConn.Blocked() != "" })
-	if err := publishConn.Connect(); err != nil {
 		return err
 	}
-	if err := consumeConn.Connect(); err != nil {
-		publishConn.Close()
-		return err
-	}
-	log.Info().Str("consume", consumeConn.Broker()).Str("publish", publishConn.Broker()).Msg("connected to the broker")
-
-	// A triggered breaker is a critical error: the bridge stops so that a
-	// supervisor restarts it.
-	critical := make(chan error, 1)
-	breaker := func(name string, ttt time.Duration) *circuit.Breaker {
-		met.BreakerState(name, circuit.Disarmed)
-		return circuit.New(name, ttt, circuit.Options{
-			Now: now,
-			OnTrigger: func(err error) {
-				select {
-				case critical <- err:
-				default:
-				}
-			},
-			OnChange: func(name string, s circuit.State, cause error) {
-				ev := log.Warn()
-				if s == circuit.Disarmed {
-					ev = log.Info()
-				}
-				ev.Str("breaker", name).Str("state", s.String()).AnErr("cause", cause).Msg("circuit breaker " + s.String())
-				met.BreakerState(name, s)
-			},
-		})
-	}
-	publisher := func(window int) func(context.Context) (*broker.Publisher, error) {
-		return func(ctx context.Context) (*broker.Publisher, error) { return publishConn.Publisher(ctx, window) }
-	}
-	ingestPub, pollPub, dispatchPub := publisher(cfg.Prefetch), publisher(cfg.BatchSize), publisher(1000)
-
-	pl := poller.New(store, func(ctx context.Context) (poller.Publisher, error) { return pollPub(ctx) }, poller.Options{
-		Owner: b.owner, DispatcherQueue: topo.DispatcherQueue(), BatchSize: cfg.BatchSize,
-		LeaseDuration: cfg.LockLeaseDuration, PollInterval: cfg.PollInterval, Lookahead: lookahead, Now: now,
-		MaxLeased:    20 * cfg.BatchSize,
-		FetchBreaker: breaker("fetch", cfg.TimeToTriggerFetchCircuitBreaker),
-		Metrics:      met,
-		Logger:       log.With().Str("component", "poller").Logger(),
-	})
-	in := ingest.New(consumeConn, func(ctx context.Context) (ingest.Publisher, error) { return ingestPub(ctx) }, store, ingest.Options{
-		Sources: []ingest.Source{ingest.TimeoutsSource(topo.TimeoutsQueue())}, ErrorQueue: cfg.ErrorQueue, Prefetch: cfg.Prefetch,
-		MaxBatch: min(cfg.Prefetch, 500), Wake: pl.Wake, Now: now,
-		Rules: ingest.Rules{
-			MaxDelay: cfg.MaxDelay, MaxMessageBytes: cfg.MaxMessageBytes, Allowed: allowed,
-			Reserved: []string{topo.TimeoutsQueue(), topo.DispatcherQueue()},
-		},
-		StoreBreaker: breaker("store", cfg.TimeToTriggerStoreCircuitBreaker),
-		Metrics:      met,
-		Logger:       log.With().Str("component", "ingest").Logger(),
-	})
-	dispatching := make(chan struct{})
-	var dispatchingOnce sync.Once
-	dp := dispatch.New(consumeConn, func(ctx context.Context) (dispatch.Publisher, error) { return dispatchPub(ctx) }, store, dispatch.Options{
-		Queue: topo.DispatcherQueue(), TimeoutsQueue: topo.TimeoutsQueue(), ErrorQueue: cfg.ErrorQueue,
-		// A bbolt file serves one instance; a second one on this endpoint
-		// would take tokens for rows it does not have and drop them. With
-		// PostgreSQL every instance sees every row, so any may dispatch.
-		Exclusive:   cfg.Store != "postgres",
-		OnConsuming: func() { dispatchingOnce.Do(func() { close(dispatching) }) },
-		Prefetch:    cfg.Prefetch, Workers: dispatchWorkers, LeaseDuration: cfg.LockLeaseDuration, NumberOfRetries: cfg.NumberOfRetries, Allowed: allowed,
-		FailureCountLimit: rate.NewLimiter(rate.Limit(cfg.MaxRecoveryFailuresPerSecond), cfg.MaxRecoveryFailuresPerSecond),
-		Breaker:           breaker("dispatch", cfg.TimeToTriggerDispatchBreaker),
-		Metrics:           met,
-		Now:               now, Logger: log.With().Str("component", "dispatch").Logger(),
-	})
-
-	var httpSrv *httpapi.Server
-	var statusRun func(context.Context) error // samples the status page's counters
-	if cfg.HTTPAddr != "" {
-		// Without a token the admin handler answers every /api/v1/ request
-		// with 404 and a JSON error saying the admin API is disabled.
-		replayer := &admin.Replayer{Conn: consumeConn.Wait, ErrorQueue: cfg.ErrorQueue, Store: store, Now: now}
-		adm := admin.New(admin.Options{Store: store, Token: cfg.AdminToken, Now: now, Wake: pl.Wake,
-			Replay: replayer.Replay, Logger: log.With().Str("component", "admin").Logger()})
-		statusPage := newStatusPage(cfg.Endpoint, store, storeStats, now, met, consumeConn, publishConn)
-		statusRun = statusPage.Run
-		httpSrv = httpapi.New(httpapi.Options{Addr: cfg.HTTPAddr,
-			Admin:  adm,        // ADMIN-WIRING: the admin API handler (issue 5)
-			Status: statusPage, // STATUS-WIRING: the status page handler (issue 5)
-			Vars: func(ctx context.Context) map[string]any {
-				vars := map[string]any{"owner": b.owner, "ready": b.ready.Load()}
-				if st, ok := store.(interface {
-					Stats(context.Context) (int, int, error)
-				}); ok {
-					if pending, leased, err := st.Stats(ctx); err == nil {
-						vars["pending"], vars["leased"] = pending, leased
-					}
-				}
-				return vars
-			}, Ready: func() error {
-				switch {
-				case !b.ready.Load():
-					return errors.New("starting or stopping")
-				case !consumeConn.Connected() || !publishConn.Connected():
-					return errors.New("not connected to the broker")
-				case publishConn.Blocked() != "":
-					// No forward, token or error copy gets out until
-					// the alarm lifts.
-					return fmt.Errorf("the broker blocks publishing: %s", publishConn.Blocked())
-				}
-				// The store must answer too (cheap: NextDue reads two keys).
-				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-				defer cancel()
-				if _, _, err := store.NextDue(ctx); err != nil {
-					return fmt.Errorf("store: %w", err)
-				}
-				return nil
-			}, Metrics: met.Handler(), Logger: log})
-		if err := httpSrv.Listen(); err != nil {
-			return err
-		}
-	}
-
-	// One context per stage so shutdown can stop them in data-flow order.
-	type stage struct {
-		name string
-		run  func(context.Context) error
-		stop context.CancelFunc
-		done chan struct{}
-	}
-	failed := make(chan error, 8)
-	start := func(name string, run func(context.Context) error) *stage {
-		sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-		s := &stage{name: name, run: run, stop: cancel, done: make(chan struct{})}
-		go func() {
-			defer close(s.done)
-			if err := run(sctx); err != nil {
-				failed <- fmt.Errorf("%s: %w", name, err)
-			}
-		}()
-		return s
-	}
-	connStages := []*stage{start("publish connection", publishConn.Run), start("consume connection", consumeConn.Run)}
-	var httpStage *stage
-	if httpSrv != nil {
-		httpStage = start("http", httpSrv.Run)
-		log.Info().Str("addr", httpSrv.Addr()).Msg("http listening")
+	st := newStages(ctx, b.log)
+	publishConn := st.start("publish connection", c.publishConn.Run)
+	consumeConn := st.start("consume connection", c.consumeConn.Run)
+	var httpSrv *stage
+	if c.http != nil {
+		httpSrv = st.start("http", c.http.Run)
+		b.log.Info().Str("addr", c.http.Addr()).Msg("http listening")
 	}
 	// The dispatcher starts first and alone: only once it holds the
 	// dispatcher queue (exclusively, with a bbolt store) do polling and
 	// intake begin, so a second instance is refused before it takes in a
 	// single message.
-	stages := []*stage{start("dispatch", dp.Run)}
-	var runErr error
-	select {
-	case <-dispatching:
-		reaper := &poller.Reaper{Store: store, Interval: cfg.LockLeaseDuration / 4,
-			Logger: log.With().Str("component", "reaper").Logger()}
-		stages = append(stages, start("poller", pl.Run), start("reaper", reaper.Run), start("ingest", in.Run))
-		if statusRun != nil {
-			stages = append(stages, start("status sampler", statusRun))
+	dispatcher := st.start("dispatch", c.dispatcher.Run)
+	var poller, reaper, intake, sampler *stage
+	runErr, up := b.await(ctx, c.dispatching, c.critical, st.failed)
+	if up {
+		poller = st.start("poller", c.poller.Run)
+		reaper = st.start("reaper", c.reaper.Run)
+		intake = st.start("ingest", c.ingester.Run)
+		if c.sampler != nil {
+			sampler = st.start("status sampler", c.sampler)
 		}
 		b.ready.Store(true)
-		log.Info().Str("endpoint", cfg.Endpoint).Str("owner", b.owner).Msg("delaybridge running")
-		select {
-		case <-ctx.Done():
-			log.Info().Msg("shutting down")
-		case e := <-critical:
-			runErr = fmt.Errorf("%w: %w", ErrCritical, e)
-			log.Error().Err(e).Msg("critical error: stopping intake and shutting down")
-		case runErr = <-failed:
-		}
-	case <-ctx.Done():
-		log.Info().Msg("shutting down")
-	case runErr = <-failed:
+		b.log.Info().Str("endpoint", b.cfg.Endpoint).Str("owner", b.owner).Msg("delaybridge running")
+		runErr, _ = b.await(ctx, nil, c.critical, st.failed)
 	}
 	b.ready.Store(false)
 
@@ -319,35 +120,107 @@ func (b *Bridge) Run(ctx context.Context) (err error) {
 	// under the stuck calls, which fails them (their work is released or
 	// requeued, nothing is lost).
 	deadline := time.After(shutdownDrain)
-	for i := len(stages) - 1; i >= 0; i-- {
-		s := stages[i]
-		s.stop()
-		select {
-		case <-s.done:
-		case <-deadline:
-			log.Error().Str("stage", s.name).Dur("after", shutdownDrain).Msg("stage did not stop in time; closing the broker connections under it")
-			publishConn.Close()
-			consumeConn.Close()
-			<-s.done
-		}
-		log.Debug().Str("stage", s.name).Msg("stopped")
+	cut := func() { c.publishConn.Close(); c.consumeConn.Close() }
+	for _, s := range []*stage{sampler, intake, reaper, poller, dispatcher} {
+		st.drain(s, deadline, cut)
 	}
-	if httpStage != nil {
-		httpStage.stop()
-		<-httpStage.done
+	st.stop(httpSrv)
+	if err := c.store.Close(); err != nil && runErr == nil {
+		runErr = fmt.Errorf("close store: %w", err)
 	}
-	if cerr := store.Close(); cerr != nil && runErr == nil {
-		runErr = fmt.Errorf("close store: %w", cerr)
-	}
-	for _, s := range connStages {
-		s.stop()
-		<-s.done
-	}
-	close(failed)
-	for e := range failed {
+	st.stop(publishConn)
+	st.stop(consumeConn)
+	for _, err := range st.close() {
 		if runErr == nil {
-			runErr = e
+			runErr = err
 		}
 	}
 	return runErr
+}
+
+// await waits until up closes (reported as true), ctx ends, a breaker
+// triggers or a stage fails, and returns the error to stop with.
+func (b *Bridge) await(ctx context.Context, up <-chan struct{}, critical, failed <-chan error) (error, bool) {
+	select {
+	case <-up:
+		return nil, true
+	case <-ctx.Done():
+		b.log.Info().Msg("shutting down")
+		return nil, false
+	case e := <-critical:
+		b.log.Error().Err(e).Msg("critical error: stopping intake and shutting down")
+		return fmt.Errorf("%w: %w", ErrCritical, e), false
+	case e := <-failed:
+		return e, false
+	}
+}
+
+// stage is one component running in its own goroutine with its own context,
+// so that shutdown can stop the components one at a time.
+type stage struct {
+	name string
+	stop context.CancelFunc
+	done chan struct{}
+}
+
+// stages starts components and collects their failures.
+type stages struct {
+	parent context.Context
+	failed chan error
+	all    []*stage
+	log    zerolog.Logger
+}
+
+func newStages(ctx context.Context, log zerolog.Logger) *stages {
+	// Stages outlive ctx: shutdown stops them in order, not all at once.
+	return &stages{parent: context.WithoutCancel(ctx), failed: make(chan error, 16), log: log}
+}
+
+// start runs run in a new stage; its error, if any, goes to failed.
+func (ss *stages) start(name string, run func(context.Context) error) *stage {
+	ctx, cancel := context.WithCancel(ss.parent)
+	s := &stage{name: name, stop: cancel, done: make(chan struct{})}
+	ss.all = append(ss.all, s)
+	go func() {
+		defer close(s.done)
+		if err := run(ctx); err != nil {
+			ss.failed <- fmt.Errorf("%s: %w", name, err)
+		}
+	}()
+	return s
+}
+
+// drain stops s and waits for it; past deadline it calls cut (which makes a
+// stuck stage's calls fail) and waits on. A nil s was never started.
+func (ss *stages) drain(s *stage, deadline <-chan time.Time, cut func()) {
+	if s == nil {
+		return
+	}
+	s.stop()
+	select {
+	case <-s.done:
+	case <-deadline:
+		ss.log.Error().Str("stage", s.name).Dur("after", shutdownDrain).Msg("stage did not stop in time; closing the broker connections under it")
+		cut()
+		<-s.done
+	}
+	ss.log.Debug().Str("stage", s.name).Msg("stopped")
+}
+
+// stop stops s and waits for it. A nil s was never started.
+func (ss *stages) stop(s *stage) {
+	if s != nil {
+		s.stop()
+		<-s.done
+	}
+}
+
+// close returns the stages' failures; every stage must have stopped.
+func (ss *stages) close() []error {
+	close(ss.failed)
+	var errs []error
+	for e := range ss.failed {
+		errs = append(errs, e)
+	}
+	return errs
 }

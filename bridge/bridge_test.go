@@ -4,7 +4,7 @@ package bridge
 // RabbitMQ broker (DELAYBRIDGE_TEST_AMQP_URL, default
 // amqp://guest:guest@127.0.0.1:5672/; unreachable: skipped, or failed under
 // CI=true). Each test runs one bridge on its own endpoint and error queue, with
-// a boltstore wrapped in a faultstore, and checks the contract (§3 delivery,
+// a boltstore wrapped in a faultstore, and checks docs/contract.md (§3 delivery,
 // §4 errors, §5 circuit breakers) while the store fails or is slow.
 
 import (
@@ -596,7 +596,7 @@ func TestFetchBreakerTriggers(t *testing.T) {
 
 // TestFetchBreakerTriggersOnLeaseFailures: leasing due timeouts is fetching
 // them, so Lease failing alone (NextDue healthy) for longer than the fetch
-// breaker's time to trigger is a critical error too (contract §5).
+// breaker's time to trigger is a critical error too (docs/contract.md §5).
 func TestFetchBreakerTriggersOnLeaseFailures(t *testing.T) {
 	h := newHarness(t, "leasebreaker", map[string]string{
 		"DELAYBRIDGE_TIME_TO_TRIGGER_FETCH_CIRCUIT_BREAKER": "1s",
@@ -822,7 +822,7 @@ func TestShutdownIsClean(t *testing.T) {
 }
 
 // TestReadyzReflectsTheStore: /readyz is 503 while the store does not
-// answer, and 200 again once it does (contract §6: connected to the broker
+// answer, and 200 again once it does (docs/contract.md §6: connected to the broker
 // and the store).
 func TestReadyzReflectsTheStore(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

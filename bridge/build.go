@@ -1,0 +1,232 @@
+package bridge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"golang.org/x/time/rate"
+
+	"github.com/delaybridge/delaybridge/admin"
+	"github.com/delaybridge/delaybridge/broker"
+	"github.com/delaybridge/delaybridge/circuit"
+	"github.com/delaybridge/delaybridge/dispatch"
+	"github.com/delaybridge/delaybridge/httpapi"
+	"github.com/delaybridge/delaybridge/ingest"
+	"github.com/delaybridge/delaybridge/poller"
+	"github.com/delaybridge/delaybridge/storage"
+)
+
+// components are a built bridge: everything Run starts and stops.
+type components struct {
+	store storage.Store
+	// stats counts the store's rows; nil when the store cannot (storage.Stater).
+	stats                    func(context.Context) (pending, leased int, err error)
+	consumeConn, publishConn *broker.Conn
+	poller                   *poller.Poller
+	reaper                   *poller.Reaper
+	ingester                 *ingest.Ingester
+	dispatcher               *dispatch.Dispatcher
+	// dispatching closes once the dispatcher consumes.
+	dispatching chan struct{}
+	// critical receives the error of a triggered circuit breaker.
+	critical chan error
+	http     *httpapi.Server             // nil without DELAYBRIDGE_HTTP_ADDR
+	sampler  func(context.Context) error // the status page's sampler; nil without HTTP
+}
+
+// build opens the store, connects to the broker and builds every component;
+// the HTTP server is listening when it returns. On an error it leaves
+// nothing open.
+func (b *Bridge) build(ctx context.Context) (_ *components, err error) {
+	cfg, log, now, met := b.cfg, b.log, b.deps.Now, b.deps.Metrics
+	topo := broker.Topology{Endpoint: cfg.Endpoint, ErrorQueue: cfg.ErrorQueue, QueueType: cfg.QueueType}
+	allowed, err := ingest.CompileGlobs(cfg.AllowedDestinations)
+	if err != nil {
+		return nil, fmt.Errorf("DELAYBRIDGE_ALLOWED_DESTINATIONS: %w", err)
+	}
+	c := &components{store: b.deps.Store, dispatching: make(chan struct{}), critical: make(chan error, 1)}
+	if c.store == nil {
+		if c.store, err = openStore(ctx, cfg, b.owner, now, log); err != nil {
+			return nil, err
+		}
+	}
+	defer func() {
+		if err != nil {
+			_ = c.store.Close()
+		}
+	}()
+	if st, ok := c.store.(storage.Stater); ok {
+		c.stats = st.Stats
+	}
+	met.WatchStore(c.stats, c.store.NextDue, now)
+
+	if err := b.connect(c, topo); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			c.publishConn.Close()
+			c.consumeConn.Close()
+		}
+	}()
+
+	publisher := func(window int) func(context.Context) (*broker.Publisher, error) {
+		return func(ctx context.Context) (*broker.Publisher, error) { return c.publishConn.Publisher(ctx, window) }
+	}
+	ingestPub, pollPub, dispatchPub := publisher(cfg.Prefetch), publisher(cfg.BatchSize), publisher(1000)
+	c.poller = poller.New(c.store, func(ctx context.Context) (poller.Publisher, error) { return pollPub(ctx) }, poller.Options{
+		Owner: b.owner, DispatcherQueue: topo.DispatcherQueue(), BatchSize: cfg.BatchSize,
+		LeaseDuration: cfg.LockLeaseDuration, PollInterval: cfg.PollInterval, Lookahead: lookahead, Now: now,
+		MaxLeased:    20 * cfg.BatchSize,
+		FetchBreaker: b.breaker(c, "fetch", cfg.TimeToTriggerFetchCircuitBreaker),
+		Metrics:      met,
+		Logger:       log.With().Str("component", "poller").Logger(),
+	})
+	c.reaper = &poller.Reaper{Store: c.store, Interval: cfg.LockLeaseDuration / 4,
+		Logger: log.With().Str("component", "reaper").Logger()}
+	c.ingester = ingest.New(c.consumeConn, func(ctx context.Context) (ingest.Publisher, error) { return ingestPub(ctx) }, c.store, ingest.Options{
+		Sources:    []ingest.Source{ingest.TimeoutsSource(topo.TimeoutsQueue())},
+		ErrorQueue: cfg.ErrorQueue, Prefetch: cfg.Prefetch, MaxBatch: min(cfg.Prefetch, 500), Wake: c.poller.Wake, Now: now,
+		Rules: ingest.Rules{
+			MaxDelay: cfg.MaxDelay, MaxMessageBytes: cfg.MaxMessageBytes, Allowed: allowed,
+			Reserved: []string{topo.TimeoutsQueue(), topo.DispatcherQueue()},
+		},
+		StoreBreaker: b.breaker(c, "store", cfg.TimeToTriggerStoreCircuitBreaker),
+		Metrics:      met,
+		Logger:       log.With().Str("component", "ingest").Logger(),
+	})
+	var once sync.Once
+	c.dispatcher = dispatch.New(c.consumeConn, func(ctx context.Context) (dispatch.Publisher, error) { return dispatchPub(ctx) }, c.store, dispatch.Options{
+		Queue: topo.DispatcherQueue(), TimeoutsQueue: topo.TimeoutsQueue(), ErrorQueue: cfg.ErrorQueue,
+		// A bbolt file serves one instance; a second one on this endpoint
+		// would take tokens for rows it does not have and drop them. With
+		// PostgreSQL every instance sees every row, so any may dispatch.
+		Exclusive:   cfg.Store != "postgres",
+		OnConsuming: func() { once.Do(func() { close(c.dispatching) }) },
+		Prefetch:    cfg.Prefetch, Workers: dispatchWorkers, LeaseDuration: cfg.LockLeaseDuration, NumberOfRetries: cfg.NumberOfRetries, Allowed: allowed,
+		FailureCountLimit: rate.NewLimiter(rate.Limit(cfg.MaxRecoveryFailuresPerSecond), cfg.MaxRecoveryFailuresPerSecond),
+		Breaker:           b.breaker(c, "dispatch", cfg.TimeToTriggerDispatchBreaker),
+		Metrics:           met,
+		Now:               now, Logger: log.With().Str("component", "dispatch").Logger(),
+	})
+	if cfg.HTTPAddr != "" {
+		if err := b.serveHTTP(c); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// connect makes the consume and publish connections. They are separate: a
+// publisher blocked by flow control must not stall the consumers, and vice
+// versa. Each reconnects on its own and redeclares the queues.
+func (b *Bridge) connect(c *components, topo broker.Topology) error {
+	declare := func(conn *amqp.Connection) error {
+		ch, err := conn.Channel()
+		if err != nil {
+			return fmt.Errorf("open channel: %w", err)
+		}
+		defer ch.Close()
+		return topo.Declare(ch)
+	}
+	newConn := func(role string) *broker.Conn {
+		return broker.NewConn(broker.ConnOptions{
+			URLs: b.cfg.AMQPURLs(), Name: "delaybridge " + role + " " + b.owner,
+			Config: amqp.Config{TLSClientConfig: b.deps.TLS}, OnConnect: declare,
+			Logger: b.log.With().Str("component", "broker").Logger(),
+		})
+	}
+	c.consumeConn, c.publishConn = newConn("consume"), newConn("publish")
+	met := b.deps.Metrics
+	met.WatchConnection("consume", c.consumeConn.Connected)
+	met.WatchConnection("publish", c.publishConn.Connected)
+	met.WatchBlocked("consume", func() bool { return c.consumeConn.Blocked() != "" })
+	met.WatchBlocked("publish", func() bool { return c.publishConn.Blocked() != "" })
+	if err := c.publishConn.Connect(); err != nil {
+		return err
+	}
+	if err := c.consumeConn.Connect(); err != nil {
+		c.publishConn.Close()
+		return err
+	}
+	b.log.Info().Str("consume", c.consumeConn.Broker()).Str("publish", c.publishConn.Broker()).Msg("connected to the broker")
+	return nil
+}
+
+// breaker returns a circuit breaker whose trigger is a critical error: the
+// bridge stops so that a supervisor restarts it.
+func (b *Bridge) breaker(c *components, name string, timeToTrigger time.Duration) *circuit.Breaker {
+	met := b.deps.Metrics
+	met.BreakerState(name, circuit.Disarmed)
+	return circuit.New(name, timeToTrigger, circuit.Options{
+		Now: b.deps.Now,
+		OnTrigger: func(err error) {
+			select {
+			case c.critical <- err:
+			default:
+			}
+		},
+		OnChange: func(name string, s circuit.State, cause error) {
+			ev := b.log.Warn()
+			if s == circuit.Disarmed {
+				ev = b.log.Info()
+			}
+			ev.Str("breaker", name).Str("state", s.String()).AnErr("cause", cause).Msg("circuit breaker " + s.String())
+			met.BreakerState(name, s)
+		},
+	})
+}
+
+// serveHTTP builds the HTTP server (admin API, status page, probes,
+// metrics) and starts listening, so a taken port fails start-up.
+func (b *Bridge) serveHTTP(c *components) error {
+	cfg, log, now := b.cfg, b.log, b.deps.Now
+	// Without a token the admin handler answers every /api/v1/ request with
+	// 404 and a JSON error saying the admin API is disabled.
+	replayer := &admin.Replayer{Conn: c.consumeConn.Wait, ErrorQueue: cfg.ErrorQueue, Store: c.store, Now: now}
+	adm := admin.New(admin.Options{Store: c.store, Token: cfg.AdminToken, Now: now, Wake: c.poller.Wake,
+		Replay: replayer.Replay, Logger: log.With().Str("component", "admin").Logger()})
+	statusPage := newStatusPage(cfg.Endpoint, c.store, c.stats, now, b.deps.Metrics, c.consumeConn, c.publishConn)
+	c.sampler = statusPage.Run
+	c.http = httpapi.New(httpapi.Options{Addr: cfg.HTTPAddr, Admin: adm, Status: statusPage,
+		Vars:    func(ctx context.Context) map[string]any { return b.vars(ctx, c) },
+		Ready:   func() error { return b.readiness(c) },
+		Metrics: b.deps.Metrics.Handler(), Logger: log})
+	return c.http.Listen()
+}
+
+// vars are the bridge's entries in /debug/vars.
+func (b *Bridge) vars(ctx context.Context, c *components) map[string]any {
+	vars := map[string]any{"owner": b.owner, "ready": b.ready.Load()}
+	if c.stats != nil {
+		if pending, leased, err := c.stats(ctx); err == nil {
+			vars["pending"], vars["leased"] = pending, leased
+		}
+	}
+	return vars
+}
+
+// readiness is /readyz: nil when the bridge runs, both connections are up,
+// the broker takes publishes and the store answers.
+func (b *Bridge) readiness(c *components) error {
+	switch {
+	case !b.ready.Load():
+		return errors.New("starting or stopping")
+	case !c.consumeConn.Connected() || !c.publishConn.Connected():
+		return errors.New("not connected to the broker")
+	case c.publishConn.Blocked() != "":
+		// No forward, token or error copy gets out until the alarm lifts.
+		return fmt.Errorf("the broker blocks publishing: %s", c.publishConn.Blocked())
+	}
+	// The store must answer too (cheap: NextDue reads two keys).
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if _, _, err := c.store.NextDue(ctx); err != nil {
+		return fmt.Errorf("store: %w", err)
+	}
+	return nil
+}
