@@ -19,13 +19,6 @@ const (
 	hdrSeq = "bench-seq" // int64 index of the message in its workload
 )
 
-// Header names of the bridge's contract (README, "Scheduling a message").
-const (
-	hdrDestination = "x-destination"
-	hdrDueAt       = "x-due-at"
-	hdrDelay       = "x-delay"
-)
-
 // registry remembers every queue and exchange the bench declared (or had a
 // bridge declare) so the teardown deletes them all.
 type registry struct {

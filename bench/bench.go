@@ -32,6 +32,8 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/delaybridge/delaybridge/wire"
 )
 
 // Step names, in the order they run.
@@ -523,10 +525,10 @@ func (b *bencher) message(tag string, seq int, due time.Time, dest string) amqp.
 		MessageId:    tag + "-" + strconv.Itoa(seq),
 		DeliveryMode: amqp.Persistent,
 		Headers: amqp.Table{
-			hdrDestination: dest,
-			hdrDueAt:       due.UTC().Format(time.RFC3339Nano),
-			hdrDue:         due.UnixNano(),
-			hdrSeq:         int64(seq),
+			wire.HeaderDestination: dest,
+			wire.HeaderDueAt:       due.UTC().Format(time.RFC3339Nano),
+			hdrDue:                 due.UnixNano(),
+			hdrSeq:                 int64(seq),
 		},
 		Body: b.body,
 	}
@@ -707,7 +709,7 @@ func (b *bencher) waitStored(ctx context.Context, p *bridgeProc, want int64, dea
 	if _, err := b.publishAll(ctx, 1, func(int) outgoing {
 		return outgoing{key: p.timeoutsQueue(), msg: amqp.Publishing{
 			MessageId: id, DeliveryMode: amqp.Persistent, Body: b.body,
-			Headers: amqp.Table{hdrDestination: sq, hdrDelay: int64(0)},
+			Headers: amqp.Table{wire.HeaderDestination: sq, wire.HeaderDelay: int64(0)},
 		}}
 	}); err != nil {
 		return time.Time{}, method, fmt.Errorf("publish sentinel: %w", err)
@@ -797,7 +799,7 @@ func (b *bencher) ingestRound(ctx context.Context, round, n int) (*Ingest, error
 // broker and the CPUs.
 func (b *bencher) drain(ctx context.Context, n int) (float64, error) {
 	endpoint := b.name(StepIngest + "drain")
-	queue := endpoint + ".Timeouts"
+	queue := wire.TimeoutsQueue(endpoint)
 	// Declared as the bridge declares it (the arguments must match).
 	if err := b.declareQueue(queue, nil); err != nil {
 		return 0, err

@@ -16,6 +16,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/delaybridge/delaybridge/wire"
 )
 
 // bridgeProc is one bridge running as a child process, so its memory figures
@@ -35,8 +37,8 @@ type bridgeProc struct {
 	stopped bool // stop was called
 }
 
-func (p *bridgeProc) timeoutsQueue() string   { return p.endpoint + ".Timeouts" }
-func (p *bridgeProc) dispatcherQueue() string { return p.endpoint + ".TimeoutsDispatcher" }
+func (p *bridgeProc) timeoutsQueue() string   { return wire.TimeoutsQueue(p.endpoint) }
+func (p *bridgeProc) dispatcherQueue() string { return wire.DispatcherQueue(p.endpoint) }
 
 // bridgeEnv is the child's environment: the bench's own without any
 // DELAYBRIDGE_* setting (except TLS files, which the broker URL may need),
