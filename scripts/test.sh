@@ -11,7 +11,27 @@
 #    at $DELAYBRIDGE_TEST_POSTGRES_URL (see scripts/ensure-postgres.sh),
 # 2. checks formatting (gofmt -l),
 # 3. go vet ./...,
-# 4. go test -race -count=1 -timeout 15m $DELAYBRIDGE_TEST_PACKAGES "$@".
+# 4. go test -race -count=1 -timeout 15m $DELAYBRIDGE_TEST_PACKAGES "$@",
+#    in two steps, because the tests of every package share one broker:
+#    - the serial step runs the disruptive tests (those calling
+#      testenv.Disruptive: they raise a broker memory alarm or stop the broker,
+#      which any other test running at the time would see) alone: go test -p 1,
+#      DELAYBRIDGE_TEST_DISRUPTIVE=1, -run '^(TestA|TestB)$';
+#    - the main step runs all the tests, packages in parallel (the integration
+#      tests, the longest, first); there the disruptive ones skip themselves
+#      and write their names to a file (DELAYBRIDGE_TEST_DISRUPTIVE_DEFER;
+#      under CI=true such a skip is not a failure: the serial step runs them).
+#    Without extra args the serial step runs first, during steps 2 and 3,
+#    which use no broker; it takes the disruptive tests of the selected
+#    packages from their source (a Test function calling testenv.Disruptive).
+#    A test the main step deferred but the serial step did not run (a helper
+#    calling testenv.Disruptive, say; and all of them when extra args are
+#    given, e.g. -run X: then exactly the disruptive tests -run X selects) runs
+#    in a second serial step after the main one, with the same extra args. So
+#    no disruptive test is left out, and none runs beside another test.
+#    Extra args must be go test flags (no -args). The script fails if any
+#    step failed. All steps use one race-built bridge binary
+#    (DELAYBRIDGE_TEST_BRIDGE_BIN, see test/integration), linked once.
 #
 # Works on a fresh Debian 12 machine with Go in /usr/local/go; run it as root
 # there (or with passwordless sudo) so that it can install what is missing.
@@ -55,6 +75,60 @@ bash ./scripts/ensure-rabbitmq.sh
 section "PostgreSQL"
 bash ./scripts/ensure-postgres.sh
 
+# --- disruptive tests: serial step, early ---------------------------------------------
+read -r -a packages <<<"${DELAYBRIDGE_TEST_PACKAGES:-./...}"
+work="$(mktemp -d)"
+serial_pid=""
+serial_log="${work}/serial.log"
+cleanup() {
+  # Never cut a disruptive test short: it puts the broker right when it ends.
+  if [[ -n "${serial_pid}" ]]; then
+    wait "${serial_pid}" 2>/dev/null || true
+    section "serial step (disruptive tests), output"
+    cat "${serial_log}"
+  fi
+  rm -rf "${work}"
+}
+trap cleanup EXIT
+export DELAYBRIDGE_TEST_BRIDGE_BIN="${work}/delaybridge-race"
+early="${work}/early"       # "<package dir>\t<test>": what the early serial step runs
+deferred="${work}/deferred" # the same: what the main step skipped as disruptive
+: >"${early}"
+: >"${deferred}"
+
+# run_serial LIST [extra go test args]: runs the tests of LIST's lines alone;
+# -run and -p come after the extra args, so that they win.
+run_serial() {
+  local list="$1" names
+  shift
+  local dirs
+  mapfile -t dirs < <(cut -f1 "${list}" | sort -u)
+  names="$(cut -f2 "${list}" | sort -u | paste -sd '|' -)"
+  echo "DELAYBRIDGE_TEST_DISRUPTIVE=1 go test ${RACE[*]} -count=1 -timeout 15m ${dirs[*]} $* -run '^(${names})\$' -p 1"
+  DELAYBRIDGE_TEST_DISRUPTIVE=1 DELAYBRIDGE_TEST_DISRUPTIVE_DEFER="" \
+    go test "${RACE[@]}" -count=1 -timeout 15m "${dirs[@]}" "$@" -run "^(${names})\$" -p 1
+}
+
+if [[ $# -eq 0 ]]; then
+  mapfile -t pkgdirs < <(go list -e -f '{{.Dir}}' "${packages[@]}" 2>/dev/null || true)
+  for dir in "${pkgdirs[@]}"; do
+    for f in "${dir}"/*_test.go; do
+      [[ -f "${f}" ]] || continue
+      awk -v dir="${dir}" '
+        /^func / { name = "" }
+        /^func Test[A-Za-z0-9_]*\(/ { name = $2; sub(/\(.*/, "", name) }
+        /testenv\.Disruptive\(/ && name != "" { print dir "\t" name }
+      ' "${f}"
+    done
+  done | sort -u >"${early}"
+  if [[ -s "${early}" ]]; then
+    section "serial step: $(cut -f2 "${early}" | paste -sd ' ' -), alone; its output follows go vet"
+    serial_start=${SECONDS}
+    run_serial "${early}" >"${serial_log}" 2>&1 &
+    serial_pid=$!
+  fi
+fi
+
 # --- format -----------------------------------------------------------------------
 section "gofmt"
 mapfile -t gofiles < <(find . -name '*.go' -not -path './.git/*' -not -path './vendor/*' -not -path '*/testdata/*' | sort)
@@ -74,6 +148,39 @@ go vet ./...
 echo "ok"
 
 # --- test ---------------------------------------------------------------------------
-read -r -a packages <<<"${DELAYBRIDGE_TEST_PACKAGES:-./...}"
-section "go test ${RACE[*]} -count=1 -timeout 15m ${packages[*]} $*"
-go test "${RACE[@]}" -count=1 -timeout 15m "${packages[@]}" "$@"
+serial_rc=0
+if [[ -n "${serial_pid}" ]]; then
+  wait "${serial_pid}" || serial_rc=$?
+  serial_pid=""
+  section "serial step (disruptive tests): took $((SECONDS - serial_start)) s in all, exit ${serial_rc}"
+  cat "${serial_log}"
+fi
+
+# go test starts packages in the order given, -p (the number of cores) at a
+# time. The integration tests take by far the longest (minutes, mostly
+# waiting on bridges and the broker), so they go first: started last, as in
+# ./... order, they would add the time of the packages before them.
+main_pkgs=("${packages[@]}")
+if go list -e "${packages[@]}" 2>/dev/null | grep -qx "$(go list -m)/test/integration"; then
+  main_pkgs=(./test/integration "${packages[@]}")
+fi
+section "go test ${RACE[*]} -count=1 -timeout 15m ${main_pkgs[*]} $*"
+echo "(the disruptive tests skip themselves here: they run alone, in a serial step)"
+main_start=${SECONDS}
+main_rc=0
+DELAYBRIDGE_TEST_DISRUPTIVE="" DELAYBRIDGE_TEST_DISRUPTIVE_DEFER="${deferred}" \
+  go test "${RACE[@]}" -count=1 -timeout 15m "${main_pkgs[@]}" "$@" || main_rc=$?
+echo "main step: took $((SECONDS - main_start)) s, exit ${main_rc}"
+
+left="${work}/left"
+sort -u "${deferred}" | comm -23 - <(sort -u "${early}") >"${left}"
+tail_rc=0
+if [[ -s "${left}" ]]; then
+  section "serial step: the disruptive tests the main step deferred, alone"
+  run_serial "${left}" "$@" || tail_rc=$?
+fi
+
+if [[ ${serial_rc} -ne 0 || ${main_rc} -ne 0 || ${tail_rc} -ne 0 ]]; then
+  echo "FAIL: serial step exit ${serial_rc}, main step exit ${main_rc}, last serial step exit ${tail_rc}" >&2
+  exit 1
+fi

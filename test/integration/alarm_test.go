@@ -6,6 +6,8 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/delaybridge/delaybridge/internal/testenv"
 )
 
 // TestBrokerAlarmBlocksReadiness: a broker memory alarm blocks the bridge's
@@ -14,9 +16,11 @@ import (
 // and the due message waits; once it clears the message is delivered, never
 // early, and /readyz is 200 again.
 //
-// Not parallel: the alarm blocks every publisher on the shared broker for a
-// few seconds.
+// Disruptive: the alarm blocks every publisher on the shared broker, of this
+// package and of any other running at the time, for a few seconds, so it
+// runs only in the serial step of scripts/test.sh (testenv.Disruptive).
 func TestBrokerAlarmBlocksReadiness(t *testing.T) {
+	testenv.Disruptive(t)
 	requireRabbitmqctl(t)
 	out, err := rabbitmqctl("eval", "vm_memory_monitor:get_vm_memory_high_watermark().")
 	if err != nil {

@@ -9,7 +9,10 @@ package integration
 //
 // Broker control goes through rabbitmqctl (DELAYBRIDGE_TEST_RABBITMQCTL, default
 // "rabbitmqctl" on PATH); without it these tests are skipped (failed under
-// CI=true: internal/testenv).
+// CI=true: internal/testenv). TestBrokerRestartMidFlow stops the broker every
+// test uses, so it is testenv.Disruptive: it runs only in scripts/test.sh's
+// serial step. TestForcedConnectionClose closes only the bridge's own
+// connections and runs with the others.
 
 import (
 	"bufio"
@@ -170,10 +173,12 @@ func TestForcedConnectionClose(t *testing.T) {
 // persistent messages) and a second wave published after it is delivered:
 // zero lost, zero early (late is allowed), duplicates counted.
 //
-// Not parallel: it stops the broker every test uses. Go runs the sequential
-// tests before any parallel one, so no other test of this package is running
-// meanwhile. The broker is always started again, even when the test fails.
+// Disruptive: it stops the broker every test uses, of this package and of
+// any other running at the time, so it runs only in the serial step of
+// scripts/test.sh (testenv.Disruptive). The broker is always started again,
+// even when the test fails.
 func TestBrokerRestartMidFlow(t *testing.T) {
+	testenv.Disruptive(t)
 	requireRabbitmqctl(t)
 	testStart := time.Now()
 	b := startBridge(t, nil)

@@ -7,7 +7,8 @@
 // The broker is taken from DELAYBRIDGE_TEST_AMQP_URL (default
 // amqp://guest:guest@127.0.0.1:5672/). Without a reachable broker the tests
 // are skipped, except under CI=true where that is a failure (the rule of
-// internal/testenv).
+// internal/testenv). The tests that disturb the broker for everyone else
+// (testenv.Disruptive) run only in scripts/test.sh's serial step.
 package integration
 
 import (
@@ -58,13 +59,22 @@ func testMain(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "integration: cannot find the repository root:", err)
 		return 1
 	}
-	tmp, err := os.MkdirTemp("", "delaybridge-it-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "integration:", err)
-		return 1
+	// scripts/test.sh names one path for all of its go test runs: go build
+	// leaves an up-to-date binary there alone, so a later run links nothing.
+	if bridgeBin = os.Getenv("DELAYBRIDGE_TEST_BRIDGE_BIN"); bridgeBin != "" {
+		if bridgeBin, err = filepath.Abs(bridgeBin); err != nil {
+			fmt.Fprintln(os.Stderr, "integration: DELAYBRIDGE_TEST_BRIDGE_BIN:", err)
+			return 1
+		}
+	} else {
+		tmp, err := os.MkdirTemp("", "delaybridge-it-")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "integration:", err)
+			return 1
+		}
+		defer os.RemoveAll(tmp)
+		bridgeBin = filepath.Join(tmp, "delaybridge")
 	}
-	defer os.RemoveAll(tmp)
-	bridgeBin = filepath.Join(tmp, "delaybridge")
 	build := exec.Command("go", "build", "-race", "-o", bridgeBin, ".")
 	build.Dir = root
 	if out, err := build.CombinedOutput(); err != nil {
