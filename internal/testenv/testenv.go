@@ -76,37 +76,22 @@ func Require(t testing.TB, ok bool, format string, args ...any) {
 	}
 }
 
-// AMQPURLFromEnv returns $DELAYBRIDGE_TEST_AMQP_URL or DefaultAMQPURL,
-// without checking it.
-func AMQPURLFromEnv() string { return fromEnv(EnvAMQPURL, DefaultAMQPURL) }
-
-// PostgresURLFromEnv returns $DELAYBRIDGE_TEST_POSTGRES_URL or
-// DefaultPostgresURL, without checking it.
-func PostgresURLFromEnv() string { return fromEnv(EnvPostgresURL, DefaultPostgresURL) }
-
-func fromEnv(name, def string) string {
-	if v := os.Getenv(name); v != "" {
-		return v
-	}
-	return def
+// A service is a server the tests reach at a URL from the environment.
+type service struct {
+	name, env, def string
+	start          string // what starts a local one
+	check          func(url string) error
 }
 
-// AMQPReachable reports why the test broker cannot be dialled (nil if it
-// can). A URL is probed once per test binary.
-func AMQPReachable() error {
-	return probe("amqp", AMQPURLFromEnv(), func(u string) error {
+var (
+	rabbitMQ = service{"RabbitMQ", EnvAMQPURL, DefaultAMQPURL, "scripts/ensure-rabbitmq.sh", func(u string) error {
 		conn, err := amqp.DialConfig(u, amqp.Config{Dial: amqp.DefaultDial(dialTimeout)})
 		if err != nil {
 			return err
 		}
 		return conn.Close()
-	})
-}
-
-// PostgresReachable reports why the test database cannot be reached (nil if
-// it can). A URL is probed once per test binary.
-func PostgresReachable() error {
-	return probe("postgres", PostgresURLFromEnv(), func(u string) error {
+	}}
+	postgreSQL = service{"PostgreSQL", EnvPostgresURL, DefaultPostgresURL, "scripts/ensure-postgres.sh", func(u string) error {
 		ctx, cancel := context.WithTimeout(context.Background(), dialTimeout)
 		defer cancel()
 		conn, err := pgx.Connect(ctx, u)
@@ -115,7 +100,15 @@ func PostgresReachable() error {
 		}
 		defer conn.Close(context.Background())
 		return conn.Ping(ctx)
-	})
+	}}
+)
+
+// url is the service's URL from the environment, or its default.
+func (s service) url() string {
+	if v := os.Getenv(s.env); v != "" {
+		return v
+	}
+	return s.def
 }
 
 var (
@@ -123,28 +116,66 @@ var (
 	probeErrs = map[string]error{}
 )
 
-func probe(kind, u string, check func(string) error) error {
-	key := kind + " " + u
+// probe checks the service at its URL, once per URL and test binary.
+func (s service) probe() error {
+	u := s.url()
+	key := s.name + " " + u
 	probeMu.Lock()
 	defer probeMu.Unlock()
 	err, done := probeErrs[key]
 	if !done {
-		err = check(u)
+		err = s.check(u)
 		probeErrs[key] = err
 	}
 	return err
 }
 
+// require returns the service's URL once it answers there; if it does not,
+// the test is Unavailable.
+func (s service) require(t testing.TB) string {
+	t.Helper()
+	u := s.url()
+	s.reachable(t, u, s.probe())
+	return u
+}
+
+// reachable makes the test Unavailable when err, the failure to reach the
+// service at u, is not nil.
+func (s service) reachable(t testing.TB, u string, err error) {
+	t.Helper()
+	if err != nil {
+		Unavailable(t, "%s is not reachable at %s: %v\nstart one (%s) or set %s", s.name, redact(u), err, s.start, s.env)
+	}
+}
+
+// AMQPURLFromEnv returns $DELAYBRIDGE_TEST_AMQP_URL or DefaultAMQPURL,
+// without checking it.
+func AMQPURLFromEnv() string { return rabbitMQ.url() }
+
+// PostgresURLFromEnv returns $DELAYBRIDGE_TEST_POSTGRES_URL or
+// DefaultPostgresURL, without checking it.
+func PostgresURLFromEnv() string { return postgreSQL.url() }
+
+// AMQPReachable reports why the test broker cannot be dialled (nil if it
+// can). A URL is probed once per test binary.
+func AMQPReachable() error { return rabbitMQ.probe() }
+
+// PostgresReachable reports why the test database cannot be reached (nil if
+// it can). A URL is probed once per test binary.
+func PostgresReachable() error { return postgreSQL.probe() }
+
 // AMQPURL returns the test broker's URL (AMQPURLFromEnv) once it answers
 // there; if it does not, the test is Unavailable.
 func AMQPURL(t testing.TB) string {
 	t.Helper()
-	u := AMQPURLFromEnv()
-	if err := AMQPReachable(); err != nil {
-		Unavailable(t, "RabbitMQ is not reachable at %s: %v\n"+
-			"start one (scripts/ensure-rabbitmq.sh) or set %s", Redact(u), err, EnvAMQPURL)
-	}
-	return u
+	return rabbitMQ.require(t)
+}
+
+// PostgresURL returns the test database's URL (PostgresURLFromEnv) once the
+// server answers there; if it does not, the test is Unavailable.
+func PostgresURL(t testing.TB) string {
+	t.Helper()
+	return postgreSQL.require(t)
 }
 
 // DialAMQP connects to the test broker (the test is Unavailable if it
@@ -153,24 +184,9 @@ func DialAMQP(t testing.TB) *amqp.Connection {
 	t.Helper()
 	u := AMQPURL(t)
 	conn, err := amqp.DialConfig(u, amqp.Config{Dial: amqp.DefaultDial(dialTimeout)})
-	if err != nil {
-		Unavailable(t, "RabbitMQ is not reachable at %s: %v\n"+
-			"start one (scripts/ensure-rabbitmq.sh) or set %s", Redact(u), err, EnvAMQPURL)
-	}
+	rabbitMQ.reachable(t, u, err)
 	t.Cleanup(func() { _ = conn.Close() })
 	return conn
-}
-
-// PostgresURL returns the test database's URL (PostgresURLFromEnv) once the
-// server answers there; if it does not, the test is Unavailable.
-func PostgresURL(t testing.TB) string {
-	t.Helper()
-	u := PostgresURLFromEnv()
-	if err := PostgresReachable(); err != nil {
-		Unavailable(t, "PostgreSQL is not reachable at %s: %v\n"+
-			"start one (scripts/ensure-postgres.sh) or set %s", Redact(u), err, EnvPostgresURL)
-	}
-	return u
 }
 
 // Disruptive marks a test that disturbs the shared broker for every other
@@ -230,16 +246,11 @@ func deferTest(file, name string) error {
 	return f.Close()
 }
 
-// Redact hides the password of a URL, for test logs.
-func Redact(raw string) string {
+// redact hides the password of a URL, for test logs.
+func redact(raw string) string {
 	u, err := url.Parse(raw)
 	if err != nil {
 		return "(unparsable URL)"
 	}
-	if u.User != nil {
-		if _, ok := u.User.Password(); ok {
-			u.User = url.UserPassword(u.User.Username(), "xxxxx")
-		}
-	}
-	return u.String()
+	return u.Redacted()
 }
