@@ -16,7 +16,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -29,31 +28,20 @@ import (
 
 	"github.com/delaybridge/delaybridge/broker"
 	"github.com/delaybridge/delaybridge/config"
+	"github.com/delaybridge/delaybridge/internal/testenv"
 	"github.com/delaybridge/delaybridge/storage"
 	"github.com/delaybridge/delaybridge/storage/boltstore"
 	"github.com/delaybridge/delaybridge/storage/faultstore"
 )
 
-const defaultTestAMQPURL = "amqp://guest:guest@127.0.0.1:5672/"
+// testAMQPURL is the test broker: $DELAYBRIDGE_TEST_AMQP_URL or the local one.
+func testAMQPURL() string { return testenv.AMQPURLFromEnv() }
 
-func testAMQPURL() string {
-	if u := os.Getenv("DELAYBRIDGE_TEST_AMQP_URL"); u != "" {
-		return u
-	}
-	return defaultTestAMQPURL
-}
-
-// dialBroker connects to the test broker, or skips (fails under CI=true).
+// dialBroker connects to the test broker, or skips (fails under CI=true); the
+// connection is closed when the test ends (testenv.DialAMQP).
 func dialBroker(t *testing.T) *amqp.Connection {
 	t.Helper()
-	conn, err := amqp.DialConfig(testAMQPURL(), amqp.Config{Dial: amqp.DefaultDial(5 * time.Second)})
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("RabbitMQ not reachable (DELAYBRIDGE_TEST_AMQP_URL): %v; under CI=true this is a failure", err)
-		}
-		t.Skipf("RabbitMQ not reachable (DELAYBRIDGE_TEST_AMQP_URL): %v; skipped (fails under CI=true)", err)
-	}
-	return conn
+	return testenv.DialAMQP(t)
 }
 
 func randomHex(n int) string {
