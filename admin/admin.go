@@ -1,4 +1,4 @@
-// Package admin serves the bridge's admin API under /api/v1/ (contract §6,
+// Package admin serves the bridge's admin API under /api/v1/ (docs/contract.md §6,
 // the operations issue): list, inspect, cancel, reschedule and dispatch
 // pending timeouts, count them, and replay dispatch failures from the error
 // queue back into the store.

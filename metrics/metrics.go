@@ -1,4 +1,4 @@
-// Package metrics holds the bridge's Prometheus metrics (contract §6: GET
+// Package metrics holds the bridge's Prometheus metrics (docs/contract.md §6: GET
 // /metrics). Every bridge has its own registry, never the global one, so
 // several bridges can run in one process (tests do). All methods are safe for
 // concurrent use, and a nil *Metrics is a no-op, so components work without.

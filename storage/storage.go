@@ -71,7 +71,7 @@ type Ref struct {
 	Lock string
 }
 
-// Store is the contract of contract.md §7. All methods are safe for concurrent
+// Store is the contract of docs/contract.md §7. All methods are safe for concurrent
 // use. Times are compared against the store's injected clock.
 type Store interface {
 	// Insert stores timeouts in one commit. inserted[i] is false when a timeout

@@ -1,6 +1,6 @@
 package integration
 
-// Connection loss (contract §3 "Nothing lost … through broker restarts and
+// Connection loss (docs/contract.md §3 "Nothing lost … through broker restarts and
 // connection loss", §6 /readyz): the bridge's broker connections are
 // force-closed, and the broker application is restarted, while messages are
 // being ingested and dispatched. The bridge must not exit: it reconnects,

@@ -1,6 +1,6 @@
 package integration
 
-// Crash safety under load (contract §3 "Nothing lost", "Never early", "At
+// Crash safety under load (docs/contract.md §3 "Nothing lost", "Never early", "At
 // least once"): the real binary is killed with SIGKILL several times while
 // messages are being ingested and dispatched, and restarted on the same
 // store each time.
@@ -591,7 +591,7 @@ func checkDuplicatesExplainedByKills(t *testing.T, rep faultReport, due map[stri
 		}
 	}
 	if unexplained > 0 {
-		t.Errorf("%d duplicate deliveries not explained by a kill (contract §3: a duplicate only when the bridge dies between the forward's confirm and the removal)", unexplained)
+		t.Errorf("%d duplicate deliveries not explained by a kill (docs/contract.md §3: a duplicate only when the bridge dies between the forward's confirm and the removal)", unexplained)
 	}
 	if late > 0 {
 		t.Logf("note: %d duplicates whose first copy arrived after the restarted bridge was running", late)

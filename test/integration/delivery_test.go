@@ -21,7 +21,7 @@ const livenessBound = 10 * time.Second
 const quietPeriod = 1500 * time.Millisecond
 
 // TestHeaderStyles: every accepted spelling of destination and due time
-// (contract §2) delivers exactly once, never early, without the due-time
+// (docs/contract.md §2) delivers exactly once, never early, without the due-time
 // headers.
 func TestHeaderStyles(t *testing.T) {
 	t.Parallel()
@@ -138,7 +138,7 @@ func TestHeaderStyles(t *testing.T) {
 }
 
 // TestFaithfulForwarding: body, every property but user-id, and headers of
-// every AMQP field type survive the delay unchanged (contract §3).
+// every AMQP field type survive the delay unchanged (docs/contract.md §3).
 func TestFaithfulForwarding(t *testing.T) {
 	t.Parallel()
 	b := startBridge(t, nil)
@@ -287,7 +287,7 @@ func TestFaithfulForwarding(t *testing.T) {
 var uuidForm = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
 
 // TestGeneratedMessageID: without message-id and NServiceBus.MessageId the
-// bridge assigns a unique id and puts it in message-id (contract §2).
+// bridge assigns a unique id and puts it in message-id (docs/contract.md §2).
 func TestGeneratedMessageID(t *testing.T) {
 	t.Parallel()
 	b := startBridge(t, nil)
@@ -319,7 +319,7 @@ func TestGeneratedMessageID(t *testing.T) {
 	}
 }
 
-// TestDueInThePast: a due time in the past is due at once (contract §2).
+// TestDueInThePast: a due time in the past is due at once (docs/contract.md §2).
 func TestDueInThePast(t *testing.T) {
 	t.Parallel()
 	b := startBridge(t, nil)
@@ -414,7 +414,7 @@ func TestScheduleCommand(t *testing.T) {
 // TestFaithfulForwardingExtremeTimestamps: AMQP timestamps are 64-bit
 // seconds, so a timestamp property or header outside 1678–2262 (for example
 // .NET's DateTime.MaxValue, 9999-12-31, a common "never" sentinel) must be
-// forwarded unchanged like any other value (contract §3 "Faithful").
+// forwarded unchanged like any other value (docs/contract.md §3 "Faithful").
 func TestFaithfulForwardingExtremeTimestamps(t *testing.T) {
 	t.Parallel()
 	b := startBridge(t, nil)

@@ -11,7 +11,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
-// Error-queue headers of contract §4.
+// Error-queue headers of docs/contract.md §4.
 const (
 	hError     = "x-delaybridge-error"
 	hStage     = "x-delaybridge-stage"
@@ -241,7 +241,7 @@ func TestInvalidInputGoesToErrorQueue(t *testing.T) {
 // TestUnroutableDestination: a forward the broker returns (no such queue) is
 // retried with a backoff of at least 1 s and, after
 // DELAYBRIDGE_NUMBER_OF_RETRIES retries, moved to the error queue with
-// stage=dispatch and attempts = retries+1 (contract §3, §4).
+// stage=dispatch and attempts = retries+1 (docs/contract.md §3, §4).
 func TestUnroutableDestination(t *testing.T) {
 	t.Parallel()
 	for _, retries := range []int{1, 0, 2} {

@@ -1,5 +1,5 @@
 // Package integration runs the real delaybridge binary against a real
-// RabbitMQ broker and checks the external contract (shared contract.md
+// RabbitMQ broker and checks the external contract (docs/contract.md
 // §1–§5) from the outside: what goes into E.Timeouts, what comes out on the
 // destination and error queues, and how the process behaves on signals,
 // crashes and bad configuration.
@@ -627,7 +627,7 @@ func headerString(h amqp.Table, name string) string {
 	return ""
 }
 
-// dueTimeHeaders are removed from every forwarded message (contract §3).
+// dueTimeHeaders are removed from every forwarded message (docs/contract.md §3).
 var dueTimeHeaders = []string{"x-due-at", "NServiceBus.Timeout.Expire", "x-delay"}
 
 // nsbExpire formats t in the NServiceBus wire format (microsecond precision,

@@ -10,7 +10,7 @@ import (
 )
 
 // TestDedupeWhilePending: a message whose id is already pending is not
-// stored a second time; once delivered, the id is free again (contract §2).
+// stored a second time; once delivered, the id is free again (docs/contract.md §2).
 func TestDedupeWhilePending(t *testing.T) {
 	t.Parallel()
 	b := startBridge(t, nil)
@@ -114,7 +114,7 @@ func bodies(as []arrival) []string {
 
 // TestNeverEarlyMixedLoad: 2,000 messages with due times spread over the
 // next five seconds (millisecond precision) each arrive exactly once and
-// none before its due time (contract §3).
+// none before its due time (docs/contract.md §3).
 func TestNeverEarlyMixedLoad(t *testing.T) {
 	t.Parallel()
 	const n = 2000

@@ -81,7 +81,7 @@ func TestGracefulRestart(t *testing.T) {
 // TestGracefulStopDuringDispatch: SIGTERM while due messages are being
 // forwarded drains what is in hand and exits 0; after a restart nothing is
 // lost, nothing is early and, since nothing crashed, nothing is duplicated
-// (contract §3: without faults there are no duplicates).
+// (docs/contract.md §3: without faults there are no duplicates).
 func TestGracefulStopDuringDispatch(t *testing.T) {
 	t.Parallel()
 	const n = 1000
@@ -139,7 +139,7 @@ func TestKillBeforeDue(t *testing.T) {
 
 // TestKillDuringDispatch: kill -9 while due messages are being forwarded;
 // after a restart on the same store nothing is lost and nothing is early.
-// Duplicates are allowed (contract §3 at-least-once) and reported. Half of
+// Duplicates are allowed (docs/contract.md §3 at-least-once) and reported. Half of
 // the messages share one due time so that, at the kill, many of them are
 // leased and in flight: the restarted bridge must deliver those promptly,
 // not only after their lease (5 min) runs out.
@@ -187,7 +187,7 @@ func TestKillDuringDispatch(t *testing.T) {
 }
 
 // TestBadConfiguration: an invalid value stops the bridge at start-up with
-// exit code 2 and one line naming the variable (contract §5).
+// exit code 2 and one line naming the variable (docs/contract.md §5).
 func TestBadConfiguration(t *testing.T) {
 	t.Parallel()
 	cases := []struct{ variable, value string }{

@@ -82,7 +82,7 @@ func ours(m map[string]float64) string {
 	return strings.Join(lines, "\n")
 }
 
-// TestMetrics: GET /metrics (contract §6) reports what the bridge did, exactly:
+// TestMetrics: GET /metrics (docs/contract.md §6) reports what the bridge did, exactly:
 // messages stored, forwarded, refused at ingest, failed at dispatch and moved
 // to the error queue, a duplicate suppressed; the store back at zero pending;
 // one lateness observation per forward; breakers disarmed; both broker

@@ -177,7 +177,7 @@ func (w *readyWatch) Stop() ([]string, int) {
 // by the bridge's own paths (requeue, lease expiry).
 //
 // Asserted: every message arrives, none early; no duplicates (nothing
-// crashed, so contract §3 allows none; each is reported with the dispatch
+// crashed, so docs/contract.md §3 allows none; each is reported with the dispatch
 // log's forwarding/removed record for it); the bridge never exits; /readyz
 // answers 200 afterwards; the table is empty at the end; a graceful stop
 // exits 0 and leaves E.Timeouts and the error queue empty.
@@ -317,7 +317,7 @@ func TestPGSessionsTerminatedMidFlow(t *testing.T) {
 			id, due[id].Format("15:04:05.000"), len(at), strings.Join(at, ", "), dl.forwarded[id], dl.removed[id])
 	}
 	if rep.dups > 0 {
-		t.Errorf("%d duplicate deliveries (%d ids) although the bridge never died (contract §3: without a crash, no duplicates); the bridge logged %d failed removals of forwarded timeouts (%d timeouts in all)",
+		t.Errorf("%d duplicate deliveries (%d ids) although the bridge never died (docs/contract.md §3: without a crash, no duplicates); the bridge logged %d failed removals of forwarded timeouts (%d timeouts in all)",
 			rep.dups, len(rep.dupIDs), removeFailed, removeFailedIDs)
 	}
 	t.Logf("FIGURES: %d messages, %d deliveries: %d lost, %d early, %d duplicates; latest first arrival %s after its due time; %d failed removals logged (%d timeouts)",

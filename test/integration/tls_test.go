@@ -196,7 +196,7 @@ func TestTLS(t *testing.T) {
 		t.Logf("stderr:\n%s", stderr)
 	})
 
-	// Unusable TLS files are a configuration error (contract §5): exit 2,
+	// Unusable TLS files are a configuration error (docs/contract.md §5): exit 2,
 	// one line naming the variable, no password, no key material.
 	t.Run("bad-tls-files-exit-2", func(t *testing.T) {
 		t.Parallel()
