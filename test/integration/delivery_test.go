@@ -459,7 +459,7 @@ func TestFaithfulForwardingExtremeTimestamps(t *testing.T) {
 
 // TestDueAtLowercaseRFC3339: RFC 3339 §5.6 allows the "T" and "Z" of a
 // timestamp to be lower case ("NOTE: Per [ABNF] and ISO8601, the "T" and "Z"
-// characters in this syntax may alternatively be lower case"), and contract
+// characters in this syntax may alternatively be lower case"), and docs/contract.md
 // §2 accepts any RFC 3339 timestamp in x-due-at.
 func TestDueAtLowercaseRFC3339(t *testing.T) {
 	t.Parallel()
