@@ -40,6 +40,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"slices"
 	"strconv"
@@ -79,11 +80,18 @@ type Options struct {
 	// Logger receives migration and retry messages; the zero value logs
 	// nothing.
 	Logger zerolog.Logger
-	// CallTimeout bounds each statement (each attempt of a store call);
-	// zero means DefaultCallTimeout. A database that stops answering
-	// without closing the connection (a failover to an address that drops
-	// packets) then fails calls, which the bridge's breakers count, instead
-	// of hanging them until TCP gives up many minutes later.
+	// CallTimeout is how long a store call waits for the database to
+	// answer; zero means DefaultCallTimeout. A database that stops
+	// answering without closing the connection (a failover to an address
+	// that drops packets) then fails calls, which the bridge's breakers
+	// count, instead of hanging them until TCP gives up many minutes later.
+	// It bounds each attempt of a call as a whole, except for the calls
+	// that move message bytes (Insert, Get, GetMany): an attempt of those
+	// fails when its connection moves no byte for CallTimeout plus a second
+	// per 4 MiB of messages it handles (the time either end works on them
+	// without sending), or when it takes longer than CallTimeout plus a
+	// second per MiB, so that a large message that keeps moving is not cut
+	// off. See quietWatch.
 	CallTimeout time.Duration
 	// ApplicationName is shown in pg_stat_activity when the URL sets no
 	// application_name.
@@ -150,6 +158,14 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 	}
 	if _, set := cfg.ConnConfig.RuntimeParams["application_name"]; !set && opts.ApplicationName != "" {
 		cfg.ConnConfig.RuntimeParams["application_name"] = opts.ApplicationName
+	}
+	dial := cfg.ConnConfig.DialFunc
+	cfg.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return &meteredConn{Conn: c}, nil // see runMoving
 	}
 	where := fmt.Sprintf("%s:%d/%s", cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Database)
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
@@ -220,12 +236,38 @@ const maxAttempts = 3
 // run runs fn, a call of the store named op, unless the store is closed or
 // ctx is done; it retries fn on deadlock and serialization failures (each fn
 // is a whole transaction, rolled back when it fails) and wraps its error.
+// Each attempt has CallTimeout.
 func (s *Store) run(ctx context.Context, op string, fn func(ctx context.Context) error) error {
-	return s.runFor(ctx, op, s.callTimeout, fn)
+	return s.retry(ctx, op, func(ctx context.Context) (context.Context, func()) {
+		ctx, cancel := context.WithTimeoutCause(ctx, s.callTimeout, noAnswer(s.callTimeout))
+		return ctx, cancel
+	}, fn)
 }
 
-// runFor is run with an attempt timeout of its own.
-func (s *Store) runFor(ctx context.Context, op string, timeout time.Duration, fn func(ctx context.Context) error) error {
+// runMoving is run for a call that moves message bytes, on a connection
+// it holds for the attempt. The attempt fails when that connection stays
+// quiet for CallTimeout (more when the call expects many bytes), not when
+// the call takes longer; see quietWatch. Getting the connection has
+// CallTimeout. fn tells expect how many message bytes it handles.
+func (s *Store) runMoving(ctx context.Context, op string, fn func(ctx context.Context, c *pgxpool.Conn, expect func(bytes int64)) error) error {
+	var w *quietWatch // of the attempt under way
+	return s.retry(ctx, op, func(ctx context.Context) (context.Context, func()) {
+		ctx, w = watchQuiet(ctx, s.callTimeout)
+		return ctx, w.stop
+	}, func(ctx context.Context) error {
+		c, err := s.pool.Acquire(ctx)
+		if err != nil {
+			return err
+		}
+		defer c.Release()
+		w.attach(c)
+		return fn(ctx, c, w.expect)
+	})
+}
+
+// retry runs the attempts of run and runMoving, each under the context
+// limit makes of ctx.
+func (s *Store) retry(ctx context.Context, op string, limit func(context.Context) (context.Context, func()), fn func(ctx context.Context) error) error {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.closed {
@@ -236,11 +278,15 @@ func (s *Store) runFor(ctx context.Context, op string, timeout time.Duration, fn
 	}
 	var err error
 	for attempt := 1; ; attempt++ {
-		cctx, cancel := context.WithTimeout(ctx, timeout)
+		cctx, cancel := limit(ctx)
 		err = fn(cctx)
 		timedOut := err != nil && cctx.Err() != nil && ctx.Err() == nil
 		if timedOut {
-			err = fmt.Errorf("no answer within %s: %w", timeout, err)
+			if cause := context.Cause(cctx); errors.Is(err, context.Canceled) {
+				err = cause // a quietWatch's doing, not the caller's
+			} else {
+				err = fmt.Errorf("%w: %w", cause, err)
+			}
 		}
 		cancel()
 		if err == nil {
@@ -345,9 +391,9 @@ func fromTS(v pgtype.Timestamptz) time.Time {
 
 // queries are the statements of one schema.
 type queries struct {
-	insert, lease, unlease, get, getMany, remove, release, incr, nextDue, reap, cancel, reschedule string
-	countLeased, countBoth, estimate, countLeasedBy                                                string
-	listCols, table                                                                                string
+	insert, lease, unlease, getMany, remove, release, incr, nextDue, reap, cancel, reschedule string
+	countLeased, countBoth, estimate, countLeasedBy                                           string
+	listCols, table                                                                           string
 }
 
 func newQueries(qs string) queries {
@@ -397,16 +443,15 @@ WITH ready AS (
 )
 SELECT id, lock_token, due_at FROM leased ORDER BY visible_at, id`),
 
-		get: r.Replace(`
-SELECT id, destination, due_at, received_at, message, attempts, last_error, lock_token, lock_expires_at, not_before
-FROM {{t}} WHERE id = $1`),
-
 		// $1 token prefix of one Lease call.
 		unlease: r.Replace(`UPDATE {{t}} SET lock_token = NULL, lock_expires_at = NULL
 WHERE lock_token IS NOT NULL AND starts_with(lock_token, $1)`),
 
+		// $1 ids, $2 the largest message to read: larger ones read as NULL.
+		// octet_length reads a stored value's size without reading the value.
 		getMany: r.Replace(`
-SELECT id, destination, due_at, received_at, message, attempts, last_error, lock_token, lock_expires_at, not_before
+SELECT id, destination, due_at, received_at, CASE WHEN octet_length(message) <= $2 THEN message END, octet_length(message),
+	attempts, last_error, lock_token, lock_expires_at, not_before
 FROM {{t}} WHERE id = ANY($1::text[])`),
 
 		// $1 ids, $2 locks, $3 now. cur: the rows named, locked in id order,
@@ -524,18 +569,16 @@ func (s *Store) Insert(ctx context.Context, in []storage.Timeout) ([]bool, error
 		}
 	}
 	inserted := make([]bool, len(in))
-	// A batch of large messages takes its time on the wire: allow 8 MiB/s
-	// on top of the call timeout, or it would fail the same way forever.
-	var bytes int
+	var bytes int64
 	for i := range in {
-		bytes += len(in[i].Message)
+		bytes += int64(len(in[i].Message))
 	}
-	timeout := s.callTimeout + time.Duration(bytes/(8<<20))*time.Second
-	err := s.runFor(ctx, "insert", timeout, func(ctx context.Context) error {
+	err := s.runMoving(ctx, "insert", func(ctx context.Context, c *pgxpool.Conn, expect func(int64)) error {
 		clear(inserted)
 		if len(in) == 0 {
 			return nil
 		}
+		expect(bytes)
 		// The first copy of an id wins, as if inserted one by one.
 		first := make(map[string]int, len(in))
 		order := make([]int, 0, len(in))
@@ -562,9 +605,9 @@ func (s *Store) Insert(ctx context.Context, in []storage.Timeout) ([]bool, error
 		}
 		var q interface {
 			Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-		} = s.pool
+		} = c
 		if len(chunks) > 1 {
-			tx, err := s.pool.Begin(ctx)
+			tx, err := c.Begin(ctx)
 			if err != nil {
 				return err
 			}
@@ -697,17 +740,17 @@ func (s *Store) Lease(ctx context.Context, owner string, dueBy time.Time, limit 
 	return leases, nil
 }
 
-// Get returns a copy of the row with this id.
-// rowScan reads one row of the get and getMany statements.
+// rowScan reads one row of the getMany statement.
 type rowScan struct {
 	t                        storage.Timeout
+	size                     int32 // of the message, read or not
 	lock                     *string
 	recv, expires, notBefore pgtype.Timestamptz
 	attempts                 int64
 }
 
 func (r *rowScan) dest() []any {
-	return []any{&r.t.ID, &r.t.Destination, &r.t.DueAt, &r.recv, &r.t.Message,
+	return []any{&r.t.ID, &r.t.Destination, &r.t.DueAt, &r.recv, &r.t.Message, &r.size,
 		&r.attempts, &r.t.LastError, &r.lock, &r.expires, &r.notBefore}
 }
 
@@ -722,24 +765,55 @@ func (r *rowScan) timeout() storage.Timeout {
 	return t
 }
 
-// GetMany returns the pending timeouts with these ids in one round trip;
-// ids with no pending timeout are missing from the map. The dispatcher
-// reads a dispatcher message's whole batch of tokens with it.
-func (s *Store) GetMany(ctx context.Context, ids []string) (map[string]storage.Timeout, error) {
+// inlineBytes is the largest message that Get and GetMany read along with
+// the rest of its row. The server reads and decompresses a message before
+// it sends a byte of it, so a larger one is read by a second statement,
+// which then knows how long to let the server work quietly (see
+// thinkRate).
+const inlineBytes = 1 << 20
+
+// read reads the pending rows with these ids, for Get and GetMany.
+func (s *Store) read(ctx context.Context, c *pgxpool.Conn, expect func(int64), ids []string) (map[string]storage.Timeout, error) {
 	out := make(map[string]storage.Timeout, len(ids))
-	err := s.run(ctx, "get many", func(ctx context.Context) error {
-		clear(out)
-		rows, err := s.pool.Query(ctx, s.q.getMany, ids)
+	var (
+		large []string
+		bytes int64
+	)
+	scan := func(ids []string, inline int32) error {
+		rows, err := c.Query(ctx, s.q.getMany, ids, inline)
 		if err != nil {
 			return err
 		}
 		var r rowScan
 		_, err = pgx.ForEachRow(rows, r.dest(), func() error {
-			t := r.timeout()
-			out[t.ID] = t
+			if r.size > inline {
+				large = append(large, r.t.ID)
+				bytes += int64(r.size)
+			} else {
+				out[r.t.ID] = r.timeout()
+			}
 			r = rowScan{} // the next row scans into fresh slices
 			return nil
 		})
+		return err
+	}
+	if err := scan(ids, inlineBytes); err != nil || len(large) == 0 {
+		return out, err
+	}
+	// Each large row is read again, whole, as it is now: one removed
+	// meanwhile is missing, as if the call had come a moment later.
+	expect(bytes)
+	return out, scan(large, math.MaxInt32)
+}
+
+// GetMany returns the pending timeouts with these ids in one round trip
+// (two when one has a message over inlineBytes); ids with no pending
+// timeout are missing from the map. The dispatcher reads a dispatcher
+// message's whole batch of tokens with it.
+func (s *Store) GetMany(ctx context.Context, ids []string) (map[string]storage.Timeout, error) {
+	var out map[string]storage.Timeout
+	err := s.runMoving(ctx, "get many", func(ctx context.Context, c *pgxpool.Conn, expect func(int64)) (err error) {
+		out, err = s.read(ctx, c, expect, ids)
 		return err
 	})
 	if err != nil {
@@ -748,18 +822,18 @@ func (s *Store) GetMany(ctx context.Context, ids []string) (map[string]storage.T
 	return out, nil
 }
 
+// Get returns a copy of the row with this id.
 func (s *Store) Get(ctx context.Context, id string) (storage.Timeout, error) {
 	var t storage.Timeout
-	err := s.run(ctx, fmt.Sprintf("get %q", id), func(ctx context.Context) error {
-		var r rowScan
-		err := s.pool.QueryRow(ctx, s.q.get, id).Scan(r.dest()...)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return storage.ErrNotFound
-		}
+	err := s.runMoving(ctx, fmt.Sprintf("get %q", id), func(ctx context.Context, c *pgxpool.Conn, expect func(int64)) error {
+		out, err := s.read(ctx, c, expect, []string{id})
 		if err != nil {
 			return err
 		}
-		t = r.timeout()
+		var ok bool
+		if t, ok = out[id]; !ok {
+			return storage.ErrNotFound
+		}
 		return nil
 	})
 	if err != nil {
