@@ -89,6 +89,7 @@ func (b *Bridge) Run(ctx context.Context) error {
 	st := newStages(ctx, b.log)
 	publishConn := st.start("publish connection", c.publishConn.Run)
 	consumeConn := st.start("consume connection", c.consumeConn.Run)
+	ingestConn := st.start("ingest connection", c.ingestConn.Run)
 	var httpSrv *stage
 	if c.http != nil {
 		httpSrv = st.start("http", c.http.Run)
@@ -120,7 +121,7 @@ func (b *Bridge) Run(ctx context.Context) error {
 	// under the stuck calls, which fails them (their work is released or
 	// requeued, nothing is lost).
 	deadline := time.After(shutdownDrain)
-	cut := func() { c.publishConn.Close(); c.consumeConn.Close() }
+	cut := func() { c.publishConn.Close(); c.consumeConn.Close(); c.ingestConn.Close() }
 	for _, s := range []*stage{sampler, intake, reaper, poller, dispatcher} {
 		st.drain(s, deadline, cut)
 	}
@@ -130,6 +131,7 @@ func (b *Bridge) Run(ctx context.Context) error {
 	}
 	st.stop(publishConn)
 	st.stop(consumeConn)
+	st.stop(ingestConn)
 	for _, err := range st.close() {
 		if runErr == nil {
 			runErr = err

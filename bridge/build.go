@@ -18,7 +18,6 @@ import (
 	"github.com/delaybridge/delaybridge/ingest"
 	"github.com/delaybridge/delaybridge/poller"
 	"github.com/delaybridge/delaybridge/storage"
-	"github.com/delaybridge/delaybridge/wire"
 )
 
 // components are a built bridge: everything Run starts and stops.
@@ -38,8 +37,9 @@ type components struct {
 	http     *httpapi.Server             // nil without DELAYBRIDGE_HTTP_ADDR
 	sampler  func(context.Context) error // the status page's sampler; nil without HTTP
 
-	// rules are ingest's, which replay applies too.
-	rules ingest.Rules
+	// ingestConn consumes the intake queues alone, so a message the AMQP
+	// client cannot read there does not interrupt the dispatcher.
+	ingestConn *broker.Conn
 }
 
 // build opens the store, connects to the broker and builds every component;
@@ -53,11 +53,6 @@ func (b *Bridge) build(ctx context.Context) (_ *components, err error) {
 		return nil, fmt.Errorf("DELAYBRIDGE_ALLOWED_DESTINATIONS: %w", err)
 	}
 	c := &components{store: b.deps.Store, dispatching: make(chan struct{}), critical: make(chan error, 1)}
-	c.rules = ingest.Rules{
-		MaxDelay: cfg.MaxDelay, MaxMessageBytes: cfg.MaxMessageBytes, Allowed: allowed,
-		// The error queue too: a forward there would read as a failure.
-		Reserved: []string{topo.TimeoutsQueue(), topo.DispatcherQueue(), cfg.ErrorQueue},
-	}
 	if c.store == nil {
 		if c.store, err = openStore(ctx, cfg, b.owner, now, log); err != nil {
 			return nil, err
@@ -80,6 +75,7 @@ func (b *Bridge) build(ctx context.Context) (_ *components, err error) {
 		if err != nil {
 			c.publishConn.Close()
 			c.consumeConn.Close()
+			c.ingestConn.Close()
 		}
 	}()
 
@@ -97,10 +93,13 @@ func (b *Bridge) build(ctx context.Context) (_ *components, err error) {
 	})
 	c.reaper = &poller.Reaper{Store: c.store, Interval: cfg.LockLeaseDuration / 4,
 		Logger: log.With().Str("component", "reaper").Logger()}
-	c.ingester = ingest.New(c.consumeConn, func(ctx context.Context) (ingest.Publisher, error) { return ingestPub(ctx) }, c.store, ingest.Options{
+	c.ingester = ingest.New(c.ingestConn, func(ctx context.Context) (ingest.Publisher, error) { return ingestPub(ctx) }, c.store, ingest.Options{
 		Sources:    []ingest.Source{ingest.TimeoutsSource(topo.TimeoutsQueue())},
 		ErrorQueue: cfg.ErrorQueue, Prefetch: cfg.Prefetch, MaxBatch: min(cfg.Prefetch, 500), Wake: c.poller.Wake, Now: now,
-		Rules:        c.rules,
+		Rules: ingest.Rules{
+			MaxDelay: cfg.MaxDelay, MaxMessageBytes: cfg.MaxMessageBytes, Allowed: allowed,
+			Reserved: []string{topo.TimeoutsQueue(), topo.DispatcherQueue()},
+		},
 		StoreBreaker: b.breaker(c, "store", cfg.TimeToTriggerStoreCircuitBreaker),
 		Metrics:      met,
 		Logger:       log.With().Str("component", "ingest").Logger(),
@@ -127,9 +126,11 @@ func (b *Bridge) build(ctx context.Context) (_ *components, err error) {
 	return c, nil
 }
 
-// connect makes the consume and publish connections. They are separate: a
-// publisher blocked by flow control must not stall the consumers, and vice
-// versa. Each reconnects on its own and redeclares the queues.
+// connect makes the consume, ingest and publish connections. They are
+// separate: a publisher blocked by flow control must not stall the consumers,
+// and vice versa; a message on an intake queue that the AMQP client cannot
+// read drops the ingest connection, not the dispatcher's. Each reconnects on
+// its own and redeclares the queues.
 func (b *Bridge) connect(c *components, topo broker.Topology) error {
 	declare := func(conn *amqp.Connection) error {
 		ch, err := conn.Channel()
@@ -139,19 +140,29 @@ func (b *Bridge) connect(c *components, topo broker.Topology) error {
 		defer ch.Close()
 		return topo.Declare(ch)
 	}
-	newConn := func(role string) *broker.Conn {
+	// Consumers whose connection died on a message the client cannot read
+	// move it to the error queue with this (docs/contract.md §4.5).
+	sweeper := broker.NewSweeper(broker.SweepOptions{
+		Name: "delaybridge sweep " + b.owner, TLS: b.deps.TLS, ErrorQueue: b.cfg.ErrorQueue,
+		Publish: func(ctx context.Context, msg amqp.Publishing) error {
+			return broker.PublishOne(ctx, c.publishConn, b.cfg.ErrorQueue, msg)
+		},
+		Limit: b.cfg.Prefetch, Now: b.deps.Now,
+		Logger: b.log.With().Str("component", "sweep").Logger(),
+	})
+	newConn := func(role string, sw *broker.Sweeper) *broker.Conn {
 		return broker.NewConn(broker.ConnOptions{
 			URLs: b.cfg.AMQPURLs(), Name: "delaybridge " + role + " " + b.owner,
-			Config: amqp.Config{TLSClientConfig: b.deps.TLS}, OnConnect: declare,
+			Config: amqp.Config{TLSClientConfig: b.deps.TLS}, OnConnect: declare, Sweeper: sw,
 			Logger: b.log.With().Str("component", "broker").Logger(),
 		})
 	}
-	c.consumeConn, c.publishConn = newConn("consume"), newConn("publish")
+	c.consumeConn, c.ingestConn, c.publishConn = newConn("consume", sweeper), newConn("ingest", sweeper), newConn("publish", nil)
 	met := b.deps.Metrics
-	met.WatchConnection("consume", c.consumeConn.Connected)
-	met.WatchConnection("publish", c.publishConn.Connected)
-	met.WatchBlocked("consume", func() bool { return c.consumeConn.Blocked() != "" })
-	met.WatchBlocked("publish", func() bool { return c.publishConn.Blocked() != "" })
+	for name, conn := range map[string]*broker.Conn{"consume": c.consumeConn, "ingest": c.ingestConn, "publish": c.publishConn} {
+		met.WatchConnection(name, conn.Connected)
+		met.WatchBlocked(name, func() bool { return conn.Blocked() != "" })
+	}
 	if err := c.publishConn.Connect(); err != nil {
 		return err
 	}
@@ -159,7 +170,13 @@ func (b *Bridge) connect(c *components, topo broker.Topology) error {
 		c.publishConn.Close()
 		return err
 	}
-	b.log.Info().Str("consume", c.consumeConn.Broker()).Str("publish", c.publishConn.Broker()).Msg("connected to the broker")
+	if err := c.ingestConn.Connect(); err != nil {
+		c.publishConn.Close()
+		c.consumeConn.Close()
+		return err
+	}
+	b.log.Info().Str("consume", c.consumeConn.Broker()).Str("ingest", c.ingestConn.Broker()).
+		Str("publish", c.publishConn.Broker()).Msg("connected to the broker")
 	return nil
 }
 
@@ -193,11 +210,10 @@ func (b *Bridge) serveHTTP(c *components) error {
 	cfg, log, now := b.cfg, b.log, b.deps.Now
 	// Without a token the admin handler answers every /api/v1/ request with
 	// 404 and a JSON error saying the admin API is disabled.
-	replayer := &admin.Replayer{Conn: c.consumeConn.Wait, ErrorQueue: cfg.ErrorQueue, Store: c.store, Now: now,
-		TimeoutsQueue: wire.TimeoutsQueue(cfg.Endpoint), Rules: c.rules}
+	replayer := &admin.Replayer{Conn: c.consumeConn.Wait, ErrorQueue: cfg.ErrorQueue, Store: c.store, Now: now}
 	adm := admin.New(admin.Options{Store: c.store, Token: cfg.AdminToken, Now: now, Wake: c.poller.Wake,
 		Replay: replayer.Replay, Logger: log.With().Str("component", "admin").Logger()})
-	statusPage := newStatusPage(cfg.Endpoint, c.store, c.stats, now, b.deps.Metrics, c.consumeConn, c.publishConn)
+	statusPage := newStatusPage(cfg.Endpoint, c.store, c.stats, now, b.deps.Metrics, c.consumeConn, c.ingestConn, c.publishConn)
 	c.sampler = statusPage.Run
 	c.http = httpapi.New(httpapi.Options{Addr: cfg.HTTPAddr, Admin: adm, Status: statusPage,
 		Vars:    func(ctx context.Context) map[string]any { return b.vars(ctx, c) },
@@ -217,13 +233,13 @@ func (b *Bridge) vars(ctx context.Context, c *components) map[string]any {
 	return vars
 }
 
-// readiness is /readyz: nil when the bridge runs, both connections are up,
+// readiness is /readyz: nil when the bridge runs, all its connections are up,
 // the broker takes publishes and the store answers.
 func (b *Bridge) readiness(c *components) error {
 	switch {
 	case !b.ready.Load():
 		return errors.New("starting or stopping")
-	case !c.consumeConn.Connected() || !c.publishConn.Connected():
+	case !c.consumeConn.Connected() || !c.ingestConn.Connected() || !c.publishConn.Connected():
 		return errors.New("not connected to the broker")
 	case c.publishConn.Blocked() != "":
 		// No forward, token or error copy gets out until the alarm lifts.

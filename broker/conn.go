@@ -34,7 +34,10 @@ type ConnOptions struct {
 	// MinBackoff and MaxBackoff bound the jittered, doubling pause between
 	// attempts; defaults 100ms and 10s.
 	MinBackoff, MaxBackoff time.Duration
-	Logger                 zerolog.Logger
+	// Sweeper, when set, lets Consume move messages the client cannot read
+	// off the queues it consumes on this connection (SweepUnreadable).
+	Sweeper *Sweeper
+	Logger  zerolog.Logger
 }
 
 // Conn keeps one AMQP connection up. It dials, and when the broker closes
@@ -158,6 +161,25 @@ func (c *Conn) Publisher(ctx context.Context, maxBatch int) (*Publisher, error) 
 		return nil, err
 	}
 	return NewPublisher(conn, maxBatch)
+}
+
+// errNoSweeper: the Conn was made without ConnOptions.Sweeper.
+var errNoSweeper = errors.New("no sweeper configured")
+
+// SweepUnreadable moves the messages the client cannot read from the head of
+// queue to the error queue (Sweeper.Sweep), trying the broker that last
+// answered first.
+func (c *Conn) SweepUnreadable(ctx context.Context, queue string) (int, error) {
+	if c.opts.Sweeper == nil {
+		return 0, errNoSweeper
+	}
+	c.mu.Lock()
+	first := c.current
+	c.mu.Unlock()
+	urls := make([]string, 0, len(c.opts.URLs))
+	urls = append(urls, c.opts.URLs[first:]...)
+	urls = append(urls, c.opts.URLs[:first]...)
+	return c.opts.Sweeper.Sweep(ctx, urls, queue)
 }
 
 // Broker returns the URL (password redacted) of the broker the connection

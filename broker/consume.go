@@ -75,12 +75,22 @@ func Consume(ctx context.Context, conn Waiter, opts ConsumeOptions, handle func(
 	}
 	attempt := 0
 	for {
-		consumed, err := session(ctx, conn, opts, handle)
+		consumed, unreadable, err := session(ctx, conn, opts, handle)
 		if ctx.Err() != nil {
 			return nil
 		}
 		if errors.Is(err, ErrExclusiveConsumer) {
 			return err
+		}
+		if sw, ok := conn.(unreadableSweeper); ok && unreadable {
+			// The message comes back first on every new session: take it
+			// off the queue before consuming again. A sweep that moved
+			// nothing backs off as a failed session does.
+			opts.Logger.Warn().Str("queue", opts.Queue).
+				Msg(opts.Name + ": the AMQP client could not read a message and dropped the connection; sweeping the head of the queue")
+			if sweepUnreadable(ctx, sw, opts) == 0 {
+				consumed = false
+			}
 		}
 		if consumed {
 			attempt = 0
@@ -95,12 +105,72 @@ func Consume(ctx context.Context, conn Waiter, opts ConsumeOptions, handle func(
 	}
 }
 
-// session runs one session; consumed reports whether the consumer got in place.
-func session(ctx context.Context, conn Waiter, opts ConsumeOptions, handle func(context.Context, *Session) error) (consumed bool, err error) {
+// unreadableSweeper is a Waiter that can move the messages the AMQP client
+// cannot read from the head of a queue to the error queue (*Conn with a
+// Sweeper).
+type unreadableSweeper interface {
+	SweepUnreadable(ctx context.Context, queue string) (moved int, err error)
+}
+
+// sweepAttempts bounds the sweeps after one unreadable message: a sweep
+// that keeps failing, or finding nothing, leaves the queue to Consume's
+// growing backoff.
+const sweepAttempts = 3
+
+// sweepUnreadable sweeps opts.Queue and returns how many messages it moved.
+// A sweep that found nothing is tried again too: the broker requeues the
+// dead consumer's messages after it notices the closed socket, which may be
+// after the first basic.get.
+func sweepUnreadable(ctx context.Context, sw unreadableSweeper, opts ConsumeOptions) int {
+	for attempt := 1; attempt <= sweepAttempts; attempt++ {
+		moved, err := sw.SweepUnreadable(ctx, opts.Queue)
+		if errors.Is(err, errNoSweeper) {
+			return 0
+		}
+		if moved > 0 {
+			return moved
+		}
+		if err != nil {
+			opts.Logger.Error().Err(err).Str("queue", opts.Queue).Int("attempt", attempt).Msg(opts.Name + ": sweeping unreadable messages failed")
+		}
+		if attempt < sweepAttempts && !Sleep(ctx, backoff(opts.MinBackoff, opts.MaxBackoff, attempt)) {
+			return 0
+		}
+	}
+	opts.Logger.Warn().Str("queue", opts.Queue).Msg(opts.Name + ": the sweep moved no unreadable message")
+	return 0
+}
+
+// unreadableFrame reports whether amqp091-go closed a connection because it
+// refused to read a frame the broker sent: in practice a content header over
+// its table limits (readable.go). Its reader closes the connection with
+// FrameError and the reason of its ErrSyntax.
+func unreadableFrame(e *amqp.Error) bool {
+	return e != nil && !e.Server && e.Code == amqp.FrameError && e.Reason == amqp.ErrSyntax.Error()
+}
+
+// session runs one session; consumed reports whether the consumer got in
+// place, unreadable whether the connection died on a frame the client could
+// not read.
+func session(ctx context.Context, conn Waiter, opts ConsumeOptions, handle func(context.Context, *Session) error) (consumed, unreadable bool, err error) {
 	c, err := conn.Wait(ctx)
 	if err != nil {
-		return false, err
+		return false, false, err
 	}
+	// The library tells the connection's listeners before it closes the
+	// channels, so the reason is here by the time handle returns.
+	connClosed := c.NotifyClose(make(chan *amqp.Error, 1))
+	consumed, err = consumeOn(ctx, c, opts, handle)
+	select {
+	case e := <-connClosed:
+		unreadable = unreadableFrame(e)
+	default:
+	}
+	return consumed, unreadable, err
+}
+
+// consumeOn runs one session on c.
+func consumeOn(ctx context.Context, c *amqp.Connection, opts ConsumeOptions, handle func(context.Context, *Session) error) (consumed bool, err error) {
 	ch, err := c.Channel()
 	if err != nil {
 		return false, fmt.Errorf("%s: open channel: %w", opts.Name, err)

@@ -397,7 +397,7 @@ func processBrokerPorts(pid int) (map[int]bool, error) {
 }
 
 // bridgeConnections returns the bridge's broker connections: those named
-// "delaybridge consume|publish <owner>" with the owner the bridge logged, and
+// "delaybridge consume|ingest|publish|sweep <owner>" with the owner the bridge logged, and
 // those whose client port belongs to the bridge process.
 func bridgeConnections(t *testing.T, b *bridgeProc) []brokerConn {
 	t.Helper()
@@ -412,11 +412,12 @@ func bridgeConnections(t *testing.T, b *bridgeProc) []brokerConn {
 	}
 	var mine []brokerConn
 	for _, c := range all {
-		byName := owner != "" && (c.Name == "delaybridge consume "+owner || c.Name == "delaybridge publish "+owner)
+		byName := owner != "" && (c.Name == "delaybridge consume "+owner || c.Name == "delaybridge ingest "+owner ||
+			c.Name == "delaybridge publish "+owner || c.Name == "delaybridge sweep "+owner)
 		if byName || ports[c.PeerPort] {
 			mine = append(mine, c)
 			if !byName {
-				t.Logf("connection %s of the bridge process is not named \"delaybridge consume|publish %s\"", c, owner)
+				t.Logf("connection %s of the bridge process is not named \"delaybridge consume|ingest|publish|sweep %s\"", c, owner)
 			}
 		}
 	}

@@ -1,0 +1,407 @@
+package broker
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// rawConn is a minimal AMQP 0-9-1 client on one channel: enough to take
+// messages with basic.get and settle them, reading their content headers as
+// bytes. It exists because amqp091-go closes the whole connection on a
+// content header it refuses to read (readable.go), so it cannot take such a
+// message off a queue. It is not safe for concurrent use.
+type rawConn struct {
+	nc       net.Conn
+	r        *bufio.Reader
+	w        *bufio.Writer
+	frameMax uint32
+	timeout  time.Duration // for each exchange with the broker
+	stop     func() bool   // detaches the context watch
+}
+
+const rawChannel = 1
+
+// Method ids (class, method) the sweep uses.
+var (
+	mConnStart    = [2]uint16{10, 10}
+	mConnSecure   = [2]uint16{10, 20}
+	mConnTune     = [2]uint16{10, 30}
+	mConnOpenOK   = [2]uint16{10, 41}
+	mConnClose    = [2]uint16{10, 50}
+	mConnCloseOK  = [2]uint16{10, 51}
+	mChanOpenOK   = [2]uint16{20, 11}
+	mChanClose    = [2]uint16{20, 40}
+	mChanCloseOK  = [2]uint16{20, 41}
+	mBasicGetOK   = [2]uint16{60, 71}
+	mBasicGetNone = [2]uint16{60, 72}
+)
+
+// errBrokerClosed is the broker closing the connection or channel.
+var errBrokerClosed = errors.New("the broker closed the connection")
+
+// dialRaw connects to rawURL as amqp091-go would (same URL syntax, TLS
+// config, SASL mechanisms PLAIN and EXTERNAL) and opens channel 1. Errors
+// never contain the password. ctx cancels every later exchange too, until
+// close.
+func dialRaw(ctx context.Context, rawURL string, tlsCfg *tls.Config, name string, timeout time.Duration) (_ *rawConn, err error) {
+	uri, err := amqp.ParseURI(rawURL)
+	if err != nil {
+		// Not the parser's error: it may quote the URL, password and all.
+		return nil, fmt.Errorf("connect to %s: the URL cannot be parsed", Redact(rawURL))
+	}
+	defer func() {
+		if err != nil {
+			err = fmt.Errorf("connect to %s: %w", Redact(rawURL), err)
+		}
+	}()
+	nc, err := (&net.Dialer{Timeout: timeout}).DialContext(ctx, "tcp", net.JoinHostPort(uri.Host, strconv.Itoa(uri.Port)))
+	if err != nil {
+		return nil, err
+	}
+	if uri.Scheme == "amqps" {
+		cfg, err := rawTLSConfig(uri, tlsCfg)
+		if err != nil {
+			_ = nc.Close()
+			return nil, err
+		}
+		tc := tls.Client(nc, cfg)
+		hctx, cancel := context.WithTimeout(ctx, timeout)
+		err = tc.HandshakeContext(hctx)
+		cancel()
+		if err != nil {
+			_ = nc.Close()
+			return nil, err
+		}
+		nc = tc
+	}
+	rc := &rawConn{nc: nc, r: bufio.NewReader(nc), w: bufio.NewWriter(nc), frameMax: 4096, timeout: timeout}
+	// Cancelling ctx fails the exchange under way at once.
+	rc.stop = context.AfterFunc(ctx, func() { _ = nc.SetDeadline(time.Unix(1, 0)) })
+	if err := rc.handshake(uri, name); err != nil {
+		rc.abort()
+		return nil, err
+	}
+	return rc, nil
+}
+
+// rawTLSConfig is the bridge's TLS config or, without one, the URL's TLS
+// parameters as amqp091-go reads them.
+func rawTLSConfig(uri amqp.URI, cfg *tls.Config) (*tls.Config, error) {
+	if cfg != nil {
+		cfg = cfg.Clone()
+	} else {
+		files := TLSFiles{CAFile: uri.CACertFile, CertFile: uri.CertFile, KeyFile: uri.KeyFile, ServerName: uri.ServerName}
+		var err error
+		if cfg, err = files.Config(); err != nil {
+			return nil, err
+		}
+		if cfg == nil {
+			cfg = &tls.Config{MinVersion: tls.VersionTLS12}
+		}
+	}
+	if cfg.ServerName == "" {
+		cfg.ServerName = uri.Host
+	}
+	return cfg, nil
+}
+
+// handshake runs connection.start … connection.open and channel.open.
+func (rc *rawConn) handshake(uri amqp.URI, name string) error {
+	rc.deadline()
+	if _, err := rc.w.WriteString("AMQP\x00\x00\x09\x01"); err != nil {
+		return err
+	}
+	if err := rc.w.Flush(); err != nil {
+		return err
+	}
+	start, err := rc.expect(0, mConnStart)
+	if err != nil {
+		return err
+	}
+	d := &decoder{b: start}
+	d.u8() // version
+	d.u8()
+	d.longstr() // server properties
+	offered := strings.Fields(string(d.longstr()))
+	if d.err != nil {
+		return fmt.Errorf("connection.start: %w", d.err)
+	}
+	mech, response, err := saslFor(uri, offered)
+	if err != nil {
+		return err
+	}
+	var e encoder
+	e.longstr(clientProperties(name))
+	e.shortstr(mech)
+	e.longstr([]byte(response))
+	e.shortstr("en_US")
+	if err := rc.send(0, 10, 11, e.b); err != nil {
+		return err
+	}
+	tune, err := rc.expect(0, mConnTune)
+	if err != nil {
+		return err
+	}
+	d = &decoder{b: tune}
+	channelMax, frameMax := d.u16(), d.u32()
+	if d.err != nil {
+		return fmt.Errorf("connection.tune: %w", d.err)
+	}
+	if frameMax == 0 || frameMax > 1<<20 {
+		frameMax = 1 << 17 // amqp091-go's default
+	}
+	rc.frameMax = frameMax
+	e = encoder{}
+	e.u16(channelMax)
+	e.u32(frameMax)
+	e.u16(0) // no heartbeats: every exchange has a deadline instead
+	if err := rc.send(0, 10, 31, e.b); err != nil {
+		return err
+	}
+	e = encoder{}
+	e.shortstr(uri.Vhost)
+	e.shortstr("")
+	e.u8(0)
+	if err := rc.send(0, 10, 40, e.b); err != nil {
+		return err
+	}
+	if _, err := rc.expect(0, mConnOpenOK); err != nil {
+		return err
+	}
+	e = encoder{}
+	e.shortstr("")
+	if err := rc.send(rawChannel, 20, 10, e.b); err != nil {
+		return err
+	}
+	_, err = rc.expect(rawChannel, mChanOpenOK)
+	return err
+}
+
+// clientProperties is the start-ok's client-properties table. The
+// capability asks the broker to say why it refuses a login (a
+// connection.close) rather than just close the socket.
+func clientProperties(name string) []byte {
+	var caps encoder
+	caps.shortstr("authentication_failure_close")
+	caps.u8('t')
+	caps.u8(1)
+	var t encoder
+	for _, kv := range [][2]string{{"connection_name", name}, {"product", "delaybridge sweep"}} {
+		t.shortstr(kv[0])
+		t.u8('S')
+		t.longstr([]byte(kv[1]))
+	}
+	t.shortstr("capabilities")
+	t.u8('F')
+	t.longstr(caps.b)
+	return t.b
+}
+
+// saslFor picks the mechanism as amqp091-go does: the URL's auth_mechanism
+// list in order (PLAIN by default), the first one the broker offers.
+func saslFor(uri amqp.URI, offered []string) (mech, response string, err error) {
+	wanted := uri.AuthMechanism
+	if len(wanted) == 0 {
+		wanted = []string{"PLAIN"}
+	}
+	for _, w := range wanted {
+		w = strings.ToUpper(w)
+		for _, o := range offered {
+			if o != w {
+				continue
+			}
+			switch w {
+			case "PLAIN":
+				return w, "\x00" + uri.Username + "\x00" + uri.Password, nil
+			case "EXTERNAL":
+				return w, "", nil
+			}
+		}
+	}
+	return "", "", fmt.Errorf("no supported SASL mechanism among %v (the broker offers %v)", wanted, offered)
+}
+
+// deadline bounds the next exchange.
+func (rc *rawConn) deadline() { _ = rc.nc.SetDeadline(time.Now().Add(rc.timeout)) }
+
+// send writes one method frame and flushes.
+func (rc *rawConn) send(channel, class, method uint16, args []byte) error {
+	rc.deadline()
+	payload := make([]byte, 0, 4+len(args))
+	payload = append(payload, byte(class>>8), byte(class), byte(method>>8), byte(method))
+	payload = append(payload, args...)
+	if err := writeRawFrame(rc.w, frameMethod, channel, payload); err != nil {
+		return err
+	}
+	return rc.w.Flush()
+}
+
+// next reads the next frame that is not a heartbeat.
+func (rc *rawConn) next() (rawFrame, error) {
+	for {
+		f, err := readRawFrame(rc.r, rc.frameMax)
+		if err != nil {
+			return rawFrame{}, err
+		}
+		if f.typ != frameHeartbeat {
+			return f, nil
+		}
+	}
+}
+
+// method reads the next frame, which must be a method; a connection.close
+// or channel.close from the broker becomes an error naming its reply.
+func (rc *rawConn) method() (id [2]uint16, args []byte, err error) {
+	rc.deadline()
+	f, err := rc.next()
+	if err != nil {
+		return id, nil, err
+	}
+	if f.typ != frameMethod || len(f.payload) < 4 {
+		return id, nil, fmt.Errorf("%w: frame type %d where a method was expected", errMalformed, f.typ)
+	}
+	id = [2]uint16{uint16(f.payload[0])<<8 | uint16(f.payload[1]), uint16(f.payload[2])<<8 | uint16(f.payload[3])}
+	args = f.payload[4:]
+	switch id {
+	case mConnClose, mChanClose:
+		d := &decoder{b: args}
+		code, text := d.u16(), d.shortstr()
+		if id == mConnClose {
+			_ = rc.send(0, 10, 51, nil)
+		} else {
+			_ = rc.send(rawChannel, 20, 41, nil)
+		}
+		return id, nil, fmt.Errorf("%w: %d %s", errBrokerClosed, code, text)
+	}
+	return id, args, nil
+}
+
+// expect reads the next method and requires it to be want.
+func (rc *rawConn) expect(channel uint16, want [2]uint16) ([]byte, error) {
+	id, args, err := rc.method()
+	if err != nil {
+		return nil, err
+	}
+	if id == mConnSecure {
+		return nil, errors.New("the broker asks for a SASL challenge, which is not supported")
+	}
+	if id != want {
+		return nil, fmt.Errorf("%w: method %d.%d where %d.%d was expected", errMalformed, id[0], id[1], want[0], want[1])
+	}
+	return args, nil
+}
+
+// rawMessage is one message taken with basic.get.
+type rawMessage struct {
+	tag uint64
+	// props is the content header after class, weight and body size: the
+	// property flags and list, exactly as the broker sent them.
+	props []byte
+	body  []byte // only when get's keep asked for it
+}
+
+// get takes the next message of queue without acknowledging it; ok is false
+// when the queue is empty. keep, given the message's properties, says
+// whether to keep its body: the others are read and dropped.
+func (rc *rawConn) get(queue string, keep func(props []byte) bool) (_ rawMessage, ok bool, err error) {
+	var e encoder
+	e.u16(0)
+	e.shortstr(queue)
+	e.u8(0) // no-ack off
+	if err := rc.send(rawChannel, 60, 70, e.b); err != nil {
+		return rawMessage{}, false, err
+	}
+	id, args, err := rc.method()
+	switch {
+	case err != nil:
+		return rawMessage{}, false, err
+	case id == mBasicGetNone:
+		return rawMessage{}, false, nil
+	case id != mBasicGetOK:
+		return rawMessage{}, false, fmt.Errorf("%w: method %d.%d after basic.get", errMalformed, id[0], id[1])
+	}
+	d := &decoder{b: args}
+	m := rawMessage{tag: d.u64()}
+	if d.err != nil {
+		return rawMessage{}, false, fmt.Errorf("basic.get-ok: %w", d.err)
+	}
+	f, err := rc.next()
+	if err != nil {
+		return rawMessage{}, false, err
+	}
+	if f.typ != frameHeader || len(f.payload) < 14 {
+		return rawMessage{}, false, fmt.Errorf("%w: frame type %d where a content header was expected", errMalformed, f.typ)
+	}
+	d = &decoder{b: f.payload[4:12]}
+	size := d.u64()
+	m.props = f.payload[12:]
+	keepBody := keep(m.props)
+	for read := uint64(0); read < size; {
+		rc.deadline()
+		f, err := rc.next()
+		if err != nil {
+			return rawMessage{}, false, err
+		}
+		if f.typ != frameBody {
+			return rawMessage{}, false, fmt.Errorf("%w: frame type %d inside a message body", errMalformed, f.typ)
+		}
+		read += uint64(len(f.payload))
+		if keepBody {
+			m.body = append(m.body, f.payload...)
+		}
+	}
+	return m, true, nil
+}
+
+// ack acknowledges one message.
+func (rc *rawConn) ack(tag uint64) error {
+	var e encoder
+	e.u64(tag)
+	e.u8(0)
+	return rc.send(rawChannel, 60, 80, e.b)
+}
+
+// requeueUpTo returns every unacknowledged message up to tag to the queue.
+func (rc *rawConn) requeueUpTo(tag uint64) error {
+	var e encoder
+	e.u64(tag)
+	e.u8(0b11) // multiple, requeue
+	return rc.send(rawChannel, 60, 120, e.b)
+}
+
+// close closes the connection politely; what is unacknowledged goes back
+// to its queue either way.
+func (rc *rawConn) close() error {
+	var e encoder
+	e.u16(200)
+	e.shortstr("")
+	e.u16(0)
+	e.u16(0)
+	err := rc.send(0, 10, 50, e.b)
+	for err == nil {
+		var id [2]uint16
+		if id, _, err = rc.method(); id == mConnCloseOK {
+			break
+		}
+	}
+	rc.abort()
+	if errors.Is(err, errBrokerClosed) {
+		err = nil
+	}
+	return err
+}
+
+// abort drops the connection.
+func (rc *rawConn) abort() {
+	rc.stop()
+	_ = rc.nc.Close()
+}

@@ -1,0 +1,142 @@
+package broker
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/rs/zerolog"
+
+	"github.com/delaybridge/delaybridge/wire"
+)
+
+// SweepOptions configure a Sweeper.
+type SweepOptions struct {
+	// Name is the sweep connection's connection_name.
+	Name string
+	// TLS is the bridge's TLS config for amqps:// URLs; nil: the URL's own
+	// TLS parameters, as amqp091-go reads them.
+	TLS        *tls.Config
+	ErrorQueue string
+	// Publish puts one error-queue copy on ErrorQueue (mandatory) and
+	// returns nil only once the broker confirmed it.
+	Publish func(ctx context.Context, msg amqp.Publishing) error
+	// Limit is the most messages one sweep looks at; a consumer that died
+	// on an unreadable message had it among its prefetch, which the broker
+	// puts back at the head of the queue. Default 1000.
+	Limit int
+	// Timeout bounds each exchange with the broker; default 30s.
+	Timeout time.Duration
+	Now     func() time.Time
+	Logger  zerolog.Logger
+}
+
+// Sweeper moves the messages amqp091-go cannot read (ErrUnreadable) from
+// the head of a queue to the error queue, reading them with its own
+// minimal client (rawconn.go).
+type Sweeper struct{ opts SweepOptions }
+
+// NewSweeper returns a Sweeper.
+func NewSweeper(opts SweepOptions) *Sweeper {
+	if opts.Limit < 1 {
+		opts.Limit = 1000
+	}
+	if opts.Timeout <= 0 {
+		opts.Timeout = 30 * time.Second
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	return &Sweeper{opts: opts}
+}
+
+// Sweep takes up to Limit messages from the head of queue with basic.get
+// on the first of urls that answers. Each unreadable one is copied to the
+// error queue, with the reason and what of it can be read, and acked once
+// the copy is confirmed; the readable ones are all requeued at the end, in
+// their places. It returns how many it moved. On an error, what it took and
+// did not move goes back to the queue.
+func (s *Sweeper) Sweep(ctx context.Context, urls []string, queue string) (moved int, err error) {
+	var rc *rawConn
+	var errs []error
+	for _, u := range urls {
+		if rc, err = dialRaw(ctx, u, s.opts.TLS, s.opts.Name, s.opts.Timeout); err == nil {
+			break
+		}
+		errs = append(errs, err)
+	}
+	if rc == nil {
+		return 0, fmt.Errorf("sweep %s: %w", queue, errors.Join(errs...))
+	}
+	defer func() {
+		if cerr := rc.close(); err == nil && cerr != nil {
+			err = fmt.Errorf("sweep %s: close: %w", queue, cerr)
+		}
+	}()
+	var lastKept uint64 // highest tag taken and left unsettled
+	for range s.opts.Limit {
+		var unreadable error
+		m, ok, err := rc.get(queue, func(props []byte) bool {
+			_, unreadable = decodeProperties(props)
+			return unreadable != nil
+		})
+		if err != nil {
+			return moved, fmt.Errorf("sweep %s: basic.get: %w", queue, err)
+		}
+		if !ok {
+			break
+		}
+		if unreadable == nil {
+			lastKept = m.tag
+			continue
+		}
+		if err := s.move(ctx, rc, queue, m, unreadable); err != nil {
+			return moved, err
+		}
+		moved++
+	}
+	if lastKept > 0 {
+		if err := rc.requeueUpTo(lastKept); err != nil {
+			return moved, fmt.Errorf("sweep %s: requeue: %w", queue, err)
+		}
+	}
+	return moved, nil
+}
+
+// move copies one unreadable message to the error queue and acks it once the
+// copy is confirmed.
+func (s *Sweeper) move(ctx context.Context, rc *rawConn, queue string, m rawMessage, unreadable error) error {
+	p, _ := decodeProperties(m.props)
+	p.Body = m.body
+	// The original property bytes, headers included, so nothing is lost; a
+	// byte array is opaque to every client.
+	p.Headers = amqp.Table{wire.HeaderOriginalProperties: append([]byte(nil), m.props...)}
+	copyMsg := ErrorCopy(p, ErrorFacts{
+		Reason: unreadable.Error(), Stage: wire.StageIngest, FailedAt: s.opts.Now(), FailedQ: queue,
+	})
+	if err := s.opts.Publish(ctx, copyMsg); err != nil {
+		return fmt.Errorf("sweep %s: copy an unreadable message to the error queue: %w", queue, err)
+	}
+	if err := rc.ack(m.tag); err != nil {
+		return fmt.Errorf("sweep %s: ack a moved message: %w", queue, err)
+	}
+	s.opts.Logger.Warn().Str("queue", queue).Str("message_id", p.MessageId).Str("reason", unreadable.Error()).
+		Str("error_queue", s.opts.ErrorQueue).Msg("unreadable message moved to the error queue")
+	return nil
+}
+
+// PublishOne publishes msg to queue (default exchange, mandatory) on a
+// publisher of its own on conn and waits up to 30 s for the broker's confirm.
+func PublishOne(ctx context.Context, conn *Conn, queue string, msg amqp.Publishing) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	p, err := conn.Publisher(ctx, 1)
+	if err != nil {
+		return err
+	}
+	defer p.Close()
+	return p.Publish(ctx, []Outgoing{{RoutingKey: queue, Mandatory: true, Msg: msg}})[0]
+}

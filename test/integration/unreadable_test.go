@@ -1,0 +1,144 @@
+package integration
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// Issue 11: a message with more than 8,192 headers, or tables nested deeper
+// than 32, is valid AMQP and the broker takes it, but amqp091-go refuses to
+// read it and drops the connection, and the message comes back first,
+// forever. The bridge must move it to the error queue with a reason, after a
+// bounded number of attempts, and keep everything else flowing, without
+// interrupting the dispatcher (docs/contract.md §4.5).
+func TestUnreadableHeadersGoToTheErrorQueue(t *testing.T) {
+	for _, queueType := range []string{"classic", "quorum"} {
+		t.Run(queueType, func(t *testing.T) {
+			t.Parallel()
+			b := startBridge(t, map[string]string{"DELAYBRIDGE_QUEUE_TYPE": queueType})
+			conn := dial(t)
+			dest := b.Endpoint + ".dst"
+			c := declareAndConsume(t, conn, dest)
+			errs := consume(t, conn, b.ErrorQ)
+			pub := newPublisher(t, conn)
+
+			due := time.Now().Add(4 * time.Second)
+			schedule := func(id string, h amqp.Table) amqp.Publishing {
+				h["x-destination"] = dest
+				h["x-due-at"] = due.UTC().Format(time.RFC3339Nano)
+				return amqp.Publishing{MessageId: id, Body: []byte(id), DeliveryMode: amqp.Persistent, Headers: h}
+			}
+			// 8,193 headers in all, with the two the bridge needs.
+			many := amqp.Table{}
+			for i := range 8191 {
+				many[fmt.Sprintf("h%05d", i)] = int32(i)
+			}
+			var deep any = "bottom"
+			for range 33 {
+				deep = amqp.Table{"n": deep}
+			}
+			var msgs []amqp.Publishing
+			for i := range 20 {
+				switch i {
+				case 8:
+					msgs = append(msgs, schedule("poison-many", many))
+				case 14:
+					msgs = append(msgs, schedule("poison-deep", amqp.Table{"deep": deep}))
+				}
+				msgs = append(msgs, schedule(fmt.Sprintf("valid-%02d", i), amqp.Table{}))
+			}
+			pub.PublishAll(b.TimeoutsQueue(), msgs)
+
+			got := c.WaitFor(20, time.Until(due)+20*time.Second)
+			seen := map[string]bool{}
+			for _, a := range c.Quiet(500 * time.Millisecond) {
+				id := a.MessageId
+				if seen[id] || !strings.HasPrefix(id, "valid-") {
+					t.Errorf("unexpected or duplicate delivery %q", id)
+				}
+				seen[id] = true
+				if a.At.Before(due) {
+					t.Errorf("%s delivered EARLY at %s, due %s", id, a.At.Format(time.RFC3339Nano), due.Format(time.RFC3339Nano))
+				}
+				if late := a.At.Sub(due); late > 3*time.Second {
+					t.Errorf("%s delivered %s late", id, late)
+				}
+			}
+			if len(got) < 20 {
+				t.Fatalf("%d of 20 valid messages delivered", len(got))
+			}
+
+			copies := errs.WaitFor(2, 20*time.Second)
+			reasons := map[string]*regexp.Regexp{
+				// A quorum queue adds x-delivery-count to a redelivered message.
+				"poison-many": regexp.MustCompile(`^message headers exceed what the AMQP client can read: 819[34] entries in one table \(limit 8192\)$`),
+				"poison-deep": regexp.MustCompile(`^message headers exceed what the AMQP client can read: tables or arrays nested more than 32 levels deep \(limit 32\)$`),
+			}
+			for _, e := range errs.Quiet(500 * time.Millisecond) {
+				re, ok := reasons[e.MessageId]
+				if !ok {
+					t.Errorf("unexpected error-queue copy %q: %v", e.MessageId, e.Headers["x-delaybridge-error"])
+					continue
+				}
+				delete(reasons, e.MessageId)
+				if reason := headerString(e.Headers, "x-delaybridge-error"); !re.MatchString(reason) {
+					t.Errorf("%s: reason %q, want %s", e.MessageId, reason, re)
+				}
+				if headerString(e.Headers, "x-delaybridge-stage") != "ingest" || headerString(e.Headers, "NServiceBus.FailedQ") != b.TimeoutsQueue() {
+					t.Errorf("%s: stage %q, FailedQ %q", e.MessageId, e.Headers["x-delaybridge-stage"], e.Headers["NServiceBus.FailedQ"])
+				}
+				// The original properties, byte for byte: its headers among them.
+				raw, _ := e.Headers["x-delaybridge-original-properties"].([]byte)
+				if !bytes.Contains(raw, []byte("x-destination")) || !bytes.Contains(raw, []byte(e.MessageId)) ||
+					(e.MessageId == "poison-many" && !bytes.Contains(raw, []byte("h08190"))) {
+					t.Errorf("%s: x-delaybridge-original-properties (%d bytes) is not the original content header", e.MessageId, len(raw))
+				}
+				if string(e.Body) != e.MessageId || e.DeliveryMode != amqp.Persistent {
+					t.Errorf("%s: body %q, delivery-mode %d; want the original's", e.MessageId, e.Body, e.DeliveryMode)
+				}
+			}
+			if len(copies) < 2 || len(reasons) > 0 {
+				t.Errorf("missing error-queue copies: %v", reasons)
+			}
+
+			// Bounded: the ingest connection dropped at most once per
+			// poison message, and the dispatcher's never.
+			lost := map[string]int{}
+			moved := 0
+			for _, l := range bridgeLogLines(b.Stderr()) {
+				switch l.Message {
+				case "broker connection lost; reconnecting":
+					name, _ := l.Fields["connection"].(string)
+					role, _, _ := strings.Cut(strings.TrimPrefix(name, "delaybridge "), " ")
+					lost[role]++
+				case "dispatch interrupted; resuming on the next broker connection":
+					t.Errorf("the dispatcher was interrupted: %s", l.Raw)
+				case "unreadable message moved to the error queue":
+					moved++
+				}
+			}
+			if lost["ingest"] < 1 || lost["ingest"] > 2 || len(lost) != 1 {
+				t.Errorf("lost connections by role %v; want the ingest connection once or twice, no other", lost)
+			}
+			if moved != 2 {
+				t.Errorf("%d \"unreadable message moved to the error queue\" lines, want 2", moved)
+			}
+			if code, err := getReadyz(b.HTTPAddr); code != http.StatusOK {
+				t.Errorf("/readyz answers %d (%v), want 200", code, err)
+			}
+			if t.Failed() {
+				out, _ := json.Marshal(lost)
+				t.Logf("lost connections: %s", out)
+			}
+			b.Stop()
+		})
+	}
+}
