@@ -165,7 +165,17 @@ func (c *adminClient) do(method, path string, query url.Values, body any, out an
 	return raw, nil
 }
 
-func timeoutPath(id string) string { return "/api/v1/timeouts/" + url.PathEscape(id) }
+// timeoutPath is the API path of one timeout. PathEscape leaves "." and
+// ".." as they are, and the server's router removes such dot-segments
+// (net/http.ServeMux cleans paths and redirects), so they are escaped too:
+// the handler then gets the id itself.
+func timeoutPath(id string) string {
+	seg := url.PathEscape(id)
+	if id == "." || id == ".." {
+		seg = strings.ReplaceAll(seg, ".", "%2E")
+	}
+	return "/api/v1/timeouts/" + seg
+}
 
 func (c *adminClient) printJSON(raw []byte) {
 	raw = bytes.TrimSpace(raw)

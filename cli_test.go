@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"os/exec"
@@ -157,6 +158,50 @@ func TestBridgeDoesNotLinkBench(t *testing.T) {
 	for _, pkg := range strings.Fields(string(out)) {
 		if pkg == "github.com/delaybridge/delaybridge/bench" {
 			t.Fatalf("the bridge's main package depends on %s", pkg)
+		}
+	}
+}
+
+// Ids "." and ".." are dot-segments to a URL path: the CLI must escape them
+// so that the API's router does not clean them away, and every command
+// reaches the timeout itself (with "/" and "%" too).
+func TestCLIDotSegmentIDs(t *testing.T) {
+	srv, st := cliServer(t)
+	ids := []string{".", "..", "../a", "a/..", "%2E", "..%2F"}
+	for _, id := range ids {
+		p := amqp.Publishing{MessageId: id, Body: []byte("body of " + id)}
+		enc, _ := message.Encode(nil, &p)
+		if _, err := st.Insert(context.Background(), []storage.Timeout{{ID: id, Destination: "q", DueAt: time.Now().Add(time.Hour), ReceivedAt: time.Now(), Message: enc}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, id := range ids {
+		code, out, errOut := cli(t, srv, "show", id, "--json")
+		var row admin.TimeoutJSON
+		if code != 0 || json.Unmarshal([]byte(out), &row) != nil || row.ID != id {
+			t.Errorf("show %q: exit %d, id %q, stdout %q, stderr %q", id, code, row.ID, out, errOut)
+		}
+		at := time.Now().Add(3 * time.Hour).UTC().Truncate(time.Second)
+		if code, _, errOut := cli(t, srv, "reschedule", id, "--at", at.Format(time.RFC3339)); code != 0 {
+			t.Errorf("reschedule %q: exit %d, stderr %q", id, code, errOut)
+		} else if got, _ := st.Get(context.Background(), id); !got.DueAt.Equal(at) {
+			t.Errorf("reschedule %q: due %s, want %s", id, got.DueAt, at)
+		}
+		if code, _, errOut := cli(t, srv, "dispatch", id); code != 0 {
+			t.Errorf("dispatch %q: exit %d, stderr %q", id, code, errOut)
+		}
+		if code, out, errOut := cli(t, srv, "cancel", id); code != 0 || out != "cancelled "+id+"\n" {
+			t.Errorf("cancel %q: exit %d, stdout %q, stderr %q", id, code, out, errOut)
+		}
+		if _, err := st.Get(context.Background(), id); !errors.Is(err, storage.ErrNotFound) {
+			t.Errorf("after cancel %q: Get = %v, want ErrNotFound", id, err)
+		}
+	}
+	// The two ids the cliServer started with are still there: no command
+	// reached another timeout, or the list.
+	for _, id := range []string{"a/1", "b 2"} {
+		if _, err := st.Get(context.Background(), id); err != nil {
+			t.Errorf("%q: %v", id, err)
 		}
 	}
 }

@@ -28,6 +28,7 @@ import (
 
 	"github.com/delaybridge/delaybridge/message"
 	"github.com/delaybridge/delaybridge/storage"
+	"github.com/delaybridge/delaybridge/wire"
 )
 
 // List limits.
@@ -226,6 +227,18 @@ func (h *handler) storeError(w http.ResponseWriter, op, id string, err error) {
 	}
 }
 
+// pathID returns the request's {id}, or answers 400 when no stored timeout
+// can have it (the rules of wire.ValidateID): such an id never reaches the
+// store, which might refuse it with an error that reads as an outage.
+func pathID(w http.ResponseWriter, r *http.Request) (string, bool) {
+	id := r.PathValue("id")
+	if err := wire.ValidateID("id", id); err != nil {
+		writeError(w, http.StatusBadRequest, "invalid timeout id: "+err.Error())
+		return "", false
+	}
+	return id, true
+}
+
 func parseTime(name, v string) (time.Time, error) {
 	t, err := time.Parse(time.RFC3339Nano, v)
 	if err != nil {
@@ -237,6 +250,12 @@ func parseTime(name, v string) (time.Time, error) {
 func (h *handler) list(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	f := storage.ListFilter{Destination: q.Get("destination"), After: q.Get("cursor"), Limit: DefaultLimit}
+	if f.Destination != "" {
+		if err := wire.ValidateDestination("destination", f.Destination); err != nil {
+			writeError(w, http.StatusBadRequest, "invalid destination filter: "+err.Error())
+			return
+		}
+	}
 	var err error
 	if v := q.Get("due_from"); v != "" {
 		if f.DueFrom, err = parseTime("due_from", v); err != nil {
@@ -301,7 +320,10 @@ func summary(t *storage.Timeout, now time.Time) TimeoutJSON {
 }
 
 func (h *handler) show(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
+	id, ok := pathID(w, r)
+	if !ok {
+		return
+	}
 	t, err := h.opts.Store.Get(r.Context(), id)
 	if err != nil {
 		h.storeError(w, "show", id, err)
@@ -373,7 +395,10 @@ func decimalString(d amqp.Decimal) string {
 }
 
 func (h *handler) cancel(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
+	id, ok := pathID(w, r)
+	if !ok {
+		return
+	}
 	if err := h.opts.Store.Cancel(r.Context(), id); err != nil {
 		h.storeError(w, "cancel", id, err)
 		return
@@ -387,7 +412,10 @@ type rescheduleBody struct {
 }
 
 func (h *handler) reschedule(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
+	id, ok := pathID(w, r)
+	if !ok {
+		return
+	}
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBodyBytes))
 	dec.DisallowUnknownFields()
 	var body rescheduleBody
@@ -412,7 +440,11 @@ func (h *handler) reschedule(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *handler) dispatch(w http.ResponseWriter, r *http.Request) {
-	h.setDue(w, r, "dispatch", r.PathValue("id"), h.opts.Now())
+	id, ok := pathID(w, r)
+	if !ok {
+		return
+	}
+	h.setDue(w, r, "dispatch", id, h.opts.Now())
 }
 
 func (h *handler) setDue(w http.ResponseWriter, r *http.Request, op, id string, due time.Time) {

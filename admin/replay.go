@@ -2,13 +2,17 @@ package admin
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
+	"strconv"
 	"strings"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/delaybridge/delaybridge/broker"
+	"github.com/delaybridge/delaybridge/ingest"
 	"github.com/delaybridge/delaybridge/message"
 	"github.com/delaybridge/delaybridge/storage"
 	"github.com/delaybridge/delaybridge/wire"
@@ -20,20 +24,32 @@ type Replayer struct {
 	// Conn returns an open connection; Replay opens its own channel on it.
 	Conn       func(ctx context.Context) (*amqp.Connection, error)
 	ErrorQueue string
-	Store      storage.Store
-	Now        func() time.Time
+	// TimeoutsQueue is this endpoint's E.Timeouts. An error queue may be
+	// shared: only copies whose NServiceBus.FailedQ names this queue are
+	// this bridge's failures to replay.
+	TimeoutsQueue string
+	// Rules are ingest's (reserved queues, allowed destinations, size):
+	// a replayed copy is checked exactly as an incoming message is.
+	Rules ingest.Rules
+	Store storage.Store
+	Now   func() time.Time
 }
 
 // Replay takes up to limit messages from the error queue (basic.get, one
 // pass: skipped messages are requeued only at the end, so none is seen
 // twice). Each dispatch failure is stored again as a pending timeout due now,
 // with its original headers, and acknowledged after the store commit.
-// Ingest failures and messages that cannot be replayed are requeued and
-// counted as skipped.
+// Ingest failures, other endpoints' failures and messages that cannot be
+// replayed (read and checked as ingest reads and checks them) are requeued
+// and counted as skipped, each with its reason; none fails the pass.
 func (rp *Replayer) Replay(ctx context.Context, limit int) (res ReplayResult, err error) {
 	now := time.Now
 	if rp.Now != nil {
 		now = rp.Now
+	}
+	if rp.TimeoutsQueue == "" {
+		// Without it every copy would look like another endpoint's.
+		return res, errors.New("replayer: no TimeoutsQueue configured")
 	}
 	conn, err := rp.Conn(ctx)
 	if err != nil {
@@ -70,7 +86,7 @@ func (rp *Replayer) Replay(ctx context.Context, limit int) (res ReplayResult, er
 		if !ok {
 			break
 		}
-		t, why := rebuild(&d, now())
+		t, why := rp.rebuild(&d, now())
 		if why == "" && seen[t.ID] {
 			why = "another message with the same message-id is replayed in this pass"
 		}
@@ -119,8 +135,18 @@ func (rp *Replayer) Replay(ctx context.Context, limit int) (res ReplayResult, er
 }
 
 // rebuild turns an error-queue copy back into the timeout the bridge failed
-// to dispatch, or says why it cannot.
-func rebuild(d *amqp.Delivery, now time.Time) (storage.Timeout, string) {
+// to dispatch, or says why it cannot. The destination and id are read, and
+// the rules applied, as ingest does: a copy is only a message that comes
+// back in, and nothing ingest would refuse may reach the store this way.
+func (rp *Replayer) rebuild(d *amqp.Delivery, now time.Time) (storage.Timeout, string) {
+	switch q, ok := d.Headers[wire.HeaderNSBFailedQ]; {
+	case !ok || q == nil:
+		return storage.Timeout{}, fmt.Sprintf("no %s header: not a failure of %s", wire.HeaderNSBFailedQ, rp.TimeoutsQueue)
+	default:
+		if s, _ := q.(string); s != rp.TimeoutsQueue {
+			return storage.Timeout{}, fmt.Sprintf("a failure of another endpoint (%s=%s)", wire.HeaderNSBFailedQ, quoteClip(q))
+		}
+	}
 	stage, _ := d.Headers[wire.HeaderStage].(string)
 	switch stage {
 	case wire.StageDispatch:
@@ -129,15 +155,20 @@ func rebuild(d *amqp.Delivery, now time.Time) (storage.Timeout, string) {
 	default:
 		return storage.Timeout{}, fmt.Sprintf("no %s header of a delaybridge dispatch failure", wire.HeaderStage)
 	}
-	if d.MessageId == "" {
-		return storage.Timeout{}, "no message-id"
+	dest, err := ingest.ParseDestination(d.Headers)
+	if err != nil {
+		return storage.Timeout{}, err.Error()
 	}
-	dest, _ := d.Headers[wire.HeaderDestination].(string)
-	if dest == "" {
-		dest, _ = d.Headers[wire.HeaderNSBDestination].(string)
+	id, err := ingest.ParseID(d)
+	if err != nil {
+		return storage.Timeout{}, err.Error()
 	}
-	if dest == "" {
-		return storage.Timeout{}, "no destination header (" + wire.HeaderDestination + " or " + wire.HeaderNSBDestination + ")"
+	if id == "" {
+		// A generated id would make every replay of the copy a new message.
+		return storage.Timeout{}, "no message-id (nor " + wire.HeaderNSBMessageID + " header)"
+	}
+	if err := rp.Rules.Check(ingest.Parsed{ID: id, Destination: dest, DueAt: now}, len(d.Body), now); err != nil {
+		return storage.Timeout{}, err.Error()
 	}
 	p := message.FromDelivery(d)
 	h := make(amqp.Table, len(p.Headers))
@@ -148,10 +179,29 @@ func rebuild(d *amqp.Delivery, now time.Time) (storage.Timeout, string) {
 		}
 	}
 	p.Headers = h
-	p.UserId = ""
+	// As ingest stores it: no due-time headers (a forward must not loop
+	// back into a delay) and no user-id.
+	p = broker.Forwardable(p, wire.DueTimeHeaders)
 	enc, err := message.Encode(nil, &p)
 	if err != nil {
 		return storage.Timeout{}, "headers cannot be stored: " + err.Error()
 	}
-	return storage.Timeout{ID: d.MessageId, Destination: dest, DueAt: now, ReceivedAt: now, Message: enc}, ""
+	return storage.Timeout{ID: id, Destination: dest, DueAt: now, ReceivedAt: now, Message: enc}, ""
+}
+
+// quoteClip quotes a header value of any type for a reason, kept short.
+func quoteClip(v any) string {
+	s, ok := v.(string)
+	if !ok {
+		if b, isBytes := v.([]byte); isBytes {
+			s = string(b)
+		} else {
+			return fmt.Sprintf("%T", v)
+		}
+	}
+	const n = 64
+	if len(s) > n {
+		return strconv.Quote(s[:n]) + "…"
+	}
+	return strconv.Quote(s)
 }

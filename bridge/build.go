@@ -18,6 +18,7 @@ import (
 	"github.com/delaybridge/delaybridge/ingest"
 	"github.com/delaybridge/delaybridge/poller"
 	"github.com/delaybridge/delaybridge/storage"
+	"github.com/delaybridge/delaybridge/wire"
 )
 
 // components are a built bridge: everything Run starts and stops.
@@ -40,6 +41,9 @@ type components struct {
 	// ingestConn consumes the intake queues alone, so a message the AMQP
 	// client cannot read there does not interrupt the dispatcher.
 	ingestConn *broker.Conn
+
+	// rules are ingest's, which replay applies too.
+	rules ingest.Rules
 }
 
 // build opens the store, connects to the broker and builds every component;
@@ -53,6 +57,11 @@ func (b *Bridge) build(ctx context.Context) (_ *components, err error) {
 		return nil, fmt.Errorf("DELAYBRIDGE_ALLOWED_DESTINATIONS: %w", err)
 	}
 	c := &components{store: b.deps.Store, dispatching: make(chan struct{}), critical: make(chan error, 1)}
+	c.rules = ingest.Rules{
+		MaxDelay: cfg.MaxDelay, MaxMessageBytes: cfg.MaxMessageBytes, Allowed: allowed,
+		// The error queue too: a forward there would read as a failure.
+		Reserved: []string{topo.TimeoutsQueue(), topo.DispatcherQueue(), cfg.ErrorQueue},
+	}
 	if c.store == nil {
 		if c.store, err = openStore(ctx, cfg, b.owner, now, log); err != nil {
 			return nil, err
@@ -96,10 +105,7 @@ func (b *Bridge) build(ctx context.Context) (_ *components, err error) {
 	c.ingester = ingest.New(c.ingestConn, func(ctx context.Context) (ingest.Publisher, error) { return ingestPub(ctx) }, c.store, ingest.Options{
 		Sources:    []ingest.Source{ingest.TimeoutsSource(topo.TimeoutsQueue())},
 		ErrorQueue: cfg.ErrorQueue, Prefetch: cfg.Prefetch, MaxBatch: min(cfg.Prefetch, 500), Wake: c.poller.Wake, Now: now,
-		Rules: ingest.Rules{
-			MaxDelay: cfg.MaxDelay, MaxMessageBytes: cfg.MaxMessageBytes, Allowed: allowed,
-			Reserved: []string{topo.TimeoutsQueue(), topo.DispatcherQueue()},
-		},
+		Rules:        c.rules,
 		StoreBreaker: b.breaker(c, "store", cfg.TimeToTriggerStoreCircuitBreaker),
 		Metrics:      met,
 		Logger:       log.With().Str("component", "ingest").Logger(),
@@ -210,7 +216,8 @@ func (b *Bridge) serveHTTP(c *components) error {
 	cfg, log, now := b.cfg, b.log, b.deps.Now
 	// Without a token the admin handler answers every /api/v1/ request with
 	// 404 and a JSON error saying the admin API is disabled.
-	replayer := &admin.Replayer{Conn: c.consumeConn.Wait, ErrorQueue: cfg.ErrorQueue, Store: c.store, Now: now}
+	replayer := &admin.Replayer{Conn: c.consumeConn.Wait, ErrorQueue: cfg.ErrorQueue, Store: c.store, Now: now,
+		TimeoutsQueue: wire.TimeoutsQueue(cfg.Endpoint), Rules: c.rules}
 	adm := admin.New(admin.Options{Store: c.store, Token: cfg.AdminToken, Now: now, Wake: c.poller.Wake,
 		Replay: replayer.Replay, Logger: log.With().Str("component", "admin").Logger()})
 	statusPage := newStatusPage(cfg.Endpoint, c.store, c.stats, now, b.deps.Metrics, c.consumeConn, c.ingestConn, c.publishConn)

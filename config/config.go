@@ -14,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/delaybridge/delaybridge/broker"
+	"github.com/delaybridge/delaybridge/wire"
 )
 
 // AMQPURLs returns the brokers to connect to, in the order they are tried:
@@ -129,6 +130,13 @@ func (c Config) Validate() error {
 	}
 	if c.ErrorQueue == "" || len(c.ErrorQueue) > 255 {
 		return bad("ERROR_QUEUE", "must be 1 to 255 characters")
+	}
+	// An error copy published to the bridge's own input would be taken in,
+	// refused and copied again, without end.
+	for _, own := range []string{wire.TimeoutsQueue(c.Endpoint), wire.DispatcherQueue(c.Endpoint)} {
+		if c.ErrorQueue == own {
+			return bad("ERROR_QUEUE", "%q is one of the bridge's own queues (DELAYBRIDGE_ENDPOINT %q); use a queue of its own", c.ErrorQueue, c.Endpoint)
+		}
 	}
 	switch c.Store {
 	case "bbolt":

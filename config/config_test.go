@@ -188,3 +188,28 @@ func TestPostgresStoreNeedsURL(t *testing.T) {
 		t.Fatalf("DELAYBRIDGE_POSTGRES_SCHEMA not read: %+v, %v", c, err)
 	}
 }
+
+// An error queue that is the bridge's own input loops: each copy is taken in,
+// refused and copied again (1,645 copies of one message in 5 s). Refused at
+// start, naming the variable.
+func TestErrorQueueMustNotBeAnOwnQueue(t *testing.T) {
+	for _, env := range []map[string]string{
+		{"DELAYBRIDGE_ERROR_QUEUE": "delaybridge.Timeouts"},
+		{"DELAYBRIDGE_ERROR_QUEUE": "delaybridge.TimeoutsDispatcher"},
+		{"DELAYBRIDGE_ENDPOINT": "sales", "DELAYBRIDGE_ERROR_QUEUE": "sales.Timeouts"},
+		{"DELAYBRIDGE_ENDPOINT": "sales", "DELAYBRIDGE_ERROR_QUEUE": "sales.TimeoutsDispatcher"},
+	} {
+		_, err := loadClean(t, env)
+		if err == nil {
+			t.Errorf("%v accepted", env)
+			continue
+		}
+		if msg := err.Error(); !strings.Contains(msg, "DELAYBRIDGE_ERROR_QUEUE") || !strings.Contains(msg, "own queues") || strings.Contains(msg, "\n") {
+			t.Errorf("%v: error %q must be one line naming DELAYBRIDGE_ERROR_QUEUE and why", env, msg)
+		}
+	}
+	// Another endpoint's input queue is a queue like any other.
+	if _, err := loadClean(t, map[string]string{"DELAYBRIDGE_ENDPOINT": "sales", "DELAYBRIDGE_ERROR_QUEUE": "delaybridge.Timeouts"}); err != nil {
+		t.Errorf("another endpoint's queue refused: %v", err)
+	}
+}

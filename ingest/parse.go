@@ -7,8 +7,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
@@ -18,14 +16,10 @@ import (
 // maxDelay is the longest x-delay whose due time a time.Duration can hold.
 const maxDelay = math.MaxInt64 / int64(time.Millisecond)
 
-// Limits of what the store and AMQP can carry.
-const (
-	maxIDBytes          = 255 // the AMQP message-id property is a short string
-	maxDestinationBytes = 255 // queue names are short strings
-	// maxTimeText is far above the longest valid due-time text (~35 bytes);
-	// longer values are refused before any parsing work.
-	maxTimeText = 64
-)
+// maxTimeText is far above the longest valid due-time text (~35 bytes);
+// longer values are refused before any parsing work. The limits on ids and
+// destinations are wire's, shared with every other way into the store.
+const maxTimeText = 64
 
 var (
 	// NServiceBus writes DateTimeExtensions.ToWireFormattedString: yyyy-MM-dd HH:mm:ss:ffffff Z.
@@ -80,6 +74,16 @@ func headerString(h amqp.Table, name string) (s string, ok bool, err error) {
 	}
 }
 
+// ParseDestination reads the destination headers as Parse does
+// (docs/contract.md §2.2): x-destination wins when present, even if invalid.
+// Replay reads error-queue copies with it, so both apply the same rules.
+func ParseDestination(h amqp.Table) (string, error) { return destination(h) }
+
+// ParseID reads the id as Parse does (docs/contract.md §2.4): the message-id
+// property, else the NServiceBus.MessageId header. "" with a nil error means
+// the delivery names no id.
+func ParseID(d *amqp.Delivery) (string, error) { return messageID(d) }
+
 func destination(h amqp.Table) (string, error) {
 	for _, name := range []string{wire.HeaderDestination, wire.HeaderNSBDestination} {
 		s, ok, err := headerString(h, name)
@@ -89,15 +93,8 @@ func destination(h amqp.Table) (string, error) {
 		if !ok {
 			continue
 		}
-		switch {
-		case s == "":
-			return "", fmt.Errorf("header %s is empty", name)
-		case len(s) > maxDestinationBytes:
-			return "", fmt.Errorf("header %s is %d bytes; a queue name is at most %d", name, len(s), maxDestinationBytes)
-		case !utf8.ValidString(s):
-			return "", fmt.Errorf("header %s is not valid UTF-8", name)
-		case strings.IndexFunc(s, unicode.IsControl) >= 0:
-			return "", fmt.Errorf("header %s contains control characters", name)
+		if err := wire.ValidateDestination("header "+name, s); err != nil {
+			return "", err
 		}
 		return s, nil
 	}
@@ -234,13 +231,8 @@ func messageID(d *amqp.Delivery) (string, error) {
 			return "", nil // the caller assigns one
 		}
 	}
-	switch {
-	case len(id) > maxIDBytes:
-		return "", fmt.Errorf("%s is %d bytes; at most %d", source, len(id), maxIDBytes)
-	case !utf8.ValidString(id):
-		return "", fmt.Errorf("%s is not valid UTF-8", source)
-	case strings.IndexFunc(id, unicode.IsControl) >= 0:
-		return "", fmt.Errorf("%s contains control characters", source)
+	if err := wire.ValidateID(source, id); err != nil {
+		return "", err
 	}
 	return id, nil
 }

@@ -13,7 +13,9 @@ type Rules struct {
 	MaxDelay        time.Duration // 0: no limit
 	MaxMessageBytes int
 	Allowed         *Globs
-	// Reserved are queues a message may never be forwarded to (the bridge's own).
+	// Reserved are queues a message may never be forwarded to: the bridge's
+	// own, E.Timeouts, E.TimeoutsDispatcher and the error queue. Replay
+	// applies the same Rules.
 	Reserved []string
 }
 

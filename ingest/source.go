@@ -70,6 +70,25 @@ type Intake struct {
 	Reason string
 }
 
+// Validate applies the rules every id and destination that reaches a store
+// obeys (wire.ValidateID, wire.ValidateDestination) to what a parser
+// produced, so that a parser that forgot them cannot hand the store a value
+// it refuses. An empty ID of OpSchedule is fine: the bridge assigns one.
+func (it *Intake) Validate() error {
+	switch it.Op {
+	case OpSchedule:
+		if err := wire.ValidateDestination("destination", it.Destination); err != nil {
+			return err
+		}
+		if it.ID != "" {
+			return wire.ValidateID("message id", it.ID)
+		}
+	case OpCancel:
+		return wire.ValidateID("cancelled id", it.CancelID)
+	}
+	return nil
+}
+
 // Reject is the Intake of an invalid delivery.
 func Reject(err error) Intake { return Intake{Op: OpReject, Reason: err.Error()} }
 
@@ -104,10 +123,14 @@ func cancelID(d *amqp.Delivery) (string, error) {
 		return "", err
 	case strings.TrimSpace(id) == "":
 		return "", fmt.Errorf("header %s is empty: it must name the message-id to cancel", wire.HeaderCancel)
-	case len(id) > maxIDBytes:
-		return "", fmt.Errorf("header %s is %d bytes; a message id is at most %d", wire.HeaderCancel, len(id), maxIDBytes)
 	case len(d.Body) > 0:
 		return "", fmt.Errorf("a message with header %s cancels and must have no body (this one has %d bytes)", wire.HeaderCancel, len(d.Body))
+	}
+	// The same rules as every stored id: an id no message can have (NUL,
+	// invalid UTF-8) is this message's error, never a store call that
+	// PostgreSQL refuses and the store breaker counts as an outage.
+	if err := wire.ValidateID("header "+wire.HeaderCancel, id); err != nil {
+		return "", err
 	}
 	return id, nil
 }
