@@ -209,9 +209,15 @@ func (p *Proxy) pipe(l *link, dst, src net.Conn, count *atomic.Int64) {
 			if stalled {
 				p.swallowed.Add(int64(n))
 			} else {
-				k, werr := dst.Write(buf[:n])
+				// Counted before the write: the target may answer, and the
+				// answer reach the client, before Write returns here, and a
+				// client that saw the answer must see the bytes counted.
 				if count != nil {
-					count.Add(int64(k))
+					count.Add(int64(n))
+				}
+				k, werr := dst.Write(buf[:n])
+				if count != nil && k < n {
+					count.Add(int64(k - n)) // not forwarded after all
 				}
 				if werr != nil {
 					return
