@@ -142,3 +142,46 @@ func TestUnreadableHeadersGoToTheErrorQueue(t *testing.T) {
 		})
 	}
 }
+
+// A client publishing an unreadable message to E.TimeoutsDispatcher (which
+// only the bridge should write to) costs the dispatcher one reconnect: the
+// message ends on the error queue and forwarding goes on.
+func TestUnreadableMessageOnTheDispatcherQueue(t *testing.T) {
+	t.Parallel()
+	b := startBridge(t, nil)
+	conn := dial(t)
+	dest := b.Endpoint + ".dst"
+	c := declareAndConsume(t, conn, dest)
+	errs := consume(t, conn, b.ErrorQ)
+	pub := newPublisher(t, conn)
+
+	many := amqp.Table{}
+	for i := range 8193 {
+		many[fmt.Sprintf("h%05d", i)] = nil
+	}
+	pub.Publish(b.DispatcherQueue(), amqp.Publishing{MessageId: "poison-token", Body: []byte(`{"tokens":[]}`), Headers: many})
+	due := time.Now().Add(time.Second)
+	pub.Publish(b.TimeoutsQueue(), amqp.Publishing{MessageId: "after", Body: []byte("after"), Headers: amqp.Table{
+		"x-destination": dest, "x-due-at": due.UTC().Format(time.RFC3339Nano)}})
+
+	if got := c.WaitFor(1, 20*time.Second); got[0].MessageId != "after" || got[0].At.Before(due) {
+		t.Errorf("delivered %q at %s, want \"after\" not before %s", got[0].MessageId, got[0].At, due)
+	}
+	e := errs.WaitFor(1, 20*time.Second)[0]
+	if e.MessageId != "poison-token" || headerString(e.Headers, "NServiceBus.FailedQ") != b.DispatcherQueue() ||
+		!strings.Contains(headerString(e.Headers, "x-delaybridge-error"), "8193 entries in one table (limit 8192)") {
+		t.Errorf("error-queue copy %q from %q with reason %q", e.MessageId, e.Headers["NServiceBus.FailedQ"], e.Headers["x-delaybridge-error"])
+	}
+	lost := map[string]int{}
+	for _, l := range bridgeLogLines(b.Stderr()) {
+		if l.Message == "broker connection lost; reconnecting" {
+			name, _ := l.Fields["connection"].(string)
+			role, _, _ := strings.Cut(strings.TrimPrefix(name, "delaybridge "), " ")
+			lost[role]++
+		}
+	}
+	if lost["consume"] != 1 || len(lost) != 1 {
+		t.Errorf("lost connections by role %v; want the dispatcher's (consume) once, no other", lost)
+	}
+	b.Stop()
+}
