@@ -46,6 +46,9 @@ type adminClient struct {
 	out    io.Writer
 	errOut io.Writer
 	http   *http.Client
+
+	// tokenSet: --token was given; otherwise the env var is read when needed.
+	tokenSet bool
 }
 
 // runAdmin runs one admin subcommand; out and errOut are stdout and stderr.
@@ -59,9 +62,21 @@ func runAdmin(cmd string, args []string, out, errOut io.Writer) int {
 		def = defaultAdminURL
 	}
 	fs.StringVar(&c.base, "url", def, "admin API base URL (env DELAYBRIDGE_ADMIN_URL)")
-	fs.StringVar(&c.token, "token", os.Getenv("DELAYBRIDGE_ADMIN_TOKEN"), "admin bearer token (env DELAYBRIDGE_ADMIN_TOKEN)")
+	// Not the env var as the flag's default: usage text prints defaults.
+	fs.Var(tokenFlag{c}, "token", "admin bearer `token` (default: $DELAYBRIDGE_ADMIN_TOKEN)")
 	fs.BoolVar(&c.json, "json", false, "print the API's JSON instead of a table")
 	return impl(c, fs, args)
+}
+
+// tokenFlag is --token. Its String is always empty, so usage text never
+// shows a token.
+type tokenFlag struct{ c *adminClient }
+
+func (f tokenFlag) String() string { return "" }
+
+func (f tokenFlag) Set(v string) error {
+	f.c.token, f.c.tokenSet = v, true
+	return nil
 }
 
 // parse parses flags, allowing them before and after positional arguments.
@@ -132,8 +147,12 @@ func (c *adminClient) do(method, path string, query url.Values, body any, out an
 		req.Header.Set("Content-Type", "application/json")
 	}
 	req.Header.Set("Accept", "application/json")
-	if c.token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.token)
+	token := c.token
+	if !c.tokenSet {
+		token = os.Getenv("DELAYBRIDGE_ADMIN_TOKEN")
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {

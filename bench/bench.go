@@ -33,6 +33,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/delaybridge/delaybridge/broker"
 	"github.com/delaybridge/delaybridge/wire"
 )
 
@@ -1359,16 +1360,8 @@ func randHex(n int) string {
 
 func mib(b int64) float64 { return float64(b) / (1 << 20) }
 
-// redactErr removes the URL's password from an error message.
+// redactErr removes the URL's password from an error message, the way the
+// bridge does.
 func redactErr(err error, rawURL string) string {
-	msg := err.Error()
-	if i := strings.Index(rawURL, "://"); i >= 0 {
-		rest := rawURL[i+3:]
-		if at := strings.LastIndex(rest, "@"); at >= 0 {
-			if _, pw, ok := strings.Cut(rest[:at], ":"); ok && pw != "" {
-				msg = strings.ReplaceAll(msg, pw, "xxxxx")
-			}
-		}
-	}
-	return msg
+	return broker.RedactText(err.Error(), rawURL)
 }

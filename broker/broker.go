@@ -8,28 +8,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/url"
-	"strings"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/delaybridge/delaybridge/wire"
 )
-
-// Redact returns the URL with any password replaced, for logs and errors.
-func Redact(rawURL string) string {
-	u, err := url.Parse(rawURL)
-	if err != nil {
-		return "(unparsable AMQP URL)"
-	}
-	if u.User != nil {
-		if _, ok := u.User.Password(); ok {
-			u.User = url.UserPassword(u.User.Username(), "xxxxx")
-		}
-	}
-	return u.String()
-}
 
 // Dial connects once, for short-lived clients like the schedule command.
 func Dial(rawURL, name string, cfg amqp.Config) (*amqp.Connection, error) {
@@ -57,13 +41,8 @@ func dial(rawURL, name string, cfg amqp.Config) (*amqp.Connection, error) {
 	}
 	conn, err := amqp.DialConfig(rawURL, cfg)
 	if err != nil {
-		msg := err.Error()
-		if u, perr := url.Parse(rawURL); perr == nil && u.User != nil {
-			if pw, ok := u.User.Password(); ok && pw != "" {
-				msg = strings.ReplaceAll(msg, pw, "xxxxx")
-			}
-		}
-		return nil, fmt.Errorf("connect to %s: %s", Redact(rawURL), msg)
+		// Not %w: the wrapped error's text may carry the password.
+		return nil, fmt.Errorf("connect to %s: %s", Redact(rawURL), RedactText(err.Error(), rawURL))
 	}
 	return conn, nil
 }

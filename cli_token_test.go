@@ -1,0 +1,59 @@
+package main
+
+import (
+	"bytes"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+)
+
+// The admin token must not show in usage text: it used to be the --token
+// flag's default, which flag prints.
+func TestCLIUsageNeverShowsTheToken(t *testing.T) {
+	const secret = "s3cr3t-admin-token"
+	t.Setenv("DELAYBRIDGE_ADMIN_TOKEN", secret)
+	for cmd := range adminCommands {
+		for _, args := range [][]string{
+			{"--help"},
+			{"--no-such-flag"},
+			{"--limit", "not-a-number"},
+			{"one", "two", "three", "four"},
+		} {
+			var out, errOut bytes.Buffer
+			code := runAdmin(cmd, append(args, "--url", "http://127.0.0.1:1"), &out, &errOut)
+			if code == 0 && args[0] != "--help" {
+				t.Errorf("%s %v: exit 0, want a usage error", cmd, args)
+			}
+			if all := out.String() + errOut.String(); strings.Contains(all, secret) {
+				t.Errorf("%s %v printed the token:\n%s", cmd, args, all)
+			}
+			if args[0] == "--help" && !strings.Contains(errOut.String(), "DELAYBRIDGE_ADMIN_TOKEN") {
+				t.Errorf("%s --help does not say where the token comes from:\n%s", cmd, errOut.String())
+			}
+		}
+	}
+}
+
+// The env var is read when --token is not given, and --token (even empty)
+// wins over it.
+func TestCLITokenFromFlagOrEnv(t *testing.T) {
+	var got []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got = append(got, r.Header.Get("Authorization"))
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"pending":0,"leased":0}`))
+	}))
+	t.Cleanup(srv.Close)
+	t.Setenv("DELAYBRIDGE_ADMIN_TOKEN", "from-env")
+	for _, args := range [][]string{{}, {"--token", "from-flag"}, {"--token="}} {
+		var out, errOut bytes.Buffer
+		if code := runAdmin("stats", append([]string{"--url", srv.URL}, args...), &out, &errOut); code != 0 {
+			t.Fatalf("stats %v: exit %d: %s", args, code, errOut.String())
+		}
+	}
+	want := []string{"Bearer from-env", "Bearer from-flag", ""}
+	if strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Fatalf("Authorization headers %q, want %q", got, want)
+	}
+}
