@@ -153,7 +153,7 @@ func (b *Bridge) connect(c *components, topo broker.Topology) error {
 		Publish: func(ctx context.Context, msg amqp.Publishing) error {
 			return broker.PublishOne(ctx, c.publishConn, b.cfg.ErrorQueue, msg)
 		},
-		Limit: b.cfg.Prefetch, Now: b.deps.Now,
+		Limit: b.cfg.Prefetch, Metrics: b.deps.Metrics, Now: b.deps.Now,
 		Logger: b.log.With().Str("component", "sweep").Logger(),
 	})
 	newConn := func(role string, sw *broker.Sweeper) *broker.Conn {

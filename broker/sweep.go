@@ -30,6 +30,9 @@ type SweepOptions struct {
 	Limit int
 	// Timeout bounds each exchange with the broker; default 30s.
 	Timeout time.Duration
+	// Metrics, when set, counts the confirmed copies (stage ingest), as
+	// for every other error-queue copy.
+	Metrics interface{ ErrorQueued(stage string, n int) }
 	Now     func() time.Time
 	Logger  zerolog.Logger
 }
@@ -119,6 +122,9 @@ func (s *Sweeper) move(ctx context.Context, rc *rawConn, queue string, m rawMess
 	})
 	if err := s.opts.Publish(ctx, copyMsg); err != nil {
 		return fmt.Errorf("sweep %s: copy an unreadable message to the error queue: %w", queue, err)
+	}
+	if s.opts.Metrics != nil {
+		s.opts.Metrics.ErrorQueued(wire.StageIngest, 1)
 	}
 	if err := rc.ack(m.tag); err != nil {
 		return fmt.Errorf("sweep %s: ack a moved message: %w", queue, err)

@@ -128,8 +128,9 @@ func TestSweepMovesUnreadableMessagesAndRequeuesTheRest(t *testing.T) {
 			}
 			publishAll(ctx, t, ch, q, msgs...)
 			failedAt := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
+			counted := &errorCounter{}
 			s := NewSweeper(SweepOptions{
-				Name: "delaybridge sweep test", ErrorQueue: errQ, Limit: 100, Now: func() time.Time { return failedAt },
+				Name: "delaybridge sweep test", ErrorQueue: errQ, Limit: 100, Now: func() time.Time { return failedAt }, Metrics: counted,
 				Publish: func(ctx context.Context, msg amqp.Publishing) error { return confirmedPublish(ctx, ch, errQ, msg) },
 				Logger:  zerolog.New(zerolog.NewTestWriter(t)),
 			})
@@ -137,6 +138,9 @@ func TestSweepMovesUnreadableMessagesAndRequeuesTheRest(t *testing.T) {
 			moved, err := s.Sweep(ctx, []string{closedPortURL(t), url}, q)
 			if err != nil || moved != 2 {
 				t.Fatalf("Sweep = %d, %v; want 2, nil", moved, err)
+			}
+			if counted.byStage[wire.StageIngest] != 2 || len(counted.byStage) != 1 {
+				t.Errorf("error-queue copies counted %v, want 2 at stage ingest", counted.byStage)
 			}
 
 			copies := drain(t, ch, errQ)
@@ -392,4 +396,14 @@ func TestConsumeSweepsAfterAnUnreadableMessage(t *testing.T) {
 	if len(copies) != 1 || copies[0].MessageId != "many" {
 		t.Errorf("error queue holds %d copies, want the unreadable one", len(copies))
 	}
+}
+
+// errorCounter counts ErrorQueued calls by stage.
+type errorCounter struct{ byStage map[string]int }
+
+func (c *errorCounter) ErrorQueued(stage string, n int) {
+	if c.byStage == nil {
+		c.byStage = map[string]int{}
+	}
+	c.byStage[stage] += n
 }

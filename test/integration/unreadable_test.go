@@ -134,6 +134,9 @@ func TestUnreadableHeadersGoToTheErrorQueue(t *testing.T) {
 			if code, err := getReadyz(b.HTTPAddr); code != http.StatusOK {
 				t.Errorf("/readyz answers %d (%v), want 200", code, err)
 			}
+			if n := scrape(t, b)[`delaybridge_error_queue_messages_total{stage="ingest"}`]; n != 2 {
+				t.Errorf("delaybridge_error_queue_messages_total{stage=\"ingest\"} = %v, want 2", n)
+			}
 			if t.Failed() {
 				out, _ := json.Marshal(lost)
 				t.Logf("lost connections: %s", out)
