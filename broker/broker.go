@@ -106,6 +106,7 @@ type Publisher struct {
 	returns  chan amqp.Return
 	closed   chan *amqp.Error
 	maxBatch int
+	frameMax int // the connection's negotiated frame_max; ≤ 0: none
 }
 
 // NewPublisher opens a channel in confirm mode. maxBatch caps the publishes
@@ -128,6 +129,7 @@ func NewPublisher(conn *amqp.Connection, maxBatch int) (*Publisher, error) {
 		returns:  ch.NotifyReturn(make(chan amqp.Return, maxBatch)),
 		closed:   ch.NotifyClose(make(chan *amqp.Error, 1)),
 		maxBatch: maxBatch,
+		frameMax: conn.Config.FrameSize,
 	}
 	return p, nil
 }
@@ -148,8 +150,9 @@ func (p *Publisher) Close() error {
 
 // Publish sends msgs and waits for every confirm. results[i] is nil when the
 // broker confirmed msgs[i] and did not return it; otherwise it wraps
-// ErrReturned, ErrNacked or ErrNotConfirmed. ctx bounds the wait; a message
-// whose confirm did not arrive in time counts as not confirmed.
+// ErrReturned, ErrNacked, ErrUnpublishable (never sent: see Publishable) or
+// ErrNotConfirmed. ctx bounds the wait; a message whose confirm did not
+// arrive in time counts as not confirmed.
 func (p *Publisher) Publish(ctx context.Context, msgs []Outgoing) []error {
 	results := make([]error, len(msgs))
 	for start := 0; start < len(msgs); start += p.maxBatch {
@@ -166,6 +169,12 @@ func (p *Publisher) publishWindow(ctx context.Context, msgs []Outgoing, results 
 		m := &msgs[i]
 		if wait := time.Until(m.NotBefore); wait > 0 && !track.hold(ctx, wait, i) {
 			results[i] = fmt.Errorf("%w: %w", ErrNotConfirmed, ctx.Err())
+			continue
+		}
+		// Checked here, not left to the library: its encoding error would
+		// close the connection under every other publish in flight.
+		if err := Publishable(m.Exchange, m.RoutingKey, &m.Msg, p.frameMax); err != nil {
+			results[i] = err
 			continue
 		}
 		track.publishing(i)

@@ -1,8 +1,10 @@
 // Package dispatch consumes lease tokens from E.TimeoutsDispatcher, forwards
 // each still-leased timeout to its destination and removes it from the store
-// after the broker confirmed the forward. A failed forward is counted and
-// released for a later retry, and after NumberOfRetries retries the message
-// goes to the error queue.
+// after the broker confirmed the forward. Every failed attempt is counted and
+// the message released for a later retry, and after NumberOfRetries retries
+// it goes to the error queue. A destination that refuses forwards is probed
+// with one forward per interval while the others count their attempt
+// without a publish, and failure warnings are summarised per destination.
 package dispatch
 
 import (
@@ -14,7 +16,6 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/rs/zerolog"
-	"golang.org/x/time/rate"
 
 	"github.com/delaybridge/delaybridge/broker"
 	"github.com/delaybridge/delaybridge/circuit"
@@ -44,7 +45,9 @@ type NewPublisher func(ctx context.Context) (Publisher, error)
 type Metrics interface {
 	// Dispatched counts forwards confirmed and removed from the store.
 	Dispatched(n int)
-	// DispatchFailed counts one forward returned or nacked by the broker.
+	// DispatchFailed counts one counted dispatch failure: a forward returned,
+	// nacked or unpublishable, or held back because its destination refused
+	// a forward within the probe interval.
 	DispatchFailed()
 	// ErrorQueued counts error-queue copies the broker confirmed.
 	ErrorQueued(stage string, n int)
@@ -93,10 +96,20 @@ type Options struct {
 	// RetryBackoff returns how long to hold a message back after its n-th
 	// failure. Nil: 1s doubling to 5m.
 	RetryBackoff func(failures int) time.Duration
-	// FailureCountLimit caps per-message failure-count updates
-	// (MAXIMUM_RECOVERY_FAILURES_PER_SECOND); a failure over the cap is
-	// retried later without being counted. Nil: no cap.
-	FailureCountLimit *rate.Limiter
+	// RecoveryFailuresPerSecond is MAXIMUM_RECOVERY_FAILURES_PER_SECOND:
+	// failure handling (recording a failure, moving a message to the error
+	// queue) that itself fails more often than this, over 30 s, calls
+	// OnCritical. It never holds back the counting of a failure. 0: never.
+	RecoveryFailuresPerSecond int
+	// OnCritical is told a critical error (the recovery breaker above).
+	OnCritical func(error)
+	// ProbeInterval is how often a destination that refused a forward
+	// (returned or nacked) is probed with one forward; meanwhile its other
+	// forwards count a failure each without a publish. Default 1s.
+	ProbeInterval time.Duration
+	// WarnInterval is how often retried failures to one destination are
+	// summarised in one warning, after the first one; default 10s.
+	WarnInterval time.Duration
 	// Breaker watches forwarding: store errors and confirms that time out
 	// arm it, a confirmed forward disarms it. A lost connection does not
 	// count: reconnecting handles that. Nil: never triggers.
@@ -116,6 +129,12 @@ type Dispatcher struct {
 	log    zerolog.Logger
 	stats  Stats
 	statsM sync.Mutex
+
+	dests    *destinations
+	failures *failureLog
+	recovery *recoveryBreaker
+	// removeWait is the first pause before a failed removal is tried again.
+	removeWait time.Duration
 }
 
 // Stats count what the dispatcher did.
@@ -147,7 +166,19 @@ func New(conn broker.Waiter, newPub NewPublisher, store Store, opts Options) *Di
 	if opts.Metrics == nil {
 		opts.Metrics = noMetrics{}
 	}
-	return &Dispatcher{conn: conn, newPub: newPub, store: store, opts: opts, log: opts.Logger}
+	if opts.ProbeInterval <= 0 {
+		opts.ProbeInterval = time.Second
+	}
+	if opts.WarnInterval <= 0 {
+		opts.WarnInterval = 10 * time.Second
+	}
+	d := &Dispatcher{conn: conn, newPub: newPub, store: store, opts: opts, log: opts.Logger,
+		failures:   newFailureLog(opts.WarnInterval, opts.Logger),
+		recovery:   &recoveryBreaker{perSecond: opts.RecoveryFailuresPerSecond, now: opts.Now, onTrigger: opts.OnCritical},
+		removeWait: 100 * time.Millisecond}
+	d.dests = newDestinations(opts.ProbeInterval, d.confirmWait()+opts.MaxHold,
+		func(it item) bool { return it.row.Attempts >= opts.NumberOfRetries })
+	return d
 }
 
 // ErrAnotherInstance means another instance holds the dispatcher queue.
@@ -202,6 +233,28 @@ func (d *Dispatcher) count(f func(*Stats)) {
 // connection fails it resumes on the next one; dispatcher messages not yet
 // acknowledged return to the queue with the old channel.
 func (d *Dispatcher) Run(ctx context.Context) error {
+	// The failure summaries are written on time even when no failure
+	// follows to flush them.
+	sctx, stopSummaries := context.WithCancel(ctx)
+	summaries := make(chan struct{})
+	go func() {
+		defer close(summaries)
+		t := time.NewTicker(d.opts.WarnInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-sctx.Done():
+				return
+			case <-t.C:
+				d.failures.flush(d.opts.Now(), false)
+			}
+		}
+	}()
+	defer func() {
+		stopSummaries()
+		<-summaries
+		d.failures.flush(d.opts.Now(), true) // no count left unlogged
+	}()
 	err := broker.Consume(ctx, d.conn, broker.ConsumeOptions{
 		Queue: d.opts.Queue, Prefetch: d.opts.Prefetch, Exclusive: d.opts.Exclusive, Name: "dispatch",
 		OnConsuming: d.opts.OnConsuming, Logger: d.log,
@@ -311,6 +364,9 @@ type item struct {
 	tok wire.Token
 	row storage.Timeout
 	msg amqp.Publishing
+	// probe: the one forward testing a destination that refused (see
+	// destinations).
+	probe bool
 }
 
 // handle processes one dispatcher message and decides its outcome; the
@@ -337,6 +393,68 @@ func (d *Dispatcher) handle(ctx context.Context, del *amqp.Delivery, pub Publish
 		return ack, nil
 	}
 
+	// A destination that refused a forward within the probe interval gets
+	// no publish; one of its forwards probes it once the interval is over,
+	// and the rest of them in this window wait for that probe's answer.
+	send, held, blocked := d.dests.plan(items, d.opts.Now())
+	wctx, cancel := context.WithTimeout(ctx, d.confirmWait()+d.opts.MaxHold)
+	defer cancel()
+	var r forwarded
+	d.forward(wctx, ctx, pub, send, &r)
+	if len(held) > 0 {
+		var again []item
+		for _, it := range held {
+			switch reason, refused := d.dests.refused(it.row.Destination, d.opts.Now()); {
+			case r.brokerErr != nil:
+				d.release(ctx, it, time.Time{}) // the probe's answer was lost with the connection
+			case refused:
+				blocked = append(blocked, blockedItem{it: it, reason: reason})
+			default:
+				again = append(again, it)
+			}
+		}
+		d.forward(wctx, ctx, pub, again, &r)
+	}
+	// Counted after the publishes: their store commits must not delay the
+	// forwards of this window.
+	for _, b := range blocked {
+		d.fail(ctx, pub, b.it, b.reason)
+	}
+	n, removeErr := d.remove(ctx, r.done, r.leaseEnd)
+	d.count(func(s *Stats) { s.Forwarded += int64(n) })
+	d.opts.Metrics.Dispatched(n)
+	if r.brokerErr != nil {
+		if errors.Is(r.brokerErr, context.DeadlineExceeded) {
+			// Connected but not confirming (flow control, alarms): this
+			// is what the dispatch breaker is for. A lost connection is
+			// not; reconnecting handles it.
+			d.opts.Breaker.Failure(r.brokerErr)
+		}
+		return requeue, fmt.Errorf("dispatch: forward: %w", r.brokerErr)
+	}
+	if removeErr == nil && len(r.done) > 0 {
+		d.opts.Breaker.Success()
+	}
+	return ack, nil
+}
+
+// forwarded gathers the outcome of a window's publishes.
+type forwarded struct {
+	done []storage.Ref
+	// leaseEnd is the earliest lease expiry among done: the removal must
+	// happen before it.
+	leaseEnd time.Time
+	// brokerErr is set when the broker failed under a publish.
+	brokerErr error
+}
+
+// forward publishes items (in due order) and deals with each outcome:
+// confirmed ones join r.done for removal, failed ones are counted, and ones
+// the broker failed under are released uncounted. wctx bounds the publish.
+func (d *Dispatcher) forward(wctx, ctx context.Context, pub Publisher, items []item, r *forwarded) {
+	if len(items) == 0 {
+		return
+	}
 	// Never early: the poller leases a little ahead, and each forward waits
 	// for its due time. Tokens arrive in due order.
 	out := make([]broker.Outgoing, len(items))
@@ -359,18 +477,21 @@ func (d *Dispatcher) handle(ctx context.Context, del *amqp.Delivery, pub Publish
 		// forwards a crash left unsettled (the only source of duplicates).
 		e.Strs("ids", itemIDs(items)).Msg("forwarding")
 	}
-	wctx, cancel := context.WithTimeout(ctx, d.confirmWait()+d.opts.MaxHold)
-	defer cancel()
 	results := pub.Publish(wctx, out)
 	returnedAt := d.opts.Now()
-
-	var done []storage.Ref
-	var brokerErr error
+	// Learnt before any failure is handled: that takes store commits, and
+	// other workers must know the destination refuses meanwhile.
+	for i, it := range items {
+		d.dests.record(it.row.Destination, results[i], returnedAt, it.probe)
+	}
 	for i, it := range items {
 		err := results[i]
 		switch {
 		case err == nil:
-			done = append(done, storage.Ref{ID: it.tok.ID, Lock: it.tok.Lock})
+			r.done = append(r.done, storage.Ref{ID: it.tok.ID, Lock: it.tok.Lock})
+			if r.leaseEnd.IsZero() || it.row.LockExpiresAt.Before(r.leaseEnd) {
+				r.leaseEnd = it.row.LockExpiresAt
+			}
 			at := confirmedAt[i]
 			if at.IsZero() { // a Publisher that does not report confirms
 				at = returnedAt
@@ -379,28 +500,14 @@ func (d *Dispatcher) handle(ctx context.Context, del *amqp.Delivery, pub Publish
 		case errors.Is(err, broker.ErrNotConfirmed):
 			// The broker failed, not the message: release without
 			// counting a retry.
-			brokerErr = err
+			r.brokerErr = err
 			d.release(ctx, it, time.Time{})
 		default:
+			// Returned, nacked, or unpublishable (a routing key or header
+			// AMQP cannot carry): the message's own failure, counted.
 			d.fail(ctx, pub, it, err.Error())
 		}
 	}
-	n, removeErr := d.remove(ctx, done)
-	d.count(func(s *Stats) { s.Forwarded += int64(n) })
-	d.opts.Metrics.Dispatched(n)
-	if brokerErr != nil {
-		if errors.Is(brokerErr, context.DeadlineExceeded) {
-			// Connected but not confirming (flow control, alarms): this
-			// is what the dispatch breaker is for. A lost connection is
-			// not; reconnecting handles it.
-			d.opts.Breaker.Failure(brokerErr)
-		}
-		return requeue, fmt.Errorf("dispatch: forward: %w", brokerErr)
-	}
-	if removeErr == nil && len(done) > 0 {
-		d.opts.Breaker.Success()
-	}
-	return ack, nil
 }
 
 // prefetch reads the rows of a batch of tokens in one round trip when the
@@ -493,37 +600,43 @@ func (d *Dispatcher) stale(tok wire.Token, why string) {
 	d.log.Debug().Str("id", tok.ID).Str("why", why).Msg("stale dispatcher token skipped")
 }
 
-func (d *Dispatcher) release(ctx context.Context, it item, notBefore time.Time) {
-	if err := d.store.Release(ctx, it.tok.ID, it.tok.Lock, notBefore); err != nil {
+func (d *Dispatcher) release(ctx context.Context, it item, notBefore time.Time) error {
+	err := d.store.Release(ctx, it.tok.ID, it.tok.Lock, notBefore)
+	if err != nil {
 		d.log.Error().Err(err).Str("id", it.tok.ID).Msg("release failed; the timeout returns when its lease expires")
 	}
+	return err
 }
 
-// fail records a per-message dispatch failure: retry later, or after the
-// last retry move the message to the error queue.
+// storeFault reports whether err is the store failing, rather than a lost
+// lease or a cancelled row.
+func storeFault(err error) bool {
+	return err != nil && !errors.Is(err, storage.ErrConcurrency) && !errors.Is(err, storage.ErrNotFound)
+}
+
+// fail records a per-message dispatch failure: every one is counted, then
+// retried after the backoff, or after the last retry the message moves to
+// the error queue.
 func (d *Dispatcher) fail(ctx context.Context, pub Publisher, it item, reason string) {
 	d.count(func(s *Stats) { s.Failed++ })
 	d.opts.Metrics.DispatchFailed()
-	if d.opts.FailureCountLimit != nil && !d.opts.FailureCountLimit.Allow() {
-		retryAt := d.opts.Now().Add(d.opts.RetryBackoff(max(it.row.Attempts, 1)))
-		d.log.Warn().Str("id", it.tok.ID).Str("reason", reason).Time("retry_at", retryAt).
-			Msg("dispatch failed; failure-count updates are over MAXIMUM_RECOVERY_FAILURES_PER_SECOND, retrying without counting")
-		d.release(ctx, it, retryAt)
-		return
-	}
 	attempts, err := d.store.IncrementFailureCount(ctx, it.tok.ID, it.tok.Lock, reason)
 	if err != nil {
-		if !errors.Is(err, storage.ErrConcurrency) && !errors.Is(err, storage.ErrNotFound) {
-			d.opts.Breaker.Failure(err) // a lost lease or a cancelled row is no store fault
+		if storeFault(err) {
+			d.opts.Breaker.Failure(err)
+			d.recovery.failure(fmt.Errorf("record a dispatch failure: %w", err))
 		}
 		d.log.Error().Err(err).Str("id", it.tok.ID).Msg("recording a dispatch failure failed; the timeout returns when its lease expires")
 		return
 	}
 	if attempts <= d.opts.NumberOfRetries {
-		retryAt := d.opts.Now().Add(d.opts.RetryBackoff(attempts))
-		d.log.Warn().Str("id", it.tok.ID).Str("destination", it.row.Destination).Str("reason", reason).
-			Int("attempts", attempts).Time("retry_at", retryAt).Msg("dispatch failed; will retry")
-		d.release(ctx, it, retryAt)
+		now := d.opts.Now()
+		retryAt := now.Add(d.opts.RetryBackoff(attempts))
+		d.failures.note(it.row.Destination, it.tok.ID, reason, attempts, retryAt, now)
+		if err := d.release(ctx, it, retryAt); storeFault(err) {
+			// Counted already; it comes back when its lease expires.
+			d.recovery.failure(fmt.Errorf("release a failed message for retry: %w", err))
+		}
 		return
 	}
 	it.row.Attempts = attempts
@@ -531,42 +644,87 @@ func (d *Dispatcher) fail(ctx context.Context, pub Publisher, it item, reason st
 }
 
 func (d *Dispatcher) moveToErrorQueue(ctx context.Context, pub Publisher, it item, reason string) {
-	copyMsg := broker.ErrorCopy(it.msg, broker.ErrorFacts{
+	facts := broker.ErrorFacts{
 		Reason: reason, Stage: wire.StageDispatch, Attempts: it.row.Attempts,
 		FailedAt: d.opts.Now(), FailedQ: d.opts.TimeoutsQueue,
-	})
+	}
+	copyMsg := broker.ErrorCopy(it.msg, facts)
 	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	res := pub.Publish(wctx, []broker.Outgoing{{RoutingKey: d.opts.ErrorQueue, Mandatory: true, Msg: copyMsg}})
+	if errors.Is(res[0], broker.ErrUnpublishable) {
+		// The copy has the message's own flaw (a header or property AMQP
+		// cannot carry): send the stored record as the body instead, as for
+		// a corrupt one, so that nothing is lost and nothing loops.
+		facts.Reason = reason + "; the message itself " + res[0].Error() + ", so this copy's body is its stored record (package message's encoding)"
+		raw := amqp.Publishing{Body: it.row.Message}
+		if len(it.row.ID) <= 255 {
+			raw.MessageId = it.row.ID
+		}
+		res = pub.Publish(wctx, []broker.Outgoing{{RoutingKey: d.opts.ErrorQueue, Mandatory: true, Msg: broker.ErrorCopy(raw, facts)}})
+	}
 	if res[0] != nil {
+		if !errors.Is(res[0], broker.ErrNotConfirmed) || errors.Is(res[0], context.DeadlineExceeded) {
+			d.recovery.failure(fmt.Errorf("move a message to the error queue: %w", res[0]))
+		}
 		d.log.Error().Err(res[0]).Str("id", it.tok.ID).Msg("could not move a failed message to the error queue; it is retried")
 		d.release(ctx, it, d.opts.Now().Add(d.opts.RetryBackoff(it.row.Attempts)))
 		return
 	}
-	d.log.Error().Str("id", it.tok.ID).Str("destination", it.row.Destination).Str("reason", reason).
+	d.log.Error().Str("id", it.tok.ID).Str("destination", it.row.Destination).Str("reason", facts.Reason).
 		Str("error_queue", d.opts.ErrorQueue).Msg("message moved to the error queue")
 	d.opts.Metrics.ErrorQueued(wire.StageDispatch, 1)
-	n, _ := d.remove(ctx, []storage.Ref{{ID: it.tok.ID, Lock: it.tok.Lock}})
+	n, err := d.remove(ctx, []storage.Ref{{ID: it.tok.ID, Lock: it.tok.Lock}}, it.row.LockExpiresAt)
+	if err != nil {
+		d.recovery.failure(fmt.Errorf("remove a message moved to the error queue: %w", err))
+	}
 	d.count(func(s *Stats) { s.ErrorQueued += int64(n) })
 }
 
+// removeAttempts bounds the tries of one removal; removeSlack is the lease
+// a retry must leave for its own commit.
+const (
+	removeAttempts = 5
+	removeSlack    = time.Second
+)
+
 // remove deletes forwarded rows in one commit and returns how many it
-// removed. A failure here can only cause a duplicate (the row is forwarded
-// again after its lease expires), never a loss.
-func (d *Dispatcher) remove(ctx context.Context, refs []storage.Ref) (int, error) {
+// removed. A failed commit is tried again with backoff while the leases
+// (the earliest ends at leaseEnd) still hold: once one expires, the row is
+// leased and forwarded again, a duplicate. What still fails is logged;
+// it can only cause a duplicate, never a loss.
+func (d *Dispatcher) remove(ctx context.Context, refs []storage.Ref, leaseEnd time.Time) (int, error) {
 	if len(refs) == 0 {
 		return 0, nil
 	}
-	results, err := d.store.Remove(ctx, refs)
-	if err != nil {
+	wait := d.removeWait
+	var results []error
+	attempt := 1
+	for ; ; attempt++ {
+		var err error
+		results, err = d.store.Remove(ctx, refs)
+		if err == nil {
+			break
+		}
 		d.opts.Breaker.Failure(err)
-		d.log.Error().Err(err).Int("timeouts", len(refs)).Msg("removing forwarded timeouts failed; they may be delivered again")
-		return 0, err
+		if attempt == removeAttempts || !d.opts.Now().Add(wait+removeSlack).Before(leaseEnd) || !broker.Sleep(ctx, wait) {
+			d.log.Error().Err(err).Int("timeouts", len(refs)).Int("attempts", attempt).
+				Msg("removing forwarded timeouts failed; they may be delivered again")
+			return 0, fmt.Errorf("dispatch: remove: %w", err)
+		}
+		d.log.Warn().Err(err).Int("timeouts", len(refs)).Int("attempt", attempt).
+			Msg("removing forwarded timeouts failed; trying again while their lease holds")
+		wait *= 2
 	}
 	var conflicts int64
 	var removed []string
 	debug := d.log.Debug().Enabled()
 	for i, rerr := range results {
+		if rerr != nil && attempt > 1 && errors.Is(rerr, storage.ErrNotFound) {
+			// Only the lease holder removes a leased row: an earlier
+			// attempt's commit went through and its answer was lost.
+			rerr = nil
+		}
 		if rerr != nil {
 			conflicts++
 			d.log.Warn().Err(rerr).Str("id", refs[i].ID).Msg("forwarded timeout could not be removed with its lease; a duplicate is possible")

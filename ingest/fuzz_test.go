@@ -30,9 +30,9 @@ var (
 	fzDue      = "2026-11-21T20:00:00Z"
 	fzExpire   = "2026-11-21 20:00:00:250000 Z"
 
-	// Contract §2 due times: years 0000 to 9999, what RFC 3339 can write.
+	// Contract §2.3 due times: year 0000 to 2262-04-11T23:47:16.854775807Z.
 	fzMinDue = time.Date(0, 1, 1, 0, 0, 0, 0, time.UTC)
-	fzEndDue = time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC) // exclusive
+	fzEndDue = time.Date(2262, 4, 11, 23, 47, 16, 854775808, time.UTC) // exclusive
 
 	// NServiceBus DateTimeExtensions.ToWireFormattedString, written out
 	// independently of parse.go (ASCII digits only).
@@ -73,8 +73,11 @@ func TestParseTimestampDueAtOutsideYears0000To9999(t *testing.T) {
 	}{
 		{time.Date(0, 1, 1, 0, 0, 0, 0, time.UTC), true},
 		{time.Unix(-62167219200, 0), true}, // 0000-01-01T00:00:00Z
-		{time.Date(9999, 12, 31, 23, 59, 59, 999999999, time.UTC), true},
-		{time.Date(9999, 12, 31, 23, 59, 59, 0, time.FixedZone("+14", 14*3600)), true},
+		{time.Date(2262, 4, 11, 23, 47, 16, 0, time.UTC), true},
+		{time.Date(2262, 4, 12, 13, 47, 16, 0, time.FixedZone("+14", 14*3600)), true},
+		{time.Date(2262, 4, 11, 23, 47, 17, 0, time.UTC), false},
+		{time.Date(9999, 12, 31, 23, 59, 59, 999999999, time.UTC), false},
+		{time.Date(9999, 12, 31, 23, 59, 59, 0, time.FixedZone("+14", 14*3600)), false},
 		{time.Unix(1763755200, 0), true},
 		{time.Unix(-1, 0), true},
 		{time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC), false},
@@ -95,8 +98,8 @@ func TestParseTimestampDueAtOutsideYears0000To9999(t *testing.T) {
 			}
 			continue
 		}
-		if err == nil || !strings.Contains(err.Error(), "outside years 0000 to 9999") || len(err.Error()) > fzMaxErrBytes {
-			t.Errorf("x-due-at timestamp %s: got due %s, error %v; want it refused as outside years 0000 to 9999", c.due, p.DueAt, err)
+		if err == nil || !strings.Contains(err.Error(), "outside years 0000 to 2262") || len(err.Error()) > fzMaxErrBytes {
+			t.Errorf("x-due-at timestamp %s: got due %s, error %v; want it refused as outside years 0000 to 2262", c.due, p.DueAt, err)
 		}
 	}
 }
@@ -414,11 +417,11 @@ func fzParse(t *testing.T, what string, d *amqp.Delivery, r time.Time) (Parsed, 
 	case viaDelay && !fzPresent(d.Headers, wire.HeaderDelay):
 		t.Fatalf("%s: accepted without a due-time header: %+v", what, p)
 	case viaDelay:
-		if p.DueAt.Before(r) || p.DueAt.Sub(r) > time.Duration(fzMaxDelayMs)*time.Millisecond {
+		if p.DueAt.Before(r) || p.DueAt.Sub(r) > time.Duration(fzMaxDelayMs)*time.Millisecond || !p.DueAt.Before(fzEndDue) {
 			t.Fatalf("%s: x-delay gave due %s for receivedAt %s\n%s", what, p.DueAt, r, fzShowDelivery(d))
 		}
 	case p.DueAt.Before(fzMinDue) || !p.DueAt.Before(fzEndDue):
-		t.Fatalf("%s: accepted due %s, outside years 0000 to 9999\n%s", what, p.DueAt, fzShowDelivery(d))
+		t.Fatalf("%s: accepted due %s, outside years 0000 to 2262\n%s", what, p.DueAt, fzShowDelivery(d))
 	}
 	fzCheckRules(t, what, p, r)
 	return p, nil
@@ -634,7 +637,8 @@ func FuzzParseHeaderValues(f *testing.F) {
 				want(wire.HeaderDelay, err, false)
 			}
 			if isInt {
-				want(wire.HeaderDelay, err, ms <= fzMaxDelayMs)
+				// Accepted when it fits a Duration and its due time the range (§2.3).
+				want(wire.HeaderDelay, err, ms <= fzMaxDelayMs && (ms <= 0 || r.Add(time.Duration(ms)*time.Millisecond).Before(fzEndDue)))
 				switch {
 				case err != nil:
 				case ms <= 0 && !p.DueAt.Equal(r):

@@ -10,6 +10,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/delaybridge/delaybridge/storage"
 	"github.com/delaybridge/delaybridge/wire"
 )
 
@@ -24,9 +25,10 @@ const maxTimeText = 64
 var (
 	// NServiceBus writes DateTimeExtensions.ToWireFormattedString: yyyy-MM-dd HH:mm:ss:ffffff Z.
 	nsbExpire = regexp.MustCompile(`^(\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}):(\d{1,9}) Z$`)
-	// The earliest and latest due times the bridge accepts: what RFC 3339 can write.
+	// The earliest and latest due times the bridge accepts: the earliest
+	// RFC 3339 can write, the latest a store can keep in order.
 	minDue = time.Date(0, 1, 1, 0, 0, 0, 0, time.UTC)
-	maxDue = time.Date(9999, 12, 31, 23, 59, 59, 999999999, time.UTC)
+	maxDue = storage.MaxDueAt
 )
 
 // Parsed is what ingest needs to store a message.
@@ -116,7 +118,8 @@ func dueAt(h amqp.Table, receivedAt time.Time) (time.Time, error) {
 		if ms <= 0 {
 			return receivedAt, nil
 		}
-		return receivedAt.Add(time.Duration(ms) * time.Millisecond), nil
+		// A long delay can pass maxDue (a Duration reaches ~292 years).
+		return inRange(wire.HeaderDelay, receivedAt.Add(time.Duration(ms)*time.Millisecond))
 	}
 	return time.Time{}, fmt.Errorf("no due time: set header %s (RFC 3339), %s or %s (milliseconds)", wire.HeaderDueAt, wire.HeaderNSBExpire, wire.HeaderDelay)
 }
@@ -214,7 +217,8 @@ func parseDelay(v any) (int64, error) {
 
 func inRange(header string, t time.Time) (time.Time, error) {
 	if t.Before(minDue) || t.After(maxDue) {
-		return time.Time{}, fmt.Errorf("header %s %s is outside years 0000 to 9999", header, t.Format(time.RFC3339Nano))
+		return time.Time{}, fmt.Errorf("header %s %s is outside years 0000 to 2262 (the latest due time is %s)",
+			header, t.Format(time.RFC3339Nano), maxDue.Format(time.RFC3339Nano))
 	}
 	return t, nil
 }

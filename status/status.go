@@ -367,7 +367,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		case !ok:
 			p.NextDue = "nothing pending"
 		default:
-			p.NextDue, p.Overdue = relative(at.Sub(now))
+			p.NextDue, p.Overdue = relative(at, now)
 			p.NextDueAt = at.UTC().Format(time.RFC3339Nano)
 		}
 	}
@@ -418,7 +418,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			p.RowsErr = err.Error()
 		}
 		for _, t := range ts {
-			in, overdue := relative(t.DueAt.Sub(now))
+			in, overdue := relative(t.DueAt, now)
 			if t.NotBefore.After(now) { // held back for a retry
 				in, overdue = "retry in "+fmtDur(t.NotBefore.Sub(now)), false
 			}
@@ -456,12 +456,28 @@ func sortedKeys[V any](m map[string]V) []string {
 	return keys
 }
 
-// relative words a time difference: "in 4m 2s" or "3.2s ago" (overdue).
-func relative(d time.Duration) (string, bool) {
-	if d < 0 {
-		return fmtDur(-d) + " overdue", true
+// relative words when at is from now: "in 4m2s" or "3.2s overdue".
+func relative(at, now time.Time) (string, bool) {
+	if at.Before(now) {
+		return span(at, now) + " overdue", true
 	}
-	return "in " + fmtDur(d), false
+	return "in " + span(now, at), false
+}
+
+// span words the time from a to b (a ≤ b). Due times reach years 0000 and
+// 2262, further apart than a time.Duration holds (b.Sub(a) saturates at
+// about 292 years, and negating the lowest Duration overflows), so spans of
+// a year or more are counted in calendar years and days.
+func span(a, b time.Time) string {
+	years := b.Year() - a.Year()
+	if a.AddDate(years, 0, 0).After(b) {
+		years--
+	}
+	if years < 1 {
+		return fmtDur(b.Sub(a))
+	}
+	days := int(b.Sub(a.AddDate(years, 0, 0)) / (24 * time.Hour))
+	return strconv.Itoa(years) + "y " + strconv.Itoa(days) + "d"
 }
 
 // fmtDur rounds a duration for people.

@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 )
 
@@ -27,7 +28,33 @@ var (
 	// cannot choose its methods by what it wraps. Callers treat it as the
 	// interface's absence. It matches errors.ErrUnsupported as well.
 	ErrUnsupported = fmt.Errorf("storage: %w", errors.ErrUnsupported)
+	// ErrDueOutOfRange means a due time after MaxDueAt.
+	ErrDueOutOfRange = errors.New("storage: due time out of range")
 )
+
+// MaxDueAt is the latest due time a store accepts: the latest instant Unix
+// nanoseconds hold in an int64 (2262-04-11T23:47:16.854775807Z). bbolt's
+// index keys are such counts, so later times could not be kept in order
+// (docs/contract.md §2.3).
+var MaxDueAt = time.Unix(0, math.MaxInt64).UTC()
+
+// CheckDueAt returns an error wrapping ErrDueOutOfRange, in words for
+// people, when due is after MaxDueAt. Reschedule checks with it; ingest
+// refuses such due times before they reach Insert, which does not check (a
+// refused batch would be requeued forever).
+func CheckDueAt(due time.Time) error {
+	if due.After(MaxDueAt) {
+		return fmt.Errorf("%w: %s is after %s, the latest due time the bridge can keep in order",
+			ErrDueOutOfRange, due.UTC().Format(time.RFC3339Nano), MaxDueAt.Format(time.RFC3339Nano))
+	}
+	return nil
+}
+
+// DefaultCancelWindow is how long a cancel that found nothing pending keeps
+// cancelling messages with its id (see Store.Cancel): long enough for a
+// message published before the cancel to be stored by a slower instance,
+// even after requeues (docs/contract.md §2.5).
+const DefaultCancelWindow = 10 * time.Minute
 
 // ListFilter selects pending timeouts for List.
 type ListFilter struct {
@@ -75,7 +102,10 @@ type Ref struct {
 // use. Times are compared against the store's injected clock.
 type Store interface {
 	// Insert stores timeouts in one commit. inserted[i] is false when a timeout
-	// with the same id is already pending (it is then left as it was).
+	// with the same id is already pending (it is then left as it was), or
+	// when its id was cancelled within the cancel window (see Cancel; it is
+	// then not stored). Callers keep DueAt at or before MaxDueAt (ingest
+	// refuses later ones; see CheckDueAt).
 	Insert(ctx context.Context, ts []Timeout) (inserted []bool, err error)
 
 	// Lease takes up to limit rows that are due by dueBy (DueAt and NotBefore
@@ -108,6 +138,7 @@ type Store interface {
 	NextDue(ctx context.Context) (at time.Time, ok bool, err error)
 
 	// Reap frees rows whose lease expired and returns how many it freed.
+	// It also deletes expired cancel tombstones (not counted).
 	Reap(ctx context.Context) (int, error)
 
 	// List returns pending timeouts in due-time order (ties by id), without
@@ -115,11 +146,18 @@ type Store interface {
 	List(ctx context.Context, f ListFilter) (rows []Timeout, next string, err error)
 
 	// Cancel removes a pending timeout that is not being dispatched:
-	// ErrNotFound when there is none, ErrLeased while it is leased.
+	// ErrNotFound when there is none, ErrLeased while it is leased. When
+	// there is none it also leaves a tombstone: for the store's cancel
+	// window (DefaultCancelWindow unless configured) Insert stores no
+	// timeout with this id. A cancel thus applies to a message published
+	// before it that another instance, or a requeue, stores after it. Cancel
+	// and Insert of one id are atomic with respect to each other, whichever
+	// instances call them. Reap purges expired tombstones.
 	Cancel(ctx context.Context, id string) error
 
 	// Reschedule sets a new due time on a timeout that is not being
-	// dispatched (and clears any retry hold): ErrNotFound, ErrLeased.
+	// dispatched (and clears any retry hold): ErrNotFound, ErrLeased, and
+	// ErrDueOutOfRange for a dueAt after MaxDueAt.
 	Reschedule(ctx context.Context, id string, dueAt time.Time) error
 
 	Close() error

@@ -7,6 +7,7 @@
 //	ready     visible-at (8 bytes) + seq (8 bytes) -> id, rows not leased,
 //	          visible-at = max(DueAt, NotBefore)
 //	leased    lock expiry (8 bytes) + seq (8 bytes) -> id, rows leased
+//	cancelled id -> expiry (8 bytes, Unix ns), cancel tombstones (see Cancel)
 //	meta      "format" -> file format version
 //
 // Every row is in exactly one of ready and leased, and its record names the
@@ -44,8 +45,11 @@ var (
 	bucketReady    = []byte("ready")
 	bucketLeased   = []byte("leased")
 	bucketDue      = []byte("due")
-	bucketMeta     = []byte("meta")
-	keyFormat      = []byte("format")
+	// bucketCancelled came after format 1 without changing it: Open adds
+	// it to older files, and older builds ignore it.
+	bucketCancelled = []byte("cancelled")
+	bucketMeta      = []byte("meta")
+	keyFormat       = []byte("format")
 )
 
 // fileFormat is the layout version stored in bucket meta.
@@ -61,6 +65,9 @@ type Options struct {
 	// OpenTimeout is how long Open waits for another process to release the
 	// file lock; zero or negative means DefaultOpenTimeout.
 	OpenTimeout time.Duration
+	// CancelWindow is how long a Cancel that found nothing keeps its id
+	// cancelled; zero or negative means storage.DefaultCancelWindow.
+	CancelWindow time.Duration
 }
 
 // Store is a storage.Store on a bbolt file.
@@ -70,6 +77,7 @@ type Store struct {
 	db     *bolt.DB
 	now    func() time.Time
 	path   string
+	window time.Duration // cancel window
 
 	recovered int
 
@@ -94,6 +102,9 @@ func Open(path string, opts Options) (*Store, error) {
 	if opts.OpenTimeout <= 0 {
 		opts.OpenTimeout = DefaultOpenTimeout
 	}
+	if opts.CancelWindow <= 0 {
+		opts.CancelWindow = storage.DefaultCancelWindow
+	}
 	if dir := filepath.Dir(path); dir != "" {
 		if err := os.MkdirAll(dir, 0o750); err != nil {
 			return nil, fmt.Errorf("boltstore: create directory for %s: %w", path, err)
@@ -109,7 +120,7 @@ func Open(path string, opts Options) (*Store, error) {
 		}
 		return nil, fmt.Errorf("boltstore: open %s: %w", path, err)
 	}
-	s := &Store{db: db, now: opts.Now, path: path}
+	s := &Store{db: db, now: opts.Now, path: path, window: opts.CancelWindow}
 	err = db.Update(func(tx *bolt.Tx) error {
 		meta, err := tx.CreateBucketIfNotExists(bucketMeta)
 		if err != nil {
@@ -123,7 +134,7 @@ func Open(path string, opts Options) (*Store, error) {
 		case string(f) != fileFormat:
 			return fmt.Errorf("unsupported file format %q (this build reads %q)", f, fileFormat)
 		}
-		for _, name := range [][]byte{bucketTimeouts, bucketReady, bucketLeased} {
+		for _, name := range [][]byte{bucketTimeouts, bucketReady, bucketLeased, bucketCancelled} {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 				return err
 			}
@@ -208,7 +219,9 @@ type txb struct {
 	timeouts, ready, leased *bolt.Bucket
 	// due orders every pending row by due time and id, for List.
 	due *bolt.Bucket
-	c   *counts
+	// cancels holds the cancel tombstones.
+	cancels *bolt.Bucket
+	c       *counts
 }
 
 // counts are kept in bucket meta so Stats costs nothing and Open scans
@@ -221,9 +234,10 @@ func buckets(tx *bolt.Tx, c *counts) (txb, error) {
 		ready:    tx.Bucket(bucketReady),
 		leased:   tx.Bucket(bucketLeased),
 		due:      tx.Bucket(bucketDue),
+		cancels:  tx.Bucket(bucketCancelled),
 		c:        c,
 	}
-	if b.timeouts == nil || b.ready == nil || b.leased == nil || b.due == nil {
+	if b.timeouts == nil || b.ready == nil || b.leased == nil || b.due == nil || b.cancels == nil {
 		return b, errors.New("buckets missing")
 	}
 	// Index keys mostly arrive in ascending order (due times, sequences):
@@ -457,6 +471,7 @@ func (s *Store) Insert(ctx context.Context, ts []storage.Timeout) ([]bool, error
 	if len(ts) == 0 {
 		return inserted, nil
 	}
+	now := s.now()
 	err = s.update(func(tx *bolt.Tx, c *counts) error {
 		b, err := buckets(tx, c)
 		if err != nil {
@@ -465,7 +480,7 @@ func (s *Store) Insert(ctx context.Context, ts []storage.Timeout) ([]bool, error
 		for i := range ts {
 			// Get sees this transaction's own puts, so a repeated id in ts
 			// is caught here too.
-			if b.timeouts.Get([]byte(ts[i].ID)) != nil {
+			if b.timeouts.Get([]byte(ts[i].ID)) != nil || b.cancelled(ts[i].ID, now) {
 				continue
 			}
 			r := &record{Timeout: ts[i]}
@@ -723,8 +738,14 @@ func (s *Store) Reap(ctx context.Context) (int, error) {
 	var n int
 	err = s.update(func(tx *bolt.Tx, c *counts) error {
 		var err error
-		n, err = s.freeLeases(tx, c, &now, -1)
-		return err
+		if n, err = s.freeLeases(tx, c, &now, -1); err != nil {
+			return err
+		}
+		b, err := buckets(tx, c)
+		if err != nil {
+			return err
+		}
+		return b.purgeCancels(now)
 	})
 	if err != nil {
 		return 0, fmt.Errorf("boltstore: reap: %w", err)
@@ -820,13 +841,74 @@ func (s *Store) List(ctx context.Context, f storage.ListFilter) ([]storage.Timeo
 	return rows, next, nil
 }
 
-// Cancel removes a row that is not leased; see storage.Store.
+// Cancel removes a row that is not leased; see storage.Store. When there is
+// no row it records a tombstone, in the same transaction as the lookup:
+// bbolt's single writer makes Cancel and Insert atomic.
 func (s *Store) Cancel(ctx context.Context, id string) error {
-	return s.changeUnleased(ctx, "cancel", id, func(b txb, r *record) error { return b.forget(r) })
+	exit, err := s.enter(ctx)
+	if err != nil {
+		return err
+	}
+	defer exit()
+	now := s.now()
+	missing := false
+	err = s.update(func(tx *bolt.Tx, c *counts) error {
+		b, err := buckets(tx, c)
+		if err != nil {
+			return err
+		}
+		r, err := b.load(id)
+		switch {
+		case err != nil:
+			return err
+		case r == nil:
+			missing = true
+			if len(id) == 0 || len(id) > bolt.MaxKeySize {
+				return nil // no row can have it; nothing to remember
+			}
+			return b.cancels.Put([]byte(id), binary.BigEndian.AppendUint64(nil, uint64(now.Add(s.window).UnixNano())))
+		case r.Lock != "" && now.Before(r.LockExpiresAt):
+			return storage.ErrLeased
+		}
+		return b.forget(r)
+	})
+	if err == nil && missing {
+		err = storage.ErrNotFound
+	}
+	if err != nil {
+		return fmt.Errorf("boltstore: cancel %q: %w", id, err)
+	}
+	return nil
+}
+
+// cancelled reports whether id has a tombstone that is live at now.
+func (b txb) cancelled(id string, now time.Time) bool {
+	v := b.cancels.Get([]byte(id))
+	return len(v) == 8 && now.UnixNano() < int64(binary.BigEndian.Uint64(v))
+}
+
+// purgeCancels deletes the tombstones expired at now.
+func (b txb) purgeCancels(now time.Time) error {
+	var dead [][]byte
+	err := b.cancels.ForEach(func(k, v []byte) error {
+		if len(v) != 8 || now.UnixNano() >= int64(binary.BigEndian.Uint64(v)) {
+			dead = append(dead, k) // bbolt's keys stay valid until the transaction ends
+		}
+		return nil
+	})
+	for _, k := range dead {
+		if err == nil {
+			err = b.cancels.Delete(k)
+		}
+	}
+	return err
 }
 
 // Reschedule moves a row that is not leased to a new due time.
 func (s *Store) Reschedule(ctx context.Context, id string, dueAt time.Time) error {
+	if err := storage.CheckDueAt(dueAt); err != nil {
+		return fmt.Errorf("boltstore: reschedule %q: %w", id, err)
+	}
 	return s.changeUnleased(ctx, "reschedule", id, func(b txb, r *record) error {
 		if err := b.due.Delete(dueKey(&r.Timeout)); err != nil {
 			return err

@@ -29,6 +29,9 @@
 //     in id order), so concurrent batches with overlapping ids do not
 //     deadlock; should PostgreSQL still report a deadlock or serialization
 //     failure, the statement (always a whole transaction) is retried.
+//   - A Cancel that finds no row and an Insert are ordered by an advisory
+//     lock per schema (Insert shared, that Cancel exclusive), so a cancel
+//     tombstone is never missed by an insert committing at the same time.
 package postgres
 
 import (
@@ -99,6 +102,9 @@ type Options struct {
 	// Endpoint, when set, claims the schema for this bridge endpoint on
 	// first use; Open then fails with ErrOtherEndpoint for any other one.
 	Endpoint string
+	// CancelWindow is how long a Cancel that found nothing keeps its id
+	// cancelled; zero or negative means storage.DefaultCancelWindow.
+	CancelWindow time.Duration
 }
 
 // Store is a storage.Store on PostgreSQL. It is safe for concurrent use, by
@@ -114,6 +120,8 @@ type Store struct {
 	schema      string // as given
 	qs          string // quoted, for SQL
 	q           queries
+	window      time.Duration // cancel window
+	cancelKey   int64         // see cancelLockKey
 
 	stats statsCache
 
@@ -145,6 +153,9 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 	}
 	if opts.CallTimeout <= 0 {
 		opts.CallTimeout = DefaultCallTimeout
+	}
+	if opts.CancelWindow <= 0 {
+		opts.CancelWindow = storage.DefaultCancelWindow
 	}
 	if opts.MaxConns < 0 {
 		return nil, fmt.Errorf("postgres: MaxConns must not be negative, got %d", opts.MaxConns)
@@ -183,6 +194,8 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 		log:         opts.Logger,
 		schema:      schema,
 		qs:          quoteIdent(schema),
+		window:      opts.CancelWindow,
+		cancelKey:   cancelLockKey(schema),
 	}
 	s.q = newQueries(s.qs)
 	if err := s.migrate(ctx); err != nil {
@@ -392,19 +405,22 @@ func fromTS(v pgtype.Timestamptz) time.Time {
 // queries are the statements of one schema.
 type queries struct {
 	insert, lease, unlease, getMany, remove, release, incr, nextDue, reap, cancel, reschedule string
+	tombstone, purgeCancels                                                                   string
 	countLeased, countBoth, estimate, countLeasedBy                                           string
 	listCols, table                                                                           string
 }
 
 func newQueries(qs string) queries {
-	r := strings.NewReplacer("{{t}}", qs+".timeouts", "{{seq}}", quoteLiteral(qs+".lock_seq"))
+	r := strings.NewReplacer("{{t}}", qs+".timeouts", "{{c}}", qs+".cancelled", "{{seq}}", quoteLiteral(qs+".lock_seq"))
 	return queries{
 		// Rows go in id order, so that concurrent batches sharing ids wait
 		// for each other in one order and never deadlock.
+		// $9 now: ids with a live cancel tombstone are not stored.
 		insert: r.Replace(`
 INSERT INTO {{t}} (id, destination, due_at, received_at, message, attempts, last_error, not_before)
 SELECT * FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::timestamptz[], $5::bytea[], $6::bigint[], $7::text[], $8::timestamptz[])
 	AS r(id, destination, due_at, received_at, message, attempts, last_error, not_before)
+WHERE NOT EXISTS (SELECT 1 FROM {{c}} c WHERE c.id = r.id COLLATE "C" AND c.expires_at > $9)
 ORDER BY id COLLATE "C"
 ON CONFLICT (id) DO NOTHING
 RETURNING id`),
@@ -525,6 +541,13 @@ WITH cur AS (
 )
 SELECT busy FROM cur`),
 
+		// $1 id, $2 expiry. A repeated cancel extends the window.
+		tombstone: r.Replace(`INSERT INTO {{c}} AS c (id, expires_at) VALUES ($1, $2)
+ON CONFLICT (id) DO UPDATE SET expires_at = greatest(c.expires_at, EXCLUDED.expires_at)`),
+
+		// $1 now.
+		purgeCancels: r.Replace(`DELETE FROM {{c}} WHERE expires_at <= $1`),
+
 		// $1 id, $2 now, $3 dueAt. An expired lease ends here.
 		reschedule: r.Replace(`
 WITH cur AS (
@@ -603,29 +626,30 @@ func (s *Store) Insert(ctx context.Context, in []storage.Timeout) ([]bool, error
 			chunks = append(chunks, order[lo:hi])
 			lo = hi
 		}
-		var q interface {
-			Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-		} = c
-		if len(chunks) > 1 {
-			tx, err := c.Begin(ctx)
-			if err != nil {
-				return err
-			}
-			defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-			q = tx
+		// The shared cancel lock, taken by a statement of its own so that
+		// the inserts' snapshots follow it: a Cancel that records a
+		// tombstone holds the lock exclusively, so either it committed
+		// first and the inserts see its tombstone, or it waits for this
+		// commit and then finds the rows (see Cancel).
+		tx, err := c.Begin(ctx)
+		if err != nil {
+			return err
 		}
+		defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock_shared($1)`, s.cancelKey); err != nil {
+			return err
+		}
+		now := ts(s.now())
 		count := 0
 		for _, chunk := range chunks {
-			n, err := s.insertChunk(ctx, q, in, chunk, first, inserted)
+			n, err := s.insertChunk(ctx, tx, in, chunk, first, inserted, now)
 			if err != nil {
 				return err
 			}
 			count += n
 		}
-		if tx, ok := q.(pgx.Tx); ok {
-			if err := tx.Commit(ctx); err != nil {
-				return err
-			}
+		if err := tx.Commit(ctx); err != nil {
+			return err
 		}
 		s.stats.addPending(count)
 		return nil
@@ -645,7 +669,7 @@ const maxInsertBytes = 64 << 20
 // statement and marks what it inserted.
 func (s *Store) insertChunk(ctx context.Context, q interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-}, in []storage.Timeout, chunk []int, first map[string]int, inserted []bool) (int, error) {
+}, in []storage.Timeout, chunk []int, first map[string]int, inserted []bool, now time.Time) (int, error) {
 	n := len(chunk)
 	var (
 		ids, dests, lastErrs = make([]string, 0, n), make([]string, 0, n), make([]string, 0, n)
@@ -666,7 +690,7 @@ func (s *Store) insertChunk(ctx context.Context, q interface {
 		msgs = append(msgs, msg)
 		attempts = append(attempts, int64(t.Attempts))
 	}
-	rows, err := q.Query(ctx, s.q.insert, ids, dests, dues, recvs, msgs, attempts, lastErrs, notBefores)
+	rows, err := q.Query(ctx, s.q.insert, ids, dests, dues, recvs, msgs, attempts, lastErrs, notBefores, now)
 	if err != nil {
 		return 0, err
 	}
@@ -997,12 +1021,14 @@ func (s *Store) NextDue(ctx context.Context) (time.Time, bool, error) {
 func (s *Store) Reap(ctx context.Context) (int, error) {
 	var n int
 	err := s.run(ctx, "reap", func(ctx context.Context) error {
-		tag, err := s.pool.Exec(ctx, s.q.reap, ts(s.now()))
+		now := ts(s.now())
+		tag, err := s.pool.Exec(ctx, s.q.reap, now)
 		if err != nil {
 			return err
 		}
 		n = int(tag.RowsAffected())
-		return nil
+		_, err = s.pool.Exec(ctx, s.q.purgeCancels, now)
+		return err
 	})
 	if err != nil {
 		return 0, err
@@ -1013,39 +1039,77 @@ func (s *Store) Reap(ctx context.Context) (int, error) {
 	return n, nil
 }
 
-// Cancel removes a row that is not leased; see storage.Store.
+// Cancel removes a row that is not leased; see storage.Store. When it finds
+// none, the row may still be in an insert that has not committed (of this
+// or another instance), which a statement cannot see. So it takes the cancel
+// lock exclusively, which waits for every insert under way (they hold it
+// shared), looks again, and only then records the tombstone, before any
+// later insert can check for it.
 func (s *Store) Cancel(ctx context.Context, id string) error {
 	return s.run(ctx, fmt.Sprintf("cancel %q", id), func(ctx context.Context) error {
-		busy, err := s.unleased(ctx, s.q.cancel, id, ts(s.now()))
-		if err == nil && !busy {
+		now := ts(s.now())
+		err := s.unleased(ctx, s.pool, s.q.cancel, id, now)
+		if !errors.Is(err, storage.ErrNotFound) {
+			if err == nil {
+				s.stats.addPending(-1)
+			}
+			return err
+		}
+		tx, err := s.pool.Begin(ctx)
+		if err != nil {
+			return err
+		}
+		defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, s.cancelKey); err != nil {
+			return err
+		}
+		found := s.unleased(ctx, tx, s.q.cancel, id, now)
+		switch {
+		case errors.Is(found, storage.ErrNotFound):
+			if _, err := tx.Exec(ctx, s.q.tombstone, id, tsUp(now.Add(s.window))); err != nil {
+				return err
+			}
+		case found != nil && !errors.Is(found, storage.ErrLeased):
+			return found
+		}
+		if err := tx.Commit(ctx); err != nil {
+			return err
+		}
+		if found == nil {
 			s.stats.addPending(-1)
 		}
-		return err
+		return found
 	})
 }
 
 // Reschedule moves a row that is not leased to a new due time and clears its
 // NotBefore; an expired lease on it ends.
 func (s *Store) Reschedule(ctx context.Context, id string, dueAt time.Time) error {
+	if err := storage.CheckDueAt(dueAt); err != nil {
+		return fmt.Errorf("postgres: reschedule %q: %w", id, err)
+	}
 	return s.run(ctx, fmt.Sprintf("reschedule %q", id), func(ctx context.Context) error {
-		_, err := s.unleased(ctx, s.q.reschedule, id, ts(s.now()), tsUp(dueAt))
-		return err
+		return s.unleased(ctx, s.pool, s.q.reschedule, id, ts(s.now()), tsUp(dueAt))
 	})
 }
 
 // unleased runs a cancel or reschedule statement, which reports whether the
-// row holds a valid lease (and then leaves it alone).
-func (s *Store) unleased(ctx context.Context, query string, args ...any) (busy bool, err error) {
-	err = s.pool.QueryRow(ctx, query, args...).Scan(&busy)
+// row holds a valid lease (and then leaves it alone): nil when it changed
+// the row, ErrLeased, or ErrNotFound.
+func (s *Store) unleased(ctx context.Context, q interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}, query string, args ...any) error {
+	var busy bool
+	err := q.QueryRow(ctx, query, args...).Scan(&busy)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
-		return false, storage.ErrNotFound
+		return storage.ErrNotFound
 	case err != nil:
-		return false, err
+		return err
 	case busy:
-		return true, storage.ErrLeased
+		return storage.ErrLeased
 	}
-	return false, nil
+	return nil
 }
 
 // cursorVersion starts every List cursor.

@@ -76,6 +76,15 @@ var migrations = []migration{
 			claimed_at timestamptz NOT NULL DEFAULT now()
 		)`,
 	}},
+	// Version 3: cancel tombstones. A cancel that finds nothing pending
+	// leaves its id here until expires_at, and Insert stores no row with a
+	// live tombstone's id (see Store.Cancel). Reap deletes expired ones.
+	{3, "cancel tombstones", []string{
+		`CREATE TABLE {{s}}.cancelled (
+			id         text COLLATE "C" PRIMARY KEY,
+			expires_at timestamptz NOT NULL
+		)`,
+	}},
 }
 
 // ErrOtherEndpoint means the schema already serves another endpoint.
@@ -185,6 +194,15 @@ func (s *Store) migrateStep(ctx context.Context) (done bool, err error) {
 func migrationLockKey(schema string) int64 {
 	h := fnv.New64a()
 	h.Write([]byte("delaybridge schema migration\x00" + schema))
+	return int64(h.Sum64())
+}
+
+// cancelLockKey is the advisory lock that orders cancels of missing ids
+// against inserts in one schema: Insert holds it shared, Cancel takes it
+// exclusively before it records a tombstone.
+func cancelLockKey(schema string) int64 {
+	h := fnv.New64a()
+	h.Write([]byte("delaybridge cancel\x00" + schema))
 	return int64(h.Sum64())
 }
 

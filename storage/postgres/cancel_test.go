@@ -1,0 +1,57 @@
+package postgres
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/delaybridge/delaybridge/storage"
+	"github.com/delaybridge/delaybridge/storage/postgres/pgtest"
+	"github.com/delaybridge/delaybridge/storage/storetest"
+)
+
+// TestCancelAcrossInstances: one instance stores each message while another
+// cancels it at the same moment (as two bridges consuming one E.Timeouts
+// do); no message stays pending, whichever commits first.
+func TestCancelAcrossInstances(t *testing.T) {
+	schema := pgtest.Schema(t)
+	storetest.RaceCancelInsert(t, openSchema(t, schema, nil), openSchema(t, schema, nil), 300)
+}
+
+// TestReapPurgesExpiredTombstones: tombstones are rows of their own table,
+// deleted by Reap once expired, not before.
+func TestReapPurgesExpiredTombstones(t *testing.T) {
+	clock := storetest.NewClock(t0)
+	s := open(t, clock.Now)
+	for i := range 5 {
+		if err := s.Cancel(ctx, fmt.Sprintf("gone-%d", i)); !errors.Is(err, storage.ErrNotFound) {
+			t.Fatalf("Cancel: %v", err)
+		}
+	}
+	count := func() int {
+		t.Helper()
+		var n int
+		if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM `+s.qs+`.cancelled`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if got := count(); got != 5 {
+		t.Fatalf("%d tombstones after 5 cancels of missing ids, want 5", got)
+	}
+	clock.Set(t0.Add(storage.DefaultCancelWindow - time.Microsecond))
+	if _, err := s.Reap(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := count(); got != 5 {
+		t.Fatalf("Reap deleted live tombstones: %d left, want 5", got)
+	}
+	clock.Set(t0.Add(storage.DefaultCancelWindow))
+	if _, err := s.Reap(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := count(); got != 0 {
+		t.Fatalf("%d expired tombstones left after Reap", got)
+	}
+}
