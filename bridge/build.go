@@ -8,7 +8,6 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
-	"golang.org/x/time/rate"
 
 	"github.com/delaybridge/delaybridge/admin"
 	"github.com/delaybridge/delaybridge/broker"
@@ -119,10 +118,17 @@ func (b *Bridge) build(ctx context.Context) (_ *components, err error) {
 		Exclusive:   cfg.Store != "postgres",
 		OnConsuming: func() { once.Do(func() { close(c.dispatching) }) },
 		Prefetch:    cfg.Prefetch, Workers: dispatchWorkers, LeaseDuration: cfg.LockLeaseDuration, NumberOfRetries: cfg.NumberOfRetries, Allowed: allowed,
-		FailureCountLimit: rate.NewLimiter(rate.Limit(cfg.MaxRecoveryFailuresPerSecond), cfg.MaxRecoveryFailuresPerSecond),
-		Breaker:           b.breaker(c, "dispatch", cfg.TimeToTriggerDispatchBreaker),
-		Metrics:           met,
-		Now:               now, Logger: log.With().Str("component", "dispatch").Logger(),
+		// Failure handling that itself keeps failing is a critical error.
+		RecoveryFailuresPerSecond: cfg.MaxRecoveryFailuresPerSecond,
+		OnCritical: func(err error) {
+			select {
+			case c.critical <- err:
+			default:
+			}
+		},
+		Breaker: b.breaker(c, "dispatch", cfg.TimeToTriggerDispatchBreaker),
+		Metrics: met,
+		Now:     now, Logger: log.With().Str("component", "dispatch").Logger(),
 	})
 	if cfg.HTTPAddr != "" {
 		if err := b.serveHTTP(c); err != nil {
