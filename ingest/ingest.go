@@ -227,6 +227,11 @@ type entry struct {
 func (in *Ingester) classify(src Source, d amqp.Delivery) entry {
 	now := in.opts.Now()
 	e := entry{d: d, intake: src.Parser.Parse(&d, now)}
+	if err := e.intake.Validate(); err != nil {
+		// Whatever the parser, no store or broker sees a value it refuses.
+		e.intake = Reject(err)
+		return e
+	}
 	if e.intake.Op != OpSchedule {
 		return e
 	}
@@ -354,7 +359,7 @@ func (in *Ingester) commit(ctx context.Context, batch []entry) (bool, time.Durat
 		}
 		if !inserted[j] {
 			duplicates++
-			in.log.Info().Str("id", r.ID).Msg("duplicate: id already pending, not stored again")
+			in.log.Info().Str("id", r.ID).Msg("not stored: a message with this id is pending, or was cancelled within the cancel window")
 			continue
 		}
 		in.log.Debug().Str("id", r.ID).Str("destination", r.Destination).Time("due_at", r.DueAt).Msg("stored")

@@ -9,6 +9,7 @@ import (
 
 	"github.com/delaybridge/delaybridge/broker"
 	"github.com/delaybridge/delaybridge/message"
+	"github.com/delaybridge/delaybridge/storage"
 	"github.com/delaybridge/delaybridge/wire"
 )
 
@@ -81,8 +82,11 @@ func (it *Intake) Validate() error {
 			return err
 		}
 		if it.ID != "" {
-			return wire.ValidateID("message id", it.ID)
+			if err := wire.ValidateID("message id", it.ID); err != nil {
+				return err
+			}
 		}
+		return storage.CheckDueAt(it.DueAt)
 	case OpCancel:
 		return wire.ValidateID("cancelled id", it.CancelID)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/delaybridge/delaybridge/broker"
+	"github.com/delaybridge/delaybridge/internal/amqptest"
 	"github.com/delaybridge/delaybridge/internal/testenv"
 	"github.com/delaybridge/delaybridge/wire"
 )
@@ -138,6 +139,44 @@ func TestRunConsumesEverySource(t *testing.T) {
 		}
 		if st.Messages != 0 {
 			t.Errorf("%s still holds %d messages: some delivery was not acknowledged", q, st.Messages)
+		}
+	}
+}
+
+// Ingest holds every parser to the id, destination and due-time rules: a
+// parser that forgot them cannot hand the store what it refuses.
+func TestIngestValidatesWhatAnyParserReturns(t *testing.T) {
+	store, pub := &fakeStore{}, &fakePublisher{}
+	a := amqptest.New(t)
+	var woke []time.Time
+	in := newIngester(store, pub, &woke)
+	careless := Source{Name: "careless", Queue: "careless", Parser: ParserFunc(func(d *amqp.Delivery, now time.Time) Intake {
+		switch d.MessageId {
+		case "nul-cancel":
+			return Intake{Op: OpCancel, CancelID: "a\x00b"}
+		case "bad-utf8":
+			return Intake{Op: OpSchedule, ID: "\xff", Destination: "q", DueAt: now}
+		case "far":
+			return Intake{Op: OpSchedule, ID: "far", Destination: "q", DueAt: time.Date(3000, 1, 1, 0, 0, 0, 0, time.UTC)}
+		}
+		return Intake{Op: OpSchedule, ID: d.MessageId, Destination: "q", DueAt: now}
+	})}
+	var batch []entry
+	for _, id := range []string{"bad-utf8", "far", "ok", "nul-cancel"} {
+		batch = append(batch, in.classify(careless, a.Deliver(amqp.Delivery{MessageId: id})))
+	}
+	if err := in.handle(context.Background(), careless, pub, batch); err != nil {
+		t.Fatal(err)
+	}
+	if len(store.rows) != 1 || store.rows["ok"].ID != "ok" {
+		t.Fatalf("stored %v, want only ok", store.rows)
+	}
+	if len(pub.sent) != 3 {
+		t.Fatalf("%d error copies, want 3", len(pub.sent))
+	}
+	for tag := uint64(1); tag <= 4; tag++ {
+		if a.Outcome(tag) != amqptest.Acked {
+			t.Errorf("tag %d %s", tag, a.Outcome(tag))
 		}
 	}
 }
