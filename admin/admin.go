@@ -221,6 +221,8 @@ func (h *handler) storeError(w http.ResponseWriter, op, id string, err error) {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("no pending timeout with id %q", id))
 	case errors.Is(err, storage.ErrLeased):
 		writeError(w, http.StatusConflict, fmt.Sprintf("timeout %q is being dispatched; try again shortly", id))
+	case errors.Is(err, storage.ErrDueOutOfRange):
+		writeError(w, http.StatusBadRequest, err.Error())
 	default:
 		h.opts.Logger.Error().Err(err).Str("op", op).Str("id", id).Msg("admin API: store error")
 		writeError(w, http.StatusInternalServerError, op+": "+err.Error())
@@ -432,6 +434,9 @@ func (h *handler) reschedule(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	due, err := parseTime("due_at", *body.DueAt)
+	if err == nil {
+		err = storage.CheckDueAt(due) // before the store: not a store error
+	}
 	if err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return

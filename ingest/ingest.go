@@ -429,6 +429,7 @@ func (in *Ingester) reject(ctx context.Context, src Source, pub Publisher, batch
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	results := pub.Publish(wctx, out)
+	in.retryUnpublishable(wctx, src, pub, batch, idx, results)
 	var connErr error
 	moved := 0
 	for j, i := range idx {
@@ -447,4 +448,40 @@ func (in *Ingester) reject(ctx context.Context, src Source, pub Publisher, batch
 	}
 	in.opts.Metrics.ErrorQueued(wire.StageIngest, moved)
 	return moved == len(idx), connErr
+}
+
+// retryUnpublishable sends again, in another form, the error copies AMQP
+// could not carry (the message's own headers or properties, with the error
+// headers added, exceed what a frame or the client can hold): the body of
+// the new copy is the whole original message in package message's encoding,
+// so nothing is lost and the delivery does not come back forever. results
+// is updated in place.
+func (in *Ingester) retryUnpublishable(ctx context.Context, src Source, pub Publisher, batch []entry, idx []int, results []error) {
+	var again []broker.Outgoing
+	var at []int
+	for j, err := range results {
+		if !errors.Is(err, broker.ErrUnpublishable) {
+			continue
+		}
+		e := &batch[idx[j]]
+		orig := message.FromDelivery(&e.d)
+		raw := amqp.Publishing{Body: e.d.Body}
+		note := "its body is the original body only (its headers could not be encoded either)"
+		if enc, eerr := message.Encode(nil, &orig); eerr == nil {
+			raw.Body, note = enc, "its body is the whole original message in delaybridge's message encoding"
+		}
+		if wire.ValidateID("message id", e.d.MessageId) == nil {
+			raw.MessageId = e.d.MessageId
+		}
+		facts := broker.ErrorFacts{Reason: e.intake.Reason + "; the copy itself " + err.Error() + ", so " + note,
+			Stage: wire.StageIngest, FailedAt: in.opts.Now(), FailedQ: src.Queue}
+		again = append(again, broker.Outgoing{RoutingKey: in.opts.ErrorQueue, Mandatory: true, Msg: broker.ErrorCopy(raw, facts)})
+		at = append(at, j)
+	}
+	if len(again) == 0 {
+		return
+	}
+	for k, err := range pub.Publish(ctx, again) {
+		results[at[k]] = err
+	}
 }

@@ -383,3 +383,40 @@ func TestCancelAfterAFailedCommitIsRequeuedNotLost(t *testing.T) {
 		}
 	}
 }
+
+// unpublishableOnce refuses, as AMQP cannot carry it, every copy that still
+// has the original's "huge" header, and takes the rest.
+type unpublishableOnce struct{ fakePublisher }
+
+func (p *unpublishableOnce) Publish(ctx context.Context, msgs []broker.Outgoing) []error {
+	res := p.fakePublisher.Publish(ctx, msgs)
+	for i, m := range msgs {
+		if _, huge := m.Msg.Headers["huge"]; huge {
+			res[i] = fmt.Errorf("%w: headers exceed the frame size", broker.ErrUnpublishable)
+		}
+	}
+	return res
+}
+
+// An invalid message whose error copy AMQP cannot carry still reaches the
+// error queue, whole, in another form; it is not requeued forever.
+func TestUnpublishableErrorCopyIsSentWhole(t *testing.T) {
+	store, pub, a := &fakeStore{}, &unpublishableOnce{}, amqptest.New(t)
+	var woke []time.Time
+	in := newIngester(store, pub, &woke)
+	b := deliveries(a, amqp.Table{"huge": "x"}) // no destination: invalid
+	if err := in.take(pub, b); err != nil {
+		t.Fatal(err)
+	}
+	if a.Outcome(1) != amqptest.Acked || len(pub.sent) != 2 {
+		t.Fatalf("tag 1 %s after %d publishes; want acked after a second form", a.Outcome(1), len(pub.sent))
+	}
+	second := pub.sent[1].Msg
+	orig, err := message.Decode(second.Body)
+	if err != nil || orig.Headers["huge"] != "x" || string(orig.Body) != "body0" || orig.MessageId != "m0" {
+		t.Fatalf("the second copy's body is not the original message: %+v, %v", orig, err)
+	}
+	if r := second.Headers[wire.HeaderError].(string); !strings.Contains(r, "no destination") || !strings.Contains(r, "frame size") {
+		t.Errorf("reason %q", r)
+	}
+}
