@@ -328,7 +328,7 @@ func TestReschedule(t *testing.T) {
 		t.Errorf("stored due %s, want %s", got.DueAt, newDue)
 	}
 	for _, bad := range []string{``, `{}`, `{"due_at": "tomorrow"}`, `{"due_at": 5}`, `{"due_at": "2026-11-21T12:00:00Z", "x": 1}`,
-		`{"due_at": "2026-11-21T12:00:00Z"} {}`, `[`} {
+		`{"due_at": "2026-11-21T12:00:00Z"} {}`, `[`, `{"due_at": "3000-01-01T00:00:00Z"}`} {
 		f.want("PATCH", tpath("r"), bad, 400, nil)
 	}
 	f.want("PATCH", tpath("nope"), `{"due_at": "2026-11-21T12:00:00Z"}`, 404, nil)
