@@ -82,7 +82,7 @@ func New() *Metrics {
 		dispatched: counter("messages_dispatched_total",
 			"Messages forwarded to their destination, confirmed by the broker and removed from the store."),
 		dispatchFailures: counter("dispatch_failures_total",
-			"Forwards that failed for the message's sake (returned as unroutable or nacked by the broker)."),
+			"Dispatch failures counted against their message: forwards returned as unroutable, nacked or unpublishable, and attempts held back while their destination refuses."),
 		errorQueued: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "error_queue_messages_total",
 			Help: "Messages moved to the error queue (copy confirmed by the broker), by stage.",
@@ -226,7 +226,7 @@ func (m *Metrics) Dispatched(n int) {
 	m.dispatched.Add(float64(n))
 }
 
-// DispatchFailed counts one forward returned or nacked by the broker.
+// DispatchFailed counts one dispatch failure counted against its message.
 func (m *Metrics) DispatchFailed() {
 	if m == nil {
 		return
