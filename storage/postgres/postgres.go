@@ -58,6 +58,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/delaybridge/delaybridge/storage"
+	"github.com/delaybridge/delaybridge/wire"
 )
 
 // DefaultSchema is the schema used when Options.Schema is empty.
@@ -1131,7 +1132,13 @@ func decodeCursor(c string) (due time.Time, id string, err error) {
 	if err != nil || len(b) < 9 || b[0] != cursorVersion {
 		return time.Time{}, "", fmt.Errorf("invalid cursor %q (pass back the next cursor of a previous page)", c)
 	}
-	return time.UnixMicro(int64(binary.BigEndian.Uint64(b[1:9]))).UTC(), string(b[9:]), nil
+	id = string(b[9:])
+	if wire.ValidateID("cursor id", id) != nil {
+		// A forged cursor: PostgreSQL would refuse a NUL or invalid UTF-8
+		// id with an error that reads as an outage.
+		return time.Time{}, "", fmt.Errorf("invalid cursor %q (pass back the next cursor of a previous page)", c)
+	}
+	return time.UnixMicro(int64(binary.BigEndian.Uint64(b[1:9]))).UTC(), id, nil
 }
 
 // List returns pending rows in (due_at, id) order from the index

@@ -469,7 +469,8 @@ func TestListCursor(t *testing.T) {
 	if err != nil || len(rows) != 1 || rows[0].ID != "b" || next2 != "" {
 		t.Fatalf("second page = %v, %q, %v", rows, next2, err)
 	}
-	for _, bad := range []string{"x", "not a cursor", next[:len(next)-12], "AA", encodeCursor(t0, "a")[1:], "Ag" + next[2:]} {
+	for _, bad := range []string{"x", "not a cursor", next[:len(next)-12], "AA", encodeCursor(t0, "a")[1:], "Ag" + next[2:],
+		encodeCursor(t0, "a\x00b"), encodeCursor(t0, "\xff")} {
 		if _, _, err := s.List(ctx, storage.ListFilter{Limit: 2, After: bad}); err == nil || !strings.Contains(err.Error(), "invalid cursor") {
 			t.Errorf("List after %q: %v, want an invalid cursor error", bad, err)
 		}
