@@ -36,9 +36,6 @@ type Parsed struct {
 	ID          string
 	Destination string
 	DueAt       time.Time
-	// GeneratedID is true when neither message-id nor NServiceBus.MessageId
-	// was set and ID was assigned by the bridge.
-	GeneratedID bool
 }
 
 // Parse reads destination, due time and id from a delivery. receivedAt is

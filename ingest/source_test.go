@@ -156,13 +156,15 @@ func TestIngestValidatesWhatAnyParserReturns(t *testing.T) {
 			return Intake{Op: OpCancel, CancelID: "a\x00b"}
 		case "bad-utf8":
 			return Intake{Op: OpSchedule, ID: "\xff", Destination: "q", DueAt: now}
+		case "unknown-op":
+			return Intake{Op: Op(9)}
 		case "far":
 			return Intake{Op: OpSchedule, ID: "far", Destination: "q", DueAt: time.Date(3000, 1, 1, 0, 0, 0, 0, time.UTC)}
 		}
 		return Intake{Op: OpSchedule, ID: d.MessageId, Destination: "q", DueAt: now}
 	})}
 	var batch []entry
-	for _, id := range []string{"bad-utf8", "far", "ok", "nul-cancel"} {
+	for _, id := range []string{"bad-utf8", "far", "unknown-op", "ok", "nul-cancel"} {
 		batch = append(batch, in.classify(careless, a.Deliver(amqp.Delivery{MessageId: id})))
 	}
 	if err := in.handle(context.Background(), careless, pub, batch); err != nil {
@@ -171,10 +173,10 @@ func TestIngestValidatesWhatAnyParserReturns(t *testing.T) {
 	if len(store.rows) != 1 || store.rows["ok"].ID != "ok" {
 		t.Fatalf("stored %v, want only ok", store.rows)
 	}
-	if len(pub.sent) != 3 {
-		t.Fatalf("%d error copies, want 3", len(pub.sent))
+	if len(pub.sent) != 4 {
+		t.Fatalf("%d error copies, want 4", len(pub.sent))
 	}
-	for tag := uint64(1); tag <= 4; tag++ {
+	for tag := uint64(1); tag <= 5; tag++ {
 		if a.Outcome(tag) != amqptest.Acked {
 			t.Errorf("tag %d %s", tag, a.Outcome(tag))
 		}

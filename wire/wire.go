@@ -85,11 +85,19 @@ func EncodeTokens(toks []Token) ([]byte, error) {
 	return body, nil
 }
 
-// DecodeTokens reads the tokens of a dispatcher message.
+// DecodeTokens reads the tokens of a dispatcher message. Only the bridge
+// writes them, so a token whose id no stored timeout can have (ValidateID)
+// makes the message not one of ours: an error, never an id for the store
+// (PostgreSQL refuses NUL with an error that reads as an outage).
 func DecodeTokens(body []byte) ([]Token, error) {
 	var b tokenBatch
 	if err := json.Unmarshal(body, &b); err != nil {
 		return nil, fmt.Errorf("wire: decode tokens: %w", err)
+	}
+	for i, t := range b.Tokens {
+		if err := ValidateID("token id", t.ID); err != nil {
+			return nil, fmt.Errorf("wire: decode tokens: token %d: %w", i, err)
+		}
 	}
 	return b.Tokens, nil
 }

@@ -2,6 +2,7 @@ package wire
 
 import (
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -24,8 +25,11 @@ func TestTokensWireBytes(t *testing.T) {
 	if !slices.Equal(got, toks) {
 		t.Fatalf("decoded %+v, want %+v", got, toks)
 	}
-	if _, err := DecodeTokens([]byte("{nope")); err == nil {
-		t.Fatal("garbage decoded without an error")
+	for _, bad := range []string{"{nope", `{"tokens":[{"id":"a\u0000b","lock":"x"}]}`, `{"tokens":[{"id":"","lock":"x"}]}`,
+		`{"tokens":[{"id":"ok","lock":"x"},{"id":"` + strings.Repeat("i", 256) + `","lock":"x"}]}`} {
+		if _, err := DecodeTokens([]byte(bad)); err == nil {
+			t.Errorf("%.40s… decoded without an error", bad)
+		}
 	}
 }
 
