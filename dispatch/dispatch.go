@@ -413,14 +413,26 @@ func (d *Dispatcher) handle(ctx context.Context, del *amqp.Delivery, pub Publish
 				again = append(again, it)
 			}
 		}
-		d.forward(wctx, ctx, pub, again, &r)
+		// A deadline of its own: the first round may have used up most of
+		// wctx waiting for its due times and confirms. It still ends while
+		// every lease of the window leaves time for the removal.
+		end := d.opts.Now().Add(d.confirmWait() + d.opts.MaxHold)
+		for _, it := range items {
+			if le := it.row.LockExpiresAt.Add(-removeSlack); le.Before(end) {
+				end = le
+			}
+		}
+		actx, acancel := context.WithTimeout(ctx, end.Sub(d.opts.Now()))
+		d.forward(actx, ctx, pub, again, &r)
+		acancel()
 	}
-	// Counted after the publishes: their store commits must not delay the
-	// forwards of this window.
+	// Remove what was forwarded first, while its lease is fresh; then count
+	// the blocked ones: two store commits each must not eat the lease the
+	// removals need (a removal refused after the forward is a duplicate).
+	n, removeErr := d.remove(ctx, r.done, r.leaseEnd)
 	for _, b := range blocked {
 		d.fail(ctx, pub, b.it, b.reason)
 	}
-	n, removeErr := d.remove(ctx, r.done, r.leaseEnd)
 	d.count(func(s *Stats) { s.Forwarded += int64(n) })
 	d.opts.Metrics.Dispatched(n)
 	if r.brokerErr != nil {
