@@ -37,8 +37,8 @@ type ConsumeOptions struct {
 	// OnConsuming, when set, is called each time the consumer is in place.
 	OnConsuming func()
 	// MinBackoff and MaxBackoff bound the jittered, doubling pause before a
-	// new session; defaults 200ms and 10s. A session that got to consume
-	// resets it.
+	// new session; defaults 200ms and 10s. A session that consumed for at
+	// least MaxBackoff resets it.
 	MinBackoff, MaxBackoff time.Duration
 	Logger                 zerolog.Logger
 }
@@ -75,7 +75,12 @@ func Consume(ctx context.Context, conn Waiter, opts ConsumeOptions, handle func(
 	}
 	attempt := 0
 	for {
+		began := time.Now()
 		consumed, unreadable, err := session(ctx, conn, opts, handle)
+		// Only a session that lasted resets the backoff: one that consumed
+		// and died at once (a message the client chokes on that no sweep
+		// recognises) must not reconnect several times a second.
+		consumed = consumed && time.Since(began) >= opts.MaxBackoff
 		if ctx.Err() != nil {
 			return nil
 		}

@@ -81,6 +81,9 @@ func (s *Sweeper) Sweep(ctx context.Context, urls []string, queue string) (moved
 	}()
 	var lastKept uint64 // highest tag taken and left unsettled
 	for range s.opts.Limit {
+		if err := ctx.Err(); err != nil {
+			return moved, fmt.Errorf("sweep %s: %w", queue, err)
+		}
 		var unreadable error
 		m, ok, err := rc.get(queue, func(props []byte) bool {
 			_, unreadable = decodeProperties(props)
