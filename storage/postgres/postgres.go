@@ -1028,8 +1028,12 @@ func (s *Store) Reap(ctx context.Context) (int, error) {
 			return err
 		}
 		n = int(tag.RowsAffected())
-		_, err = s.pool.Exec(ctx, s.q.purgeCancels, now)
-		return err
+		// Best effort: a failed purge must not hide the leases freed; the
+		// next Reap deletes what this one left.
+		if _, perr := s.pool.Exec(ctx, s.q.purgeCancels, now); perr != nil {
+			s.log.Warn().Err(perr).Msg("purging expired cancel tombstones failed; the next reap tries again")
+		}
+		return nil
 	})
 	if err != nil {
 		return 0, err

@@ -84,6 +84,8 @@ var migrations = []migration{
 			id         text COLLATE "C" PRIMARY KEY,
 			expires_at timestamptz NOT NULL
 		)`,
+		// Reap purges by expiry on every instance: no full scan.
+		`CREATE INDEX cancelled_expiry ON {{s}}.cancelled (expires_at)`,
 	}},
 }
 
