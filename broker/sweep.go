@@ -3,6 +3,7 @@ package broker
 import (
 	"context"
 	"crypto/tls"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"time"
@@ -123,7 +124,22 @@ func (s *Sweeper) move(ctx context.Context, rc *rawConn, queue string, m rawMess
 	copyMsg := ErrorCopy(p, ErrorFacts{
 		Reason: unreadable.Error(), Stage: wire.StageIngest, FailedAt: s.opts.Now(), FailedQ: queue,
 	})
-	if err := s.opts.Publish(ctx, copyMsg); err != nil {
+	err := s.opts.Publish(ctx, copyMsg)
+	if errors.Is(err, ErrUnpublishable) {
+		// Original properties near the frame size, plus the error headers,
+		// do not fit one frame: the body carries them instead (length, then
+		// the property bytes, then the original body), or the message would
+		// stay at the head of its queue and be swept again forever.
+		body := binary.BigEndian.AppendUint32(make([]byte, 0, 4+len(m.props)+len(m.body)), uint32(len(m.props)))
+		body = append(append(body, m.props...), m.body...)
+		copyMsg = ErrorCopy(amqp.Publishing{MessageId: p.MessageId, ContentType: wire.ContentTypeUnreadable, Body: body}, ErrorFacts{
+			Reason: unreadable.Error() + "; the copy with its properties " + err.Error() +
+				", so its body is the original property bytes (after a 4-byte length) followed by the original body",
+			Stage: wire.StageIngest, FailedAt: s.opts.Now(), FailedQ: queue,
+		})
+		err = s.opts.Publish(ctx, copyMsg)
+	}
+	if err != nil {
 		return fmt.Errorf("sweep %s: copy an unreadable message to the error queue: %w", queue, err)
 	}
 	if s.opts.Metrics != nil {

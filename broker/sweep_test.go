@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -411,4 +412,39 @@ func (c *errorCounter) ErrorQueued(stage string, n int) {
 		c.byStage = map[string]int{}
 	}
 	c.byStage[stage] += n
+}
+
+// A copy that does not fit a frame with its original properties in a header
+// goes out with them in its body instead; the message does not stay at the
+// head of its queue to be swept again forever.
+func TestSweepSendsTheCopyInABodyWhenItsHeadersDoNotFit(t *testing.T) {
+	url, q, errQ, ch, ctx := sweepSetup(t, "classic")
+	publishAll(ctx, t, ch, q, amqp.Publishing{MessageId: "many", Body: []byte("many body"), Headers: unreadableHeaders(true)})
+	s := NewSweeper(SweepOptions{ErrorQueue: errQ, Publish: func(ctx context.Context, msg amqp.Publishing) error {
+		if _, big := msg.Headers[wire.HeaderOriginalProperties]; big {
+			return fmt.Errorf("%w: over the frame size", ErrUnpublishable)
+		}
+		return confirmedPublish(ctx, ch, errQ, msg)
+	}})
+	moved, err := s.Sweep(ctx, []string{url}, q)
+	if moved != 1 || err != nil {
+		t.Fatalf("Sweep = %d, %v; want 1, nil", moved, err)
+	}
+	copies := drain(t, ch, errQ)
+	if len(copies) != 1 {
+		t.Fatalf("%d copies, want 1", len(copies))
+	}
+	c := copies[0]
+	if c.ContentType != wire.ContentTypeUnreadable || c.MessageId != "many" || len(c.Body) < 4 {
+		t.Fatalf("copy: content-type %q, id %q, %d bytes", c.ContentType, c.MessageId, len(c.Body))
+	}
+	n := binary.BigEndian.Uint32(c.Body)
+	props, body := c.Body[4:4+n], c.Body[4+n:]
+	if orig, err := decodeProperties(props); !errors.Is(err, ErrUnreadable) || orig.MessageId != "many" || string(body) != "many body" {
+		t.Errorf("body does not carry the original: properties %+v (%v), body %q", orig, err, body)
+	}
+	if r, _ := c.Headers[wire.HeaderError].(string); !strings.Contains(r, "over the frame size") {
+		t.Errorf("reason %q", r)
+	}
+	waitDepth(t, ch, q, 0)
 }
