@@ -109,11 +109,13 @@ func (rp *Replayer) Replay(ctx context.Context, limit int) (res ReplayResult, er
 		}
 		for i, c := range todo {
 			if !inserted[i] {
-				// A timeout with this id is pending again already: keep the
-				// error copy rather than drop a message that may differ.
+				// A timeout with this id is pending, or a cancel of it is
+				// recent: keep the error copy rather than drop a message
+				// that may differ.
 				skipped = append(skipped, c.tag)
 				res.Skipped++
-				res.Details = append(res.Details, ReplaySkipped{MessageID: c.t.ID, Reason: "a timeout with this id is already pending"})
+				res.Details = append(res.Details, ReplaySkipped{MessageID: c.t.ID,
+					Reason: "not stored: a timeout with this id is pending, or was cancelled within the cancel window"})
 				continue
 			}
 			if err := ch.Ack(c.tag, false); err != nil {
@@ -143,11 +145,11 @@ func (rp *Replayer) rebuild(d *amqp.Delivery, now time.Time) (storage.Timeout, s
 	case !ok || q == nil:
 		return storage.Timeout{}, fmt.Sprintf("no %s header: not a failure of %s", wire.HeaderNSBFailedQ, rp.TimeoutsQueue)
 	default:
-		if s, _ := q.(string); s != rp.TimeoutsQueue {
+		if s := headerText(q); s != rp.TimeoutsQueue {
 			return storage.Timeout{}, fmt.Sprintf("a failure of another endpoint (%s=%s)", wire.HeaderNSBFailedQ, quoteClip(q))
 		}
 	}
-	stage, _ := d.Headers[wire.HeaderStage].(string)
+	stage := headerText(d.Headers[wire.HeaderStage])
 	switch stage {
 	case wire.StageDispatch:
 	case wire.StageIngest:
@@ -204,4 +206,16 @@ func quoteClip(v any) string {
 		return strconv.Quote(s[:n]) + "…"
 	}
 	return strconv.Quote(s)
+}
+
+// headerText reads a header as text: a string, or a byte array as some
+// clients send text.
+func headerText(v any) string {
+	switch v := v.(type) {
+	case string:
+		return v
+	case []byte:
+		return string(v)
+	}
+	return ""
 }

@@ -131,6 +131,13 @@ func (c Config) Validate() error {
 	if c.ErrorQueue == "" || len(c.ErrorQueue) > 255 {
 		return bad("ERROR_QUEUE", "must be 1 to 255 characters")
 	}
+	// Queue names the broker would refuse at declaration, with exit 1 and a
+	// broker error, are a configuration mistake: say so here.
+	for name, q := range map[string]string{"ENDPOINT": wire.DispatcherQueue(c.Endpoint), "ERROR_QUEUE": c.ErrorQueue} {
+		if err := wire.ValidateDestination("the queue name", q); err != nil {
+			return bad(name, "%v", err)
+		}
+	}
 	// An error copy published to the bridge's own input would be taken in,
 	// refused and copied again, without end.
 	for _, own := range []string{wire.TimeoutsQueue(c.Endpoint), wire.DispatcherQueue(c.Endpoint)} {

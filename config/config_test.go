@@ -213,3 +213,17 @@ func TestErrorQueueMustNotBeAnOwnQueue(t *testing.T) {
 		t.Errorf("another endpoint's queue refused: %v", err)
 	}
 }
+
+// Queue names the broker would refuse (control characters, invalid UTF-8)
+// are a configuration error naming the variable, not a broker error later.
+func TestQueueNamesAreValidated(t *testing.T) {
+	for env, name := range map[string]string{
+		"DELAYBRIDGE_ENDPOINT":    "sales\x01east",
+		"DELAYBRIDGE_ERROR_QUEUE": "err\xffors",
+	} {
+		_, err := loadClean(t, map[string]string{env: name})
+		if err == nil || !strings.Contains(err.Error(), env) {
+			t.Errorf("%s=%q: err %v, want one naming %s", env, name, err, env)
+		}
+	}
+}
