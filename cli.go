@@ -20,6 +20,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/delaybridge/delaybridge/admin"
+	"github.com/delaybridge/delaybridge/broker"
 )
 
 // The admin CLI: subcommands that talk to a running bridge's admin API.
@@ -141,7 +142,7 @@ func (c *adminClient) do(method, path string, query url.Values, body any, out an
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, method, u, rd)
 	if err != nil {
-		return nil, fmt.Errorf("bad --url %q: %v", c.base, err)
+		return nil, fmt.Errorf("bad --url %q: %s", broker.Redact(c.base), broker.RedactText(err.Error(), c.base))
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
@@ -156,7 +157,7 @@ func (c *adminClient) do(method, path string, query url.Values, body any, out an
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("cannot reach the admin API at %s: %v", c.base, err)
+		return nil, fmt.Errorf("cannot reach the admin API at %s: %s", broker.Redact(c.base), broker.RedactText(err.Error(), c.base))
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))

@@ -133,6 +133,14 @@ func TestCLIErrors(t *testing.T) {
 	if code != 1 || !strings.Contains(errOut.String(), "cannot reach the admin API") {
 		t.Errorf("unreachable: %d %q", code, errOut.String())
 	}
+	// A password in --url never shows, whichever way the request fails.
+	for _, u := range []string{"http://admin:pw-s3cr3t@127.0.0.1:1", "http://admin:pw-s3cr3t@127.0.0.1:bad"} {
+		errOut.Reset()
+		code = runAdmin("stats", []string{"--url", u}, &out, &errOut)
+		if code == 0 || strings.Contains(errOut.String(), "pw-s3cr3t") {
+			t.Errorf("--url %s: exit %d, %q", u, code, errOut.String())
+		}
+	}
 }
 
 func TestBenchMoved(t *testing.T) {
