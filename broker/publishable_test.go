@@ -60,20 +60,7 @@ func TestPublishable(t *testing.T) {
 // messages of its window are confirmed. (amqp091-go shuts the connection
 // down when it cannot write a frame, which failed every publish in flight.)
 func TestUnpublishableMessageFailsAlone(t *testing.T) {
-	conn := testConn(t)
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	q, err := ch.QueueDeclare("", false, true, true, false, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pub, err := NewPublisher(conn, 10)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pub.Close()
+	ch, q, pub := tempQueuePublisher(t)
 
 	msgs := []Outgoing{
 		{RoutingKey: q.Name, Mandatory: true, Msg: amqp.Publishing{MessageId: "a"}},
@@ -90,7 +77,7 @@ func TestUnpublishableMessageFailsAlone(t *testing.T) {
 			t.Errorf("message %d (%s): %v, want %v", i, msgs[i].Msg.MessageId, results[i], want)
 		}
 	}
-	if conn.IsClosed() || pub.Channel().IsClosed() {
+	if ch.IsClosed() || pub.Channel().IsClosed() { // ch shares the connection
 		t.Fatal("an unencodable message closed the connection or channel")
 	}
 	// And the publisher goes on working.

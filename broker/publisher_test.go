@@ -18,9 +18,10 @@ func testConn(t *testing.T) *amqp.Connection {
 	return testenv.DialAMQP(t)
 }
 
-// A window's confirms are reported as they arrive, while later messages of
-// the same window are still held for their NotBefore.
-func TestConfirmedIsCalledBeforeTheWindowEnds(t *testing.T) {
+// tempQueuePublisher declares a server-named, exclusive queue and opens a
+// publisher (window 10) on the test broker; both go when the test ends.
+func tempQueuePublisher(t *testing.T) (*amqp.Channel, amqp.Queue, *Publisher) {
+	t.Helper()
 	conn := testConn(t)
 	ch, err := conn.Channel()
 	if err != nil {
@@ -34,7 +35,14 @@ func TestConfirmedIsCalledBeforeTheWindowEnds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer pub.Close()
+	t.Cleanup(func() { _ = pub.Close() })
+	return ch, q, pub
+}
+
+// A window's confirms are reported as they arrive, while later messages of
+// the same window are still held for their NotBefore.
+func TestConfirmedIsCalledBeforeTheWindowEnds(t *testing.T) {
+	_, q, pub := tempQueuePublisher(t)
 
 	var mu sync.Mutex
 	confirmedAt := map[int]time.Time{}
