@@ -22,7 +22,12 @@ import (
 // as timeouts due now.
 type Replayer struct {
 	// Conn returns an open connection; Replay opens its own channel on it.
-	Conn       func(ctx context.Context) (*amqp.Connection, error)
+	Conn func(ctx context.Context) (*amqp.Connection, error)
+	// Release, when set, is called with Conn's connection after the pass:
+	// the bridge gives each pass a connection of its own, so that a copy
+	// the AMQP client cannot read drops that connection, not one that
+	// consumes.
+	Release    func(*amqp.Connection)
 	ErrorQueue string
 	// TimeoutsQueue is this endpoint's E.Timeouts. An error queue may be
 	// shared: only copies whose NServiceBus.FailedQ names this queue are
@@ -54,6 +59,9 @@ func (rp *Replayer) Replay(ctx context.Context, limit int) (res ReplayResult, er
 	conn, err := rp.Conn(ctx)
 	if err != nil {
 		return res, fmt.Errorf("broker connection: %w", err)
+	}
+	if rp.Release != nil {
+		defer rp.Release(conn) // after the channel's close below
 	}
 	ch, err := conn.Channel()
 	if err != nil {

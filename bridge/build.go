@@ -222,7 +222,8 @@ func (b *Bridge) serveHTTP(c *components) error {
 	cfg, log, now := b.cfg, b.log, b.deps.Now
 	// Without a token the admin handler answers every /api/v1/ request with
 	// 404 and a JSON error saying the admin API is disabled.
-	replayer := &admin.Replayer{Conn: c.consumeConn.Wait, ErrorQueue: cfg.ErrorQueue, Store: c.store, Now: now,
+	replayer := &admin.Replayer{Conn: b.dialReplay, Release: func(c *amqp.Connection) { _ = c.Close() },
+		ErrorQueue: cfg.ErrorQueue, Store: c.store, Now: now,
 		TimeoutsQueue: wire.TimeoutsQueue(cfg.Endpoint), Rules: c.rules}
 	adm := admin.New(admin.Options{Store: c.store, Token: cfg.AdminToken, Now: now, Wake: c.poller.Wake,
 		Replay: replayer.Replay, Logger: log.With().Str("component", "admin").Logger()})
@@ -265,4 +266,22 @@ func (b *Bridge) readiness(c *components) error {
 		return fmt.Errorf("store: %w", err)
 	}
 	return nil
+}
+
+// dialReplay connects for one replay pass, trying each broker in turn. The
+// pass reads the error queue, where any endpoint's copies land; one the AMQP
+// client cannot read drops this connection only (docs/contract.md §4.5).
+func (b *Bridge) dialReplay(ctx context.Context) (*amqp.Connection, error) {
+	var errs []error
+	for _, u := range b.cfg.AMQPURLs() {
+		if ctx.Err() != nil {
+			break
+		}
+		conn, err := broker.Dial(u, "delaybridge replay "+b.owner, amqp.Config{TLSClientConfig: b.deps.TLS})
+		if err == nil {
+			return conn, nil
+		}
+		errs = append(errs, err)
+	}
+	return nil, errors.Join(append(errs, ctx.Err())...)
 }

@@ -188,3 +188,36 @@ func TestUnreadableMessageOnTheDispatcherQueue(t *testing.T) {
 	}
 	b.Stop()
 }
+
+// A replay pass reads the error queue, where any endpoint's copies land. One
+// the AMQP client cannot read drops the pass's own connection only: no
+// connection of the bridge is lost and forwarding goes on.
+func TestReplayMeetsAnUnreadableCopy(t *testing.T) {
+	t.Parallel()
+	b := startBridge(t, map[string]string{"DELAYBRIDGE_ADMIN_TOKEN": adminToken})
+	conn := dial(t)
+	dest := b.Endpoint + ".dst"
+	c := declareAndConsume(t, conn, dest)
+	pub := newPublisher(t, conn)
+	many := amqp.Table{}
+	for i := range 8193 {
+		many[fmt.Sprintf("h%05d", i)] = nil
+	}
+	pub.Publish(b.ErrorQ, amqp.Publishing{MessageId: "poison-copy", Body: []byte("x"), Headers: many})
+
+	if code, _, _ := runCLI(t, b, true, "replay-errors"); code == 0 {
+		t.Error("a replay pass that met an unreadable copy reported success")
+	}
+	due := time.Now().Add(500 * time.Millisecond)
+	pub.Publish(b.TimeoutsQueue(), amqp.Publishing{MessageId: "after", Body: []byte("after"), Headers: amqp.Table{
+		"x-destination": dest, "x-due-at": due.UTC().Format(time.RFC3339Nano)}})
+	if got := c.WaitFor(1, 20*time.Second); got[0].MessageId != "after" || got[0].At.Before(due) {
+		t.Errorf("delivered %q at %s, want \"after\" not before %s", got[0].MessageId, got[0].At, due)
+	}
+	for _, l := range bridgeLogLines(b.Stderr()) {
+		if l.Message == "broker connection lost; reconnecting" {
+			t.Errorf("the bridge lost a connection: %v", l.Fields["connection"])
+		}
+	}
+	b.Stop()
+}
