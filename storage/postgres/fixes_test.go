@@ -391,3 +391,48 @@ func TestLeaseRepeatedAfterLostAnswerLeavesNoOrphans(t *testing.T) {
 		}
 	}
 }
+
+// A cancel that finds nothing takes the cancel lock exclusively, and new
+// inserts of every instance queue behind its request: while a long insert
+// holds the lock shared, the cancel gives up (lock_timeout, retried a few
+// times) instead of stalling intake until its call timeout; the caller
+// retries it later.
+func TestCancelDoesNotStallInsertsBehindALongInsert(t *testing.T) {
+	s := openSchema(t, pgtest.Schema(t), nil)
+	long, err := s.pool.Begin(ctx) // stands for an insert of large messages in progress
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = long.Rollback(ctx) }()
+	if _, err := long.Exec(ctx, `SELECT pg_advisory_xact_lock_shared($1)`, s.cancelKey); err != nil {
+		t.Fatal(err)
+	}
+	cancelled := make(chan error, 1)
+	go func() { cancelled <- s.Cancel(ctx, "not-stored-yet") }()
+	time.Sleep(50 * time.Millisecond) // the cancel's request is queued
+	inserted := make(chan error, 1)
+	go func() {
+		_, err := s.Insert(ctx, []storage.Timeout{newTimeout("meanwhile", time.Now().Add(time.Hour))})
+		inserted <- err
+	}()
+	// Both return while the long insert still holds its lock: neither waits
+	// for it (before the fix, both waited for it, or for the call timeout).
+	for _, c := range []struct {
+		what string
+		ch   chan error
+		ok   bool
+	}{{"Insert", inserted, true}, {"Cancel", cancelled, false}} {
+		select {
+		case err := <-c.ch:
+			if (err == nil) != c.ok {
+				t.Errorf("%s: %v", c.what, err)
+			}
+		case <-time.After(8 * time.Second):
+			t.Fatalf("%s waited for the long insert", c.what)
+		}
+	}
+	_ = long.Rollback(ctx)
+	if err := s.Cancel(ctx, "not-stored-yet"); !errors.Is(err, storage.ErrNotFound) {
+		t.Fatalf("Cancel once the lock is free: %v, want ErrNotFound (and a tombstone)", err)
+	}
+}

@@ -241,6 +241,9 @@ func (s *Store) Close() error {
 	}
 }
 
+// cancelLockWait bounds a cancel's wait for the exclusive cancel lock.
+const cancelLockWait = "250ms"
+
 // closeWait bounds Close.
 const closeWait = 3 * time.Second
 
@@ -348,6 +351,8 @@ func retryable(err error) bool {
 	if errors.As(err, &pgErr) {
 		switch {
 		case pgErr.Code == "40P01", pgErr.Code == "40001": // deadlock, serialization
+			return true
+		case pgErr.Code == "55P03": // lock_not_available: a cancel's lock_timeout
 			return true
 		case strings.HasPrefix(pgErr.Code, "08"): // connection exception
 			return true
@@ -1065,6 +1070,13 @@ func (s *Store) Cancel(ctx context.Context, id string) error {
 			return err
 		}
 		defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+		// While this exclusive request waits for a long insert (a batch of
+		// large messages), every new insert of every instance queues behind
+		// it: give up soon and try again (lock_not_available is retried)
+		// rather than stall intake.
+		if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout = '`+cancelLockWait+`'`); err != nil {
+			return err
+		}
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, s.cancelKey); err != nil {
 			return err
 		}
