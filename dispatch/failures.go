@@ -40,8 +40,14 @@ type refusal struct {
 	probeSent time.Time
 }
 
-// maxRefusals bounds the map; beyond it, long-settled entries are dropped.
+// maxRefusals bounds the map of refusing destinations, and the failure
+// log's summaries; beyond it, long-settled entries are dropped, and then new
+// destinations are not tracked (refusals) or share one summary (log).
 const maxRefusals = 1024
+
+// otherDestinations is the summary of the failures to destinations past
+// maxRefusals.
+const otherDestinations = "(other destinations)"
 
 func newDestinations(interval, probeTimeout time.Duration, lastTry func(item) bool) *destinations {
 	return &destinations{interval: interval, probeTimeout: probeTimeout, lastTry: lastTry, m: map[string]*refusal{}}
@@ -103,8 +109,14 @@ func (s *destinations) record(dest string, err error, now time.Time, probe bool)
 		if known && now.Before(r.at) {
 			return // older news than what is known: another worker's probe answered since
 		}
-		if len(s.m) >= maxRefusals {
+		if len(s.m) >= maxRefusals && !known {
 			s.prune(now)
+			if len(s.m) >= maxRefusals {
+				// More destinations refusing at once than the map keeps
+				// (hostile, or a mass outage): this one is published as
+				// before, each failure still counted.
+				return
+			}
 		}
 		s.m[dest] = &refusal{cause: err.Error(), at: now, probeAt: now.Add(s.interval)}
 	case known && probe:
@@ -167,6 +179,12 @@ func (l *failureLog) note(dest, id, reason string, attempts int, retryAt, now ti
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	s := l.dests[dest]
+	if s == nil && len(l.dests) >= maxRefusals {
+		// Past that many failing destinations at once, the rest share one
+		// summary: the log stays bounded whatever the number of queues.
+		dest = otherDestinations
+		s = l.dests[dest]
+	}
 	if s != nil && now.Sub(s.since) >= l.interval {
 		l.flushOne(dest, s, now)
 		s = l.dests[dest]

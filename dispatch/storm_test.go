@@ -590,3 +590,33 @@ func TestFailureWarningsAreSummarised(t *testing.T) {
 		t.Fatalf("after a quiet interval: %v", lines[len(lines)-1])
 	}
 }
+
+// Thousands of distinct failing destinations at once (hostile, or a mass
+// outage) keep both the refusal map and the log bounded.
+func TestManyFailingDestinationsStayBounded(t *testing.T) {
+	logs := &logBuffer{}
+	l := newFailureLog(10*time.Second, zerolog.New(logs))
+	s := newDestinations(time.Second, time.Minute, func(item) bool { return false })
+	returned := fmt.Errorf("%w: 312 NO_ROUTE", broker.ErrReturned)
+	for i := range 5 * maxRefusals {
+		dest := fmt.Sprint("q", i)
+		s.record(dest, returned, t0, false)
+		l.note(dest, "m", "returned", 1, t0, t0)
+	}
+	if n := len(s.m); n > maxRefusals {
+		t.Errorf("%d refusing destinations kept, want at most %d", n, maxRefusals)
+	}
+	if n := len(logs.lines("warn")); n > maxRefusals+1 {
+		t.Errorf("%d warnings for %d destinations, want at most %d", n, 5*maxRefusals, maxRefusals+1)
+	}
+	l.flush(t0.Add(10*time.Second), false)
+	var other map[string]any
+	for _, line := range logs.lines("warn") {
+		if line["destination"] == otherDestinations && line["failures"] != nil {
+			other = line
+		}
+	}
+	if other == nil || other["failures"] != float64(4*maxRefusals-1) {
+		t.Errorf("summary of the other destinations: %v", other)
+	}
+}
