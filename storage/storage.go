@@ -58,7 +58,12 @@ const DefaultCancelWindow = 10 * time.Minute
 
 // ListFilter selects pending timeouts for List.
 type ListFilter struct {
-	Destination string    // exact queue name; empty: all
+	// Destination and Exchange select rows by where they go, exactly:
+	// Exchange "" and Destination "" select all rows; Exchange "" and a
+	// Destination, the rows for that queue; an Exchange, the rows for that
+	// exchange, and with a Destination only those with that routing key.
+	Destination string
+	Exchange    string
 	DueFrom     time.Time // inclusive; zero: unbounded
 	DueTo       time.Time // exclusive; zero: unbounded
 	After       string    // cursor from the previous page; empty: from the start
@@ -68,8 +73,12 @@ type ListFilter struct {
 // Timeout is one pending message. Message is opaque to the store: the encoded
 // body, AMQP properties and headers (see package message).
 type Timeout struct {
-	ID          string
+	ID string
+	// Destination is the queue the message goes to, or, when Exchange is
+	// set, the routing key it is published with to that exchange
+	// (docs/contract.md §2.2).
 	Destination string
+	Exchange    string
 	DueAt       time.Time
 	ReceivedAt  time.Time
 	Message     []byte
