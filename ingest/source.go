@@ -59,8 +59,11 @@ type Intake struct {
 	// OpSchedule. An empty ID has the bridge assign one, which it also
 	// sets as Msg's message-id. Msg is the message exactly as it is to be
 	// forwarded (the parser drops its protocol's delay headers).
+	// Destination is the queue, or with Exchange set, the routing key to
+	// publish with to that exchange (as storage.Timeout).
 	ID          string
 	Destination string
+	Exchange    string
 	DueAt       time.Time
 	Msg         amqp.Publishing
 

@@ -22,6 +22,11 @@ func DispatcherQueue(endpoint string) string { return endpoint + ".TimeoutsDispa
 const (
 	// HeaderDestination names the queue to deliver to.
 	HeaderDestination = "x-destination"
+	// HeaderDestinationExchange names an exchange to deliver to, instead
+	// of a queue; HeaderDestinationRoutingKey is the routing key to publish
+	// with (default empty).
+	HeaderDestinationExchange   = "x-destination-exchange"
+	HeaderDestinationRoutingKey = "x-destination-routing-key"
 	// HeaderNSBDestination is the NServiceBus timeout manager's destination.
 	HeaderNSBDestination = "NServiceBus.Timeout.RouteExpiredTimeoutTo"
 	// HeaderDueAt is the due time, RFC 3339 (or an AMQP timestamp).
