@@ -52,6 +52,8 @@ type Topology struct {
 	Endpoint   string
 	ErrorQueue string
 	QueueType  string // classic or quorum
+	// DelayedExchanges are declared by DeclareDelayed.
+	DelayedExchanges []DelayedExchange
 }
 
 // TimeoutsQueue is where clients publish messages to delay.
