@@ -50,7 +50,8 @@ type components struct {
 // nothing open.
 func (b *Bridge) build(ctx context.Context) (_ *components, err error) {
 	cfg, log, now, met := b.cfg, b.log, b.deps.Now, b.deps.Metrics
-	topo := broker.Topology{Endpoint: cfg.Endpoint, ErrorQueue: cfg.ErrorQueue, QueueType: cfg.QueueType}
+	topo := broker.Topology{Endpoint: cfg.Endpoint, ErrorQueue: cfg.ErrorQueue, QueueType: cfg.QueueType,
+		DelayedExchanges: cfg.DelayedExchangeList()}
 	allowed, err := ingest.CompileGlobs(cfg.AllowedDestinations)
 	if err != nil {
 		return nil, fmt.Errorf("DELAYBRIDGE_ALLOWED_DESTINATIONS: %w", err)
@@ -102,7 +103,7 @@ func (b *Bridge) build(ctx context.Context) (_ *components, err error) {
 	c.reaper = &poller.Reaper{Store: c.store, Interval: cfg.LockLeaseDuration / 4,
 		Logger: log.With().Str("component", "reaper").Logger()}
 	c.ingester = ingest.New(c.ingestConn, func(ctx context.Context) (ingest.Publisher, error) { return ingestPub(ctx) }, c.store, ingest.Options{
-		Sources:    []ingest.Source{ingest.TimeoutsSource(topo.TimeoutsQueue())},
+		Sources:    []ingest.Source{ingest.TimeoutsSource(topo.TimeoutsQueue(), topo.DelayedExchanges...)},
 		ErrorQueue: cfg.ErrorQueue, Prefetch: cfg.Prefetch, MaxBatch: min(cfg.Prefetch, 500), Wake: c.poller.Wake, Now: now,
 		Rules:        c.rules,
 		StoreBreaker: b.breaker(c, "store", cfg.TimeToTriggerStoreCircuitBreaker),
@@ -149,8 +150,12 @@ func (b *Bridge) connect(c *components, topo broker.Topology) error {
 		if err != nil {
 			return fmt.Errorf("open channel: %w", err)
 		}
-		defer ch.Close()
-		return topo.Declare(ch)
+		err = topo.Declare(ch)
+		_ = ch.Close()
+		if err != nil {
+			return err
+		}
+		return topo.DeclareDelayed(conn)
 	}
 	// Consumers whose connection died on a message the client cannot read
 	// move it to the error queue with this (docs/contract.md §4.5).
