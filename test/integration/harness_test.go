@@ -488,27 +488,38 @@ func (p *publisher) Publish(queue string, msg amqp.Publishing) {
 // PublishAll sends msgs to queue and waits for every confirm.
 func (p *publisher) PublishAll(queue string, msgs []amqp.Publishing) {
 	p.t.Helper()
+	p.PublishTo("", queue, msgs...)
+}
+
+// PublishTo sends msgs to exchange with routing key key and waits for every
+// confirm.
+func (p *publisher) PublishTo(exchange, key string, msgs ...amqp.Publishing) {
+	p.t.Helper()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
+	to := fmt.Sprintf("%q", key)
+	if exchange != "" {
+		to = fmt.Sprintf("exchange %q with key %q", exchange, key)
+	}
 	dcs := make([]*amqp.DeferredConfirmation, len(msgs))
 	for i, m := range msgs {
-		dc, err := p.ch.PublishWithDeferredConfirmWithContext(ctx, "", queue, true, false, m)
+		dc, err := p.ch.PublishWithDeferredConfirmWithContext(ctx, exchange, key, true, false, m)
 		if err != nil {
-			p.t.Fatalf("publish %d to %q: %v", i, queue, err)
+			p.t.Fatalf("publish %d to %s: %v", i, to, err)
 		}
 		dcs[i] = dc
 	}
 	for i, dc := range dcs {
 		ok, err := dc.WaitContext(ctx)
 		if err != nil || !ok {
-			p.t.Fatalf("publish %d to %q not confirmed (acked=%v, err=%v)", i, queue, ok, err)
+			p.t.Fatalf("publish %d to %s not confirmed (acked=%v, err=%v)", i, to, ok, err)
 		}
 	}
 	select {
 	case r := <-p.returns:
-		p.t.Fatalf("publish to %q returned by the broker: %d %s", queue, r.ReplyCode, r.ReplyText)
+		p.t.Fatalf("publish to %s returned by the broker: %d %s", to, r.ReplyCode, r.ReplyText)
 	default:
 	}
 }
