@@ -11,6 +11,8 @@ import (
 	"fmt"
 	"math"
 	"time"
+
+	"github.com/delaybridge/delaybridge/wire"
 )
 
 var (
@@ -92,6 +94,11 @@ type Timeout struct {
 	LockExpiresAt time.Time
 	// NotBefore, when set, holds the row back after a release for retry.
 	NotBefore time.Time
+}
+
+// Dest is where t goes.
+func (t *Timeout) Dest() wire.Destination {
+	return wire.Destination{Exchange: t.Exchange, Key: t.Destination}
 }
 
 // Lease names a timeout handed to one caller of Store.Lease.
