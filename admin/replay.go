@@ -165,7 +165,7 @@ func (rp *Replayer) rebuild(d *amqp.Delivery, now time.Time) (storage.Timeout, s
 	default:
 		return storage.Timeout{}, fmt.Sprintf("no %s header of a delaybridge dispatch failure", wire.HeaderStage)
 	}
-	dest, err := ingest.ParseDestination(d.Headers)
+	dest, err := forwardedTo(d.Headers)
 	if err != nil {
 		return storage.Timeout{}, err.Error()
 	}
@@ -196,7 +196,23 @@ func (rp *Replayer) rebuild(d *amqp.Delivery, now time.Time) (storage.Timeout, s
 	if err != nil {
 		return storage.Timeout{}, "headers cannot be stored: " + err.Error()
 	}
-	return storage.Timeout{ID: id, Destination: dest, DueAt: now, ReceivedAt: now, Message: enc}, ""
+	return storage.Timeout{ID: id, Destination: dest.Key, Exchange: dest.Exchange, DueAt: now, ReceivedAt: now, Message: enc}, ""
+}
+
+// forwardedTo reads where a dispatch failure's forward went: the copy's
+// x-delaybridge-exchange and -routing-key headers, or, on copies from
+// before those headers, the destination headers as ingest reads them.
+// Either way the destination passes the checks ingest applies.
+func forwardedTo(h amqp.Table) (wire.Destination, error) {
+	k, ok := h[wire.HeaderForwardRoutingKey]
+	if !ok {
+		return ingest.ParseDestination(h)
+	}
+	d := wire.Destination{Exchange: headerText(h[wire.HeaderForwardExchange]), Key: headerText(k)}
+	if err := d.Validate("header " + wire.HeaderForwardRoutingKey + "'s destination"); err != nil {
+		return wire.Destination{}, err
+	}
+	return d, nil
 }
 
 // quoteClip quotes a header value of any type for a reason, kept short.

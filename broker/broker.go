@@ -76,8 +76,12 @@ func (t Topology) Declare(ch *amqp.Channel) error {
 // Outcomes of one publish. ErrReturned and ErrNacked are about the message
 // (retrying it may not help); ErrNotConfirmed is about the connection.
 var (
-	ErrReturned     = errors.New("returned by the broker as unroutable")
-	ErrNacked       = errors.New("rejected by the broker (nack)")
+	ErrReturned = errors.New("returned by the broker as unroutable")
+	ErrNacked   = errors.New("rejected by the broker (nack)")
+	// ErrNoExchange means the message was not published because its
+	// exchange does not exist (publishing to it would close the channel
+	// under every other publish in flight).
+	ErrNoExchange   = errors.New("exchange does not exist")
 	ErrNotConfirmed = errors.New("not confirmed: channel or connection failed")
 )
 
@@ -104,11 +108,15 @@ type Outgoing struct {
 // serialized: returns are matched to publishes by order, which is only sound
 // while one batch at a time is in flight on the channel.
 type Publisher struct {
-	ch       *amqp.Channel
-	returns  chan amqp.Return
-	closed   chan *amqp.Error
-	maxBatch int
-	frameMax int // the connection's negotiated frame_max; ≤ 0: none
+	conn *amqp.Connection
+	ch   *amqp.Channel
+	// exchanges holds when each exchange published to was last seen to
+	// exist (see checkExchange).
+	exchanges map[string]time.Time
+	returns   chan amqp.Return
+	closed    chan *amqp.Error
+	maxBatch  int
+	frameMax  int // the connection's negotiated frame_max; ≤ 0: none
 }
 
 // NewPublisher opens a channel in confirm mode. maxBatch caps the publishes
@@ -127,6 +135,7 @@ func NewPublisher(conn *amqp.Connection, maxBatch int) (*Publisher, error) {
 		maxBatch = 1
 	}
 	p := &Publisher{
+		conn:     conn,
 		ch:       ch,
 		returns:  ch.NotifyReturn(make(chan amqp.Return, maxBatch)),
 		closed:   ch.NotifyClose(make(chan *amqp.Error, 1)),
@@ -179,6 +188,10 @@ func (p *Publisher) publishWindow(ctx context.Context, msgs []Outgoing, results 
 			results[i] = err
 			continue
 		}
+		if err := p.checkExchange(m.Exchange); err != nil {
+			results[i] = err
+			continue
+		}
 		track.publishing(i)
 		dc, err := p.ch.PublishWithDeferredConfirmWithContext(ctx, m.Exchange, m.RoutingKey, m.Mandatory, false, m.Msg)
 		if err != nil {
@@ -219,6 +232,44 @@ func (p *Publisher) publishWindow(ctx context.Context, msgs []Outgoing, results 
 			return
 		}
 	}
+}
+
+// exchangeCheckTTL is how long an exchange seen to exist is published to
+// without checking again. An exchange deleted meanwhile closes the channel
+// once (its forwards are released uncounted), and the next publisher checks.
+const exchangeCheckTTL = 10 * time.Second
+
+// checkExchange returns an error wrapping ErrNoExchange when x is not the
+// default exchange and does not exist, and ErrNotConfirmed when it cannot
+// tell. A publish to a missing exchange is a channel error, which would fail
+// every publish in flight with it; a passive declare on a channel of its
+// own costs that channel only.
+func (p *Publisher) checkExchange(x string) error {
+	if x == "" || p.conn == nil {
+		return nil
+	}
+	if at, ok := p.exchanges[x]; ok && time.Since(at) < exchangeCheckTTL {
+		return nil
+	}
+	ch, err := p.conn.Channel()
+	if err != nil {
+		return fmt.Errorf("%w: open a channel to check exchange %q: %w", ErrNotConfirmed, x, err)
+	}
+	err = ch.ExchangeDeclarePassive(x, "", false, false, false, false, nil)
+	var ae *amqp.Error
+	switch {
+	case err == nil:
+		_ = ch.Close()
+		if p.exchanges == nil {
+			p.exchanges = map[string]time.Time{}
+		}
+		p.exchanges[x] = time.Now()
+		return nil
+	case errors.As(err, &ae) && ae.Code == amqp.NotFound:
+		return fmt.Errorf("%w: %q", ErrNoExchange, x)
+	}
+	_ = ch.Close()
+	return fmt.Errorf("%w: check exchange %q: %w", ErrNotConfirmed, x, err)
 }
 
 // confirmTracker calls the Confirmed callbacks of one window. A nil tracker

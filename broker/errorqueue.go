@@ -19,6 +19,10 @@ type ErrorFacts struct {
 	Attempts int    // dispatch failures so far
 	FailedAt time.Time
 	FailedQ  string // the queue the message came from: E.Timeouts
+	// Forward, set at the dispatch stage, is where the failed forward
+	// went: replay sends the copy there again, whatever headers or
+	// intake source named it.
+	Forward *wire.Destination
 }
 
 // ErrorCopy returns the message to put on the error queue: the same body,
@@ -38,6 +42,10 @@ func ErrorCopy(p amqp.Publishing, f ErrorFacts) amqp.Publishing {
 	h[wire.HeaderAttempts] = int32(f.Attempts)
 	h[wire.HeaderNSBException] = reason
 	h[wire.HeaderNSBFailedQ] = f.FailedQ
+	if f.Forward != nil {
+		h[wire.HeaderForwardExchange] = f.Forward.Exchange
+		h[wire.HeaderForwardRoutingKey] = f.Forward.Key
+	}
 	p.Headers = h
 	p.UserId = ""
 	return p

@@ -80,7 +80,7 @@ type Options struct {
 	NumberOfRetries int
 	// Allowed is checked again at dispatch: the operator may have narrowed
 	// it since the message was stored. Nil allows all.
-	Allowed interface{ Match(string) bool }
+	Allowed interface{ Allows(wire.Destination) bool }
 	// Exclusive consumes the dispatcher queue exclusively (a bbolt store
 	// serves one instance); another instance's consumer makes Run fail with
 	// ErrAnotherInstance.
@@ -404,7 +404,7 @@ func (d *Dispatcher) handle(ctx context.Context, del *amqp.Delivery, pub Publish
 	if len(held) > 0 {
 		var again []item
 		for _, it := range held {
-			switch reason, refused := d.dests.refused(it.row.Destination, d.opts.Now()); {
+			switch reason, refused := d.dests.refused(it.row.Dest(), d.opts.Now()); {
 			case r.brokerErr != nil:
 				d.release(ctx, it, time.Time{}) // the probe's answer was lost with the connection
 			case refused:
@@ -475,7 +475,7 @@ func (d *Dispatcher) forward(wctx, ctx context.Context, pub Publisher, items []i
 	confirmedAt := make([]time.Time, len(items))
 	_, unmeasured := d.opts.Metrics.(noMetrics)
 	for i, it := range items {
-		out[i] = broker.Outgoing{RoutingKey: it.row.Destination, Mandatory: true, Msg: it.msg,
+		out[i] = broker.Outgoing{Exchange: it.row.Exchange, RoutingKey: it.row.Destination, Mandatory: true, Msg: it.msg,
 			NotBefore: latest(it.row.DueAt, it.row.NotBefore)} // a retry waits out its hold too
 		if !unmeasured {
 			out[i].Confirmed = func(latency time.Duration) {
@@ -494,7 +494,7 @@ func (d *Dispatcher) forward(wctx, ctx context.Context, pub Publisher, items []i
 	// Learnt before any failure is handled: that takes store commits, and
 	// other workers must know the destination refuses meanwhile.
 	for i, it := range items {
-		d.dests.record(it.row.Destination, results[i], returnedAt, it.probe)
+		d.dests.record(it.row.Dest(), results[i], returnedAt, it.probe)
 	}
 	for i, it := range items {
 		err := results[i]
@@ -599,8 +599,8 @@ func (d *Dispatcher) load(ctx context.Context, pub Publisher, tok wire.Token, ro
 		return it, false
 	}
 	it.msg = msg
-	if d.opts.Allowed != nil && !d.opts.Allowed.Match(row.Destination) {
-		d.moveToErrorQueue(ctx, pub, it, fmt.Sprintf("destination %q is not allowed by DELAYBRIDGE_ALLOWED_DESTINATIONS", row.Destination))
+	if d.opts.Allowed != nil && !d.opts.Allowed.Allows(row.Dest()) {
+		d.moveToErrorQueue(ctx, pub, it, fmt.Sprintf("destination %s is not allowed by DELAYBRIDGE_ALLOWED_DESTINATIONS", row.Dest().Quoted()))
 		return it, false
 	}
 	return it, true
@@ -644,7 +644,7 @@ func (d *Dispatcher) fail(ctx context.Context, pub Publisher, it item, reason st
 	if attempts <= d.opts.NumberOfRetries {
 		now := d.opts.Now()
 		retryAt := now.Add(d.opts.RetryBackoff(attempts))
-		d.failures.note(it.row.Destination, it.tok.ID, reason, attempts, retryAt, now)
+		d.failures.note(it.row.Dest().String(), it.tok.ID, reason, attempts, retryAt, now)
 		if err := d.release(ctx, it, retryAt); storeFault(err) {
 			// Counted already; it comes back when its lease expires.
 			d.recovery.failure(fmt.Errorf("release a failed message for retry: %w", err))
@@ -652,13 +652,16 @@ func (d *Dispatcher) fail(ctx context.Context, pub Publisher, it item, reason st
 		return
 	}
 	it.row.Attempts = attempts
-	d.moveToErrorQueue(ctx, pub, it, fmt.Sprintf("dispatch to %q failed %d times: %s", it.row.Destination, attempts, reason))
+	d.moveToErrorQueue(ctx, pub, it, fmt.Sprintf("dispatch to %s failed %d times: %s", it.row.Dest().Quoted(), attempts, reason))
 }
 
 func (d *Dispatcher) moveToErrorQueue(ctx context.Context, pub Publisher, it item, reason string) {
 	facts := broker.ErrorFacts{
 		Reason: reason, Stage: wire.StageDispatch, Attempts: it.row.Attempts,
 		FailedAt: d.opts.Now(), FailedQ: d.opts.TimeoutsQueue,
+	}
+	if dest := it.row.Dest(); dest.Key != "" || !dest.IsQueue() {
+		facts.Forward = &dest // a corrupt row may not know its destination
 	}
 	copyMsg := broker.ErrorCopy(it.msg, facts)
 	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -683,7 +686,7 @@ func (d *Dispatcher) moveToErrorQueue(ctx context.Context, pub Publisher, it ite
 		d.release(ctx, it, d.opts.Now().Add(d.opts.RetryBackoff(it.row.Attempts)))
 		return
 	}
-	d.log.Error().Str("id", it.tok.ID).Str("destination", it.row.Destination).Str("reason", facts.Reason).
+	d.log.Error().Str("id", it.tok.ID).Stringer("destination", it.row.Dest()).Str("reason", facts.Reason).
 		Str("error_queue", d.opts.ErrorQueue).Msg("message moved to the error queue")
 	d.opts.Metrics.ErrorQueued(wire.StageDispatch, 1)
 	n, err := d.remove(ctx, []storage.Ref{{ID: it.tok.ID, Lock: it.tok.Lock}}, it.row.LockExpiresAt)

@@ -382,7 +382,7 @@ func TestDefaultBackoff(t *testing.T) {
 
 type matchFunc func(string) bool
 
-func (m matchFunc) Match(s string) bool { return m(s) }
+func (m matchFunc) Allows(d wire.Destination) bool { return m(d.AllowName()) }
 
 func TestNearlyExpiredLeaseIsReleasedNotForwarded(t *testing.T) {
 	f := newFixture(t, 3)

@@ -9,6 +9,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/delaybridge/delaybridge/broker"
+	"github.com/delaybridge/delaybridge/wire"
 )
 
 // destinations remembers which destinations the broker refused lately
@@ -28,7 +29,7 @@ type destinations struct {
 	probeTimeout time.Duration
 
 	mu sync.Mutex
-	m  map[string]*refusal
+	m  map[wire.Destination]*refusal
 }
 
 // refusal is a destination's last refusal and its probe.
@@ -50,7 +51,7 @@ const maxRefusals = 1024
 const otherDestinations = "(other destinations)"
 
 func newDestinations(interval, probeTimeout time.Duration, lastTry func(item) bool) *destinations {
-	return &destinations{interval: interval, probeTimeout: probeTimeout, lastTry: lastTry, m: map[string]*refusal{}}
+	return &destinations{interval: interval, probeTimeout: probeTimeout, lastTry: lastTry, m: map[wire.Destination]*refusal{}}
 }
 
 // blockedItem is a forward not published because its destination refused
@@ -68,9 +69,9 @@ type blockedItem struct {
 func (s *destinations) plan(items []item, now time.Time) (send, held []item, blocked []blockedItem) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var probing map[string]bool // destinations probed in this window
+	var probing map[wire.Destination]bool // destinations probed in this window
 	for _, it := range items {
-		dest := it.row.Destination
+		dest := it.row.Dest()
 		// Judged at the time it would go out: the poller hands forwards
 		// over a little early, and a retry held until just after the probe
 		// interval must probe, not fail without a publish.
@@ -86,7 +87,7 @@ func (s *destinations) plan(items []item, now time.Time) (send, held []item, blo
 		default:
 			r.probing, r.probeSent = true, now
 			if probing == nil {
-				probing = map[string]bool{}
+				probing = map[wire.Destination]bool{}
 			}
 			probing[dest] = true
 			it.probe = true
@@ -98,14 +99,14 @@ func (s *destinations) plan(items []item, now time.Time) (send, held []item, blo
 
 // record learns from the outcome of one published forward to dest,
 // answered at now; probe says whether it was the destination's probe.
-func (s *destinations) record(dest string, err error, now time.Time, probe bool) {
+func (s *destinations) record(dest wire.Destination, err error, now time.Time, probe bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r, known := s.m[dest]
 	switch {
 	case err == nil:
 		delete(s.m, dest) // it takes messages (again)
-	case errors.Is(err, broker.ErrReturned), errors.Is(err, broker.ErrNacked):
+	case errors.Is(err, broker.ErrReturned), errors.Is(err, broker.ErrNacked), errors.Is(err, broker.ErrNoExchange):
 		if known && now.Before(r.at) {
 			return // older news than what is known: another worker's probe answered since
 		}
@@ -127,7 +128,7 @@ func (s *destinations) record(dest string, err error, now time.Time, probe bool)
 }
 
 // refused returns why dest is refusing, if it refused within the interval.
-func (s *destinations) refused(dest string, now time.Time) (string, bool) {
+func (s *destinations) refused(dest wire.Destination, now time.Time) (string, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if r, ok := s.m[dest]; ok && now.Before(r.probeAt) {
@@ -144,9 +145,9 @@ func (s *destinations) prune(now time.Time) {
 	}
 }
 
-func (r *refusal) reason(dest string, now time.Time, interval time.Duration) string {
-	return fmt.Sprintf("%s (not published: a forward to %q was refused %s ago; one forward every %s probes it until it takes one)",
-		r.cause, dest, now.Sub(r.at).Round(time.Millisecond), interval)
+func (r *refusal) reason(dest wire.Destination, now time.Time, interval time.Duration) string {
+	return fmt.Sprintf("%s (not published: a forward to %s was refused %s ago; one forward every %s probes it until it takes one)",
+		r.cause, dest.Quoted(), now.Sub(r.at).Round(time.Millisecond), interval)
 }
 
 // failureLog aggregates the warnings of retried dispatch failures: the

@@ -285,7 +285,7 @@ func TestRefusalIsKnownBeforeFailuresAreHandled(t *testing.T) {
 	f := newFixture(t, 5)
 	var unknownDuringHandling int
 	f.rebuild(incrementHook{Store: f.store, before: func() {
-		if _, refused := f.d.dests.refused("nowhere", f.clock.Now()); !refused {
+		if _, refused := f.d.dests.refused(wire.Queue("nowhere"), f.clock.Now()); !refused {
 			unknownDuringHandling++
 		}
 	}}, Options{NumberOfRetries: 5, Logger: zerolog.Nop()})
@@ -300,9 +300,9 @@ func TestRefusalIsKnownBeforeFailuresAreHandled(t *testing.T) {
 
 	s := newDestinations(time.Second, time.Minute, func(item) bool { return false })
 	returned := fmt.Errorf("%w: 312 NO_ROUTE", broker.ErrReturned)
-	s.record("q", returned, t0.Add(2*time.Second), true)
-	s.record("q", returned, t0.Add(time.Second), false) // a slower worker's older answer
-	if _, refused := s.refused("q", t0.Add(2500*time.Millisecond)); !refused {
+	s.record(wire.Queue("q"), returned, t0.Add(2*time.Second), true)
+	s.record(wire.Queue("q"), returned, t0.Add(time.Second), false) // a slower worker's older answer
+	if _, refused := s.refused(wire.Queue("q"), t0.Add(2500*time.Millisecond)); !refused {
 		t.Fatal("an older answer moved the refusal back")
 	}
 }
@@ -600,7 +600,7 @@ func TestManyFailingDestinationsStayBounded(t *testing.T) {
 	returned := fmt.Errorf("%w: 312 NO_ROUTE", broker.ErrReturned)
 	for i := range 5 * maxRefusals {
 		dest := fmt.Sprint("q", i)
-		s.record(dest, returned, t0, false)
+		s.record(wire.Queue(dest), returned, t0, false)
 		l.note(dest, "m", "returned", 1, t0, t0)
 	}
 	if n := len(s.m); n > maxRefusals {

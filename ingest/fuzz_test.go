@@ -403,8 +403,9 @@ func fzParse(t *testing.T, what string, d *amqp.Delivery, r time.Time) (Parsed, 
 		return p, err
 	}
 
-	if !fzValidName(p.Destination) {
-		t.Fatalf("%s: accepted destination %.300q (%d bytes)\n%s", what, p.Destination, len(p.Destination), fzShowDelivery(d))
+	if dest := p.Destination; !(dest.IsQueue() && fzValidName(dest.Key)) &&
+		!(!dest.IsQueue() && fzValidName(dest.Exchange) && dest.Exchange != "amq.default" && (dest.Key == "" || fzValidName(dest.Key))) {
+		t.Fatalf("%s: accepted destination %.300q (%d bytes)\n%s", what, dest, len(dest.Key), fzShowDelivery(d))
 	}
 	if p.ID != "" && !fzValidName(p.ID) {
 		t.Fatalf("%s: accepted id %.300q (%d bytes)\n%s", what, p.ID, len(p.ID), fzShowDelivery(d))
@@ -441,13 +442,13 @@ func fzCheckRules(t *testing.T, what string, p Parsed, r time.Time) {
 				t.Fatalf("%s: Check reason is %d bytes or not UTF-8: %.300q", what, len(msg), msg)
 			}
 		}
-		mustFail := size > 10 || !fzRuleGlobs.Match(p.Destination) || p.DueAt.Sub(r) > time.Hour
+		mustFail := size > 10 || !fzRuleGlobs.Allows(p.Destination) || p.DueAt.Sub(r) > time.Hour
 		if mustFail != (err != nil) {
 			t.Fatalf("%s: Check(%+v, %d) = %v", what, p, size, err)
 		}
 	}
-	reserved := Rules{Reserved: []string{p.Destination}}
-	if reserved.Check(p, 0, r) == nil {
+	reserved := Rules{Reserved: []string{p.Destination.Key}}
+	if p.Destination.IsQueue() && reserved.Check(p, 0, r) == nil {
 		t.Fatalf("%s: Check allowed reserved destination %q", what, p.Destination)
 	}
 }
@@ -575,7 +576,7 @@ func FuzzParseHeaderValues(f *testing.F) {
 		for _, name := range []string{wire.HeaderDestination, wire.HeaderNSBDestination} {
 			p, err := fzParse(t, name, &amqp.Delivery{MessageId: "m1", Headers: amqp.Table{name: v, wire.HeaderDueAt: fzDue}}, r)
 			want(name, err, isStr && fzValidName(str))
-			if err == nil && p.Destination != str {
+			if err == nil && p.Destination != wire.Queue(str) {
 				t.Fatalf("%s: destination %q, want %q", name, p.Destination, str)
 			}
 		}
@@ -921,7 +922,7 @@ func FuzzGlobs(f *testing.F) {
 		}
 
 		// Rules.Check allows exactly the names Match allows.
-		p := Parsed{Destination: name, DueAt: fzReceived}
+		p := Parsed{Destination: wire.Queue(name), DueAt: fzReceived}
 		err = Rules{Allowed: g}.Check(p, 0, fzReceived)
 		if (err == nil) != m {
 			t.Fatalf("Check(%q) = %v but Match = %v", name, err, m)

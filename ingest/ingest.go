@@ -246,7 +246,7 @@ func (in *Ingester) classify(src Source, d amqp.Delivery) entry {
 
 // accept checks a message to schedule against the rules and builds its row.
 func (in *Ingester) accept(it *Intake, bodyLen int, now time.Time) (storage.Timeout, error) {
-	if err := in.opts.Rules.Check(Parsed{ID: it.ID, Destination: it.Destination, DueAt: it.DueAt}, bodyLen, now); err != nil {
+	if err := in.opts.Rules.Check(Parsed{ID: it.ID, Destination: it.Dest(), DueAt: it.DueAt}, bodyLen, now); err != nil {
 		return storage.Timeout{}, err
 	}
 	if it.ID == "" {
@@ -257,7 +257,7 @@ func (in *Ingester) accept(it *Intake, bodyLen int, now time.Time) (storage.Time
 	if err != nil {
 		return storage.Timeout{}, fmt.Errorf("headers cannot be stored: %w", err)
 	}
-	return storage.Timeout{ID: it.ID, Destination: it.Destination, DueAt: it.DueAt, ReceivedAt: now, Message: enc}, nil
+	return storage.Timeout{ID: it.ID, Destination: it.Destination, Exchange: it.Exchange, DueAt: it.DueAt, ReceivedAt: now, Message: enc}, nil
 }
 
 // handle decides the outcome of every delivery of a batch, then settles each
@@ -362,7 +362,7 @@ func (in *Ingester) commit(ctx context.Context, batch []entry) (bool, time.Durat
 			in.log.Info().Str("id", r.ID).Msg("not stored: a message with this id is pending, or was cancelled within the cancel window")
 			continue
 		}
-		in.log.Debug().Str("id", r.ID).Str("destination", r.Destination).Time("due_at", r.DueAt).Msg("stored")
+		in.log.Debug().Str("id", r.ID).Stringer("destination", wire.Destination{Exchange: r.Exchange, Key: r.Destination}).Time("due_at", r.DueAt).Msg("stored")
 	}
 	in.opts.Metrics.Ingested(len(rows) - duplicates)
 	in.opts.Metrics.DuplicatesSuppressed(duplicates)

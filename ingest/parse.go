@@ -34,7 +34,7 @@ var (
 // Parsed is what ingest needs to store a message.
 type Parsed struct {
 	ID          string
-	Destination string
+	Destination wire.Destination
 	DueAt       time.Time
 }
 
@@ -74,30 +74,59 @@ func headerString(h amqp.Table, name string) (s string, ok bool, err error) {
 }
 
 // ParseDestination reads the destination headers as Parse does
-// (docs/contract.md §2.2): x-destination wins when present, even if invalid.
-// Replay reads error-queue copies with it, so both apply the same rules.
-func ParseDestination(h amqp.Table) (string, error) { return destination(h) }
+// (docs/contract.md §2.2): a queue (x-destination, which wins when present
+// even if invalid, else NServiceBus.Timeout.RouteExpiredTimeoutTo) or an
+// exchange (x-destination-exchange with x-destination-routing-key), never
+// both. Replay reads error-queue copies with it, so both apply the same rules.
+func ParseDestination(h amqp.Table) (wire.Destination, error) { return destination(h) }
 
 // ParseID reads the id as Parse does (docs/contract.md §2.4): the message-id
 // property, else the NServiceBus.MessageId header. "" with a nil error means
 // the delivery names no id.
 func ParseID(d *amqp.Delivery) (string, error) { return messageID(d) }
 
-func destination(h amqp.Table) (string, error) {
+func destination(h amqp.Table) (wire.Destination, error) {
+	x, isExchange, err := headerString(h, wire.HeaderDestinationExchange)
+	if err != nil {
+		return wire.Destination{}, err
+	}
+	key, hasKey, err := headerString(h, wire.HeaderDestinationRoutingKey)
+	if err != nil {
+		return wire.Destination{}, err
+	}
+	if isExchange {
+		for _, name := range []string{wire.HeaderDestination, wire.HeaderNSBDestination} {
+			if v, ok := h[name]; ok && v != nil {
+				return wire.Destination{}, fmt.Errorf("headers %s and %s both name a destination: set one of them", name, wire.HeaderDestinationExchange)
+			}
+		}
+		d := wire.Destination{Exchange: x, Key: key}
+		if err := wire.ValidateExchange("header "+wire.HeaderDestinationExchange, x); err != nil {
+			return wire.Destination{}, err
+		}
+		if err := wire.ValidateRoutingKey("header "+wire.HeaderDestinationRoutingKey, key); err != nil {
+			return wire.Destination{}, err
+		}
+		return d, nil
+	}
+	if hasKey {
+		return wire.Destination{}, fmt.Errorf("header %s needs %s: a queue destination has no routing key of its own", wire.HeaderDestinationRoutingKey, wire.HeaderDestinationExchange)
+	}
 	for _, name := range []string{wire.HeaderDestination, wire.HeaderNSBDestination} {
 		s, ok, err := headerString(h, name)
 		if err != nil {
-			return "", err
+			return wire.Destination{}, err
 		}
 		if !ok {
 			continue
 		}
 		if err := wire.ValidateDestination("header "+name, s); err != nil {
-			return "", err
+			return wire.Destination{}, err
 		}
-		return s, nil
+		return wire.Queue(s), nil
 	}
-	return "", fmt.Errorf("no destination: set header %s (or %s) to the queue to deliver to", wire.HeaderDestination, wire.HeaderNSBDestination)
+	return wire.Destination{}, fmt.Errorf("no destination: set header %s (or %s) to the queue to deliver to, or %s (and %s) to the exchange",
+		wire.HeaderDestination, wire.HeaderNSBDestination, wire.HeaderDestinationExchange, wire.HeaderDestinationRoutingKey)
 }
 
 func dueAt(h amqp.Table, receivedAt time.Time) (time.Time, error) {

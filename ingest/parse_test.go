@@ -147,7 +147,7 @@ func TestDestinationAndIdentity(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if p.Destination != c.wantDest || p.ID != c.wantID {
+			if p.Destination != wire.Queue(c.wantDest) || p.ID != c.wantID {
 				t.Fatalf("got destination %q id %q, want %q %q", p.Destination, p.ID, c.wantDest, c.wantID)
 			}
 		})
@@ -175,7 +175,7 @@ func TestRules(t *testing.T) {
 	}
 
 	r := Rules{MaxDelay: time.Hour, MaxMessageBytes: 10, Allowed: globs, Reserved: []string{"e.Timeouts"}}
-	ok := Parsed{Destination: "billing", DueAt: received.Add(time.Minute)}
+	ok := Parsed{Destination: wire.Queue("billing"), DueAt: received.Add(time.Minute)}
 	if err := r.Check(ok, 10, received); err != nil {
 		t.Fatalf("valid message refused: %v", err)
 	}
@@ -185,9 +185,9 @@ func TestRules(t *testing.T) {
 		want string
 	}{
 		"too big":     {ok, 11, "MAX_MESSAGE_BYTES"},
-		"not allowed": {Parsed{Destination: "shipping", DueAt: ok.DueAt}, 1, "ALLOWED_DESTINATIONS"},
-		"own queue":   {Parsed{Destination: "e.Timeouts", DueAt: ok.DueAt}, 1, "own queues"},
-		"too far out": {Parsed{Destination: "billing", DueAt: received.Add(time.Hour + time.Nanosecond)}, 1, "MAX_DELAY"},
+		"not allowed": {Parsed{Destination: wire.Queue("shipping"), DueAt: ok.DueAt}, 1, "ALLOWED_DESTINATIONS"},
+		"own queue":   {Parsed{Destination: wire.Queue("e.Timeouts"), DueAt: ok.DueAt}, 1, "own queues"},
+		"too far out": {Parsed{Destination: wire.Queue("billing"), DueAt: received.Add(time.Hour + time.Nanosecond)}, 1, "MAX_DELAY"},
 	} {
 		if err := r.Check(c.p, c.size, received); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: got %v, want an error mentioning %s", name, err, c.want)

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/delaybridge/delaybridge/wire"
 )
 
 // Rules are the operator's limits on what may be scheduled (docs/contract.md §4, §5).
@@ -25,12 +27,12 @@ func (r Rules) Check(p Parsed, bodyLen int, receivedAt time.Time) error {
 		return fmt.Errorf("body is %d bytes, over DELAYBRIDGE_MAX_MESSAGE_BYTES (%d)", bodyLen, r.MaxMessageBytes)
 	}
 	for _, q := range r.Reserved {
-		if p.Destination == q {
-			return fmt.Errorf("destination %q is one of the bridge's own queues", p.Destination)
+		if p.Destination == wire.Queue(q) {
+			return fmt.Errorf("destination %q is one of the bridge's own queues", q)
 		}
 	}
-	if r.Allowed != nil && !r.Allowed.Match(p.Destination) {
-		return fmt.Errorf("destination %q is not allowed by DELAYBRIDGE_ALLOWED_DESTINATIONS", p.Destination)
+	if r.Allowed != nil && !r.Allowed.Allows(p.Destination) {
+		return fmt.Errorf("destination %s is not allowed by DELAYBRIDGE_ALLOWED_DESTINATIONS", p.Destination.Quoted())
 	}
 	if r.MaxDelay > 0 && p.DueAt.Sub(receivedAt) > r.MaxDelay {
 		return fmt.Errorf("due at %s, further out than DELAYBRIDGE_MAX_DELAY (%s)", p.DueAt.Format(time.RFC3339Nano), r.MaxDelay)
@@ -38,7 +40,8 @@ func (r Rules) Check(p Parsed, bodyLen int, receivedAt time.Time) error {
 	return nil
 }
 
-// Globs matches queue names against patterns where * is any run of characters
+// Globs matches destination names (queues, and exchange:NAME for exchange
+// destinations) against patterns where * is any run of characters
 // (including none) and ? is one character; everything else is literal. Unlike
 // path.Match, * also crosses '/' and '.', which queue names may contain.
 type Globs struct {
@@ -79,5 +82,9 @@ func CompileGlobs(patterns []string) (*Globs, error) {
 
 // Match reports whether name matches any pattern.
 func (g *Globs) Match(name string) bool { return g.re.MatchString(name) }
+
+// Allows reports whether d matches any pattern: a queue by its name, an
+// exchange destination as exchange:NAME (wire.Destination.AllowName).
+func (g *Globs) Allows(d wire.Destination) bool { return g.Match(d.AllowName()) }
 
 func (g *Globs) String() string { return strings.Join(g.patterns, ",") }

@@ -81,7 +81,7 @@ type Intake struct {
 func (it *Intake) Validate() error {
 	switch it.Op {
 	case OpSchedule:
-		if err := wire.ValidateDestination("destination", it.Destination); err != nil {
+		if err := it.Dest().Validate("destination"); err != nil {
 			return err
 		}
 		if it.ID != "" {
@@ -98,6 +98,11 @@ func (it *Intake) Validate() error {
 	// A parser's bug: such an entry would be neither stored nor moved, and
 	// requeued forever.
 	return fmt.Errorf("parser returned an unknown operation %d", it.Op)
+}
+
+// Dest is where an OpSchedule intake goes.
+func (it *Intake) Dest() wire.Destination {
+	return wire.Destination{Exchange: it.Exchange, Key: it.Destination}
 }
 
 // Reject is the Intake of an invalid delivery.
@@ -171,7 +176,7 @@ func ParseHeaders(d *amqp.Delivery, receivedAt time.Time) Intake {
 	if err != nil {
 		return Reject(err)
 	}
-	return Intake{Op: OpSchedule, ID: p.ID, Destination: p.Destination, DueAt: p.DueAt,
+	return Intake{Op: OpSchedule, ID: p.ID, Destination: p.Destination.Key, Exchange: p.Destination.Exchange, DueAt: p.DueAt,
 		Msg: broker.Forwardable(message.FromDelivery(d), wire.DueTimeHeaders)}
 }
 

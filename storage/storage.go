@@ -11,6 +11,8 @@ import (
 	"fmt"
 	"math"
 	"time"
+
+	"github.com/delaybridge/delaybridge/wire"
 )
 
 var (
@@ -62,6 +64,8 @@ type ListFilter struct {
 	// Exchange "" and Destination "" select all rows; Exchange "" and a
 	// Destination, the rows for that queue; an Exchange, the rows for that
 	// exchange, and with a Destination only those with that routing key.
+	// So the rows of an exchange whose routing key is empty cannot be
+	// selected apart from the exchange's other rows.
 	Destination string
 	Exchange    string
 	DueFrom     time.Time // inclusive; zero: unbounded
@@ -76,9 +80,9 @@ type Timeout struct {
 	ID string
 	// Destination is the queue the message goes to, or, when Exchange is
 	// set, the routing key it is published with to that exchange
-	// (docs/contract.md §2.2).
+	// (docs/contract.md §2.2). Only a routing key may be empty.
 	Destination string
-	Exchange    string
+	Exchange    string // "": the default exchange, Destination a queue
 	DueAt       time.Time
 	ReceivedAt  time.Time
 	Message     []byte
@@ -92,6 +96,11 @@ type Timeout struct {
 	LockExpiresAt time.Time
 	// NotBefore, when set, holds the row back after a release for retry.
 	NotBefore time.Time
+}
+
+// Dest is where t goes.
+func (t *Timeout) Dest() wire.Destination {
+	return wire.Destination{Exchange: t.Exchange, Key: t.Destination}
 }
 
 // Lease names a timeout handed to one caller of Store.Lease.

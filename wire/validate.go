@@ -76,3 +76,23 @@ func validate(kind error, what, s, noun string, limit int) error {
 	}
 	return nil
 }
+
+// ValidateExchange reports why x cannot be an exchange destination, or nil.
+// The default exchange is refused under either of its names: a forward
+// through it is a queue destination, which x-destination names and the
+// rules for queues check.
+func ValidateExchange(what, x string) error {
+	switch x {
+	case "":
+		return &invalidName{ErrInvalidDestination, what + " is empty (name a queue with " + HeaderDestination + " instead)"}
+	case "amq.default":
+		return &invalidName{ErrInvalidDestination, what + " names the default exchange (name the queue with " + HeaderDestination + " instead)"}
+	}
+	return validate(ErrInvalidDestination, what, x, "an exchange name", MaxDestinationBytes)
+}
+
+// ValidateRoutingKey reports why k cannot be the routing key of an exchange
+// destination, or nil. An empty key is valid.
+func ValidateRoutingKey(what, k string) error {
+	return validate(ErrInvalidDestination, what, k, "a routing key", MaxDestinationBytes)
+}

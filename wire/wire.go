@@ -64,6 +64,11 @@ const (
 	HeaderAttempts     = "x-delaybridge-attempts"
 	HeaderNSBException = "NServiceBus.ExceptionInfo.Message"
 	HeaderNSBFailedQ   = "NServiceBus.FailedQ"
+	// HeaderForwardExchange and HeaderForwardRoutingKey, on dispatch
+	// failures, are the exchange ("" for the default exchange) and routing
+	// key the failed forward was published with.
+	HeaderForwardExchange   = "x-delaybridge-exchange"
+	HeaderForwardRoutingKey = "x-delaybridge-routing-key"
 
 	// HeaderPrefix starts every header the bridge itself sets.
 	HeaderPrefix = "x-delaybridge-"

@@ -463,7 +463,7 @@ func (s *Store) Insert(ctx context.Context, ts []storage.Timeout) ([]bool, error
 			return nil, fmt.Errorf("boltstore: insert: timeout %d has an empty id", i)
 		case len(t.ID) > bolt.MaxKeySize:
 			return nil, fmt.Errorf("boltstore: insert: timeout %d: id is %d bytes, longer than %d", i, len(t.ID), bolt.MaxKeySize)
-		case t.Destination == "":
+		case t.Destination == "" && t.Exchange == "":
 			return nil, fmt.Errorf("boltstore: insert: timeout %q has an empty destination", t.ID)
 		}
 	}
@@ -823,7 +823,7 @@ func (s *Store) List(ctx context.Context, f storage.ListFilter) ([]storage.Timeo
 				}
 				continue
 			}
-			if (!f.DueFrom.IsZero() && r.DueAt.Before(f.DueFrom)) || (f.Destination != "" && r.Destination != f.Destination) {
+			if (!f.DueFrom.IsZero() && r.DueAt.Before(f.DueFrom)) || !selects(f, &r.Timeout) {
 				continue
 			}
 			if len(rows) == f.Limit {
@@ -839,6 +839,15 @@ func (s *Store) List(ctx context.Context, f storage.ListFilter) ([]storage.Timeo
 		return nil, "", fmt.Errorf("boltstore: list: %w", err)
 	}
 	return rows, next, nil
+}
+
+// selects reports whether f's Destination and Exchange select t; see
+// storage.ListFilter.
+func selects(f storage.ListFilter, t *storage.Timeout) bool {
+	if f.Exchange != "" {
+		return t.Exchange == f.Exchange && (f.Destination == "" || t.Destination == f.Destination)
+	}
+	return f.Destination == "" || (t.Exchange == "" && t.Destination == f.Destination)
 }
 
 // Cancel removes a row that is not leased; see storage.Store. When there is

@@ -127,6 +127,7 @@ func TestReopenPersistsEveryField(t *testing.T) {
 	full := storage.Timeout{
 		ID:          "full",
 		Destination: "billing",
+		Exchange:    "amq.topic",
 		DueAt:       time.Date(2026, 3, 1, 8, 59, 59, 123456789, zone), // ns precision
 		ReceivedAt:  time.Date(2026, 3, 1, 11, 0, 0, 1, time.UTC),
 		Message:     []byte("\x00\x01binary\xff"),
@@ -292,6 +293,74 @@ func TestOpenCreatesDirectories(t *testing.T) {
 		t.Errorf("directory mode %o, want at most 0750", perm)
 	}
 	_ = s.Close()
+}
+
+// TestVersion1Records: the records of a file written before exchange
+// destinations read as rows for a queue, and a change rewrites them in the
+// current version.
+func TestVersion1Records(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "db")
+	v1 := recordV1Decoded()
+	clock := storetest.NewClock(v1.DueAt)
+	_ = open(t, path, clock.Now).Close()
+	// The row as an earlier build left it: its record, index entries, count.
+	db, err := bolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = db.Update(func(tx *bolt.Tx) error {
+		b, err := buckets(tx, nil)
+		if err != nil {
+			return err
+		}
+		return errors.Join(
+			b.timeouts.Put([]byte(v1.ID), recordV1),
+			b.ready.Put(v1.key[:], []byte(v1.ID)),
+			b.due.Put(dueKey(&v1.Timeout), []byte{}),
+			writeCounts(tx.Bucket(bucketMeta), counts{pending: 1}))
+	})
+	if cerr := db.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	s := open(t, path, clock.Now)
+	got, err := s.Get(ctx, v1.ID)
+	if err != nil {
+		t.Fatalf("Get of a version 1 record: %v", err)
+	}
+	if diff := cmp.Diff(v1.Timeout, got); diff != "" {
+		t.Fatalf("version 1 row (-want +got):\n%s", diff)
+	}
+	if rows, _, err := s.List(ctx, storage.ListFilter{Destination: "orders", Limit: 10}); err != nil || len(rows) != 1 || rows[0].ID != v1.ID {
+		t.Fatalf("List of queue orders = %v, %v; want the version 1 row", rows, err)
+	}
+	clock.Set(v1.NotBefore)
+	ls, err := s.Lease(ctx, "me", time.Time{}, 10, time.Minute)
+	if err != nil || len(ls) != 1 || ls[0].ID != v1.ID {
+		t.Fatalf("Lease = %v, %v; want the version 1 row", ls, err)
+	}
+	err = s.db.View(func(tx *bolt.Tx) error {
+		if v := tx.Bucket(bucketTimeouts).Get([]byte(v1.ID)); len(v) == 0 || v[0] != recordVersion {
+			return fmt.Errorf("leased row's record is %x, want version %d", v, recordVersion)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err = s.Get(ctx, v1.ID)
+	want := v1.Timeout
+	want.Lock, want.LockExpiresAt = ls[0].Lock, v1.NotBefore.Add(time.Minute)
+	if diff := cmp.Diff(want, got); err != nil || diff != "" {
+		t.Fatalf("rewritten row: %v (-want +got):\n%s", err, diff)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	verifyFile(t, path)
 }
 
 func TestOpenRejectsOtherFormat(t *testing.T) {

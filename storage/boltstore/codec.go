@@ -10,8 +10,10 @@ import (
 	"github.com/delaybridge/delaybridge/storage"
 )
 
-// recordVersion is the first byte of every encoded record.
-const recordVersion = 1
+// recordVersion is the first byte of every record encodeRecord writes.
+// decodeRecord also reads version 1, which files written before exchange
+// destinations hold: it lacks Exchange, which then decodes as "".
+const recordVersion = 2
 
 // Index a record currently occupies.
 const (
@@ -30,13 +32,14 @@ type record struct {
 	key   [keyLen]byte
 }
 
-// Record encoding, version 1 (all integers are encoding/binary varints):
+// Record encoding, version 2 (all integers are encoding/binary varints):
 //
-//	version     byte   = 1
+//	version     byte   = 2
 //	index       byte   1 = ready, 2 = leased
 //	key         [16]byte index key (see indexKey)
 //	ID          string
 //	Destination string
+//	Exchange    string (not in version 1)
 //	DueAt       time
 //	ReceivedAt  time
 //	Message     bytes
@@ -63,7 +66,7 @@ var errCorrupt = errors.New("corrupt record")
 
 func encodeRecord(r *record) []byte {
 	n := 2 + keyLen +
-		3*binary.MaxVarintLen64 + len(r.ID) + len(r.Destination) + len(r.LastError) +
+		4*binary.MaxVarintLen64 + len(r.ID) + len(r.Destination) + len(r.Exchange) + len(r.LastError) +
 		2*binary.MaxVarintLen64 + len(r.Lock) + len(r.Message) +
 		8*binary.MaxVarintLen64
 	b := make([]byte, 0, n)
@@ -71,6 +74,7 @@ func encodeRecord(r *record) []byte {
 	b = append(b, r.key[:]...)
 	b = appendString(b, r.ID)
 	b = appendString(b, r.Destination)
+	b = appendString(b, r.Exchange)
 	b = appendTime(b, r.DueAt)
 	b = appendTime(b, r.ReceivedAt)
 	if r.Message == nil {
@@ -105,7 +109,7 @@ func appendTime(b []byte, t time.Time) []byte {
 func decodeRecord(v []byte) (*record, error) {
 	d := decoder{b: v}
 	version := d.byte()
-	if d.err == nil && version != recordVersion {
+	if d.err == nil && version != 1 && version != recordVersion {
 		return nil, fmt.Errorf("%w: unknown version %d", errCorrupt, version)
 	}
 	r := &record{}
@@ -116,6 +120,9 @@ func decodeRecord(v []byte) (*record, error) {
 	copy(r.key[:], d.next(keyLen))
 	r.ID = d.string()
 	r.Destination = d.string()
+	if version >= 2 {
+		r.Exchange = d.string()
+	}
 	r.DueAt = d.time()
 	r.ReceivedAt = d.time()
 	if n := d.uvarint(); n > 0 {

@@ -19,6 +19,7 @@ func sampleRecords() []*record {
 		Timeout: storage.Timeout{
 			ID:            "id-1",
 			Destination:   "orders",
+			Exchange:      "events",
 			DueAt:         time.Date(2026, 11, 21, 20, 0, 0, 250000001, zone),
 			ReceivedAt:    time.Date(2026, 11, 21, 6, 0, 0, 1, time.UTC),
 			Message:       []byte("\x00body\xff"),
@@ -34,6 +35,8 @@ func sampleRecords() []*record {
 	return []*record{
 		full,
 		{Timeout: storage.Timeout{ID: "z"}, index: idxReady},                                                    // zero times, nil message
+		{Timeout: storage.Timeout{ID: "q", Destination: "orders"}, index: idxReady},                             // a queue
+		{Timeout: storage.Timeout{ID: "k", Exchange: "amq.fanout"}, index: idxReady},                            // no routing key
 		{Timeout: storage.Timeout{ID: "e", Message: []byte{}}, index: idxReady},                                 // empty, not nil
 		{Timeout: storage.Timeout{ID: "n", Attempts: -7, DueAt: time.Unix(-1, 1).UTC()}, index: idxReady},       // negative
 		{Timeout: storage.Timeout{ID: "old", DueAt: time.Date(1, 1, 1, 0, 0, 0, 1, time.UTC)}, index: idxReady}, // 1ns after zero
@@ -83,6 +86,83 @@ func TestRecordRoundTrip(t *testing.T) {
 	}
 }
 
+// A record of files written before exchange destinations, as version 1
+// encoded it, and the same record in version 2 with an exchange: the bytes
+// pin the format that files on disk hold.
+var (
+	recordHead = []byte{
+		0x01,                                           // index: ready
+		0x98, 0xea, 0x27, 0xd5, 0xdf, 0xfd, 0x4a, 0x00, // key: 2026-11-21T20:00:01Z
+		0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x07, //      sequence 7
+		0x02, 'v', '1', // ID
+		0x06, 'o', 'r', 'd', 'e', 'r', 's', // Destination
+	}
+	recordTail = []byte{
+		0x80, 0xbd, 0x9f, 0xa9, 0xdc, 0x03, 0x80, 0xe5, 0x9a, 0x77, // DueAt: 2026-11-21T20:00:00.25Z
+		0xc0, 0xa9, 0x99, 0xa9, 0xdc, 0x03, 0xe8, 0x07, // ReceivedAt: 2026-11-21T06:00:00.000001Z
+		0x05, 'b', 'o', 'd', 'y', // Message
+		0x04,                                         // Attempts: 2
+		0x08, 'N', 'O', '_', 'R', 'O', 'U', 'T', 'E', // LastError
+		0x00,       // Lock
+		0x00, 0x00, // LockExpiresAt: zero
+		0x82, 0xbd, 0x9f, 0xa9, 0xdc, 0x03, 0x00, // NotBefore: 2026-11-21T20:00:01Z
+	}
+	recordV1 = slices.Concat([]byte{1}, recordHead, recordTail)
+	recordV2 = slices.Concat([]byte{2}, recordHead, []byte{0x06, 'e', 'v', 'e', 'n', 't', 's'}, recordTail)
+)
+
+// recordV1Decoded is what recordV1 holds.
+func recordV1Decoded() *record {
+	return &record{
+		Timeout: storage.Timeout{
+			ID:          "v1",
+			Destination: "orders",
+			DueAt:       time.Date(2026, 11, 21, 20, 0, 0, 250000000, time.UTC),
+			ReceivedAt:  time.Date(2026, 11, 21, 6, 0, 0, 1000, time.UTC),
+			Message:     []byte("body"),
+			Attempts:    2,
+			LastError:   "NO_ROUTE",
+			NotBefore:   time.Date(2026, 11, 21, 20, 0, 1, 0, time.UTC),
+		},
+		index: idxReady,
+		key:   indexKey(time.Date(2026, 11, 21, 20, 0, 1, 0, time.UTC), 7),
+	}
+}
+
+func TestRecordVersion1(t *testing.T) {
+	got, err := decodeRecord(recordV1)
+	if err != nil {
+		t.Fatalf("decode of a version 1 record: %v", err)
+	}
+	if diff := cmp.Diff(recordV1Decoded(), got, cmp.AllowUnexported(record{})); diff != "" {
+		t.Fatalf("version 1 record decoded (-want +got):\n%s", diff)
+	}
+	// Written back, it is a version 2 record with no exchange.
+	if enc := encodeRecord(got); !bytes.Equal(enc, slices.Concat([]byte{2}, recordHead, []byte{0}, recordTail)) {
+		t.Fatalf("version 1 record re-encoded as %x", enc)
+	}
+	for n := range len(recordV1) {
+		if _, err := decodeRecord(recordV1[:n]); !errors.Is(err, errCorrupt) {
+			t.Fatalf("decode of %d of %d bytes: %v, want errCorrupt", n, len(recordV1), err)
+		}
+	}
+}
+
+func TestRecordVersion2(t *testing.T) {
+	want := recordV1Decoded()
+	want.Exchange = "events"
+	if enc := encodeRecord(want); !bytes.Equal(enc, recordV2) {
+		t.Fatalf("encoding:\n got %x\nwant %x", enc, recordV2)
+	}
+	got, err := decodeRecord(recordV2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(want, got, cmp.AllowUnexported(record{})); diff != "" {
+		t.Fatalf("version 2 record decoded (-want +got):\n%s", diff)
+	}
+}
+
 func TestRecordDecodeRejects(t *testing.T) {
 	good := encodeRecord(sampleRecords()[0])
 	for n := range len(good) {
@@ -91,7 +171,8 @@ func TestRecordDecodeRejects(t *testing.T) {
 		}
 	}
 	bad := map[string][]byte{
-		"version 2":     append([]byte{2}, good[1:]...),
+		"version 0":     append([]byte{0}, good[1:]...),
+		"version 3":     append([]byte{3}, good[1:]...),
 		"index 0":       append([]byte{recordVersion, 0}, good[2:]...),
 		"index 3":       append([]byte{recordVersion, 3}, good[2:]...),
 		"trailing byte": append(slices.Clone(good), 0),
@@ -142,12 +223,13 @@ func TestKeyOrder(t *testing.T) {
 // give a record that survives another round trip.
 func FuzzRecordRoundTrip(f *testing.F) {
 	for _, r := range sampleRecords() {
-		f.Add(r.ID, r.Destination, r.LastError, r.Lock, r.Message, r.Message == nil, int64(r.Attempts),
+		f.Add(r.ID, r.Destination, r.Exchange, r.LastError, r.Lock, r.Message, r.Message == nil, int64(r.Attempts),
 			r.DueAt.Unix(), r.ReceivedAt.Unix(), r.LockExpiresAt.Unix(), r.NotBefore.Unix(), uint64(r.DueAt.Nanosecond()),
 			r.index == idxLeased, uint64(42), encodeRecord(r))
 	}
-	f.Add("", "", "", "", []byte(nil), true, int64(0), int64(0), int64(0), int64(0), int64(0), uint64(0), false, uint64(0), []byte{1, 1})
-	f.Fuzz(func(t *testing.T, id, dest, lastErr, lock string, msg []byte, nilMsg bool, attempts int64,
+	f.Add("", "", "", "", "", []byte(nil), true, int64(0), int64(0), int64(0), int64(0), int64(0), uint64(0), false, uint64(0), []byte{1, 1})
+	f.Add("", "", "", "", "", []byte(nil), true, int64(0), int64(0), int64(0), int64(0), int64(0), uint64(0), false, uint64(0), recordV1)
+	f.Fuzz(func(t *testing.T, id, dest, exchange, lastErr, lock string, msg []byte, nilMsg bool, attempts int64,
 		due, recv, lexp, nb int64, nsec uint64, leased bool, seq uint64, raw []byte) {
 		// Keep times within what time.Time represents without overflow.
 		tm := func(sec int64, ns uint64) time.Time {
@@ -158,7 +240,7 @@ func FuzzRecordRoundTrip(f *testing.F) {
 		}
 		in := &record{
 			Timeout: storage.Timeout{
-				ID: id, Destination: dest, LastError: lastErr, Lock: lock,
+				ID: id, Destination: dest, Exchange: exchange, LastError: lastErr, Lock: lock,
 				Message:       msg,
 				Attempts:      int(attempts),
 				DueAt:         tm(due, nsec).UTC(),

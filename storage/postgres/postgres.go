@@ -421,12 +421,12 @@ func newQueries(qs string) queries {
 	return queries{
 		// Rows go in id order, so that concurrent batches sharing ids wait
 		// for each other in one order and never deadlock.
-		// $9 now: ids with a live cancel tombstone are not stored.
+		// $10 now: ids with a live cancel tombstone are not stored.
 		insert: r.Replace(`
-INSERT INTO {{t}} (id, destination, due_at, received_at, message, attempts, last_error, not_before)
-SELECT * FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::timestamptz[], $5::bytea[], $6::bigint[], $7::text[], $8::timestamptz[])
-	AS r(id, destination, due_at, received_at, message, attempts, last_error, not_before)
-WHERE NOT EXISTS (SELECT 1 FROM {{c}} c WHERE c.id = r.id COLLATE "C" AND c.expires_at > $9)
+INSERT INTO {{t}} (id, destination, exchange, due_at, received_at, message, attempts, last_error, not_before)
+SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[], $5::timestamptz[], $6::bytea[], $7::bigint[], $8::text[], $9::timestamptz[])
+	AS r(id, destination, exchange, due_at, received_at, message, attempts, last_error, not_before)
+WHERE NOT EXISTS (SELECT 1 FROM {{c}} c WHERE c.id = r.id COLLATE "C" AND c.expires_at > $10)
 ORDER BY id COLLATE "C"
 ON CONFLICT (id) DO NOTHING
 RETURNING id`),
@@ -472,7 +472,7 @@ WHERE lock_token IS NOT NULL AND starts_with(lock_token, $1)`),
 		// $1 ids, $2 the largest message to read: larger ones read as NULL.
 		// octet_length reads a stored value's size without reading the value.
 		getMany: r.Replace(`
-SELECT id, destination, due_at, received_at, CASE WHEN octet_length(message) <= $2 THEN message END, octet_length(message),
+SELECT id, destination, exchange, due_at, received_at, CASE WHEN octet_length(message) <= $2 THEN message END, octet_length(message),
 	attempts, last_error, lock_token, lock_expires_at, not_before
 FROM {{t}} WHERE id = ANY($1::text[])`),
 
@@ -581,7 +581,7 @@ SELECT busy FROM cur`),
 	SELECT 1 FROM {{t}} WHERE lock_token IS NOT NULL AND starts_with(lock_token, $1)
 	ORDER BY lock_expires_at LIMIT $2) mine`),
 
-		listCols: `id, destination, due_at, received_at, attempts, last_error, lock_token, lock_expires_at, not_before`,
+		listCols: `id, destination, exchange, due_at, received_at, attempts, last_error, lock_token, lock_expires_at, not_before`,
 		table:    r.Replace(`{{t}}`),
 	}
 }
@@ -593,7 +593,7 @@ func (s *Store) Insert(ctx context.Context, in []storage.Timeout) ([]bool, error
 		switch t := &in[i]; {
 		case t.ID == "":
 			return nil, fmt.Errorf("postgres: insert: timeout %d has an empty id", i)
-		case t.Destination == "":
+		case t.Destination == "" && t.Exchange == "":
 			return nil, fmt.Errorf("postgres: insert: timeout %q has an empty destination", t.ID)
 		}
 	}
@@ -679,6 +679,7 @@ func (s *Store) insertChunk(ctx context.Context, q interface {
 	n := len(chunk)
 	var (
 		ids, dests, lastErrs = make([]string, 0, n), make([]string, 0, n), make([]string, 0, n)
+		exchanges            = make([]string, 0, n)
 		dues                 = make([]time.Time, 0, n)
 		recvs, notBefores    = make([]pgtype.Timestamptz, 0, n), make([]pgtype.Timestamptz, 0, n)
 		msgs                 = make([][]byte, 0, n)
@@ -691,12 +692,13 @@ func (s *Store) insertChunk(ctx context.Context, q interface {
 			msg = []byte{}
 		}
 		ids, dests, lastErrs = append(ids, t.ID), append(dests, t.Destination), append(lastErrs, t.LastError)
+		exchanges = append(exchanges, t.Exchange)
 		dues = append(dues, tsUp(t.DueAt))
 		recvs, notBefores = append(recvs, nullTS(t.ReceivedAt)), append(notBefores, nullTSUp(t.NotBefore))
 		msgs = append(msgs, msg)
 		attempts = append(attempts, int64(t.Attempts))
 	}
-	rows, err := q.Query(ctx, s.q.insert, ids, dests, dues, recvs, msgs, attempts, lastErrs, notBefores, now)
+	rows, err := q.Query(ctx, s.q.insert, ids, dests, exchanges, dues, recvs, msgs, attempts, lastErrs, notBefores, now)
 	if err != nil {
 		return 0, err
 	}
@@ -780,7 +782,7 @@ type rowScan struct {
 }
 
 func (r *rowScan) dest() []any {
-	return []any{&r.t.ID, &r.t.Destination, &r.t.DueAt, &r.recv, &r.t.Message, &r.size,
+	return []any{&r.t.ID, &r.t.Destination, &r.t.Exchange, &r.t.DueAt, &r.recv, &r.t.Message, &r.size,
 		&r.attempts, &r.t.LastError, &r.lock, &r.expires, &r.notBefore}
 }
 
@@ -1179,8 +1181,16 @@ func (s *Store) List(ctx context.Context, f storage.ListFilter) ([]storage.Timeo
 		}
 		conds = append(conds, fmt.Sprintf("(due_at, id) > (%s, %s)", arg(due), arg(id)))
 	}
-	if f.Destination != "" {
-		conds = append(conds, "destination = "+arg(f.Destination))
+	// Where rows go (see storage.ListFilter): a queue is a destination
+	// with no exchange.
+	switch {
+	case f.Exchange != "":
+		conds = append(conds, "exchange = "+arg(f.Exchange))
+		if f.Destination != "" {
+			conds = append(conds, "destination = "+arg(f.Destination))
+		}
+	case f.Destination != "":
+		conds = append(conds, "exchange = ''", "destination = "+arg(f.Destination))
 	}
 	if !f.DueFrom.IsZero() {
 		conds = append(conds, "due_at >= "+arg(ts(f.DueFrom)))
@@ -1211,7 +1221,7 @@ func (s *Store) List(ctx context.Context, f storage.ListFilter) ([]storage.Timeo
 			recv, expires, notBefore pgtype.Timestamptz
 			attempts                 int64
 		)
-		_, err = pgx.ForEachRow(rows, []any{&t.ID, &t.Destination, &t.DueAt, &recv, &attempts, &t.LastError, &lock, &expires, &notBefore}, func() error {
+		_, err = pgx.ForEachRow(rows, []any{&t.ID, &t.Destination, &t.Exchange, &t.DueAt, &recv, &attempts, &t.LastError, &lock, &expires, &notBefore}, func() error {
 			if len(out) == f.Limit {
 				last := out[len(out)-1]
 				next = encodeCursor(last.DueAt, last.ID)

@@ -205,6 +205,36 @@ func checkVersions(t *testing.T, s *Store) {
 	}
 }
 
+// TestMigrateToExchanges: the rows of a schema at version 3, from before
+// exchange destinations, are rows for their queue once Open has migrated
+// the schema.
+func TestMigrateToExchanges(t *testing.T) {
+	schema := pgtest.Schema(t)
+	s := openSchema(t, schema, nil)
+	// The schema and a row as a build of version 3 left them.
+	for _, q := range []string{
+		`ALTER TABLE ` + s.qs + `.timeouts DROP COLUMN exchange`,
+		`DELETE FROM ` + s.qs + `.schema_version WHERE version >= 4`,
+		`INSERT INTO ` + s.qs + `.timeouts (id, destination, due_at, received_at, message)
+			VALUES ('old', 'orders', '2026-03-01T12:00:00Z', '2026-03-01T11:00:00Z', 'body')`,
+	} {
+		if _, err := s.pool.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_ = s.Close()
+	s = openSchema(t, schema, nil)
+	checkVersions(t, s)
+	want := storage.Timeout{ID: "old", Destination: "orders", DueAt: t0, ReceivedAt: t0.Add(-time.Hour), Message: []byte("body")}
+	got, err := s.Get(ctx, "old")
+	if diff := cmp.Diff(want, got); err != nil || diff != "" {
+		t.Fatalf("row of version 3: %v (-want +got):\n%s", err, diff)
+	}
+	if rows, _, err := s.List(ctx, storage.ListFilter{Destination: "orders", Limit: 10}); err != nil || len(rows) != 1 || rows[0].ID != "old" {
+		t.Fatalf("List of queue orders = %v, %v; want the row of version 3", rows, err)
+	}
+}
+
 func TestConcurrentOpenOfFreshSchema(t *testing.T) {
 	schema := pgtest.Schema(t)
 	const n = 6
@@ -429,6 +459,7 @@ func TestTimesAndFields(t *testing.T) {
 	in := storage.Timeout{
 		ID:          "full",
 		Destination: "billing",
+		Exchange:    "amq.topic",
 		DueAt:       time.Date(2026, 3, 1, 8, 59, 59, 123456789, zone),
 		ReceivedAt:  time.Date(1950, 3, 1, 11, 0, 0, 1999, time.UTC),
 		Message:     []byte("\x00\x01binary\xff"),

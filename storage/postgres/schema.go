@@ -87,6 +87,13 @@ var migrations = []migration{
 		// Reap purges by expiry on every instance: no full scan.
 		`CREATE INDEX cancelled_expiry ON {{s}}.cancelled (expires_at)`,
 	}},
+	// Version 4: exchange destinations (storage.Timeout.Exchange). '' is
+	// the default exchange, so existing rows keep going to their queue. A
+	// constant default is recorded in the catalog: the table is not
+	// rewritten, however many rows it holds.
+	{4, "exchange destinations", []string{
+		`ALTER TABLE {{s}}.timeouts ADD COLUMN exchange text NOT NULL DEFAULT ''`,
+	}},
 }
 
 // ErrOtherEndpoint means the schema already serves another endpoint.

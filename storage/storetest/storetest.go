@@ -16,9 +16,14 @@
 //   - A row is due when DueAt <= now and NotBefore <= now; a lease is valid
 //     while now < LockExpiresAt, and a row whose lease reached LockExpiresAt
 //     is leasable again. All times come from the injected clock.
-//   - Insert stores ID, Destination, DueAt, ReceivedAt, Message, Attempts,
-//     LastError and NotBefore; it ignores Lock and LockExpiresAt (a new row
-//     is never leased). Empty ID or Destination fails the whole call.
+//   - Insert stores ID, Destination, Exchange, DueAt, ReceivedAt, Message,
+//     Attempts, LastError and NotBefore; it ignores Lock and LockExpiresAt (a
+//     new row is never leased). An empty ID, or an empty Destination without
+//     an Exchange, fails the whole call; with an Exchange, an empty
+//     Destination (routing key) is stored as such.
+//   - List's filter tells queues from exchanges: a Destination alone
+//     selects the rows for that queue only, never an exchange's rows with
+//     that routing key.
 //   - Lease with limit <= 0 or a duration <= 0 is an error. Each lease gets a
 //     lock token no other lease ever had, even for the same owner.
 //   - A non-empty lock given to Remove, Release or IncrementFailureCount must
@@ -83,6 +88,7 @@ var tests = []struct {
 }{
 	{"InsertGetRoundTrip", testInsertGetRoundTrip},
 	{"InsertGetMinimalRow", testInsertGetMinimalRow},
+	{"InsertGetExchange", testInsertGetExchange},
 	{"InsertAndGetCopy", testInsertAndGetCopy},
 	{"InsertIgnoresLockFields", testInsertIgnoresLockFields},
 	{"InsertLargeAndOddValues", testInsertLargeAndOddValues},
@@ -123,6 +129,7 @@ var tests = []struct {
 	{"Reap", testReap},
 	{"List", testList},
 	{"ListFilters", testListFilters},
+	{"ListFiltersExchange", testListFiltersExchange},
 	{"Cancel", testCancel},
 	{"CancelTombstone", testCancelTombstone},
 	{"CancelTombstoneOnlyWhenMissing", testCancelTombstoneOnlyWhenMissing},
@@ -328,6 +335,71 @@ func testInsertGetMinimalRow(e *env) {
 	}
 	if len(got.Message) != 0 || got.Attempts != 0 || got.LastError != "" || got.Lock != "" {
 		e.Errorf("zero fields came back set: %+v", got)
+	}
+}
+
+// exchangeRows go to exchanges, and one to a queue named like their
+// routing key; due in this order.
+func exchangeRows() []storage.Timeout {
+	mk := func(id, exchange, dest string, due time.Duration) storage.Timeout {
+		t := newTimeout(id, at(due))
+		t.Exchange, t.Destination = exchange, dest
+		return t
+	}
+	return []storage.Timeout{
+		mk("queue", "", "orders", time.Minute),
+		mk("routed", "events", "orders", 2*time.Minute),
+		mk("no-key", "events", "", 3*time.Minute),
+		mk("topic", "amq.topic", "orders.created", 4*time.Minute),
+		mk("other-key", "events", "billing", 5*time.Minute),
+	}
+}
+
+// testInsertGetExchange: Exchange, and a routing key, even an empty one,
+// come back from Get, List and GetMany as inserted.
+func testInsertGetExchange(e *env) {
+	in := exchangeRows()
+	for i, ok := range e.insert(in...) {
+		if !ok {
+			e.Fatalf("Insert of new id %q returned false", in[i].ID)
+		}
+	}
+	for _, want := range in {
+		if diff := cmp.Diff(want, e.get(want.ID), cmpOpts); diff != "" {
+			e.Fatalf("Get(%q) after Insert differs (-inserted +got):\n%s", want.ID, diff)
+		}
+	}
+	rows, next, err := e.s.List(e.ctx, storage.ListFilter{Limit: 10})
+	if err != nil || next != "" {
+		e.Fatalf("List = %v, %q, %v", rows, next, err)
+	}
+	want := make([]storage.Timeout, len(in))
+	for i, t := range in {
+		t.Message = nil
+		want[i] = t
+	}
+	if diff := cmp.Diff(want, rows, cmpOpts); diff != "" {
+		e.Fatalf("List after Insert differs (-inserted +listed):\n%s", diff)
+	}
+	mg, ok := e.s.(storage.MultiGetter)
+	if !ok {
+		return // testGetMany says it is skipped
+	}
+	ids := make([]string, len(in))
+	for i, t := range in {
+		ids[i] = t.ID
+	}
+	got, err := mg.GetMany(e.ctx, ids)
+	if errors.Is(err, storage.ErrUnsupported) {
+		return
+	}
+	if err != nil {
+		e.Fatalf("GetMany(%q): %v", ids, err)
+	}
+	for _, t := range in {
+		if diff := cmp.Diff(t, got[t.ID], cmpOpts); diff != "" {
+			e.Fatalf("GetMany[%s] after Insert differs (-inserted +got):\n%s", t.ID, diff)
+		}
 	}
 }
 
@@ -1497,6 +1569,36 @@ func testListFilters(e *env) {
 		{storage.ListFilter{DueTo: at(3 * time.Minute)}, []string{"o1", "b1"}},
 		{storage.ListFilter{DueFrom: at(2 * time.Minute), DueTo: at(4 * time.Minute), Destination: "orders"}, []string{"o2"}},
 		{storage.ListFilter{DueFrom: at(time.Hour)}, nil},
+	} {
+		for _, size := range []int{1, 2, 10} {
+			c.f.Limit = size
+			if got := e.listAll(c.f); !slices.Equal(got, c.want) {
+				e.Fatalf("List(%+v) = %v, want %v", c.f, got, c.want)
+			}
+		}
+	}
+}
+
+// testListFiltersExchange: a Destination alone selects a queue's rows, not
+// those of an exchange with that routing key; an Exchange selects its rows,
+// all of them or, with a Destination, those of one routing key.
+func testListFiltersExchange(e *env) {
+	e.insert(exchangeRows()...)
+	for _, c := range []struct {
+		f    storage.ListFilter
+		want []string
+	}{
+		{storage.ListFilter{}, []string{"queue", "routed", "no-key", "topic", "other-key"}},
+		{storage.ListFilter{Destination: "orders"}, []string{"queue"}},
+		{storage.ListFilter{Destination: "billing"}, nil},
+		{storage.ListFilter{Destination: "events"}, nil},
+		{storage.ListFilter{Exchange: "events"}, []string{"routed", "no-key", "other-key"}},
+		{storage.ListFilter{Exchange: "events", Destination: "orders"}, []string{"routed"}},
+		{storage.ListFilter{Exchange: "events", Destination: "billing"}, []string{"other-key"}},
+		{storage.ListFilter{Exchange: "events", Destination: "orders.created"}, nil},
+		{storage.ListFilter{Exchange: "amq.topic"}, []string{"topic"}},
+		{storage.ListFilter{Exchange: "orders"}, nil},
+		{storage.ListFilter{Exchange: "events", DueFrom: at(2*time.Minute + time.Second), DueTo: at(5 * time.Minute)}, []string{"no-key"}},
 	} {
 		for _, size := range []int{1, 2, 10} {
 			c.f.Limit = size
