@@ -56,6 +56,10 @@ func (b *Bridge) build(ctx context.Context) (_ *components, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("DELAYBRIDGE_ALLOWED_DESTINATIONS: %w", err)
 	}
+	// The operator named the delayed exchanges' routing exchanges already.
+	for _, x := range topo.DelayedExchanges {
+		allowed = allowed.WithExchanges(x.Route())
+	}
 	c := &components{store: b.deps.Store, dispatching: make(chan struct{}), critical: make(chan error, 1)}
 	c.rules = ingest.Rules{
 		MaxDelay: cfg.MaxDelay, MaxMessageBytes: cfg.MaxMessageBytes, Allowed: allowed,

@@ -269,6 +269,9 @@ func (c Config) delayedExchanges() ([]broker.DelayedExchange, error) {
 			}
 			return nil, fmt.Errorf("entry %d %q: type %q is not one of %s%s", i+1, entry, x.Type, strings.Join(broker.DelayedExchangeTypes, ", "), hint)
 		}
+		if x.Name == "" {
+			return nil, fmt.Errorf("entry %d %q has no exchange name", i+1, entry)
+		}
 		if err := wire.ValidateExchange("the exchange name", x.Name); err != nil {
 			return nil, fmt.Errorf("entry %d %q: %w", i+1, entry, err)
 		}

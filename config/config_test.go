@@ -256,7 +256,7 @@ func TestDelayedExchanges(t *testing.T) {
 		"orders:":                              `type "" is not one of direct, topic, fanout, headers`,
 		"orders:x-delayed-message":             "x-delayed-type",
 		"orders:Topic":                         "is not one of",
-		":topic":                               "the exchange name is empty",
+		":topic":                               "has no exchange name",
 		"or\x01ders:topic":                     "control characters",
 		"or\xffders:topic":                     "UTF-8",
 		strings.Repeat("x", 250) + ":topic":    "routing exchange's name",

@@ -55,16 +55,6 @@ func ValidateDestination(what, q string) error {
 	return validate(ErrInvalidDestination, what, q, "a queue name", MaxDestinationBytes)
 }
 
-// ValidateExchange reports why name cannot name an exchange the bridge
-// declares or publishes to, or nil; what is as for ValidateID. The default
-// exchange ("") is not one.
-func ValidateExchange(what, name string) error {
-	if name == "" {
-		return &invalidName{ErrInvalidDestination, what + " is empty"}
-	}
-	return validate(ErrInvalidDestination, what, name, "an exchange name", MaxDestinationBytes)
-}
-
 func validate(kind error, what, s, noun string, limit int) error {
 	switch {
 	case len(s) > limit:

@@ -47,22 +47,3 @@ func TestValidateDestination(t *testing.T) {
 		}
 	}
 }
-
-func TestValidateExchange(t *testing.T) {
-	for _, x := range []string{"x", "orders.delayed", "a:b", strings.Repeat("x", MaxDestinationBytes)} {
-		if err := ValidateExchange("the exchange name", x); err != nil {
-			t.Errorf("ValidateExchange(%q) = %v", x, err)
-		}
-	}
-	for x, want := range map[string]string{
-		"":                       "the exchange name is empty",
-		"a\tb":                   "the exchange name contains control characters",
-		"\xc3":                   "the exchange name is not valid UTF-8",
-		strings.Repeat("x", 256): "the exchange name is 256 bytes; an exchange name is at most 255",
-	} {
-		err := ValidateExchange("the exchange name", x)
-		if err == nil || err.Error() != want || !errors.Is(err, ErrInvalidDestination) {
-			t.Errorf("ValidateExchange(%.20q) = %v, want %q matching ErrInvalidDestination", x, err, want)
-		}
-	}
-}
