@@ -23,30 +23,6 @@ func delayedExchange(t *testing.T, kind string) string {
 	return name
 }
 
-// deleteExchangesOnCleanup deletes the exchanges when the test ends, on a
-// connection of its own.
-func deleteExchangesOnCleanup(t *testing.T, names ...string) {
-	t.Cleanup(func() {
-		conn, err := amqp.DialConfig(amqpURL, amqp.Config{Dial: amqp.DefaultDial(10 * time.Second)})
-		if err != nil {
-			t.Logf("cleanup: cannot connect to delete exchanges %v: %v", names, err)
-			return
-		}
-		defer conn.Close()
-		for _, x := range names {
-			ch, err := conn.Channel()
-			if err != nil {
-				t.Logf("cleanup: open channel: %v", err)
-				return
-			}
-			if err := ch.ExchangeDelete(x, false, false); err != nil {
-				t.Logf("cleanup: delete exchange %q: %v", x, err)
-			}
-			_ = ch.Close()
-		}
-	})
-}
-
 // bindAndConsume declares a queue (deleted at cleanup), binds it to
 // exchange with key and args, and consumes it.
 func bindAndConsume(t *testing.T, conn *amqp.Connection, queue, exchange, key string, args amqp.Table) *consumer {
@@ -118,11 +94,7 @@ func TestDelayedExchangeXDelayTypes(t *testing.T) {
 		notBefore["xd-"+c.name] = before.Add(time.Duration(c.ms) * time.Millisecond)
 	}
 	got.WaitFor(len(cases), livenessBound)
-	arrived := got.Quiet(quietPeriod)
-	byID := map[string][]arrival{}
-	for _, a := range arrived {
-		byID[a.MessageId] = append(byID[a.MessageId], a)
-	}
+	byID := byMessageID(got.Quiet(quietPeriod))
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			as := byID["xd-"+c.name]

@@ -161,10 +161,7 @@ func TestInvalidInputGoesToErrorQueue(t *testing.T) {
 	errs.WaitFor(len(cases), livenessBound)
 	valid.WaitFor(1, livenessBound)
 	got := errs.Quiet(quietPeriod)
-	byID := map[string][]arrival{}
-	for _, a := range got {
-		byID[a.MessageId] = append(byID[a.MessageId], a)
-	}
+	byID := byMessageID(got)
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			id := "invalid-" + c.name
