@@ -68,7 +68,9 @@ func NewConn(opts ConnOptions) *Conn {
 	return &Conn{opts: opts, up: make(chan struct{})}
 }
 
-// Connect makes the first connection. It fails with ErrNeverConnected.
+// Connect makes the first connection. It fails with ErrNeverConnected, or
+// with ErrTopologyConflict when a broker answered but refused the bridge's
+// exchanges as they exist in another form.
 func (c *Conn) Connect() error {
 	conn, err := c.dial()
 	if err != nil {
