@@ -81,6 +81,10 @@ bash ./scripts/ensure-postgres.sh
 # npm ci installs exactly the lockfile's versions; it runs again only when the
 # lockfile changed since the last install (or node_modules is gone).
 amqplib_dir="test/integration/amqplib"
+if ! command -v npm >/dev/null 2>&1 && [[ "$(id -u)" == 0 ]] && command -v apt-get >/dev/null 2>&1; then
+  section "installing Node.js and npm (Debian packages)"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null
+fi
 if command -v npm >/dev/null 2>&1; then
   lock_sum="$(sha256sum "${amqplib_dir}/package-lock.json" | cut -d' ' -f1)"
   stamp="${amqplib_dir}/node_modules/.delaybridge-lock-sha256"
