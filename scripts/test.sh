@@ -83,7 +83,8 @@ bash ./scripts/ensure-postgres.sh
 amqplib_dir="test/integration/amqplib"
 if ! command -v npm >/dev/null 2>&1 && [[ "$(id -u)" == 0 ]] && command -v apt-get >/dev/null 2>&1; then
   section "installing Node.js and npm (Debian packages)"
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null ||
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null; }
 fi
 if command -v npm >/dev/null 2>&1; then
   lock_sum="$(sha256sum "${amqplib_dir}/package-lock.json" | cut -d' ' -f1)"
