@@ -224,7 +224,12 @@ func (b *Bridge) serveHTTP(c *components) error {
 	// 404 and a JSON error saying the admin API is disabled.
 	replayer := &admin.Replayer{Conn: b.dialReplay, Release: func(c *amqp.Connection) { _ = c.Close() },
 		ErrorQueue: cfg.ErrorQueue, Store: c.store, Now: now,
-		TimeoutsQueue: wire.TimeoutsQueue(cfg.Endpoint), Rules: c.rules}
+		TimeoutsQueue: wire.TimeoutsQueue(cfg.Endpoint), Rules: c.rules,
+		// A copy the AMQP client cannot read is held aside, untouched,
+		// while the pass is made again (docs/contract.md §4.4).
+		Hold: func(ctx context.Context, queue string, limit int) (*broker.Held, error) {
+			return broker.HoldUnreadable(ctx, broker.HoldOptions{URLs: cfg.AMQPURLs(), TLS: b.deps.TLS, Name: "delaybridge replay " + b.owner}, queue, limit)
+		}}
 	adm := admin.New(admin.Options{Store: c.store, Token: cfg.AdminToken, Now: now, Wake: c.poller.Wake,
 		Replay: replayer.Replay, Logger: log.With().Str("component", "admin").Logger()})
 	statusPage := newStatusPage(cfg.Endpoint, c.store, c.stats, now, b.deps.Metrics, c.consumeConn, c.ingestConn, c.publishConn)
