@@ -43,6 +43,9 @@ type components struct {
 
 	// rules are ingest's, which replay applies too.
 	rules ingest.Rules
+	// errorGate paces the error copies of ingest and dispatch alike while
+	// the error queue refuses them, and declares it again if it is gone.
+	errorGate *broker.ErrorGate
 }
 
 // build opens the store, connects to the broker and builds every component;
@@ -87,6 +90,23 @@ func (b *Bridge) build(ctx context.Context) (_ *components, err error) {
 		}
 	}()
 
+	c.errorGate = broker.NewErrorGate(broker.ErrorGateOptions{Queue: cfg.ErrorQueue, Now: now,
+		// With the arguments of every declaration (Topology.Declare).
+		Declare: func(ctx context.Context) error {
+			conn, err := c.publishConn.Wait(ctx)
+			if err != nil {
+				return err
+			}
+			ch, err := conn.Channel()
+			if err != nil {
+				return fmt.Errorf("open channel: %w", err)
+			}
+			defer ch.Close()
+			return topo.DeclareErrorQueue(ch)
+		},
+		Logger: log.With().Str("component", "error-queue").Logger(),
+	})
+	met.WatchErrorQueue(func() bool { refusing, _, _ := c.errorGate.Refusing(); return refusing })
 	publisher := func(window int) func(context.Context) (*broker.Publisher, error) {
 		return func(ctx context.Context) (*broker.Publisher, error) { return c.publishConn.Publisher(ctx, window) }
 	}
@@ -103,7 +123,7 @@ func (b *Bridge) build(ctx context.Context) (_ *components, err error) {
 		Logger: log.With().Str("component", "reaper").Logger()}
 	c.ingester = ingest.New(c.ingestConn, func(ctx context.Context) (ingest.Publisher, error) { return ingestPub(ctx) }, c.store, ingest.Options{
 		Sources:    []ingest.Source{ingest.TimeoutsSource(topo.TimeoutsQueue())},
-		ErrorQueue: cfg.ErrorQueue, Prefetch: cfg.Prefetch, MaxBatch: min(cfg.Prefetch, 500), Wake: c.poller.Wake, Now: now,
+		ErrorQueue: cfg.ErrorQueue, ErrorGate: c.errorGate, Prefetch: cfg.Prefetch, MaxBatch: min(cfg.Prefetch, 500), Wake: c.poller.Wake, Now: now,
 		Rules:        c.rules,
 		StoreBreaker: b.breaker(c, "store", cfg.TimeToTriggerStoreCircuitBreaker),
 		Metrics:      met,
@@ -111,7 +131,7 @@ func (b *Bridge) build(ctx context.Context) (_ *components, err error) {
 	})
 	var once sync.Once
 	c.dispatcher = dispatch.New(c.consumeConn, func(ctx context.Context) (dispatch.Publisher, error) { return dispatchPub(ctx) }, c.store, dispatch.Options{
-		Queue: topo.DispatcherQueue(), TimeoutsQueue: topo.TimeoutsQueue(), ErrorQueue: cfg.ErrorQueue,
+		Queue: topo.DispatcherQueue(), TimeoutsQueue: topo.TimeoutsQueue(), ErrorQueue: cfg.ErrorQueue, ErrorGate: c.errorGate,
 		// A bbolt file serves one instance; a second one on this endpoint
 		// would take tokens for rows it does not have and drop them. With
 		// PostgreSQL every instance sees every row, so any may dispatch.
@@ -263,6 +283,11 @@ func (b *Bridge) readiness(c *components) error {
 	case c.publishConn.Blocked() != "":
 		// No forward, token or error copy gets out until the alarm lifts.
 		return fmt.Errorf("the broker blocks publishing: %s", c.publishConn.Blocked())
+	}
+	if refusing, since, cause := c.errorGate.Refusing(); refusing {
+		// Invalid messages wait on E.Timeouts, holding prefetch slots, and
+		// failed ones in the store, until it takes copies again.
+		return fmt.Errorf("the error queue %q refuses copies since %s: %s", b.cfg.ErrorQueue, since.UTC().Format(time.RFC3339), cause)
 	}
 	// The store must answer too (cheap: NextDue reads two keys).
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
