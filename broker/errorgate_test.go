@@ -1,9 +1,7 @@
 package broker
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -13,6 +11,8 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/rs/zerolog"
+
+	"github.com/delaybridge/delaybridge/internal/logtest"
 )
 
 // gatePub answers each publish with answer(message id), and records the
@@ -48,31 +48,6 @@ func copies(n int) []Outgoing {
 	out := make([]Outgoing, n)
 	for i := range out {
 		out[i] = Outgoing{RoutingKey: "error", Mandatory: true, Msg: amqp.Publishing{MessageId: fmt.Sprint("c", i)}}
-	}
-	return out
-}
-
-// logLines is a zerolog writer that keeps the lines.
-type logLines struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *logLines) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *logLines) lines() []map[string]any {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var out []map[string]any
-	for _, s := range strings.Split(strings.TrimSpace(l.buf.String()), "\n") {
-		var m map[string]any
-		if s != "" && json.Unmarshal([]byte(s), &m) == nil {
-			out = append(out, m)
-		}
 	}
 	return out
 }
@@ -116,7 +91,7 @@ func TestErrorGateIsBoundedWhileTheQueueRefuses(t *testing.T) {
 		}
 		return nil
 	}}
-	logs := &logLines{}
+	logs := &logtest.Buffer{}
 	g := NewErrorGate(ErrorGateOptions{Queue: "error", MinBackoff: time.Second, MaxBackoff: 8 * time.Second,
 		WarnInterval: 10 * time.Second, Now: clock.now, Logger: zerolog.New(logs)})
 	ctx := context.Background()
@@ -156,7 +131,7 @@ func TestErrorGateIsBoundedWhileTheQueueRefuses(t *testing.T) {
 		}
 	}
 	warns := 0
-	for _, l := range logs.lines() {
+	for _, l := range logs.Lines() {
 		if l["level"] == "warn" {
 			warns++
 		}
@@ -177,13 +152,13 @@ func TestErrorGateIsBoundedWhileTheQueueRefuses(t *testing.T) {
 	if refusing, _, _ := g.Refusing(); refusing || g.Refused(clock.now()) != nil || g.RetryIn(clock.now()) != 0 {
 		t.Error("still refusing after a copy was taken")
 	}
-	last := logs.lines()[len(logs.lines())-1]
+	last := logs.Lines()[len(logs.Lines())-1]
 	if last["message"] != "the error queue takes copies again" {
 		t.Errorf("last line %v", last)
 	}
 	// The summary of what was left was written before that line.
 	var summaries int
-	for _, l := range logs.lines() {
+	for _, l := range logs.Lines() {
 		if l["copies"] != nil {
 			summaries++
 		}
@@ -205,7 +180,7 @@ func TestErrorGateDeclaresAMissingQueueAgain(t *testing.T) {
 		}
 		return nil
 	}}
-	logs := &logLines{}
+	logs := &logtest.Buffer{}
 	g := NewErrorGate(ErrorGateOptions{Queue: "error", Now: clock.now, Logger: zerolog.New(logs),
 		Declare: func(context.Context) error { declares++; exists = true; return nil }})
 	if res := g.Publish(context.Background(), pub, copies(3)); !allNil(res) || res[0] != nil {
@@ -217,7 +192,7 @@ func TestErrorGateDeclaresAMissingQueueAgain(t *testing.T) {
 	if refusing, _, _ := g.Refusing(); refusing {
 		t.Error("refusing after the copies were taken")
 	}
-	if ls := logs.lines(); len(ls) != 1 || !strings.Contains(ls[0]["message"].(string), "declared it again") {
+	if ls := logs.Lines(); len(ls) != 1 || !strings.Contains(ls[0]["message"].(string), "declared it again") {
 		t.Errorf("log %v", ls)
 	}
 }

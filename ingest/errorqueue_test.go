@@ -1,9 +1,7 @@
 package ingest
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -16,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/delaybridge/delaybridge/broker"
+	"github.com/delaybridge/delaybridge/internal/logtest"
 	"github.com/delaybridge/delaybridge/internal/testenv"
 	"github.com/delaybridge/delaybridge/wire"
 )
@@ -50,33 +49,6 @@ func (p *countingPublisher) snapshot() []publishCall {
 	return append([]publishCall(nil), p.calls...)
 }
 
-// syncLog collects JSON log lines from several goroutines.
-type syncLog struct {
-	mu  sync.Mutex
-	buf strings.Builder
-}
-
-func (l *syncLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-// count returns how many lines have this message.
-func (l *syncLog) count(msg string) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	n := 0
-	sc := bufio.NewScanner(strings.NewReader(l.buf.String()))
-	for sc.Scan() {
-		var m map[string]any
-		if json.Unmarshal(sc.Bytes(), &m) == nil && m["message"] == msg {
-			n++
-		}
-	}
-	return n
-}
-
 // errorQueueEnv is an ingester on the real broker, consuming its own
 // E.Timeouts, with its own error queue, a counting publisher and a gate
 // that declares the error queue with errArgs when it is gone.
@@ -88,7 +60,7 @@ type errorQueueEnv struct {
 	store          *fakeStore
 	pub            *countingPublisher
 	gate           *broker.ErrorGate
-	logs           *syncLog
+	logs           *logtest.Buffer
 	stop           func()
 }
 
@@ -104,7 +76,7 @@ func newErrorQueueEnv(t *testing.T, errArgs amqp.Table) *errorQueueEnv {
 		t.Fatal(err)
 	}
 	prefix := "ingest-errq-" + uuid.NewString()[:8]
-	e := &errorQueueEnv{t: t, conn: conn, ch: ch, timeouts: prefix + ".Timeouts", errQ: prefix + ".error", store: &fakeStore{}, logs: &syncLog{}}
+	e := &errorQueueEnv{t: t, conn: conn, ch: ch, timeouts: prefix + ".Timeouts", errQ: prefix + ".error", store: &fakeStore{}, logs: &logtest.Buffer{}}
 	declare := func(ch *amqp.Channel, q string, args amqp.Table) error {
 		_, err := ch.QueueDeclare(q, false, false, false, false, args)
 		return err
@@ -259,10 +231,10 @@ func TestIngestWhileTheErrorQueueIsFull(t *testing.T) {
 			t.Fatalf("call %d published %d copies after the queue refused; want one probe per try (%v)", i, c.sent, calls)
 		}
 	}
-	if n := e.logs.count(firstRefusal); n != 1 {
+	if n := e.logs.Count(firstRefusal); n != 1 {
 		t.Errorf("%d lines saying the error queue refuses copies, want 1", n)
 	}
-	if n := e.logs.count("could not move invalid message to the error queue; requeued"); n != 0 {
+	if n := e.logs.Count("could not move invalid message to the error queue; requeued"); n != 0 {
 		t.Errorf("%d lines, one per refused copy; want none", n)
 	}
 	if refusing, _, _ := e.gate.Refusing(); !refusing {
@@ -284,7 +256,7 @@ func TestIngestWhileTheErrorQueueIsFull(t *testing.T) {
 	if n := e.depth(e.timeouts); n != 0 {
 		t.Errorf("E.Timeouts holds %d messages after the error queue took them all", n)
 	}
-	if n := e.logs.count("the error queue takes copies again"); n != 1 {
+	if n := e.logs.Count("the error queue takes copies again"); n != 1 {
 		t.Errorf("%d lines saying the error queue takes copies again, want 1", n)
 	}
 }
@@ -322,10 +294,10 @@ func TestIngestDeclaresADeletedErrorQueueAgain(t *testing.T) {
 	if n := e.depth(e.timeouts); n != 0 {
 		t.Errorf("E.Timeouts holds %d messages", n)
 	}
-	if n := e.logs.count("the error queue was missing (a copy came back as unroutable); declared it again"); n != 1 {
+	if n := e.logs.Count("the error queue was missing (a copy came back as unroutable); declared it again"); n != 1 {
 		t.Errorf("%d lines saying the error queue was declared again, want 1", n)
 	}
-	if n := e.logs.count("could not move invalid message to the error queue; requeued"); n != 0 {
+	if n := e.logs.Count("could not move invalid message to the error queue; requeued"); n != 0 {
 		t.Errorf("%d lines, one per refused copy; want none", n)
 	}
 }

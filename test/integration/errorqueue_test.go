@@ -14,9 +14,26 @@ import (
 // Issue 11: the error queue refusing copies must not stall intake, storm or
 // lose anything (docs/contract.md §4.1).
 
-// errorQueueLoad publishes invalid messages (no due time), then valid ones
-// due at once to dest, on the bridge's E.Timeouts.
-func errorQueueLoad(pub *publisher, b *bridgeProc, dest string, invalid, valid int) {
+// errorQueueLoad deletes the bridge's error queue, declares it again with
+// args unless they are nil, then publishes invalid messages (no due time)
+// and valid ones due at once to a destination queue, and waits for the
+// valid ones there. It returns a channel on conn.
+func errorQueueLoad(t *testing.T, conn *amqp.Connection, b *bridgeProc, args amqp.Table, invalid, valid int) *amqp.Channel {
+	t.Helper()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.QueueDelete(b.ErrorQ, false, false, false); err != nil {
+		t.Fatal(err)
+	}
+	if args != nil {
+		if _, err := ch.QueueDeclare(b.ErrorQ, true, false, false, false, args); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dest := b.Endpoint + ".dst"
+	c := declareAndConsume(t, conn, dest)
 	var msgs []amqp.Publishing
 	for i := range invalid {
 		msgs = append(msgs, amqp.Publishing{MessageId: fmt.Sprintf("bad-%02d", i), Body: []byte("no due time"),
@@ -26,7 +43,9 @@ func errorQueueLoad(pub *publisher, b *bridgeProc, dest string, invalid, valid i
 		msgs = append(msgs, amqp.Publishing{MessageId: fmt.Sprintf("ok-%02d", i), Body: []byte("ok"),
 			Headers: amqp.Table{"x-destination": dest, "x-delay": int64(0)}})
 	}
-	pub.PublishAll(b.TimeoutsQueue(), msgs)
+	newPublisher(t, conn).PublishAll(b.TimeoutsQueue(), msgs)
+	c.WaitFor(valid, 30*time.Second)
+	return ch
 }
 
 // readyz returns /readyz's status and body.
@@ -76,18 +95,8 @@ func TestDeletedErrorQueueIsDeclaredAgain(t *testing.T) {
 	t.Parallel()
 	b := startBridge(t, map[string]string{"DELAYBRIDGE_QUEUE_TYPE": "quorum"})
 	conn := dial(t)
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := ch.QueueDelete(b.ErrorQ, false, false, false); err != nil {
-		t.Fatal(err)
-	}
-	dest := b.Endpoint + ".dst"
-	c := declareAndConsume(t, conn, dest)
 	const invalid, valid = 10, 3
-	errorQueueLoad(newPublisher(t, conn), b, dest, invalid, valid)
-	c.WaitFor(valid, 30*time.Second)
+	ch := errorQueueLoad(t, conn, b, nil, invalid, valid)
 
 	waitUntil(t, 30*time.Second, "the invalid messages on the error queue", func() bool {
 		q, err := ch.QueueDeclarePassive(b.ErrorQ, true, false, false, false, nil)
@@ -133,24 +142,11 @@ func TestFullErrorQueueHoldsInvalidMessages(t *testing.T) {
 	t.Parallel()
 	b := startBridge(t, map[string]string{"DELAYBRIDGE_PREFETCH": "20"})
 	conn := dial(t)
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
+	const invalid, valid = 15, 5
 	// An operator's limit, set after start (the bridge declares the queue
 	// without one).
-	if _, err := ch.QueueDelete(b.ErrorQ, false, false, false); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := ch.QueueDeclare(b.ErrorQ, true, false, false, false, amqp.Table{
-		amqp.QueueTypeArg: "classic", "x-max-length": int32(2), "x-overflow": "reject-publish"}); err != nil {
-		t.Fatal(err)
-	}
-	dest := b.Endpoint + ".dst"
-	c := declareAndConsume(t, conn, dest)
-	const invalid, valid = 15, 5
-	errorQueueLoad(newPublisher(t, conn), b, dest, invalid, valid)
-	c.WaitFor(valid, 30*time.Second)
+	errorQueueLoad(t, conn, b, amqp.Table{amqp.QueueTypeArg: "classic", "x-max-length": int32(2), "x-overflow": "reject-publish"},
+		invalid, valid)
 
 	var body string
 	waitUntil(t, 30*time.Second, "/readyz to report the refusing error queue", func() bool {
