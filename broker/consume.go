@@ -212,3 +212,9 @@ func backoff(lo, hi time.Duration, attempt int) time.Duration {
 	d := min(lo<<min(attempt-1, 20), hi)
 	return d/2 + time.Duration(rand.Int64N(int64(d/2)+1))
 }
+
+// UnreadableClose reports whether a connection's close reason (from
+// NotifyClose) is amqp091-go refusing to read a frame the broker sent, in
+// practice a message over its header limits (readable.go): a reader of the
+// queue can then hold such messages aside with HoldUnreadable.
+func UnreadableClose(e *amqp.Error) bool { return unreadableFrame(e) }
