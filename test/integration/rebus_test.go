@@ -305,3 +305,30 @@ func TestRebusQueueDeclaredByRebus(t *testing.T) {
 		t.Fatalf("bridge exited with code %d", b.Wait(0))
 	}
 }
+
+// A timeout manager queue the broker refuses to let the bridge use
+// (another connection's exclusive queue) stops the bridge at start with
+// exit 1 and a line naming the queue.
+func TestRebusQueueRefusedAtStart(t *testing.T) {
+	t.Parallel()
+	env := bridgeEnv(t, nil)
+	ep := env["DELAYBRIDGE_ENDPOINT"]
+	tm, directX := ep+".timeouts", ep+".RebusDirect"
+	env["DELAYBRIDGE_REBUS_QUEUE"], env["DELAYBRIDGE_REBUS_DIRECT_EXCHANGE"] = tm, directX
+	deleteQueuesOnCleanup(t, ep+".Timeouts", ep+".TimeoutsDispatcher", env["DELAYBRIDGE_ERROR_QUEUE"])
+	deleteExchangesOnCleanup(t, directX)
+	ch, err := dial(t).Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.QueueDeclare(tm, false, true, true, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	p := execBridge(t, env)
+	if code := p.Wait(30 * time.Second); code != 1 {
+		t.Errorf("exit code %d, want 1", code)
+	}
+	if logs := p.Stderr(); !strings.Contains(logs, `declare queue \"`+tm+`\"`) || !strings.Contains(logs, "RESOURCE_LOCKED") {
+		t.Errorf("no stderr line names queue %q and the broker's refusal:\n%s", tm, logs)
+	}
+}
