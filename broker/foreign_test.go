@@ -4,7 +4,6 @@ import (
 	"errors"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/google/uuid"
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -34,8 +33,8 @@ func foreignTopology(t *testing.T) (Topology, ForeignQueue, *amqp.Connection) {
 	return Topology{Foreign: []ForeignQueue{f}}, f, conn
 }
 
-// routes reports whether a message published to f's exchange with its
-// routing key lands on f's queue.
+// routes checks that a message published to f's exchange with its
+// routing key lands on f's queue, and nothing else is there.
 func routes(t *testing.T, conn *amqp.Connection, f ForeignQueue) {
 	t.Helper()
 	ch, err := conn.Channel()
@@ -48,28 +47,14 @@ func routes(t *testing.T, conn *amqp.Connection, f ForeignQueue) {
 	}
 	returns := ch.NotifyReturn(make(chan amqp.Return, 1))
 	id := uuid.NewString()
-	dc, err := ch.PublishWithDeferredConfirm(f.Exchange, f.RoutingKey, true, false, amqp.Publishing{MessageId: id})
-	if err != nil || !dc.Wait() {
-		t.Fatalf("publish to %q: %v", f.Exchange, err)
-	}
+	publishConfirmed(t, ch, f.Exchange, f.RoutingKey, amqp.Publishing{MessageId: id})
 	select {
 	case r := <-returns:
 		t.Fatalf("returned: %s", r.ReplyText)
 	default:
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		m, ok, err := ch.Get(f.Queue, true)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if ok && m.MessageId == id {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the message did not reach %q", f.Queue)
-		}
-		time.Sleep(20 * time.Millisecond)
+	if got := getN(t, ch, f.Queue, 1); got[0].MessageId != id {
+		t.Fatalf("%s got %s, want %s", f.Queue, got[0].MessageId, id)
 	}
 }
 
