@@ -46,10 +46,11 @@ const (
 	StepTTL         = "ttl"
 	StepScale       = "scale"
 	StepScaleOut    = "scaleout"
+	StepRebus       = "rebus"
 )
 
 // AllSteps lists every step in run order.
-var AllSteps = []string{StepCeiling, StepIngest, StepPunctuality, StepBurst, StepTTL, StepScale, StepScaleOut}
+var AllSteps = []string{StepCeiling, StepIngest, StepPunctuality, StepBurst, StepTTL, StepScale, StepScaleOut, StepRebus}
 
 // Options configure a run. Zero values take the defaults of DefaultOptions.
 type Options struct {
@@ -150,6 +151,7 @@ type Results struct {
 	TTL         *TTL      `json:"ttl,omitempty"`
 	Scale       *Scale    `json:"scale,omitempty"`
 	ScaleOut    *ScaleOut `json:"scaleout,omitempty"`
+	Rebus       *Punctual `json:"rebus,omitempty"` // the punctuality workload as Rebus endpoints defer
 
 	BridgeLogs []BridgeLog `json:"bridge_logs,omitempty"`
 	Warnings   []string    `json:"warnings,omitempty"`
@@ -400,7 +402,7 @@ func Run(ctx context.Context, opts Options) (*Results, error) {
 			return b.stepThroughput(ctx, false, true)
 		},
 		StepPunctuality: b.stepPunctuality, StepBurst: b.stepBurst, StepTTL: b.stepTTL, StepScale: b.stepScale,
-		StepScaleOut: b.stepScaleOut,
+		StepScaleOut: b.stepScaleOut, StepRebus: b.stepRebus,
 	}
 	for _, s := range b.res.Params.Steps {
 		if ctx.Err() != nil {
@@ -863,6 +865,14 @@ func (b *bencher) punctual(ctx context.Context, p *bridgeProc, label string, n i
 	if err := b.declareQueue(dest, nil); err != nil {
 		return nil, err
 	}
+	return b.punctualVia(ctx, p, label, dest, n, window, func(seq int, due time.Time) outgoing {
+		return outgoing{key: p.timeoutsQueue(), msg: b.message(dest, seq, due, dest)}
+	})
+}
+
+// punctualVia is punctual with the messages of another intake: build(seq,
+// due) is message seq, which the bridge delivers to the existing queue dest.
+func (b *bencher) punctualVia(ctx context.Context, p *bridgeProc, label, dest string, n int, window time.Duration, build func(seq int, due time.Time) outgoing) (*Punctual, error) {
 	col, err := b.collect(dest, n)
 	if err != nil {
 		return nil, err
@@ -873,10 +883,7 @@ func (b *bencher) punctual(ctx context.Context, p *bridgeProc, label string, n i
 	dues := spread(first, window, n)
 	perm := mrand.Perm(n)
 	b.logf("   %s: %d messages due over %v from %v ahead", label, n, window, lead)
-	pub, err := b.publishAll(ctx, n, func(i int) outgoing {
-		seq := perm[i]
-		return outgoing{key: p.timeoutsQueue(), msg: b.message(dest, seq, dues[seq], dest)}
-	})
+	pub, err := b.publishAll(ctx, n, func(i int) outgoing { return build(perm[i], dues[perm[i]]) })
 	if err != nil {
 		col.stop(0)
 		return nil, err

@@ -71,6 +71,10 @@ func BuildRows(r *Results) []Row {
 		label := fmt.Sprintf("%d over %s, %d levels, %s queues", t.N, FmtMs(t.WindowMs), t.Levels, t.QueueType)
 		rows = append(rows, latenessRows(StepTTL, label, t.Lateness, false)...)
 	}
+	if p := r.Rebus; p != nil {
+		rows = append(rows, latenessRows(StepRebus, fmt.Sprintf("%d Rebus deferrals over %s", p.N, FmtMs(p.WindowMs)), p.Lateness, true)...)
+		add(StepRebus, "all stored before first due", storedValue(p.Stored, p.StoredMarginMs, p.Method), "", "")
+	}
 	if s := r.Scale; s != nil {
 		add(StepScale, fmt.Sprintf("fill %d pending (due in 30 days), stored/s", s.N), FmtRate(s.FillRate), "", "")
 		if s.FillRateFirst > 0 || s.FillRateLast > 0 {

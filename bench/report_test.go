@@ -61,6 +61,7 @@ func TestBuildRowsVerdicts(t *testing.T) {
 		Burst:       &Burst{N: 10, LastAfterDueMs: 2999, Lateness: Lateness{Expected: 10, Received: 9, Missing: 1}},
 		Scale: &Scale{N: 100, HeapAvailable: true, HeapPeak: 65 << 20, RestartReadyMs: 999, PendingRestart: -1,
 			Punctual: &Punctual{N: 10, Lateness: Lateness{Expected: 10, Received: 10, Early: 1}}},
+		Rebus: &Punctual{N: 10, WindowMs: 10000, Lateness: Lateness{Expected: 10, Received: 10, P99Ms: 25, MaxMs: 50}},
 	}
 	r.Ingest.Ratio = r.Ingest.Rate / r.Ceiling.Rate
 	rows := BuildRows(r)
@@ -73,6 +74,9 @@ func TestBuildRowsVerdicts(t *testing.T) {
 		{StepScale, "early deliveries", Miss},
 		{StepScale, "Go heap (HeapAlloc peak", Miss},
 		{StepScale, "restart", Pass},
+		{StepRebus, "lateness p99", Miss},
+		{StepRebus, "lateness max", Pass},
+		{StepRebus, "early deliveries", Pass},
 	} {
 		if got := result(rows, c.step, c.metric); got != c.want {
 			t.Errorf("%s %q: %s, want %s", c.step, c.metric, got, c.want)

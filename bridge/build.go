@@ -15,6 +15,7 @@ import (
 	"github.com/delaybridge/delaybridge/dispatch"
 	"github.com/delaybridge/delaybridge/httpapi"
 	"github.com/delaybridge/delaybridge/ingest"
+	"github.com/delaybridge/delaybridge/ingest/rebus"
 	"github.com/delaybridge/delaybridge/poller"
 	"github.com/delaybridge/delaybridge/storage"
 	"github.com/delaybridge/delaybridge/wire"
@@ -63,11 +64,20 @@ func (b *Bridge) build(ctx context.Context) (_ *components, err error) {
 	for _, x := range topo.DelayedExchanges {
 		allowed = allowed.WithExchanges(x.Route())
 	}
+	sources := []ingest.Source{ingest.TimeoutsSource(topo.TimeoutsQueue(), topo.DelayedExchanges...)}
+	reserved := []string{topo.TimeoutsQueue(), topo.DispatcherQueue(), cfg.ErrorQueue}
+	if cfg.RebusQueue != "" {
+		// Rebus's external timeout manager (docs/contract.md §2.8).
+		rb := rebus.Options{Queue: cfg.RebusQueue, DirectExchange: cfg.RebusDirectExchange, QueueType: cfg.QueueType}
+		topo.Foreign = append(topo.Foreign, rb.Topology())
+		sources, reserved = append(sources, rb.Source()), append(reserved, rb.Queue)
+		allowed = allowed.WithExchanges(rb.DirectExchange)
+	}
 	c := &components{store: b.deps.Store, dispatching: make(chan struct{}), critical: make(chan error, 1)}
 	c.rules = ingest.Rules{
 		MaxDelay: cfg.MaxDelay, MaxMessageBytes: cfg.MaxMessageBytes, Allowed: allowed,
 		// The error queue too: a forward there would read as a failure.
-		Reserved: []string{topo.TimeoutsQueue(), topo.DispatcherQueue(), cfg.ErrorQueue},
+		Reserved: reserved,
 	}
 	if c.store == nil {
 		if c.store, err = openStore(ctx, cfg, b.owner, now, log); err != nil {
@@ -127,7 +137,7 @@ func (b *Bridge) build(ctx context.Context) (_ *components, err error) {
 	c.reaper = &poller.Reaper{Store: c.store, Interval: cfg.LockLeaseDuration / 4,
 		Logger: log.With().Str("component", "reaper").Logger()}
 	c.ingester = ingest.New(c.ingestConn, func(ctx context.Context) (ingest.Publisher, error) { return ingestPub(ctx) }, c.store, ingest.Options{
-		Sources:    []ingest.Source{ingest.TimeoutsSource(topo.TimeoutsQueue(), topo.DelayedExchanges...)},
+		Sources:    sources,
 		ErrorQueue: cfg.ErrorQueue, ErrorGate: c.errorGate, Prefetch: cfg.Prefetch, MaxBatch: min(cfg.Prefetch, 500), Wake: c.poller.Wake, Now: now,
 		Rules:        c.rules,
 		StoreBreaker: b.breaker(c, "store", cfg.TimeToTriggerStoreCircuitBreaker),
@@ -179,7 +189,10 @@ func (b *Bridge) connect(c *components, topo broker.Topology) error {
 		if err != nil {
 			return err
 		}
-		return topo.DeclareDelayed(conn)
+		if err := topo.DeclareDelayed(conn); err != nil {
+			return err
+		}
+		return topo.DeclareForeign(conn)
 	}
 	// Consumers whose connection died on a message the client cannot read
 	// move it to the error queue with this (docs/contract.md §4.5).

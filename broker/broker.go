@@ -54,6 +54,8 @@ type Topology struct {
 	QueueType  string // classic or quorum
 	// DelayedExchanges are declared by DeclareDelayed.
 	DelayedExchanges []DelayedExchange
+	// Foreign are declared by DeclareForeign.
+	Foreign []ForeignQueue
 }
 
 // TimeoutsQueue is where clients publish messages to delay.

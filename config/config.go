@@ -63,6 +63,8 @@ type Config struct {
 	DelayedExchanges                 []string      `envconfig:"DELAYBRIDGE_DELAYED_EXCHANGES"`
 	AdminToken                       string        `envconfig:"DELAYBRIDGE_ADMIN_TOKEN"`
 	QueueType                        string        `envconfig:"DELAYBRIDGE_QUEUE_TYPE" default:"classic"`
+	RebusQueue                       string        `envconfig:"DELAYBRIDGE_REBUS_QUEUE"`
+	RebusDirectExchange              string        `envconfig:"DELAYBRIDGE_REBUS_DIRECT_EXCHANGE" default:"RebusDirect"`
 	LogLevel                         string        `envconfig:"DELAYBRIDGE_LOG_LEVEL" default:"info"`
 	LogFormat                        string        `envconfig:"DELAYBRIDGE_LOG_FORMAT" default:"json"`
 }
@@ -217,6 +219,9 @@ func (c Config) Validate() error {
 	if _, err := c.delayedExchanges(); err != nil {
 		return bad("DELAYED_EXCHANGES", "%v", err)
 	}
+	if err := c.rebus(); err != nil {
+		return err
+	}
 	switch c.QueueType {
 	case "classic", "quorum":
 	default:
@@ -292,4 +297,32 @@ func (c Config) delayedExchanges() ([]broker.DelayedExchange, error) {
 		xs = append(xs, x)
 	}
 	return xs, nil
+}
+
+// rebus checks DELAYBRIDGE_REBUS_QUEUE and DELAYBRIDGE_REBUS_DIRECT_EXCHANGE:
+// names the broker takes, and none that is already the bridge's.
+func (c Config) rebus() error {
+	if c.RebusQueue == "" {
+		return nil
+	}
+	if err := wire.ValidateDestination("the queue name", c.RebusQueue); err != nil {
+		return fmt.Errorf("%s_REBUS_QUEUE: %w", Prefix, err)
+	}
+	for _, own := range []string{wire.TimeoutsQueue(c.Endpoint), wire.DispatcherQueue(c.Endpoint), c.ErrorQueue} {
+		if c.RebusQueue == own {
+			return fmt.Errorf("%s_REBUS_QUEUE: %q is one of the bridge's own queues; use the timeout manager address of the Rebus endpoints", Prefix, own)
+		}
+	}
+	if c.RebusDirectExchange == "" || c.RebusDirectExchange == "amq.default" {
+		return fmt.Errorf("%s_REBUS_DIRECT_EXCHANGE: must name the endpoints' direct exchange (Rebus's default is RebusDirect)", Prefix)
+	}
+	if err := wire.ValidateExchange("the exchange name", c.RebusDirectExchange); err != nil {
+		return fmt.Errorf("%s_REBUS_DIRECT_EXCHANGE: %w", Prefix, err)
+	}
+	for _, x := range c.DelayedExchangeList() {
+		if c.RebusDirectExchange == x.Name || c.RebusDirectExchange == x.Route() {
+			return fmt.Errorf("%s_REBUS_DIRECT_EXCHANGE: %q is an exchange of %s_DELAYED_EXCHANGES", Prefix, c.RebusDirectExchange, Prefix)
+		}
+	}
+	return nil
 }

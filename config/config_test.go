@@ -23,7 +23,7 @@ func TestDefaultsMatchTheContract(t *testing.T) {
 		TimeToTriggerStoreCircuitBreaker: 30 * time.Second, TimeToTriggerFetchCircuitBreaker: 30 * time.Second,
 		TimeToTriggerDispatchBreaker: 30 * time.Second, MaxRecoveryFailuresPerSecond: 1,
 		MaxMessageBytes: 16777216, AllowedDestinations: []string{"*"}, QueueType: "classic",
-		LogLevel: "info", LogFormat: "json",
+		LogLevel: "info", LogFormat: "json", RebusDirectExchange: "RebusDirect",
 	}
 	if diff := cmp.Diff(want, c); diff != "" {
 		t.Fatalf("defaults differ from docs/contract.md §5 (-want +got):\n%s", diff)
@@ -55,6 +55,7 @@ var allNames = []string{
 	"DELAYBRIDGE_ALLOWED_DESTINATIONS", "DELAYBRIDGE_ADMIN_TOKEN", "DELAYBRIDGE_QUEUE_TYPE",
 	"DELAYBRIDGE_LOG_LEVEL", "DELAYBRIDGE_LOG_FORMAT", "DELAYBRIDGE_AMQP_FAILOVER_URLS",
 	"DELAYBRIDGE_POSTGRES_SCHEMA", "DELAYBRIDGE_DELAYED_EXCHANGES",
+	"DELAYBRIDGE_REBUS_QUEUE", "DELAYBRIDGE_REBUS_DIRECT_EXCHANGE",
 }
 
 func TestEveryContractVariableIsRead(t *testing.T) {
@@ -70,6 +71,7 @@ func TestEveryContractVariableIsRead(t *testing.T) {
 		"DELAYBRIDGE_MAX_MESSAGE_BYTES": "1024", "DELAYBRIDGE_ALLOWED_DESTINATIONS": "orders.*,billing",
 		"DELAYBRIDGE_ADMIN_TOKEN": "tok", "DELAYBRIDGE_QUEUE_TYPE": "quorum", "DELAYBRIDGE_LOG_LEVEL": "debug",
 		"DELAYBRIDGE_LOG_FORMAT": "console", "DELAYBRIDGE_DELAYED_EXCHANGES": "orders:topic",
+		"DELAYBRIDGE_REBUS_QUEUE": "timeouts", "DELAYBRIDGE_REBUS_DIRECT_EXCHANGE": "BusDirect",
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -82,7 +84,7 @@ func TestEveryContractVariableIsRead(t *testing.T) {
 		c.MaxRecoveryFailuresPerSecond != 4 || c.MaxDelay != 48*time.Hour || c.MaxMessageBytes != 1024 ||
 		strings.Join(c.AllowedDestinations, "|") != "orders.*|billing" || c.AdminToken != "tok" ||
 		c.QueueType != "quorum" || c.LogLevel != "debug" || c.LogFormat != "console" ||
-		strings.Join(c.DelayedExchanges, "|") != "orders:topic" {
+		strings.Join(c.DelayedExchanges, "|") != "orders:topic" || c.RebusQueue != "timeouts" || c.RebusDirectExchange != "BusDirect" {
 		t.Fatalf("not every variable was read: %+v", c)
 	}
 }
@@ -107,6 +109,7 @@ func TestBadValuesNameTheVariable(t *testing.T) {
 		"DELAYBRIDGE_MAXIMUM_RECOVERY_FAILURES_PER_SECOND":  "0",
 		"DELAYBRIDGE_AMQP_FAILOVER_URLS":                    "amqp://guest:secret@b:5672/,http://guest:secret@c/",
 		"DELAYBRIDGE_DELAYED_EXCHANGES":                     "orders:x-delayed-message",
+		"DELAYBRIDGE_REBUS_QUEUE":                           "time\x01outs",
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := loadClean(t, map[string]string{name: value})
@@ -288,5 +291,44 @@ func TestDelayedExchanges(t *testing.T) {
 	_, err = loadClean(t, map[string]string{"DELAYBRIDGE_ERROR_QUEUE": "orders.route", "DELAYBRIDGE_DELAYED_EXCHANGES": "orders:topic"})
 	if err == nil || !strings.Contains(err.Error(), "own queues") {
 		t.Errorf("a routing exchange named as the error queue: got %v", err)
+	}
+}
+
+// DELAYBRIDGE_REBUS_QUEUE must be a queue of its own, and
+// DELAYBRIDGE_REBUS_DIRECT_EXCHANGE, checked only then, an exchange the
+// bridge can bind it to that is none of its delayed exchanges.
+func TestRebus(t *testing.T) {
+	for _, env := range []map[string]string{
+		{"DELAYBRIDGE_REBUS_QUEUE": "timeouts"},
+		{"DELAYBRIDGE_REBUS_QUEUE": "timeouts@x", "DELAYBRIDGE_REBUS_DIRECT_EXCHANGE": "amq.direct"},
+		{"DELAYBRIDGE_REBUS_DIRECT_EXCHANGE": ""}, // off: not checked
+		{"DELAYBRIDGE_REBUS_QUEUE": "timeouts", "DELAYBRIDGE_DELAYED_EXCHANGES": "timeouts:direct"},
+	} {
+		if _, err := loadClean(t, env); err != nil {
+			t.Errorf("%v refused: %v", env, err)
+		}
+	}
+	for _, tc := range []struct {
+		env       map[string]string
+		name, why string
+	}{
+		{map[string]string{"DELAYBRIDGE_REBUS_QUEUE": "delaybridge.Timeouts"}, "REBUS_QUEUE", "own queues"},
+		{map[string]string{"DELAYBRIDGE_REBUS_QUEUE": "delaybridge.TimeoutsDispatcher"}, "REBUS_QUEUE", "own queues"},
+		{map[string]string{"DELAYBRIDGE_REBUS_QUEUE": "errors", "DELAYBRIDGE_ERROR_QUEUE": "errors"}, "REBUS_QUEUE", "own queues"},
+		{map[string]string{"DELAYBRIDGE_REBUS_QUEUE": strings.Repeat("t", 256)}, "REBUS_QUEUE", "at most 255"},
+		{map[string]string{"DELAYBRIDGE_REBUS_QUEUE": "timeouts", "DELAYBRIDGE_REBUS_DIRECT_EXCHANGE": ""}, "REBUS_DIRECT_EXCHANGE", "RebusDirect"},
+		{map[string]string{"DELAYBRIDGE_REBUS_QUEUE": "timeouts", "DELAYBRIDGE_REBUS_DIRECT_EXCHANGE": "amq.default"}, "REBUS_DIRECT_EXCHANGE", "RebusDirect"},
+		{map[string]string{"DELAYBRIDGE_REBUS_QUEUE": "timeouts", "DELAYBRIDGE_REBUS_DIRECT_EXCHANGE": "Bus\xffDirect"}, "REBUS_DIRECT_EXCHANGE", "UTF-8"},
+		{map[string]string{"DELAYBRIDGE_REBUS_QUEUE": "timeouts", "DELAYBRIDGE_DELAYED_EXCHANGES": "RebusDirect:direct"}, "REBUS_DIRECT_EXCHANGE", "DELAYBRIDGE_DELAYED_EXCHANGES"},
+		{map[string]string{"DELAYBRIDGE_REBUS_QUEUE": "timeouts", "DELAYBRIDGE_DELAYED_EXCHANGES": "Rebus:direct", "DELAYBRIDGE_REBUS_DIRECT_EXCHANGE": "Rebus.route"}, "REBUS_DIRECT_EXCHANGE", "DELAYBRIDGE_DELAYED_EXCHANGES"},
+	} {
+		_, err := loadClean(t, tc.env)
+		if err == nil {
+			t.Errorf("%v accepted", tc.env)
+			continue
+		}
+		if msg := err.Error(); !strings.Contains(msg, "DELAYBRIDGE_"+tc.name+":") || !strings.Contains(msg, tc.why) || strings.Contains(msg, "\n") {
+			t.Errorf("%v: error %q must be one line naming DELAYBRIDGE_%s and %q", tc.env, msg, tc.name, tc.why)
+		}
 	}
 }

@@ -56,8 +56,13 @@ func Parse(d *amqp.Delivery, receivedAt time.Time) (Parsed, error) {
 	return p, nil
 }
 
-// headerString accepts AMQP long strings and byte arrays (some clients send
-// text as 'x'). ok is false when the header is absent.
+// HeaderString reads a text header as every parser does: an AMQP long
+// string or a byte array (some clients send text as 'x'). ok is false when
+// the header is absent or void; any other type is an error naming the header.
+func HeaderString(h amqp.Table, name string) (s string, ok bool, err error) {
+	return headerString(h, name)
+}
+
 func headerString(h amqp.Table, name string) (s string, ok bool, err error) {
 	v, present := h[name]
 	if !present || v == nil {

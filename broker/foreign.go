@@ -1,0 +1,69 @@
+package broker
+
+import (
+	"errors"
+	"fmt"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// ForeignQueue is an intake queue that a framework's senders publish to
+// through an exchange of the framework's (Rebus's timeout manager queue
+// behind RebusDirect). The framework's endpoints may have declared the queue
+// or the exchange already, with arguments of their own; so the bridge
+// declares each only when it is missing, and leaves an existing one as it
+// is: its declaration can never conflict with theirs. Then it binds the
+// queue to the exchange, as the senders themselves do.
+type ForeignQueue struct {
+	Queue string
+	// QueueArgs are the arguments of a queue the bridge declares (durable).
+	QueueArgs amqp.Table
+	Exchange  string
+	// ExchangeType is the type of an exchange the bridge declares
+	// (durable, no arguments).
+	ExchangeType string
+	RoutingKey   string
+}
+
+// DeclareForeign declares every foreign queue, its exchange and its
+// binding (ForeignQueue), each step on a channel of its own: a passive
+// declaration of what is missing closes its channel.
+func (t Topology) DeclareForeign(conn *amqp.Connection) error {
+	for _, f := range t.Foreign {
+		err := declareMissing(conn, func(ch *amqp.Channel) error {
+			return ch.ExchangeDeclarePassive(f.Exchange, f.ExchangeType, true, false, false, false, nil)
+		}, func(ch *amqp.Channel) error {
+			return ch.ExchangeDeclare(f.Exchange, f.ExchangeType, true, false, false, false, nil)
+		})
+		if err != nil {
+			return fmt.Errorf("declare exchange %q: %w", f.Exchange, err)
+		}
+		err = declareMissing(conn, func(ch *amqp.Channel) error {
+			_, err := ch.QueueDeclarePassive(f.Queue, true, false, false, false, nil)
+			return err
+		}, func(ch *amqp.Channel) error {
+			_, err := ch.QueueDeclare(f.Queue, true, false, false, false, f.QueueArgs)
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("declare queue %q: %w", f.Queue, err)
+		}
+		err = onChannel(conn, func(ch *amqp.Channel) error { return ch.QueueBind(f.Queue, f.RoutingKey, f.Exchange, false, nil) })
+		if err != nil {
+			return fmt.Errorf("bind queue %q to exchange %q with routing key %q: %w", f.Queue, f.Exchange, f.RoutingKey, err)
+		}
+	}
+	return nil
+}
+
+// declareMissing runs declare when exists fails with not-found, each on a
+// channel of its own. Whatever exists is left as it is, whatever its
+// properties: a passive declaration compares none of them.
+func declareMissing(conn *amqp.Connection, exists, declare func(*amqp.Channel) error) error {
+	err := onChannel(conn, exists)
+	var ae *amqp.Error
+	if errors.As(err, &ae) && ae.Code == amqp.NotFound {
+		return onChannel(conn, declare)
+	}
+	return err
+}
