@@ -34,7 +34,9 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/delaybridge/delaybridge/broker"
+	"github.com/delaybridge/delaybridge/internal/nsbendpoint"
 	"github.com/delaybridge/delaybridge/wire"
+	"github.com/delaybridge/delaybridge/wire/nsbdelay"
 )
 
 // Step names, in the order they run.
@@ -978,7 +980,7 @@ func (b *bencher) stepBurst(ctx context.Context) error {
 
 func (b *bencher) stepTTL(ctx context.Context) error {
 	n, window := b.opts.PunctualN, b.opts.Window
-	topo := ttlTopology{prefix: b.name("ttl"), queueType: b.opts.TTLQueueType}
+	topo := newTTLTopology(b.name("ttl"), b.opts.TTLQueueType)
 	if err := b.declareTTL(&topo); err != nil {
 		return err
 	}
@@ -989,11 +991,11 @@ func (b *bencher) stepTTL(ctx context.Context) error {
 	b.adminMu.Lock()
 	ch, err := b.adminChannel()
 	if err == nil {
-		err = ch.QueueBind(dest, TTLDeliverBinding(dest), topo.deliver(), false, nil)
+		err = ch.QueueBind(dest, nsbdelay.DeliveryBinding(dest), topo.chain.Delivery, false, nil)
 	}
 	b.adminMu.Unlock()
 	if err != nil {
-		return fmt.Errorf("bind %s to %s: %w", dest, topo.deliver(), err)
+		return fmt.Errorf("bind %s to %s: %w", dest, topo.chain.Delivery, err)
 	}
 	col, err := b.collect(dest, n)
 	if err != nil {
@@ -1007,8 +1009,8 @@ func (b *bencher) stepTTL(ctx context.Context) error {
 	pub, err := b.publishAll(ctx, n, func(i int) outgoing {
 		seq := perm[i]
 		// What a transport does at send time: whole seconds, rounded up.
-		key, level := TTLRoutingKey(TTLDelaySeconds(dues[seq], time.Now()), dest)
-		return outgoing{exchange: topo.level(level), key: key, msg: b.message(dest, seq, dues[seq], dest)}
+		key, level := nsbdelay.RoutingKey(nsbendpoint.DelaySeconds(dues[seq], time.Now()), dest)
+		return outgoing{exchange: topo.chain.Level(level), key: key, msg: b.message(dest, seq, dues[seq], dest)}
 	})
 	if err != nil {
 		col.stop(0)
@@ -1025,7 +1027,7 @@ func (b *bencher) stepTTL(ctx context.Context) error {
 		return ctx.Err()
 	}
 	b.res.TTL = &TTL{N: n, WindowMs: ms(window), LeadMs: ms(lead), PublishSeconds: pub.End.Sub(pub.Start).Seconds(),
-		QueueType: topo.queueType, Levels: TTLLevels, Lateness: l}
+		QueueType: topo.queueType, Levels: nsbdelay.Levels, Lateness: l}
 	b.logf("   ttl: p50 %.1f ms, p99 %.1f ms, max %.1f ms, early %d, dups %d, missing %d",
 		l.P50Ms, l.P99Ms, l.MaxMs, l.Early, l.Duplicates, l.Missing)
 	return ctx.Err()
@@ -1045,8 +1047,7 @@ func (b *bencher) declareTTL(topo *ttlTopology) error {
 	if err != nil && topo.queueType == "quorum" {
 		b.admin = nil
 		b.warnf("ttl: quorum delay queues refused (%v); using classic queues", err)
-		topo.queueType = "classic"
-		topo.prefix += "-classic"
+		*topo = newTTLTopology(b.name("ttl", "classic"), "classic")
 		if ch, err = b.adminChannel(); err != nil {
 			return err
 		}
