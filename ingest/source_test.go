@@ -182,3 +182,102 @@ func TestIngestValidatesWhatAnyParserReturns(t *testing.T) {
 		}
 	}
 }
+
+// Sources that name a gate wait for that queue together (one check, one
+// log line for all) and then consume their own queues.
+func TestSourcesWaitForTheirGate(t *testing.T) {
+	url := testenv.AMQPURL(t)
+	admin := testenv.DialAMQP(t)
+	ach, err := admin.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	prefix := "ingest-gate-" + uuid.NewString()[:8]
+	qa, qb, gate := prefix+".a", prefix+".b", prefix+".gate"
+	for _, q := range []string{qa, qb, gate} {
+		t.Cleanup(func() { _, _ = ach.QueueDelete(q, false, false, false) })
+	}
+	for _, q := range []string{qa, qb} {
+		if _, err := ach.QueueDeclare(q, false, false, false, false, nil); err != nil {
+			t.Fatal(err)
+		}
+		if err := ach.PublishWithContext(context.Background(), "", q, true, false, amqp.Publishing{MessageId: q, Body: []byte("orders|60000")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	conn := broker.NewConn(broker.ConnOptions{URL: url, Name: t.Name(), Logger: zerolog.Nop()})
+	if err := conn.Connect(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	connDone := make(chan error, 1)
+	go func() { connDone <- conn.Run(ctx) }()
+	store := &fakeStore{}
+	all, _ := CompileGlobs([]string{"*"})
+	logs := &syncLog{}
+	var srcs []Source
+	for _, q := range []string{qa, qb} {
+		srcs = append(srcs, Source{Name: "gated", Queue: q, MustExist: true, Gate: gate, Parser: ParserFunc(parseToy)})
+	}
+	in := New(conn, func(context.Context) (Publisher, error) { return &lockedPublisher{}, nil }, store, Options{
+		Sources: srcs, ErrorQueue: "error", Prefetch: 10, MaxBatch: 10,
+		Rules:  Rules{MaxMessageBytes: 1 << 20, Allowed: all},
+		Logger: zerolog.New(logs),
+	})
+	runDone := make(chan error, 1)
+	go func() { runDone <- in.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-runDone; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+		<-connDone
+	}()
+	stored := func() int {
+		store.mu.Lock()
+		defer store.mu.Unlock()
+		return len(store.rows)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for !strings.Contains(logs.String(), "waiting for the queue") {
+		if time.Now().After(deadline) {
+			t.Fatal("no waiting line within 20 s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if n := stored(); n != 0 {
+		t.Fatalf("stored %d messages before the gate queue existed", n)
+	}
+	if _, err := ach.QueueDeclare(gate, false, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	for stored() != 2 {
+		if time.Now().After(deadline.Add(20 * time.Second)) {
+			t.Fatalf("stored %d of 2 after the gate queue appeared", stored())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := strings.Count(logs.String(), "waiting for the queue"); n != 1 {
+		t.Errorf("%d waiting lines, want 1 for both sources:\n%s", n, logs.String())
+	}
+}
+
+// syncLog collects log output; safe for concurrent use.
+type syncLog struct {
+	mu  sync.Mutex
+	buf strings.Builder
+}
+
+func (l *syncLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+func (l *syncLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
+}
