@@ -60,11 +60,13 @@ func (b *Bridge) build(ctx context.Context) (_ *components, err error) {
 	for _, x := range topo.DelayedExchanges {
 		allowed = allowed.WithExchanges(x.Route())
 	}
+	nsbSources, nsbExchanges, nsbReserved := nsbNative(cfg.NSBNativeDelays)
+	allowed = allowed.WithExchanges(nsbExchanges...)
 	c := &components{store: b.deps.Store, dispatching: make(chan struct{}), critical: make(chan error, 1)}
 	c.rules = ingest.Rules{
 		MaxDelay: cfg.MaxDelay, MaxMessageBytes: cfg.MaxMessageBytes, Allowed: allowed,
 		// The error queue too: a forward there would read as a failure.
-		Reserved: []string{topo.TimeoutsQueue(), topo.DispatcherQueue(), cfg.ErrorQueue},
+		Reserved: append([]string{topo.TimeoutsQueue(), topo.DispatcherQueue(), cfg.ErrorQueue}, nsbReserved...),
 	}
 	if c.store == nil {
 		if c.store, err = openStore(ctx, cfg, b.owner, now, log); err != nil {
@@ -107,7 +109,7 @@ func (b *Bridge) build(ctx context.Context) (_ *components, err error) {
 	c.reaper = &poller.Reaper{Store: c.store, Interval: cfg.LockLeaseDuration / 4,
 		Logger: log.With().Str("component", "reaper").Logger()}
 	c.ingester = ingest.New(c.ingestConn, func(ctx context.Context) (ingest.Publisher, error) { return ingestPub(ctx) }, c.store, ingest.Options{
-		Sources:    []ingest.Source{ingest.TimeoutsSource(topo.TimeoutsQueue(), topo.DelayedExchanges...)},
+		Sources:    append([]ingest.Source{ingest.TimeoutsSource(topo.TimeoutsQueue(), topo.DelayedExchanges...)}, nsbSources...),
 		ErrorQueue: cfg.ErrorQueue, Prefetch: cfg.Prefetch, MaxBatch: min(cfg.Prefetch, 500), Wake: c.poller.Wake, Now: now,
 		Rules:        c.rules,
 		StoreBreaker: b.breaker(c, "store", cfg.TimeToTriggerStoreCircuitBreaker),
