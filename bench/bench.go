@@ -48,10 +48,11 @@ const (
 	StepTTL         = "ttl"
 	StepScale       = "scale"
 	StepScaleOut    = "scaleout"
+	StepNSB         = "nsb"
 )
 
 // AllSteps lists every step in run order.
-var AllSteps = []string{StepCeiling, StepIngest, StepPunctuality, StepBurst, StepTTL, StepScale, StepScaleOut}
+var AllSteps = []string{StepCeiling, StepIngest, StepPunctuality, StepBurst, StepTTL, StepScale, StepScaleOut, StepNSB}
 
 // Options configure a run. Zero values take the defaults of DefaultOptions.
 type Options struct {
@@ -152,6 +153,7 @@ type Results struct {
 	TTL         *TTL      `json:"ttl,omitempty"`
 	Scale       *Scale    `json:"scale,omitempty"`
 	ScaleOut    *ScaleOut `json:"scaleout,omitempty"`
+	NSB         *NSB      `json:"nsb,omitempty"`
 
 	BridgeLogs []BridgeLog `json:"bridge_logs,omitempty"`
 	Warnings   []string    `json:"warnings,omitempty"`
@@ -402,7 +404,7 @@ func Run(ctx context.Context, opts Options) (*Results, error) {
 			return b.stepThroughput(ctx, false, true)
 		},
 		StepPunctuality: b.stepPunctuality, StepBurst: b.stepBurst, StepTTL: b.stepTTL, StepScale: b.stepScale,
-		StepScaleOut: b.stepScaleOut,
+		StepScaleOut: b.stepScaleOut, StepNSB: b.stepNSB,
 	}
 	for _, s := range b.res.Params.Steps {
 		if ctx.Err() != nil {

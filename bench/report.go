@@ -71,6 +71,11 @@ func BuildRows(r *Results) []Row {
 		label := fmt.Sprintf("%d over %s, %d levels, %s queues", t.N, FmtMs(t.WindowMs), t.Levels, t.QueueType)
 		rows = append(rows, latenessRows(StepTTL, label, t.Lateness, false)...)
 	}
+	if x := r.NSB; x != nil {
+		label := fmt.Sprintf("%d over %s, from time sent + delay", x.N, FmtMs(x.WindowMs))
+		rows = append(rows, latenessRows(StepNSB, "NServiceBus v2 chain alone, "+label, x.Chain.Lateness, false)...)
+		rows = append(rows, latenessRows(StepNSB, "bridge consuming the chain, "+label, x.Bridge.Lateness, false)...)
+	}
 	if s := r.Scale; s != nil {
 		add(StepScale, fmt.Sprintf("fill %d pending (due in 30 days), stored/s", s.N), FmtRate(s.FillRate), "", "")
 		if s.FillRateFirst > 0 || s.FillRateLast > 0 {

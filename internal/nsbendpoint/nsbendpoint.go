@@ -9,6 +9,7 @@ package nsbendpoint
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"strings"
@@ -211,4 +212,49 @@ func Publish(ctx context.Context, ch *amqp.Channel, c nsbdelay.Chain, s Send) er
 		return fmt.Errorf("publish %s to %s: not confirmed (acked %v, %v)", s.MessageID, c.Level(level), ok, err)
 	}
 	return nil
+}
+
+// LockQueue is held, as an exclusive queue, by whoever uses the transport's
+// names on a broker for a test or the bench: they are fixed, so two runs
+// (other checkouts, CI, the bench) must never use them at the same time.
+const LockQueue = "delaybridge-nsb-names-lock"
+
+// ErrLocked means another connection holds LockQueue.
+var ErrLocked = errors.New("another run holds " + LockQueue)
+
+// TryLock takes LockQueue on a new connection from dial and returns it;
+// closing it releases the lock.
+func TryLock(dial func() (*amqp.Connection, error)) (*amqp.Connection, error) {
+	conn, err := dial()
+	if err != nil {
+		return nil, err
+	}
+	ch, err := conn.Channel()
+	if err == nil {
+		_, err = ch.QueueDeclare(LockQueue, false, true, true, false, nil)
+	}
+	if err != nil {
+		_ = conn.Close()
+		var ae *amqp.Error
+		if errors.As(err, &ae) && ae.Code == amqp.ResourceLocked {
+			return nil, ErrLocked
+		}
+		return nil, fmt.Errorf("take %s: %w", LockQueue, err)
+	}
+	return conn, nil
+}
+
+// Lock waits until TryLock succeeds, or ctx ends.
+func Lock(ctx context.Context, dial func() (*amqp.Connection, error)) (*amqp.Connection, error) {
+	for {
+		conn, err := TryLock(dial)
+		if !errors.Is(err, ErrLocked) {
+			return conn, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("waiting for %s: %w", LockQueue, ctx.Err())
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }

@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -21,14 +22,9 @@ import (
 // exchange. The chains are declared and the messages sent exactly as the
 // transport does (internal/nsbendpoint).
 
-// nsbLockQueue is held, as an exclusive queue, by the one test on this broker
-// that uses the transport's names: they are fixed, so tests of other runs
-// (other checkouts, CI) must not use them at the same time.
-const nsbLockQueue = "delaybridge-it-nsb-names-lock"
-
 // TestNSBNative runs the tests of native delays one after the other, as the
-// only user of the transport's names on the broker: it waits for the lock
-// queue, and each test starts with neither chain declared.
+// only user of the transport's names on the broker: it waits for
+// nsbendpoint's lock, and each test starts with neither chain declared.
 func TestNSBNative(t *testing.T) {
 	t.Parallel()
 	requireBroker(t)
@@ -49,44 +45,25 @@ func TestNSBNative(t *testing.T) {
 	}
 }
 
-// lockNSBNames waits until t holds the lock queue, for the rest of t, and
-// checks that a second holder is refused.
+// lockNSBNames waits until t holds nsbendpoint.LockQueue, for the rest of
+// t, and checks that a second holder is refused.
 func lockNSBNames(t *testing.T) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Minute)
-	try := func() (*amqp.Connection, error) {
-		c, err := amqp.DialConfig(amqpURL, amqp.Config{Dial: amqp.DefaultDial(10 * time.Second)})
-		if err != nil {
-			t.Fatalf("connect: %v", err)
-		}
-		ch, err := c.Channel()
-		if err == nil {
-			_, err = ch.QueueDeclare(nsbLockQueue, false, true, true, false, nil)
-		}
-		if err != nil {
+	dialLock := func() (*amqp.Connection, error) {
+		return amqp.DialConfig(amqpURL, amqp.Config{Dial: amqp.DefaultDial(10 * time.Second)})
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	lock, err := nsbendpoint.Lock(ctx, dialLock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = lock.Close() })
+	if c, err := nsbendpoint.TryLock(dialLock); !errors.Is(err, nsbendpoint.ErrLocked) {
+		if c != nil {
 			_ = c.Close()
-			return nil, err
 		}
-		return c, nil
-	}
-	for {
-		lock, err := try()
-		if err == nil {
-			t.Cleanup(func() { _ = lock.Close() })
-			break
-		}
-		var ae *amqp.Error
-		if !errors.As(err, &ae) || ae.Code != amqp.ResourceLocked {
-			t.Fatalf("take the lock queue %s: %v", nsbLockQueue, err)
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("another test held the NServiceBus names for 10 minutes")
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	var ae *amqp.Error
-	if _, err := try(); !errors.As(err, &ae) || ae.Code != amqp.ResourceLocked {
-		t.Fatalf("a second holder of the lock queue got %v, want RESOURCE_LOCKED", err)
+		t.Fatalf("a second holder of the lock got %v, want ErrLocked", err)
 	}
 }
 
