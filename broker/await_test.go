@@ -1,51 +1,21 @@
 package broker
 
 import (
-	"bytes"
 	"context"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/rs/zerolog"
+
+	"github.com/delaybridge/delaybridge/internal/testlog"
 )
 
 // oneConn is a Waiter that always hands out c.
 type oneConn struct{ c *amqp.Connection }
 
 func (w oneConn) Wait(context.Context) (*amqp.Connection, error) { return w.c, nil }
-
-// logBuffer collects log lines; safe for concurrent use.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-// count is the number of lines holding every one of parts.
-func (b *logBuffer) count(parts ...string) int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	n := 0
-	for _, line := range strings.Split(b.buf.String(), "\n") {
-		all := line != ""
-		for _, p := range parts {
-			all = all && strings.Contains(line, p)
-		}
-		if all {
-			n++
-		}
-	}
-	return n
-}
 
 func declare(t *testing.T, conn *amqp.Connection, q string) {
 	t.Helper()
@@ -90,14 +60,14 @@ func TestAwaitQueueWaitsForTheQueue(t *testing.T) {
 	conn := testConn(t)
 	q := "await-test-" + uuid.NewString()[:8]
 	t.Cleanup(func() { dropQueue(q) })
-	logs := &logBuffer{}
+	logs := &testlog.Buffer{}
 	done := make(chan bool, 1)
 	go func() {
 		done <- AwaitQueue(context.Background(), oneConn{conn}, AwaitOptions{Queue: q, Name: "test",
 			MinBackoff: 5 * time.Millisecond, MaxBackoff: 20 * time.Millisecond, Logger: zerolog.New(logs).Level(zerolog.DebugLevel)})
 	}()
 	deadline := time.Now().Add(20 * time.Second)
-	for logs.count("still missing") < 3 {
+	for logs.Count("still missing") < 3 {
 		select {
 		case <-done:
 			t.Fatal("AwaitQueue returned before the queue existed")
@@ -120,17 +90,17 @@ func TestAwaitQueueWaitsForTheQueue(t *testing.T) {
 	if conn.IsClosed() {
 		t.Error("the connection was closed by the checks")
 	}
-	if w, f := logs.count(`"level":"info"`, "waiting for the queue"), logs.count(`"level":"info"`, "queue found"); w != 1 || f != 1 {
-		t.Errorf("%d waiting and %d found lines at info, want 1 and 1:\n%s", w, f, logs.buf.String())
+	if w, f := logs.Count(`"level":"info"`, "waiting for the queue"), logs.Count(`"level":"info"`, "queue found"); w != 1 || f != 1 {
+		t.Errorf("%d waiting and %d found lines at info, want 1 and 1:\n%s", w, f, logs.String())
 	}
-	if n := logs.count(`"level":"warn"`); n != 0 {
+	if n := logs.Count(`"level":"warn"`); n != 0 {
 		t.Errorf("%d warnings", n)
 	}
 
 	// An existing queue: no line at all.
-	quiet := &logBuffer{}
-	if !AwaitQueue(context.Background(), oneConn{conn}, AwaitOptions{Queue: q, Logger: zerolog.New(quiet)}) || quiet.buf.Len() != 0 {
-		t.Errorf("existing queue: logged %q", quiet.buf.String())
+	quiet := &testlog.Buffer{}
+	if !AwaitQueue(context.Background(), oneConn{conn}, AwaitOptions{Queue: q, Logger: zerolog.New(quiet)}) || quiet.String() != "" {
+		t.Errorf("existing queue: logged %q", quiet.String())
 	}
 	// It ends with its context.
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)

@@ -174,23 +174,10 @@ func nsbInt(h amqp.Table, name string) (int64, bool, error) {
 	if !ok || v == nil {
 		return 0, false, nil
 	}
-	switch v := v.(type) {
-	case int8:
-		return int64(v), true, nil
-	case uint8:
-		return int64(v), true, nil
-	case int16:
-		return int64(v), true, nil
-	case uint16:
-		return int64(v), true, nil
-	case int32:
-		return int64(v), true, nil
-	case uint32:
-		return int64(v), true, nil
-	case int64:
-		return v, true, nil
-	case int:
-		return int64(v), true, nil
+	if n, ok := amqpInteger(v); ok {
+		return n, true, nil
+	}
+	switch v.(type) {
 	case string, []byte:
 		s, _, _ := headerString(h, name)
 		n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)

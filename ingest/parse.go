@@ -198,28 +198,14 @@ func parseNSBTime(name string, v any) (time.Time, error) {
 // every AMQP integer type, a decimal string, or a floating-point number
 // truncated toward zero. Zero or negative means now.
 func parseDelay(v any) (int64, error) {
-	var ms int64
+	if ms, ok := amqpInteger(v); ok {
+		return delayInRange(ms)
+	}
 	switch v := v.(type) {
 	case float32:
 		return floatDelay(float64(v))
 	case float64:
 		return floatDelay(v)
-	case int8:
-		ms = int64(v)
-	case uint8:
-		ms = int64(v)
-	case int16:
-		ms = int64(v)
-	case uint16:
-		ms = int64(v)
-	case int32:
-		ms = int64(v)
-	case uint32:
-		ms = int64(v)
-	case int64:
-		ms = v
-	case int:
-		ms = int64(v)
 	case string, []byte:
 		var s string
 		if b, ok := v.([]byte); ok {
@@ -231,11 +217,33 @@ func parseDelay(v any) (int64, error) {
 		if err != nil {
 			return 0, fmt.Errorf("header %s %q is not a whole number of milliseconds", wire.HeaderDelay, clip(s))
 		}
-		ms = n
-	default:
-		return 0, fmt.Errorf("header %s must be a number of milliseconds (an integer, a decimal string or a floating-point number), got %s", wire.HeaderDelay, typeName(v))
+		return delayInRange(n)
 	}
-	return delayInRange(ms)
+	return 0, fmt.Errorf("header %s must be a number of milliseconds (an integer, a decimal string or a floating-point number), got %s", wire.HeaderDelay, typeName(v))
+}
+
+// amqpInteger is v as an int64 when it is of one of the integer types an
+// AMQP table value decodes to.
+func amqpInteger(v any) (int64, bool) {
+	switch v := v.(type) {
+	case int8:
+		return int64(v), true
+	case uint8:
+		return int64(v), true
+	case int16:
+		return int64(v), true
+	case uint16:
+		return int64(v), true
+	case int32:
+		return int64(v), true
+	case uint32:
+		return int64(v), true
+	case int64:
+		return v, true
+	case int:
+		return int64(v), true
+	}
+	return 0, false
 }
 
 func floatDelay(f float64) (int64, error) {

@@ -13,6 +13,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/delaybridge/delaybridge/internal/nsbendpoint"
+	"github.com/delaybridge/delaybridge/internal/testlog"
 	"github.com/delaybridge/delaybridge/wire/nsbdelay"
 )
 
@@ -310,17 +311,22 @@ func testNSBNativeV1(t *testing.T) {
 	waitConsumed(t, conn, nsbdelay.V1)
 	dest := b.Endpoint + ".v1"
 	got := nsbDestination(t, conn, nsbdelay.V1, nsbendpoint.Conventional, dest)
-	pub := newPublisher(t, conn)
-	s := nsbMessage("nsb-v1", dest, 3, time.Now())
-	nsbPublish(t, pub, nsbdelay.V1, s)
-	as := byMessageID(got.WaitFor(1, livenessBound))["nsb-v1"]
+	sendOne(t, conn, got, nsbdelay.V1, nsbMessage("nsb-v1", dest, 3, time.Now()))
+}
+
+// sendOne sends s into chain c and checks that got receives it once, as
+// sent, not before its time sent plus its delay.
+func sendOne(t *testing.T, conn *amqp.Connection, got *consumer, c nsbdelay.Chain, s nsbendpoint.Send) {
+	t.Helper()
+	nsbPublish(t, newPublisher(t, conn), c, s)
+	as := byMessageID(got.WaitFor(1, livenessBound))[s.MessageID]
 	if len(as) != 1 {
-		t.Fatalf("%d deliveries", len(as))
+		t.Fatalf("%d deliveries of %s", len(as), s.MessageID)
 	}
-	if due := s.TimeSent.Truncate(time.Microsecond).Add(3 * time.Second); as[0].At.Before(due) {
-		t.Errorf("delivered %s EARLY", due.Sub(as[0].At))
+	if due := s.TimeSent.Truncate(time.Microsecond).Add(time.Duration(s.Delay) * time.Second); as[0].At.Before(due) {
+		t.Errorf("%s delivered %s EARLY", s.MessageID, due.Sub(as[0].At))
 	}
-	checkAsSent(t, as[0], nsbdelay.V1, s)
+	checkAsSent(t, as[0], c, s)
 }
 
 // Installers may run after the bridge started: it waits for the level
@@ -336,24 +342,17 @@ func testNSBNativeWaitsForTheLevelQueues(t *testing.T) {
 	waitConsumed(t, conn, nsbdelay.V2)
 	dest := b.Endpoint + ".late"
 	got := nsbDestination(t, conn, nsbdelay.V2, nsbendpoint.Direct, dest)
-	pub := newPublisher(t, conn)
-	s := nsbMessage("nsb-late", dest, 2, time.Now())
-	nsbPublish(t, pub, nsbdelay.V2, s)
-	as := byMessageID(got.WaitFor(1, livenessBound))["nsb-late"]
-	if len(as) != 1 {
-		t.Fatalf("%d deliveries", len(as))
-	}
-	checkAsSent(t, as[0], nsbdelay.V2, s)
+	sendOne(t, conn, got, nsbdelay.V2, nsbMessage("nsb-late", dest, 2, time.Now()))
 	logs := b.Stderr()
 	for _, q := range []string{nsbdelay.V2.Level(0), nsbdelay.V1.Level(0)} {
-		if n := countLogLines(logs, `"level":"info"`, q, "waiting for the queue"); n != 1 {
+		if n := testlog.CountLines(logs, `"level":"info"`, q, "waiting for the queue"); n != 1 {
 			t.Errorf("%d info lines waiting for %s, want 1", n, q)
 		}
 	}
-	if n := countLogLines(logs, nsbdelay.V2.Level(0), "queue found"); n != 1 {
+	if n := testlog.CountLines(logs, nsbdelay.V2.Level(0), "queue found"); n != 1 {
 		t.Errorf("%d lines saying %s was found, want 1", n, nsbdelay.V2.Level(0))
 	}
-	if n := countLogLines(logs, `"level":"warn"`); n != 0 {
+	if n := testlog.CountLines(logs, `"level":"warn"`); n != 0 {
 		t.Errorf("%d warnings in the log", n)
 	}
 }
@@ -362,26 +361,12 @@ func testNSBNativeWaitsForTheLevelQueues(t *testing.T) {
 func waitLog(t *testing.T, b *bridgeProc, parts ...string) {
 	t.Helper()
 	deadline := time.Now().Add(livenessBound)
-	for countLogLines(b.Stderr(), parts...) == 0 {
+	for testlog.CountLines(b.Stderr(), parts...) == 0 {
 		if time.Now().After(deadline) {
 			t.Fatalf("no log line with %q", parts)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-}
-
-func countLogLines(logs string, parts ...string) int {
-	n := 0
-	for _, line := range strings.Split(logs, "\n") {
-		all := line != ""
-		for _, p := range parts {
-			all = all && strings.Contains(line, p)
-		}
-		if all {
-			n++
-		}
-	}
-	return n
 }
 
 // With the bridge down the chain works by itself: messages sent while it is
