@@ -338,10 +338,12 @@ func (e noReconnectRetry) Unwrap() error { return e.err }
 // connection: deadlocks and serialization failures, and a connection lost
 // under the statement (a terminated backend, a failover, a reset). Each
 // store call is one transaction and safe to repeat: a repeated Insert finds
-// its rows there (reported as not inserted, which ingest acks as stored), a
-// repeated Remove or Release finds the lock gone (a conflict, never a second
-// delivery), a repeated Lease leaves the first lease to expire. A call that
-// timed out is not repeated: the database is not answering.
+// its rows there (reported as not inserted, which ingest acks as stored), or
+// a cancelled row's tombstone, or stores again a row delivered meanwhile (a
+// duplicate, docs/contract.md §3.3); a repeated Remove or Release finds the
+// lock gone (a conflict, never a second delivery), a repeated Lease leaves
+// the first lease to expire. A call that timed out is not repeated: the
+// database is not answering.
 func retryable(err error) bool {
 	var pgErr *pgconn.PgError
 	var once noReconnectRetry
