@@ -65,7 +65,7 @@ type Options struct {
 	// OpenTimeout is how long Open waits for another process to release the
 	// file lock; zero or negative means DefaultOpenTimeout.
 	OpenTimeout time.Duration
-	// CancelWindow is how long a Cancel that found nothing keeps its id
+	// CancelWindow is how long a Cancel that was not too late keeps its id
 	// cancelled; zero or negative means storage.DefaultCancelWindow.
 	CancelWindow time.Duration
 }
@@ -850,9 +850,9 @@ func selects(f storage.ListFilter, t *storage.Timeout) bool {
 	return f.Destination == "" || (t.Exchange == "" && t.Destination == f.Destination)
 }
 
-// Cancel removes a row that is not leased; see storage.Store. When there is
-// no row it records a tombstone, in the same transaction as the lookup:
-// bbolt's single writer makes Cancel and Insert atomic.
+// Cancel removes a row that is not leased and records a tombstone, in the
+// same transaction as the lookup; see storage.Store. bbolt's single writer
+// makes Cancel and Insert atomic.
 func (s *Store) Cancel(ctx context.Context, id string) error {
 	exit, err := s.enter(ctx)
 	if err != nil {
@@ -875,11 +875,14 @@ func (s *Store) Cancel(ctx context.Context, id string) error {
 			if len(id) == 0 || len(id) > bolt.MaxKeySize {
 				return nil // no row can have it; nothing to remember
 			}
-			return b.cancels.Put([]byte(id), binary.BigEndian.AppendUint64(nil, uint64(now.Add(s.window).UnixNano())))
 		case r.Lock != "" && now.Before(r.LockExpiresAt):
 			return storage.ErrLeased
+		default:
+			if err := b.forget(r); err != nil {
+				return err
+			}
 		}
-		return b.forget(r)
+		return b.cancels.Put([]byte(id), binary.BigEndian.AppendUint64(nil, uint64(now.Add(s.window).UnixNano())))
 	})
 	if err == nil && missing {
 		err = storage.ErrNotFound
