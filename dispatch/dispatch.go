@@ -494,7 +494,9 @@ func (d *Dispatcher) forward(wctx, ctx context.Context, pub Publisher, items []i
 	}
 	if e := d.log.Debug(); e.Enabled() {
 		// With the "removed" line below, a debug log tells exactly which
-		// forwards a crash left unsettled (the only source of duplicates).
+		// forwards a crash left unsettled; with ingest's "stored" lines,
+		// which messages a redelivery stored a second time (the two
+		// sources of duplicates after a crash, docs/contract.md §3.3).
 		e.Strs("ids", itemIDs(items)).Msg("forwarding")
 	}
 	results := pub.Publish(wctx, out)

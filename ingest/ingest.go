@@ -468,7 +468,11 @@ func (in *Ingester) commit(ctx context.Context, batch []entry) (bool, time.Durat
 			in.log.Info().Str("id", r.ID).Msg("not stored: a message with this id is pending, or was cancelled within the cancel window")
 			continue
 		}
-		in.log.Debug().Str("id", r.ID).Stringer("destination", wire.Destination{Exchange: r.Exchange, Key: r.Destination}).Time("due_at", r.DueAt).Msg("stored")
+		// redelivered: taken in again after a crash or a lost connection.
+		// If an earlier commit of it was already delivered, this is a
+		// second copy (docs/contract.md §3.3); the debug log shows it.
+		in.log.Debug().Str("id", r.ID).Stringer("destination", wire.Destination{Exchange: r.Exchange, Key: r.Destination}).Time("due_at", r.DueAt).
+			Bool("redelivered", batch[idx[j]].d.Redelivered).Msg("stored")
 	}
 	in.opts.Metrics.Ingested(len(rows) - duplicates)
 	in.opts.Metrics.DuplicatesSuppressed(duplicates)

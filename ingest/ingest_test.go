@@ -308,6 +308,36 @@ func TestDuplicateIsAckedNotStoredTwice(t *testing.T) {
 	}
 }
 
+// A redelivery of a message whose stored copy was delivered (and removed)
+// meanwhile finds its id free and is stored again: a second delivery
+// (docs/contract.md §3.3). The debug log says the stored one was a
+// redelivery, which is how a crash test tells this duplicate apart.
+func TestRedeliveryAfterTheDeliveryIsStoredAgain(t *testing.T) {
+	store, pub, s := &fakeStore{}, &fakePublisher{}, amqptest.New(t)
+	var woke []time.Time
+	in := newIngester(store, pub, &woke)
+	var logs strings.Builder
+	in.log = zerolog.New(&logs).Level(zerolog.DebugLevel)
+	h := amqp.Table{wire.HeaderDestination: "a", wire.HeaderDelay: int32(1)}
+	if err := in.take(pub, deliveries(s, h)); err != nil {
+		t.Fatal(err)
+	}
+	delete(store.rows, "m0") // forwarded and removed; the ack was lost with a crash
+	again := deliveries(s, h)
+	again[0].Redelivered = true
+	if err := in.take(pub, again); err != nil {
+		t.Fatal(err)
+	}
+	if store.calls != 2 || len(store.rows) != 1 || s.Outcome(2) != amqptest.Acked {
+		t.Fatalf("commits %d, rows %d, tag 2 %s; want the redelivery stored again and acked", store.calls, len(store.rows), s.Outcome(2))
+	}
+	lines := strings.Split(strings.TrimSpace(logs.String()), "\n")
+	if len(lines) != 2 || !strings.Contains(lines[0], `"redelivered":false`) || !strings.Contains(lines[1], `"redelivered":true`) ||
+		!strings.Contains(lines[1], `"id":"m0"`) || !strings.Contains(lines[1], `"message":"stored"`) {
+		t.Fatalf("debug log:\n%s\nwant two stored lines for m0, the second redelivered", logs.String())
+	}
+}
+
 func TestGeneratedIDIsForwarded(t *testing.T) {
 	store, pub, s := &fakeStore{}, &fakePublisher{}, amqptest.New(t)
 	var woke []time.Time

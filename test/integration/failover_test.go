@@ -173,7 +173,7 @@ func TestFailoverBrokerMidRun(t *testing.T) {
 	time.Sleep(1500 * time.Millisecond) // late duplicates
 	got := c.All()
 	rep := checkFaultRun(t, due, got)
-	checkDuplicatesExplainedByKills(t, rep, due, []killEvent{{At: kill, Running: readyAt}})
+	checkDuplicatesExplainedByKills(t, rep, due, []killEvent{{At: kill, Running: readyAt}}, nil)
 	t.Logf("%d deliveries of %d messages: %d lost, %d early, %d duplicate deliveries (%d ids), %d unknown; latest %s after its due time; consumer reconnects %d",
 		len(got), len(due), rep.lost, rep.early, rep.dups, len(rep.dupIDs), rep.unknown, rep.worstLate.Round(time.Millisecond), c.Reconnects())
 	t.Logf("/readyz transitions (from the start of publishing): %s", mon.String(start))
