@@ -37,6 +37,9 @@ const (
 	HeaderDestinationRoutingKey = "x-destination-routing-key"
 	// HeaderNSBDestination is the NServiceBus timeout manager's destination.
 	HeaderNSBDestination = "NServiceBus.Timeout.RouteExpiredTimeoutTo"
+	// HeaderNSBReplyTo is NServiceBus's reply-to address; its timeout
+	// manager delivers there when HeaderNSBDestination is absent.
+	HeaderNSBReplyTo = "NServiceBus.ReplyToAddress"
 	// HeaderDueAt is the due time, RFC 3339 (or an AMQP timestamp).
 	HeaderDueAt = "x-due-at"
 	// HeaderNSBExpire is the NServiceBus timeout manager's due time.
