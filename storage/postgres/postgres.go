@@ -132,10 +132,11 @@ type Store struct {
 }
 
 var (
-	_ storage.Store        = (*Store)(nil)
-	_ storage.Stater       = (*Store)(nil)
-	_ storage.LeaseCounter = (*Store)(nil)
-	_ storage.MultiGetter  = (*Store)(nil)
+	_ storage.Store         = (*Store)(nil)
+	_ storage.Stater        = (*Store)(nil)
+	_ storage.LeaseCounter  = (*Store)(nil)
+	_ storage.MultiGetter   = (*Store)(nil)
+	_ storage.SagaCanceller = (*Store)(nil)
 )
 
 // Open connects to the database at url (a PostgreSQL URL or key=value
@@ -411,7 +412,7 @@ func fromTS(v pgtype.Timestamptz) time.Time {
 // queries are the statements of one schema.
 type queries struct {
 	insert, lease, unlease, getMany, remove, release, incr, nextDue, reap, cancel, reschedule string
-	tombstone, purgeCancels                                                                   string
+	tombstone, purgeCancels, cancelSaga                                                       string
 	countLeased, countBoth, estimate, countLeasedBy                                           string
 	listCols, table                                                                           string
 }
@@ -423,9 +424,9 @@ func newQueries(qs string) queries {
 		// for each other in one order and never deadlock.
 		// $10 now: ids with a live cancel tombstone are not stored.
 		insert: r.Replace(`
-INSERT INTO {{t}} (id, destination, exchange, due_at, received_at, message, attempts, last_error, not_before)
-SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[], $5::timestamptz[], $6::bytea[], $7::bigint[], $8::text[], $9::timestamptz[])
-	AS r(id, destination, exchange, due_at, received_at, message, attempts, last_error, not_before)
+INSERT INTO {{t}} (id, destination, exchange, due_at, received_at, message, attempts, last_error, not_before, saga_id)
+SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[], $5::timestamptz[], $6::bytea[], $7::bigint[], $8::text[], $9::timestamptz[], $11::text[])
+	AS r(id, destination, exchange, due_at, received_at, message, attempts, last_error, not_before, saga_id)
 WHERE NOT EXISTS (SELECT 1 FROM {{c}} c WHERE c.id = r.id COLLATE "C" AND c.expires_at > $10)
 ORDER BY id COLLATE "C"
 ON CONFLICT (id) DO NOTHING
@@ -473,7 +474,7 @@ WHERE lock_token IS NOT NULL AND starts_with(lock_token, $1)`),
 		// octet_length reads a stored value's size without reading the value.
 		getMany: r.Replace(`
 SELECT id, destination, exchange, due_at, received_at, CASE WHEN octet_length(message) <= $2 THEN message END, octet_length(message),
-	attempts, last_error, lock_token, lock_expires_at, not_before
+	attempts, last_error, lock_token, lock_expires_at, not_before, coalesce(saga_id, '')
 FROM {{t}} WHERE id = ANY($1::text[])`),
 
 		// $1 ids, $2 locks, $3 now. cur: the rows named, locked in id order,
@@ -547,6 +548,20 @@ WITH cur AS (
 )
 SELECT busy FROM cur`),
 
+		// $1 saga id, $2 now. The saga's rows, locked in id order (index
+		// timeouts_saga); those not under a live lease are deleted.
+		cancelSaga: r.Replace(`
+WITH cur AS (
+	SELECT id, coalesce(lock_token IS NOT NULL AND lock_expires_at > $2, false) AS busy
+	FROM {{t}} WHERE saga_id = $1
+	ORDER BY id
+	FOR UPDATE
+), del AS (
+	DELETE FROM {{t}} t USING cur WHERE t.id = cur.id AND NOT cur.busy
+	RETURNING t.id
+)
+SELECT (SELECT count(*) FROM del), (SELECT count(*) FROM cur WHERE busy)`),
+
 		// $1 id, $2 expiry. A repeated cancel extends the window.
 		tombstone: r.Replace(`INSERT INTO {{c}} AS c (id, expires_at) VALUES ($1, $2)
 ON CONFLICT (id) DO UPDATE SET expires_at = greatest(c.expires_at, EXCLUDED.expires_at)`),
@@ -581,7 +596,7 @@ SELECT busy FROM cur`),
 	SELECT 1 FROM {{t}} WHERE lock_token IS NOT NULL AND starts_with(lock_token, $1)
 	ORDER BY lock_expires_at LIMIT $2) mine`),
 
-		listCols: `id, destination, exchange, due_at, received_at, attempts, last_error, lock_token, lock_expires_at, not_before`,
+		listCols: `id, destination, exchange, due_at, received_at, attempts, last_error, lock_token, lock_expires_at, not_before, coalesce(saga_id, '')`,
 		table:    r.Replace(`{{t}}`),
 	}
 }
@@ -680,6 +695,7 @@ func (s *Store) insertChunk(ctx context.Context, q interface {
 	var (
 		ids, dests, lastErrs = make([]string, 0, n), make([]string, 0, n), make([]string, 0, n)
 		exchanges            = make([]string, 0, n)
+		sagas                = make([]*string, 0, n) // nil: no saga (NULL)
 		dues                 = make([]time.Time, 0, n)
 		recvs, notBefores    = make([]pgtype.Timestamptz, 0, n), make([]pgtype.Timestamptz, 0, n)
 		msgs                 = make([][]byte, 0, n)
@@ -693,12 +709,17 @@ func (s *Store) insertChunk(ctx context.Context, q interface {
 		}
 		ids, dests, lastErrs = append(ids, t.ID), append(dests, t.Destination), append(lastErrs, t.LastError)
 		exchanges = append(exchanges, t.Exchange)
+		if t.SagaID != "" {
+			sagas = append(sagas, &t.SagaID)
+		} else {
+			sagas = append(sagas, nil)
+		}
 		dues = append(dues, tsUp(t.DueAt))
 		recvs, notBefores = append(recvs, nullTS(t.ReceivedAt)), append(notBefores, nullTSUp(t.NotBefore))
 		msgs = append(msgs, msg)
 		attempts = append(attempts, int64(t.Attempts))
 	}
-	rows, err := q.Query(ctx, s.q.insert, ids, dests, exchanges, dues, recvs, msgs, attempts, lastErrs, notBefores, now)
+	rows, err := q.Query(ctx, s.q.insert, ids, dests, exchanges, dues, recvs, msgs, attempts, lastErrs, notBefores, now, sagas)
 	if err != nil {
 		return 0, err
 	}
@@ -783,7 +804,7 @@ type rowScan struct {
 
 func (r *rowScan) dest() []any {
 	return []any{&r.t.ID, &r.t.Destination, &r.t.Exchange, &r.t.DueAt, &r.recv, &r.t.Message, &r.size,
-		&r.attempts, &r.t.LastError, &r.lock, &r.expires, &r.notBefore}
+		&r.attempts, &r.t.LastError, &r.lock, &r.expires, &r.notBefore, &r.t.SagaID}
 }
 
 func (r *rowScan) timeout() storage.Timeout {
@@ -1101,6 +1122,27 @@ func (s *Store) Cancel(ctx context.Context, id string) error {
 	})
 }
 
+// CancelSaga deletes the rows of saga sagaID that no live lease holds, in
+// one statement; see storage.SagaCanceller. It leaves no tombstone.
+func (s *Store) CancelSaga(ctx context.Context, sagaID string) (cancelled, leased int, err error) {
+	if sagaID == "" {
+		return 0, 0, errors.New("postgres: cancel saga: empty saga id")
+	}
+	err = s.run(ctx, fmt.Sprintf("cancel saga %q", sagaID), func(ctx context.Context) error {
+		var c, l int64
+		if err := s.pool.QueryRow(ctx, s.q.cancelSaga, sagaID, ts(s.now())).Scan(&c, &l); err != nil {
+			return err
+		}
+		cancelled, leased = int(c), int(l)
+		s.stats.addPending(-cancelled)
+		return nil
+	})
+	if err != nil {
+		return 0, 0, err
+	}
+	return cancelled, leased, nil
+}
+
 // Reschedule moves a row that is not leased to a new due time and clears its
 // NotBefore; an expired lease on it ends.
 func (s *Store) Reschedule(ctx context.Context, id string, dueAt time.Time) error {
@@ -1221,7 +1263,7 @@ func (s *Store) List(ctx context.Context, f storage.ListFilter) ([]storage.Timeo
 			recv, expires, notBefore pgtype.Timestamptz
 			attempts                 int64
 		)
-		_, err = pgx.ForEachRow(rows, []any{&t.ID, &t.Destination, &t.Exchange, &t.DueAt, &recv, &attempts, &t.LastError, &lock, &expires, &notBefore}, func() error {
+		_, err = pgx.ForEachRow(rows, []any{&t.ID, &t.Destination, &t.Exchange, &t.DueAt, &recv, &attempts, &t.LastError, &lock, &expires, &notBefore, &t.SagaID}, func() error {
 			if len(out) == f.Limit {
 				last := out[len(out)-1]
 				next = encodeCursor(last.DueAt, last.ID)

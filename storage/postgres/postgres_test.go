@@ -214,6 +214,7 @@ func TestMigrateToExchanges(t *testing.T) {
 	// The schema and a row as a build of version 3 left them.
 	for _, q := range []string{
 		`ALTER TABLE ` + s.qs + `.timeouts DROP COLUMN exchange`,
+		`ALTER TABLE ` + s.qs + `.timeouts DROP COLUMN saga_id`,
 		`DELETE FROM ` + s.qs + `.schema_version WHERE version >= 4`,
 		`INSERT INTO ` + s.qs + `.timeouts (id, destination, due_at, received_at, message)
 			VALUES ('old', 'orders', '2026-03-01T12:00:00Z', '2026-03-01T11:00:00Z', 'body')`,
@@ -232,6 +233,45 @@ func TestMigrateToExchanges(t *testing.T) {
 	}
 	if rows, _, err := s.List(ctx, storage.ListFilter{Destination: "orders", Limit: 10}); err != nil || len(rows) != 1 || rows[0].ID != "old" {
 		t.Fatalf("List of queue orders = %v, %v; want the row of version 3", rows, err)
+	}
+}
+
+// TestMigrateToSagaIDs: the rows of a schema at version 4 have no saga
+// once Open has migrated the schema, and a saga's rows are found by the
+// index it adds.
+func TestMigrateToSagaIDs(t *testing.T) {
+	schema := pgtest.Schema(t)
+	s := openSchema(t, schema, nil)
+	for _, q := range []string{
+		`ALTER TABLE ` + s.qs + `.timeouts DROP COLUMN saga_id`,
+		`DELETE FROM ` + s.qs + `.schema_version WHERE version >= 5`,
+		`INSERT INTO ` + s.qs + `.timeouts (id, destination, due_at, received_at, message)
+			VALUES ('old', 'orders', '2026-03-01T12:00:00Z', '2026-03-01T11:00:00Z', 'body')`,
+	} {
+		if _, err := s.pool.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_ = s.Close()
+	s = openSchema(t, schema, nil)
+	checkVersions(t, s)
+	want := storage.Timeout{ID: "old", Destination: "orders", DueAt: t0, ReceivedAt: t0.Add(-time.Hour), Message: []byte("body")}
+	got, err := s.Get(ctx, "old")
+	if diff := cmp.Diff(want, got); err != nil || diff != "" {
+		t.Fatalf("row of version 4: %v (-want +got):\n%s", err, diff)
+	}
+	saga := newTimeout("new", t0)
+	saga.SagaID = "s"
+	insert(t, s, saga)
+	if c, l, err := s.CancelSaga(ctx, "s"); err != nil || c != 1 || l != 0 {
+		t.Fatalf("CancelSaga = %d, %d, %v; want 1, 0", c, l, err)
+	}
+	if _, err := s.Get(ctx, "old"); err != nil {
+		t.Fatalf("a row without a saga went with the saga: %v", err)
+	}
+	var idx bool
+	if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_indexes WHERE schemaname = $1 AND indexname = 'timeouts_saga')`, schema).Scan(&idx); err != nil || !idx {
+		t.Fatalf("index timeouts_saga missing (%v)", err)
 	}
 }
 
