@@ -50,6 +50,12 @@ const (
 	// HeaderNSBMessageID is NServiceBus's message id, used when the
 	// message-id property is empty.
 	HeaderNSBMessageID = "NServiceBus.MessageId"
+	// HeaderNSBSagaID is the saga a message belongs to: stored with a
+	// timeout, and the saga whose timeouts HeaderNSBClearTimeouts cancels.
+	HeaderNSBSagaID = "NServiceBus.SagaId"
+	// HeaderNSBClearTimeouts (any value; NServiceBus writes "True") asks to
+	// cancel every pending timeout of the saga HeaderNSBSagaID names.
+	HeaderNSBClearTimeouts = "NServiceBus.ClearTimeouts"
 	// HeaderCancel asks to cancel the pending message with this id.
 	HeaderCancel = "x-delaybridge-cancel"
 )
