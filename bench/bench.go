@@ -34,7 +34,9 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/delaybridge/delaybridge/broker"
+	"github.com/delaybridge/delaybridge/internal/nsbendpoint"
 	"github.com/delaybridge/delaybridge/wire"
+	"github.com/delaybridge/delaybridge/wire/nsbdelay"
 )
 
 // Step names, in the order they run.
@@ -47,10 +49,11 @@ const (
 	StepScale       = "scale"
 	StepScaleOut    = "scaleout"
 	StepRebus       = "rebus"
+	StepNSB         = "nsb"
 )
 
 // AllSteps lists every step in run order.
-var AllSteps = []string{StepCeiling, StepIngest, StepPunctuality, StepBurst, StepTTL, StepScale, StepScaleOut, StepRebus}
+var AllSteps = []string{StepCeiling, StepIngest, StepPunctuality, StepBurst, StepTTL, StepScale, StepScaleOut, StepRebus, StepNSB}
 
 // Options configure a run. Zero values take the defaults of DefaultOptions.
 type Options struct {
@@ -152,6 +155,7 @@ type Results struct {
 	Scale       *Scale    `json:"scale,omitempty"`
 	ScaleOut    *ScaleOut `json:"scaleout,omitempty"`
 	Rebus       *Punctual `json:"rebus,omitempty"` // the punctuality workload as Rebus endpoints defer
+	NSB         *NSB      `json:"nsb,omitempty"`
 
 	BridgeLogs []BridgeLog `json:"bridge_logs,omitempty"`
 	Warnings   []string    `json:"warnings,omitempty"`
@@ -402,7 +406,7 @@ func Run(ctx context.Context, opts Options) (*Results, error) {
 			return b.stepThroughput(ctx, false, true)
 		},
 		StepPunctuality: b.stepPunctuality, StepBurst: b.stepBurst, StepTTL: b.stepTTL, StepScale: b.stepScale,
-		StepScaleOut: b.stepScaleOut, StepRebus: b.stepRebus,
+		StepScaleOut: b.stepScaleOut, StepRebus: b.stepRebus, StepNSB: b.stepNSB,
 	}
 	for _, s := range b.res.Params.Steps {
 		if ctx.Err() != nil {
@@ -985,7 +989,7 @@ func (b *bencher) stepBurst(ctx context.Context) error {
 
 func (b *bencher) stepTTL(ctx context.Context) error {
 	n, window := b.opts.PunctualN, b.opts.Window
-	topo := ttlTopology{prefix: b.name("ttl"), queueType: b.opts.TTLQueueType}
+	topo := newTTLTopology(b.name("ttl"), b.opts.TTLQueueType)
 	if err := b.declareTTL(&topo); err != nil {
 		return err
 	}
@@ -996,11 +1000,11 @@ func (b *bencher) stepTTL(ctx context.Context) error {
 	b.adminMu.Lock()
 	ch, err := b.adminChannel()
 	if err == nil {
-		err = ch.QueueBind(dest, TTLDeliverBinding(dest), topo.deliver(), false, nil)
+		err = ch.QueueBind(dest, nsbdelay.DeliveryBinding(dest), topo.chain.Delivery, false, nil)
 	}
 	b.adminMu.Unlock()
 	if err != nil {
-		return fmt.Errorf("bind %s to %s: %w", dest, topo.deliver(), err)
+		return fmt.Errorf("bind %s to %s: %w", dest, topo.chain.Delivery, err)
 	}
 	col, err := b.collect(dest, n)
 	if err != nil {
@@ -1014,8 +1018,8 @@ func (b *bencher) stepTTL(ctx context.Context) error {
 	pub, err := b.publishAll(ctx, n, func(i int) outgoing {
 		seq := perm[i]
 		// What a transport does at send time: whole seconds, rounded up.
-		key, level := TTLRoutingKey(TTLDelaySeconds(dues[seq], time.Now()), dest)
-		return outgoing{exchange: topo.level(level), key: key, msg: b.message(dest, seq, dues[seq], dest)}
+		key, level := nsbdelay.RoutingKey(nsbendpoint.DelaySeconds(dues[seq], time.Now()), dest)
+		return outgoing{exchange: topo.chain.Level(level), key: key, msg: b.message(dest, seq, dues[seq], dest)}
 	})
 	if err != nil {
 		col.stop(0)
@@ -1032,7 +1036,7 @@ func (b *bencher) stepTTL(ctx context.Context) error {
 		return ctx.Err()
 	}
 	b.res.TTL = &TTL{N: n, WindowMs: ms(window), LeadMs: ms(lead), PublishSeconds: pub.End.Sub(pub.Start).Seconds(),
-		QueueType: topo.queueType, Levels: TTLLevels, Lateness: l}
+		QueueType: topo.queueType, Levels: nsbdelay.Levels, Lateness: l}
 	b.logf("   ttl: p50 %.1f ms, p99 %.1f ms, max %.1f ms, early %d, dups %d, missing %d",
 		l.P50Ms, l.P99Ms, l.MaxMs, l.Early, l.Duplicates, l.Missing)
 	return ctx.Err()
@@ -1052,8 +1056,7 @@ func (b *bencher) declareTTL(topo *ttlTopology) error {
 	if err != nil && topo.queueType == "quorum" {
 		b.admin = nil
 		b.warnf("ttl: quorum delay queues refused (%v); using classic queues", err)
-		topo.queueType = "classic"
-		topo.prefix += "-classic"
+		*topo = newTTLTopology(b.name("ttl", "classic"), "classic")
 		if ch, err = b.adminChannel(); err != nil {
 			return err
 		}

@@ -75,6 +75,11 @@ func BuildRows(r *Results) []Row {
 		rows = append(rows, latenessRows(StepRebus, fmt.Sprintf("%d Rebus deferrals over %s", p.N, FmtMs(p.WindowMs)), p.Lateness, true)...)
 		add(StepRebus, "all stored before first due", storedValue(p.Stored, p.StoredMarginMs, p.Method), "", "")
 	}
+	if x := r.NSB; x != nil {
+		label := fmt.Sprintf("%d over %s, from time sent + delay", x.N, FmtMs(x.WindowMs))
+		rows = append(rows, latenessRows(StepNSB, "NServiceBus v2 chain alone, "+label, x.Chain.Lateness, false)...)
+		rows = append(rows, latenessRows(StepNSB, "bridge consuming the chain, "+label, x.Bridge.Lateness, false)...)
+	}
 	if s := r.Scale; s != nil {
 		add(StepScale, fmt.Sprintf("fill %d pending (due in 30 days), stored/s", s.N), FmtRate(s.FillRate), "", "")
 		if s.FillRateFirst > 0 || s.FillRateLast > 0 {

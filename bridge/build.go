@@ -73,6 +73,9 @@ func (b *Bridge) build(ctx context.Context) (_ *components, err error) {
 		sources, reserved = append(sources, rb.Source()), append(reserved, rb.Queue)
 		allowed = allowed.WithExchanges(rb.DirectExchange)
 	}
+	nsbSources, nsbExchanges, nsbReserved := nsbNative(cfg.NSBNativeDelays)
+	sources, reserved = append(sources, nsbSources...), append(reserved, nsbReserved...)
+	allowed = allowed.WithExchanges(nsbExchanges...)
 	c := &components{store: b.deps.Store, dispatching: make(chan struct{}), critical: make(chan error, 1)}
 	c.rules = ingest.Rules{
 		MaxDelay: cfg.MaxDelay, MaxMessageBytes: cfg.MaxMessageBytes, Allowed: allowed,

@@ -40,7 +40,13 @@ type ConsumeOptions struct {
 	// new session; defaults 200ms and 10s. A session that consumed for at
 	// least MaxBackoff resets it.
 	MinBackoff, MaxBackoff time.Duration
-	Logger                 zerolog.Logger
+	// MustExist: the queue is someone else's, and the bridge declares
+	// nothing for it. Before each session Consume checks that it exists
+	// (AwaitQueue); while it does not, it checks again after a pause that
+	// grows to MissingMaxBackoff (default 1m), which counts as no failure.
+	MustExist         bool
+	MissingMaxBackoff time.Duration
+	Logger            zerolog.Logger
 }
 
 // Session is one consumer on one channel.
@@ -73,9 +79,16 @@ func Consume(ctx context.Context, conn Waiter, opts ConsumeOptions, handle func(
 	if opts.MaxBackoff <= 0 {
 		opts.MaxBackoff = 10 * time.Second
 	}
+	if opts.MissingMaxBackoff <= 0 {
+		opts.MissingMaxBackoff = time.Minute
+	}
 	attempt := 0
 	var watch closeWatch
 	for {
+		if opts.MustExist && !AwaitQueue(ctx, conn, AwaitOptions{Queue: opts.Queue, Name: opts.Name,
+			MinBackoff: opts.MinBackoff, MaxBackoff: opts.MissingMaxBackoff, Logger: opts.Logger}) {
+			return nil
+		}
 		began := time.Now()
 		consumed, unreadable, err := session(ctx, conn, &watch, opts, handle)
 		// Only a session that lasted resets the backoff: one that consumed
@@ -235,3 +248,72 @@ func backoff(lo, hi time.Duration, attempt int) time.Duration {
 // practice a message over its header limits (readable.go): a reader of the
 // queue can then hold such messages aside with HoldUnreadable.
 func UnreadableClose(e *amqp.Error) bool { return unreadableFrame(e) }
+
+// AwaitOptions configure AwaitQueue.
+type AwaitOptions struct {
+	Queue string
+	// Name goes into the log lines.
+	Name string
+	// MinBackoff and MaxBackoff bound the jittered, doubling pause between
+	// checks; defaults 1s and 1m. A missing queue costs the broker a
+	// channel error (and a line in its log) per check, so the pause grows.
+	MinBackoff, MaxBackoff time.Duration
+	Logger                 zerolog.Logger
+}
+
+// AwaitQueue returns true once opts.Queue exists, false when ctx ends first.
+// It logs once when the queue is missing and once when it appears; each
+// check in between is a debug line.
+func AwaitQueue(ctx context.Context, conn Waiter, opts AwaitOptions) bool {
+	if opts.MinBackoff <= 0 {
+		opts.MinBackoff = time.Second
+	}
+	if opts.MaxBackoff <= 0 {
+		opts.MaxBackoff = time.Minute
+	}
+	log := opts.Logger.With().Str("queue", opts.Queue).Logger()
+	for attempt := 1; ; attempt++ {
+		exists, err := queueExists(ctx, conn, opts.Queue)
+		switch {
+		case exists:
+			if attempt > 1 {
+				log.Info().Msg(opts.Name + ": queue found")
+			}
+			return true
+		case ctx.Err() != nil:
+			return false
+		case err != nil:
+			log.Warn().Err(err).Msg(opts.Name + ": cannot check whether the queue exists")
+		case attempt == 1:
+			log.Info().Msg(opts.Name + ": waiting for the queue to be declared (it is not the bridge's to declare)")
+		default:
+			log.Debug().Msg(opts.Name + ": queue still missing")
+		}
+		if !Sleep(ctx, backoff(opts.MinBackoff, opts.MaxBackoff, attempt)) {
+			return false
+		}
+	}
+}
+
+// queueExists checks queue with a passive declare on a channel of its own:
+// the broker closes the channel a missing queue is named on (404).
+func queueExists(ctx context.Context, conn Waiter, queue string) (bool, error) {
+	c, err := conn.Wait(ctx)
+	if err != nil {
+		return false, err
+	}
+	ch, err := c.Channel()
+	if err != nil {
+		return false, fmt.Errorf("open channel: %w", err)
+	}
+	defer ch.Close()
+	_, err = ch.QueueDeclarePassive(queue, false, false, false, false, nil)
+	var ae *amqp.Error
+	if errors.As(err, &ae) && ae.Code == amqp.NotFound {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("check queue %s: %w", queue, err)
+	}
+	return true, nil
+}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/delaybridge/delaybridge/broker"
 	"github.com/delaybridge/delaybridge/wire"
+	"github.com/delaybridge/delaybridge/wire/nsbdelay"
 )
 
 // AMQPURLs returns the brokers to connect to, in the order they are tried:
@@ -61,6 +62,7 @@ type Config struct {
 	MaxMessageBytes                  int           `envconfig:"DELAYBRIDGE_MAX_MESSAGE_BYTES" default:"16777216"`
 	AllowedDestinations              []string      `envconfig:"DELAYBRIDGE_ALLOWED_DESTINATIONS" default:"*"`
 	DelayedExchanges                 []string      `envconfig:"DELAYBRIDGE_DELAYED_EXCHANGES"`
+	NSBNativeDelays                  bool          `envconfig:"DELAYBRIDGE_NSB_NATIVE_DELAYS" default:"false"`
 	AdminToken                       string        `envconfig:"DELAYBRIDGE_ADMIN_TOKEN"`
 	QueueType                        string        `envconfig:"DELAYBRIDGE_QUEUE_TYPE" default:"classic"`
 	RebusQueue                       string        `envconfig:"DELAYBRIDGE_REBUS_QUEUE"`
@@ -148,6 +150,9 @@ func (c Config) Validate() error {
 		if c.ErrorQueue == own {
 			return bad("ERROR_QUEUE", "%q is one of the bridge's own queues (DELAYBRIDGE_ENDPOINT %q); use a queue of its own", c.ErrorQueue, c.Endpoint)
 		}
+	}
+	if c.NSBNativeDelays && (isLevel(nsbdelay.V2, c.ErrorQueue) || isLevel(nsbdelay.V1, c.ErrorQueue)) {
+		return bad("ERROR_QUEUE", "%q is a delay-level queue of the NServiceBus transport, which DELAYBRIDGE_NSB_NATIVE_DELAYS consumes; use a queue of its own", c.ErrorQueue)
 	}
 	switch c.Store {
 	case "bbolt":
@@ -326,3 +331,5 @@ func (c Config) rebus() error {
 	}
 	return nil
 }
+
+func isLevel(c nsbdelay.Chain, q string) bool { _, ok := c.LevelOf(q); return ok }

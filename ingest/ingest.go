@@ -123,13 +123,35 @@ func New(conn broker.Waiter, newPub NewPublisher, store Store, opts Options) *In
 // deliveries go back to their queue with the old channel.
 func (in *Ingester) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
+	gates := map[string]chan struct{}{} // closed once the gate queue exists
+	for _, src := range in.opts.Sources {
+		if src.Gate == "" || gates[src.Gate] != nil {
+			continue
+		}
+		open := make(chan struct{})
+		gates[src.Gate] = open
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if broker.AwaitQueue(ctx, in.conn, broker.AwaitOptions{Queue: src.Gate, Name: "ingest", Logger: in.log}) {
+				close(open)
+			}
+		}()
+	}
 	errs := make([]error, len(in.opts.Sources))
 	for i, src := range in.opts.Sources {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			if gate := gates[src.Gate]; gate != nil {
+				select {
+				case <-gate:
+				case <-ctx.Done():
+					return
+				}
+			}
 			errs[i] = broker.Consume(ctx, in.conn, broker.ConsumeOptions{
-				Queue: src.Queue, Prefetch: in.opts.Prefetch, Name: src.Name, Setup: src.Setup, Logger: in.log,
+				Queue: src.Queue, Prefetch: in.opts.Prefetch, Name: src.Name, Setup: src.Setup, MustExist: src.MustExist, Logger: in.log,
 			}, func(ctx context.Context, s *broker.Session) error { return in.session(ctx, src, s) })
 		}()
 	}

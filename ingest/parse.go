@@ -23,23 +23,20 @@ const maxDelay = math.MaxInt64 / int64(time.Millisecond)
 const maxTimeText = 64
 
 var (
-	// NServiceBus.Timeout.Expire as every released NServiceBus wrote it,
-	// 3.0.0 to 7.x: UTC, format "yyyy-MM-dd HH:mm:ss:ffffff Z" with the
-	// invariant culture (src/utils/DateTimeExtensions.cs in 3.x,
-	// src/NServiceBus.Core/DateTimeExtensions.cs in 4.x to 7.x,
-	// DateTimeOffsetHelper.cs since; writers: UnicastBus.Defer and
-	// TimeoutMessageConverter in 3.x, TimeoutManagerDeferrer in 4.x/5.x,
-	// TimeoutManagerRoutingStrategy and DelayedRetryExecutor in 6.x/7.x).
-	// The writers always put six fractional digits; one to nine are read,
-	// which no other format can be mistaken for.
-	nsbExpire = regexp.MustCompile(`^(\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}):(\d{1,9}) Z$`)
+	// NServiceBus.Timeout.Expire: every released NServiceBus with a timeout
+	// manager, 3.0.0 to 7.x, wrote it with the invariant culture in the
+	// format wire.ParseNSBTime reads (src/utils/DateTimeExtensions.cs in
+	// 3.x, src/NServiceBus.Core/DateTimeExtensions.cs in 4.x to 7.x;
+	// writers: UnicastBus.Defer and TimeoutMessageConverter in 3.x,
+	// TimeoutManagerDeferrer in 4.x/5.x, TimeoutManagerRoutingStrategy and
+	// DelayedRetryExecutor in 6.x/7.x), always six fractional digits.
 	// The 3.0 betas (tags 3.0.0-Beta1, -Beta2) wrote DateTime.ToString(),
 	// the sender's culture's general format ("1/5/2012 1:14:15 PM",
 	// "05.01.2012 13:14:15", ...), sometimes in local time; 3.0.0 read it
 	// back with the receiver's culture. Neither the day/month order nor the
 	// zone can be known from the text, so it is refused with its own reason
 	// rather than guessed.
-	nsbCultureExpire = regexp.MustCompile(`^\d{1,4}[./-]\d{1,2}[./-]\d{1,4}\.? \d{1,2}[:.]\d{2}([:.]\d{2})?( ?[AaPp]\.? ?[Mm]\.?)?$`)
+	nsbCultureTime = regexp.MustCompile(`^\d{1,4}[./-]\d{1,2}[./-]\d{1,4}\.? \d{1,2}[:.]\d{2}([:.]\d{2})?( ?[AaPp]\.? ?[Mm]\.?)?$`)
 	// The earliest and latest due times the bridge accepts: the earliest
 	// RFC 3339 can write, the latest a store can keep in order.
 	minDue = time.Date(0, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -229,7 +226,11 @@ func parseDueAt(v any) (time.Time, error) {
 	return inRange(wire.HeaderDueAt, t.UTC())
 }
 
-func parseNSBExpire(v any) (time.Time, error) {
+func parseNSBExpire(v any) (time.Time, error) { return parseNSBTime(wire.HeaderNSBExpire, v) }
+
+// parseNSBTime reads header name's value v in the NServiceBus wire format
+// (wire.ParseNSBTime), as a string or a byte array.
+func parseNSBTime(name string, v any) (time.Time, error) {
 	var s string
 	switch v := v.(type) {
 	case string:
@@ -237,53 +238,33 @@ func parseNSBExpire(v any) (time.Time, error) {
 	case []byte:
 		s = string(v)
 	default:
-		return time.Time{}, fmt.Errorf("header %s must be a string, got %s", wire.HeaderNSBExpire, typeName(v))
+		return time.Time{}, fmt.Errorf("header %s must be a string, got %s", name, typeName(v))
 	}
 	if len(s) > maxTimeText {
-		return time.Time{}, fmt.Errorf("header %s is %d bytes, too long for the NServiceBus wire format", wire.HeaderNSBExpire, len(s))
+		return time.Time{}, fmt.Errorf("header %s is %d bytes, too long for the NServiceBus wire format", name, len(s))
 	}
-	m := nsbExpire.FindStringSubmatch(s)
-	if m == nil && nsbCultureExpire.MatchString(s) {
-		return time.Time{}, fmt.Errorf("header %s %q is culture-dependent date text, as NServiceBus 3.0 betas wrote it: its day/month order and time zone are unknown; senders from NServiceBus 3.0.0 on write yyyy-MM-dd HH:mm:ss:ffffff Z", wire.HeaderNSBExpire, clip(s))
+	if nsbCultureTime.MatchString(s) {
+		return time.Time{}, fmt.Errorf("header %s %q is culture-dependent date text, as NServiceBus 3.0 betas wrote it: its day/month order and time zone are unknown; senders from NServiceBus 3.0.0 on write %s", name, clip(s), wire.NSBTimeLayout)
 	}
-	if m == nil {
-		return time.Time{}, fmt.Errorf("header %s %q is not in the NServiceBus wire format yyyy-MM-dd HH:mm:ss:ffffff Z", wire.HeaderNSBExpire, clip(s))
-	}
-	t, err := time.Parse("2006-01-02 15:04:05", m[1])
+	t, err := wire.ParseNSBTime(s)
 	if err != nil {
-		return time.Time{}, fmt.Errorf("header %s %q: %v", wire.HeaderNSBExpire, clip(s), err)
+		return time.Time{}, fmt.Errorf("header %s %q is %v", name, clip(s), err)
 	}
-	frac := m[2] + strings.Repeat("0", 9-len(m[2]))
-	ns, _ := strconv.Atoi(frac) // nine digits at most: always fits
-	return inRange(wire.HeaderNSBExpire, t.Add(time.Duration(ns)).UTC())
+	return inRange(name, t)
 }
 
 // parseDelay reads x-delay as the delayed-message-exchange plugin does:
 // every AMQP integer type, a decimal string, or a floating-point number
 // truncated toward zero. Zero or negative means now.
 func parseDelay(v any) (int64, error) {
-	var ms int64
+	if ms, ok := amqpInteger(v); ok {
+		return delayInRange(ms)
+	}
 	switch v := v.(type) {
 	case float32:
 		return floatDelay(float64(v))
 	case float64:
 		return floatDelay(v)
-	case int8:
-		ms = int64(v)
-	case uint8:
-		ms = int64(v)
-	case int16:
-		ms = int64(v)
-	case uint16:
-		ms = int64(v)
-	case int32:
-		ms = int64(v)
-	case uint32:
-		ms = int64(v)
-	case int64:
-		ms = v
-	case int:
-		ms = int64(v)
 	case string, []byte:
 		var s string
 		if b, ok := v.([]byte); ok {
@@ -295,11 +276,33 @@ func parseDelay(v any) (int64, error) {
 		if err != nil {
 			return 0, fmt.Errorf("header %s %q is not a whole number of milliseconds", wire.HeaderDelay, clip(s))
 		}
-		ms = n
-	default:
-		return 0, fmt.Errorf("header %s must be a number of milliseconds (an integer, a decimal string or a floating-point number), got %s", wire.HeaderDelay, typeName(v))
+		return delayInRange(n)
 	}
-	return delayInRange(ms)
+	return 0, fmt.Errorf("header %s must be a number of milliseconds (an integer, a decimal string or a floating-point number), got %s", wire.HeaderDelay, typeName(v))
+}
+
+// amqpInteger is v as an int64 when it is of one of the integer types an
+// AMQP table value decodes to.
+func amqpInteger(v any) (int64, bool) {
+	switch v := v.(type) {
+	case int8:
+		return int64(v), true
+	case uint8:
+		return int64(v), true
+	case int16:
+		return int64(v), true
+	case uint16:
+		return int64(v), true
+	case int32:
+		return int64(v), true
+	case uint32:
+		return int64(v), true
+	case int64:
+		return v, true
+	case int:
+		return int64(v), true
+	}
+	return 0, false
 }
 
 func floatDelay(f float64) (int64, error) {

@@ -24,6 +24,14 @@ type Source struct {
 	// Setup, when set, runs on every new channel before consuming: for
 	// the declarations and bindings the source needs.
 	Setup func(*amqp.Channel) error
+	// MustExist: Queue is someone else's; consume it once it exists
+	// (broker.ConsumeOptions.MustExist).
+	MustExist bool
+	// Gate, when set, is a queue whose existence means Queue exists too
+	// (say, the last one its owner's installer declares): the source
+	// waits for it first. Sources naming the same gate share one check,
+	// so a family of missing queues costs the broker one check per pause.
+	Gate string
 }
 
 // Parser turns one delivery into what ingest should do with it. It must not

@@ -16,6 +16,7 @@ import (
 	"github.com/delaybridge/delaybridge/broker"
 	"github.com/delaybridge/delaybridge/internal/amqptest"
 	"github.com/delaybridge/delaybridge/internal/testenv"
+	"github.com/delaybridge/delaybridge/internal/testlog"
 	"github.com/delaybridge/delaybridge/wire"
 )
 
@@ -53,43 +54,19 @@ func (p *lockedPublisher) count() int {
 // headers on one queue, another protocol on another, with the same rules,
 // store and error queue, and nothing left unacknowledged.
 func TestRunConsumesEverySource(t *testing.T) {
-	url := testenv.AMQPURL(t)
-	admin := testenv.DialAMQP(t)
-	ach, err := admin.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
+	ach := testChannel(t)
 	prefix := "ingest-test-" + uuid.NewString()[:8]
 	qHeaders, qToy := prefix+".Timeouts", prefix+".toy"
-	for _, q := range []string{qHeaders, qToy} {
-		if _, err := ach.QueueDeclare(q, false, false, false, false, nil); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _, _ = ach.QueueDelete(q, false, false, false) })
-	}
-
-	conn := broker.NewConn(broker.ConnOptions{URL: url, Name: t.Name(), Logger: zerolog.Nop()})
-	if err := conn.Connect(); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	connDone := make(chan error, 1)
-	go func() { connDone <- conn.Run(ctx) }()
-
+	declareTestQueues(t, ach, qHeaders, qToy)
 	store, pub := &fakeStore{}, &lockedPublisher{}
-	all, _ := CompileGlobs([]string{"*"})
-	in := New(conn, func(context.Context) (Publisher, error) { return pub, nil }, store, Options{
-		Sources:    []Source{TimeoutsSource(qHeaders), {Name: "toy", Queue: qToy, Parser: ParserFunc(parseToy)}},
-		ErrorQueue: "error", Prefetch: 10, MaxBatch: 10,
-		Rules:  Rules{MaxMessageBytes: 1 << 20, Allowed: all, Reserved: []string{qHeaders}},
-		Logger: zerolog.Nop(),
+	stop := runIngester(t, store, pub, Options{
+		Sources: []Source{TimeoutsSource(qHeaders), {Name: "toy", Queue: qToy, Parser: ParserFunc(parseToy)}},
+		Rules:   Rules{Reserved: []string{qHeaders}},
 	})
-	runDone := make(chan error, 1)
-	go func() { runDone <- in.Run(ctx) }()
 
 	publish := func(q, id string, h amqp.Table, body string) {
 		t.Helper()
-		if err := ach.PublishWithContext(ctx, "", q, true, false, amqp.Publishing{MessageId: id, Headers: h, Body: []byte(body)}); err != nil {
+		if err := ach.PublishWithContext(context.Background(), "", q, true, false, amqp.Publishing{MessageId: id, Headers: h, Body: []byte(body)}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -111,11 +88,9 @@ func TestRunConsumesEverySource(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	cancel()
-	if err := <-runDone; err != nil {
+	if err := stop(); err != nil {
 		t.Fatalf("Run: %v", err)
 	}
-	<-connDone
 
 	for id, dest := range map[string]string{"h1": "orders", "t1": "invoices"} {
 		if row := store.rows[id]; row.Destination != dest {
@@ -181,4 +156,115 @@ func TestIngestValidatesWhatAnyParserReturns(t *testing.T) {
 			t.Errorf("tag %d %s", tag, a.Outcome(tag))
 		}
 	}
+}
+
+// Sources that name a gate wait for that queue together (one check, one
+// log line for all) and then consume their own queues.
+func TestSourcesWaitForTheirGate(t *testing.T) {
+	ach := testChannel(t)
+	prefix := "ingest-gate-" + uuid.NewString()[:8]
+	qa, qb, gate := prefix+".a", prefix+".b", prefix+".gate"
+	declareTestQueues(t, ach, qa, qb)
+	t.Cleanup(func() { _, _ = ach.QueueDelete(gate, false, false, false) })
+	for _, q := range []string{qa, qb} {
+		if err := ach.PublishWithContext(context.Background(), "", q, true, false, amqp.Publishing{MessageId: q, Body: []byte("orders|60000")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	store, logs := &fakeStore{}, &testlog.Buffer{}
+	var srcs []Source
+	for _, q := range []string{qa, qb} {
+		srcs = append(srcs, Source{Name: "gated", Queue: q, MustExist: true, Gate: gate, Parser: ParserFunc(parseToy)})
+	}
+	stop := runIngester(t, store, &lockedPublisher{}, Options{Sources: srcs, Logger: zerolog.New(logs)})
+	defer func() {
+		if err := stop(); err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	stored := func() int {
+		store.mu.Lock()
+		defer store.mu.Unlock()
+		return len(store.rows)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for logs.Count("waiting for the queue") == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("no waiting line within 20 s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if n := stored(); n != 0 {
+		t.Fatalf("stored %d messages before the gate queue existed", n)
+	}
+	if _, err := ach.QueueDeclare(gate, false, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	for stored() != 2 {
+		if time.Now().After(deadline.Add(20 * time.Second)) {
+			t.Fatalf("stored %d of 2 after the gate queue appeared", stored())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := logs.Count("waiting for the queue"); n != 1 {
+		t.Errorf("%d waiting lines, want 1 for both sources:\n%s", n, logs.String())
+	}
+}
+
+// testChannel is a channel on a connection of the test's own.
+func testChannel(t *testing.T) *amqp.Channel {
+	t.Helper()
+	ch, err := testenv.DialAMQP(t).Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ch
+}
+
+// declareTestQueues declares transient queues, deleted when the test ends.
+func declareTestQueues(t *testing.T, ch *amqp.Channel, names ...string) {
+	t.Helper()
+	for _, q := range names {
+		if _, err := ch.QueueDeclare(q, false, false, false, false, nil); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _, _ = ch.QueueDelete(q, false, false, false) })
+	}
+}
+
+// runIngester runs an Ingester with opts on a connection to the test broker
+// (with error queue "error", prefetch and batches of 10 and bodies up to
+// 1 MiB unless opts says otherwise) and returns
+// the function that stops it and returns Run's error.
+func runIngester(t *testing.T, store Store, pub Publisher, opts Options) (stop func() error) {
+	t.Helper()
+	conn := broker.NewConn(broker.ConnOptions{URL: testenv.AMQPURL(t), Name: t.Name(), Logger: zerolog.Nop()})
+	if err := conn.Connect(); err != nil {
+		t.Fatal(err)
+	}
+	if opts.ErrorQueue == "" {
+		opts.ErrorQueue = "error"
+	}
+	opts.Prefetch, opts.MaxBatch = max(opts.Prefetch, 10), max(opts.MaxBatch, 10)
+	if opts.Rules.MaxMessageBytes == 0 {
+		opts.Rules.MaxMessageBytes = 1 << 20
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	connDone, runDone := make(chan error, 1), make(chan error, 1)
+	go func() { connDone <- conn.Run(ctx) }()
+	in := New(conn, func(context.Context) (Publisher, error) { return pub, nil }, store, opts)
+	go func() { runDone <- in.Run(ctx) }()
+	var once sync.Once
+	var err error
+	stop = func() error {
+		once.Do(func() {
+			cancel()
+			err = <-runDone
+			<-connDone
+		})
+		return err
+	}
+	t.Cleanup(func() { _ = stop() })
+	return stop
 }

@@ -52,10 +52,10 @@ func CheckDueAt(due time.Time) error {
 	return nil
 }
 
-// DefaultCancelWindow is how long a cancel that found nothing pending keeps
-// cancelling messages with its id (see Store.Cancel): long enough for a
-// message published before the cancel to be stored by a slower instance,
-// even after requeues (docs/contract.md §2.5).
+// DefaultCancelWindow is how long a cancel keeps cancelling messages with
+// its id (see Store.Cancel): long enough for a message published before the
+// cancel to be stored by a slower instance, or again after a lost commit
+// answer, even after requeues (docs/contract.md §2.5).
 const DefaultCancelWindow = 10 * time.Minute
 
 // ListFilter selects pending timeouts for List.
@@ -167,12 +167,13 @@ type Store interface {
 	List(ctx context.Context, f ListFilter) (rows []Timeout, next string, err error)
 
 	// Cancel removes a pending timeout that is not being dispatched:
-	// ErrNotFound when there is none, ErrLeased while it is leased. When
-	// there is none it also leaves a tombstone: for the store's cancel
-	// window (DefaultCancelWindow unless configured) Insert stores no
-	// timeout with this id. A cancel thus applies to a message published
-	// before it that another instance, or a requeue, stores after it. Cancel
-	// and Insert of one id are atomic with respect to each other, whichever
+	// ErrNotFound when there is none, ErrLeased while it is leased. Unless
+	// it is leased it also leaves a tombstone: for the store's cancel window
+	// (DefaultCancelWindow unless configured) Insert stores no timeout with
+	// this id. A cancel thus applies to a message published before it that
+	// another instance, or a requeue, stores after it, and to one stored
+	// again because the answer to its first insert was lost. Cancel and
+	// Insert of one id are atomic with respect to each other, whichever
 	// instances call them. Reap purges expired tombstones.
 	Cancel(ctx context.Context, id string) error
 
@@ -231,8 +232,10 @@ type SagaCanceller interface {
 	// CancelSaga removes, in one commit, every pending timeout whose
 	// SagaID is sagaID and that is not being dispatched, and returns how
 	// many it removed and how many it left because they are leased (an
-	// expired lease does not count as one; such a row is removed). Unlike
-	// Cancel it leaves no tombstone: a saga's id is not a message id, and
-	// the saga may schedule again. An empty sagaID is an error.
+	// expired lease does not count as one; such a row is removed). Each id
+	// it removed gets a tombstone, as Cancel leaves, so a copy stored again
+	// stays cancelled; the saga id gets none: the saga may schedule new
+	// timeouts at once. As Cancel, it applies to inserts of other instances
+	// that are under way. An empty sagaID is an error.
 	CancelSaga(ctx context.Context, sagaID string) (cancelled, leased int, err error)
 }

@@ -49,6 +49,7 @@ func run(args []string) int {
 	scaleOutN := fs.Int("scaleout-n", def.ScaleOutN, "messages of each scaleout workload (ingest, burst, spread over --window)")
 	postgresURL := fs.String("postgres-url", os.Getenv("DELAYBRIDGE_TEST_POSTGRES_URL"), "PostgreSQL database for the scaleout step (schemas are created and dropped); $DELAYBRIDGE_TEST_POSTGRES_URL when set; empty skips the step")
 	ttl := fs.Bool("ttl", true, "run the TTL + dead-letter topology comparison (--ttl=false to skip)")
+	nsb := fs.Bool("nsb", false, "also run the nsb step: the punctuality workload sent as NServiceBus sends into its delay chain, alone and with a bridge consuming it (uses the transport's real queue names)")
 	ttlQueueType := fs.String("ttl-queue-type", def.TTLQueueType, "queue type of the TTL levels: quorum (NServiceBus v2) or classic (v1)")
 	only := fs.String("only", "", "run only these steps, comma-separated: "+strings.Join(bench.AllSteps, ","))
 	lead := fs.Duration("lead", 0, "time from publishing to the first due time (0: from the measured ingest rate, at least 3s)")
@@ -72,6 +73,9 @@ Measures the bridge against a real broker and prints a table (and writes JSON):
   ttl          the punctuality workload through a 28-level TTL + dead-letter topology (no bridge)
   scale        (--scale) ingest while filling --scale-n pending, punctuality, memory, store size
                and restart-to-ready with them pending
+  nsb          (--nsb) the punctuality workload sent as NServiceBus endpoints send delayed
+               messages into the transport's v2 chain (its real names): the chain alone,
+               then a bridge with DELAYBRIDGE_NSB_NATIVE_DELAYS consuming its level queues
   scaleout     (--scaleout) one, then two bridges sharing a PostgreSQL store (--postgres-url):
                ingest rate, burst delivery rate and lateness, and what each instance did
 
@@ -127,6 +131,9 @@ the end.
 		}
 		if *scaleOut {
 			opts.Steps = append(opts.Steps, bench.StepScaleOut)
+		}
+		if *nsb {
+			opts.Steps = append(opts.Steps, bench.StepNSB)
 		}
 	}
 

@@ -26,10 +26,11 @@ type Proxy struct {
 	bytesUp   atomic.Int64 // client → target, forwarded
 	swallowed atomic.Int64 // either way, read and dropped while stalled
 
-	mu      sync.Mutex
-	stalled bool
-	killed  bool
-	links   map[*link]struct{}
+	mu       sync.Mutex
+	stalled  bool
+	refusing bool
+	killed   bool
+	links    map[*link]struct{}
 }
 
 // link is one client connection and, unless it was accepted while the
@@ -91,11 +92,23 @@ func (p *Proxy) Stall() {
 	p.mu.Unlock()
 }
 
-// Resume forwards again for new connections. It closes every connection
-// the proxy holds, since their streams lost bytes while stalled.
+// Refuse makes the proxy a server gone down, as a database restarting: it
+// closes every connection it carries, on both sides, and until Resume
+// closes each new connection at once, without dialing the target. It
+// returns how many client connections it cut.
+func (p *Proxy) Refuse() int {
+	p.mu.Lock()
+	p.refusing = true
+	p.mu.Unlock()
+	return p.cut()
+}
+
+// Resume forwards again for new connections, after Stall or Refuse. It
+// closes every connection the proxy holds, since their streams lost bytes
+// while stalled.
 func (p *Proxy) Resume() {
 	p.mu.Lock()
-	p.stalled = false
+	p.stalled, p.refusing = false, false
 	p.mu.Unlock()
 	p.cut()
 }
@@ -135,11 +148,11 @@ func (p *Proxy) cut() int {
 }
 
 // add registers l, or closes it and reports false when the proxy was
-// killed meanwhile.
+// killed, or began refusing, meanwhile.
 func (p *Proxy) add(l *link) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.killed {
+	if p.killed || p.refusing {
 		l.close()
 		return false
 	}
@@ -163,8 +176,12 @@ func (p *Proxy) serve() {
 		}
 		p.accepted.Add(1)
 		p.mu.Lock()
-		stalled := p.stalled
+		stalled, refusing := p.stalled, p.refusing
 		p.mu.Unlock()
+		if refusing {
+			_ = c.Close()
+			continue
+		}
 		if stalled {
 			p.add(&link{client: c}) // held open, never answered
 			continue

@@ -254,3 +254,31 @@ func TestTargetDown(t *testing.T) {
 		t.Fatal("Kill hangs")
 	}
 }
+
+func TestRefuse(t *testing.T) {
+	e, p := setup(t)
+	a, b := dial(t, p), dial(t, p)
+	roundTrip(t, a, "x")
+	roundTrip(t, b, "y")
+	if got := p.Refuse(); got != 2 {
+		t.Errorf("Refuse cut %d connections, want 2", got)
+	}
+	closed(t, a)
+	closed(t, b)
+	// Refusing: a new connection is closed at once, and the target never
+	// hears of it.
+	c := dial(t, p)
+	closed(t, c)
+	if got := e.accepted.Load(); got != 2 {
+		t.Errorf("the target accepted %d connections, want 2 (none while refusing)", got)
+	}
+	if got := p.Open(); got != 0 {
+		t.Errorf("Open = %d while refusing, want 0", got)
+	}
+	p.Resume()
+	d := dial(t, p)
+	roundTrip(t, d, "after")
+	if got := p.Accepted(); got != 4 {
+		t.Errorf("Accepted = %d, want 4", got)
+	}
+}

@@ -70,7 +70,7 @@ type Options struct {
 	// OpenTimeout is how long Open waits for another process to release the
 	// file lock; zero or negative means DefaultOpenTimeout.
 	OpenTimeout time.Duration
-	// CancelWindow is how long a Cancel that found nothing keeps its id
+	// CancelWindow is how long a Cancel that was not too late keeps its id
 	// cancelled; zero or negative means storage.DefaultCancelWindow.
 	CancelWindow time.Duration
 }
@@ -882,9 +882,9 @@ func selects(f storage.ListFilter, t *storage.Timeout) bool {
 	return f.Destination == "" || (t.Exchange == "" && t.Destination == f.Destination)
 }
 
-// Cancel removes a row that is not leased; see storage.Store. When there is
-// no row it records a tombstone, in the same transaction as the lookup:
-// bbolt's single writer makes Cancel and Insert atomic.
+// Cancel removes a row that is not leased and records a tombstone, in the
+// same transaction as the lookup; see storage.Store. bbolt's single writer
+// makes Cancel and Insert atomic.
 func (s *Store) Cancel(ctx context.Context, id string) error {
 	exit, err := s.enter(ctx)
 	if err != nil {
@@ -907,11 +907,14 @@ func (s *Store) Cancel(ctx context.Context, id string) error {
 			if len(id) == 0 || len(id) > bolt.MaxKeySize {
 				return nil // no row can have it; nothing to remember
 			}
-			return b.cancels.Put([]byte(id), binary.BigEndian.AppendUint64(nil, uint64(now.Add(s.window).UnixNano())))
 		case r.Lock != "" && now.Before(r.LockExpiresAt):
 			return storage.ErrLeased
+		default:
+			if err := b.forget(r); err != nil {
+				return err
+			}
 		}
-		return b.forget(r)
+		return b.cancels.Put([]byte(id), binary.BigEndian.AppendUint64(nil, uint64(now.Add(s.window).UnixNano())))
 	})
 	if err == nil && missing {
 		err = storage.ErrNotFound
@@ -922,8 +925,8 @@ func (s *Store) Cancel(ctx context.Context, id string) error {
 	return nil
 }
 
-// CancelSaga removes the rows of saga sagaID that are not leased, in one
-// transaction; see storage.SagaCanceller.
+// CancelSaga removes the rows of saga sagaID that are not leased and leaves
+// a tombstone for each, in one transaction; see storage.SagaCanceller.
 func (s *Store) CancelSaga(ctx context.Context, sagaID string) (cancelled, leased int, err error) {
 	if sagaID == "" {
 		return 0, 0, errors.New("boltstore: cancel saga: empty saga id")
@@ -958,6 +961,11 @@ func (s *Store) CancelSaga(ctx context.Context, sagaID string) (cancelled, lease
 				continue
 			}
 			if err := b.forget(r); err != nil {
+				return err
+			}
+			// A tombstone, as Cancel leaves: a copy of a cancelled timeout
+			// stored again (a requeue) must not bring it back.
+			if err := b.cancels.Put([]byte(id), binary.BigEndian.AppendUint64(nil, uint64(now.Add(s.window).UnixNano()))); err != nil {
 				return err
 			}
 			cancelled++

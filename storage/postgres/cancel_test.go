@@ -19,6 +19,15 @@ func TestCancelAcrossInstances(t *testing.T) {
 	storetest.RaceCancelInsert(t, openSchema(t, schema, nil), openSchema(t, schema, nil), 300)
 }
 
+// TestCancelAcrossInstancesOfAPendingRow: one instance inserts a pending
+// message again (its first insert committed, but the answer was lost with
+// the connection, so the insert is repeated) while another cancels it: the
+// cancel's tombstone holds whichever commits first.
+func TestCancelAcrossInstancesOfAPendingRow(t *testing.T) {
+	schema := pgtest.Schema(t)
+	storetest.RaceCancelReinsert(t, openSchema(t, schema, nil), openSchema(t, schema, nil), 300)
+}
+
 // TestReapPurgesExpiredTombstones: tombstones are rows of their own table,
 // deleted by Reap once expired, not before.
 func TestReapPurgesExpiredTombstones(t *testing.T) {
@@ -53,5 +62,28 @@ func TestReapPurgesExpiredTombstones(t *testing.T) {
 	}
 	if got := count(); got != 0 {
 		t.Fatalf("%d expired tombstones left after Reap", got)
+	}
+}
+
+// TestCancelRefusedByTheDatabase: a cancel whose statement PostgreSQL
+// refuses (a NUL byte in the id) fails with that error, records nothing,
+// and leaves the store working: its batch is read to the end and rolled
+// back.
+func TestCancelRefusedByTheDatabase(t *testing.T) {
+	s := open(t, nil)
+	insert(t, s, newTimeout("p", t0.Add(time.Hour)))
+	err := s.Cancel(ctx, "nul\x00id")
+	if err == nil || errors.Is(err, storage.ErrNotFound) || errors.Is(err, storage.ErrLeased) {
+		t.Fatalf("Cancel of an id with a NUL byte: %v, want the database's refusal", err)
+	}
+	var n int
+	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM `+s.qs+`.cancelled`).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("%d tombstones (%v) after a refused cancel, want 0", n, err)
+	}
+	if err := s.Cancel(ctx, "p"); err != nil {
+		t.Fatalf("Cancel after the refused one: %v", err)
+	}
+	if _, err := s.Get(ctx, "p"); !errors.Is(err, storage.ErrNotFound) {
+		t.Fatalf("p is still pending after its cancel: %v", err)
 	}
 }

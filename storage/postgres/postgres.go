@@ -29,9 +29,9 @@
 //     in id order), so concurrent batches with overlapping ids do not
 //     deadlock; should PostgreSQL still report a deadlock or serialization
 //     failure, the statement (always a whole transaction) is retried.
-//   - A Cancel that finds no row and an Insert are ordered by an advisory
-//     lock per schema (Insert shared, that Cancel exclusive), so a cancel
-//     tombstone is never missed by an insert committing at the same time.
+//   - A Cancel and an Insert are ordered by an advisory lock per schema
+//     (Insert shared, Cancel exclusive), so a cancel tombstone is never
+//     missed by an insert committing at the same time.
 package postgres
 
 import (
@@ -103,7 +103,7 @@ type Options struct {
 	// Endpoint, when set, claims the schema for this bridge endpoint on
 	// first use; Open then fails with ErrOtherEndpoint for any other one.
 	Endpoint string
-	// CancelWindow is how long a Cancel that found nothing keeps its id
+	// CancelWindow is how long a Cancel that was not too late keeps its id
 	// cancelled; zero or negative means storage.DefaultCancelWindow.
 	CancelWindow time.Duration
 }
@@ -339,10 +339,12 @@ func (e noReconnectRetry) Unwrap() error { return e.err }
 // connection: deadlocks and serialization failures, and a connection lost
 // under the statement (a terminated backend, a failover, a reset). Each
 // store call is one transaction and safe to repeat: a repeated Insert finds
-// its rows there (reported as not inserted, which ingest acks as stored), a
-// repeated Remove or Release finds the lock gone (a conflict, never a second
-// delivery), a repeated Lease leaves the first lease to expire. A call that
-// timed out is not repeated: the database is not answering.
+// its rows there (reported as not inserted, which ingest acks as stored), or
+// a cancelled row's tombstone, or stores again a row delivered meanwhile (a
+// duplicate, docs/contract.md §3.3); a repeated Remove or Release finds the
+// lock gone (a conflict, never a second delivery), a repeated Lease leaves
+// the first lease to expire. A call that timed out is not repeated: the
+// database is not answering.
 func retryable(err error) bool {
 	var pgErr *pgconn.PgError
 	var once noReconnectRetry
@@ -548,8 +550,9 @@ WITH cur AS (
 )
 SELECT busy FROM cur`),
 
-		// $1 saga id, $2 now. The saga's rows, locked in id order (index
-		// timeouts_saga); those not under a live lease are deleted.
+		// $1 saga id, $2 now, $3 tombstone expiry. The saga's rows, locked
+		// in id order (index timeouts_saga); those not under a live lease
+		// are deleted and leave tombstones, as Cancel's do.
 		cancelSaga: r.Replace(`
 WITH cur AS (
 	SELECT id, coalesce(lock_token IS NOT NULL AND lock_expires_at > $2, false) AS busy
@@ -559,11 +562,17 @@ WITH cur AS (
 ), del AS (
 	DELETE FROM {{t}} t USING cur WHERE t.id = cur.id AND NOT cur.busy
 	RETURNING t.id
+), tomb AS (
+	INSERT INTO {{c}} AS c (id, expires_at) SELECT id, $3 FROM del ORDER BY id
+	ON CONFLICT (id) DO UPDATE SET expires_at = greatest(c.expires_at, EXCLUDED.expires_at)
 )
 SELECT (SELECT count(*) FROM del), (SELECT count(*) FROM cur WHERE busy)`),
 
-		// $1 id, $2 expiry. A repeated cancel extends the window.
-		tombstone: r.Replace(`INSERT INTO {{c}} AS c (id, expires_at) VALUES ($1, $2)
+		// $1 id, $2 expiry, $3 now; after the cancel statement, in its
+		// transaction: none while the row is leased (too late). A repeated
+		// cancel extends the window.
+		tombstone: r.Replace(`INSERT INTO {{c}} AS c (id, expires_at) SELECT $1, $2
+WHERE NOT EXISTS (SELECT 1 FROM {{t}} WHERE id = $1 AND lock_token IS NOT NULL AND lock_expires_at > $3)
 ON CONFLICT (id) DO UPDATE SET expires_at = greatest(c.expires_at, EXCLUDED.expires_at)`),
 
 		// $1 now.
@@ -1072,45 +1081,38 @@ func (s *Store) Reap(ctx context.Context) (int, error) {
 	return n, nil
 }
 
-// Cancel removes a row that is not leased; see storage.Store. When it finds
-// none, the row may still be in an insert that has not committed (of this
-// or another instance), which a statement cannot see. So it takes the cancel
-// lock exclusively, which waits for every insert under way (they hold it
-// shared), looks again, and only then records the tombstone, before any
-// later insert can check for it.
+// Cancel removes a row that is not leased and leaves a tombstone; see
+// storage.Store. The row may still be in an insert that has not committed
+// (of this or another instance), which a statement cannot see; and a row it
+// removes may be inserted again, by an insert whose commit went through but
+// whose answer was lost with its connection, and which Insert's retry or
+// ingest's requeue repeats. So it first takes the cancel lock exclusively,
+// which waits for every insert under way (they hold it shared), then looks,
+// and records the tombstone before any later insert can check for it.
 func (s *Store) Cancel(ctx context.Context, id string) error {
 	return s.run(ctx, fmt.Sprintf("cancel %q", id), func(ctx context.Context) error {
 		now := ts(s.now())
-		err := s.unleased(ctx, s.pool, s.q.cancel, id, now)
-		if !errors.Is(err, storage.ErrNotFound) {
-			if err == nil {
-				s.stats.addPending(-1)
-			}
-			return err
-		}
 		tx, err := s.pool.Begin(ctx)
 		if err != nil {
 			return err
 		}
 		defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+		// In one round trip, so that inserts wait for the lock briefly.
 		// While this exclusive request waits for a long insert (a batch of
 		// large messages), every new insert of every instance queues behind
 		// it: give up soon and try again (lock_not_available is retried)
 		// rather than stall intake.
-		if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout = '`+cancelLockWait+`'`); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, s.cancelKey); err != nil {
-			return err
-		}
-		found := s.unleased(ctx, tx, s.q.cancel, id, now)
+		b := &pgx.Batch{}
+		b.Queue(`SET LOCAL lock_timeout = '` + cancelLockWait + `'`)
+		b.Queue(`SELECT pg_advisory_xact_lock($1)`, s.cancelKey)
+		b.Queue(s.q.cancel, id, now)
+		b.Queue(s.q.tombstone, id, tsUp(now.Add(s.window)), now)
+		found, err := cancelResults(tx.SendBatch(ctx, b))
 		switch {
-		case errors.Is(found, storage.ErrNotFound):
-			if _, err := tx.Exec(ctx, s.q.tombstone, id, tsUp(now.Add(s.window))); err != nil {
-				return err
-			}
-		case found != nil && !errors.Is(found, storage.ErrLeased):
-			return found
+		case err != nil:
+			return err
+		case errors.Is(found, storage.ErrLeased):
+			return found // too late: the id stays free
 		}
 		if err := tx.Commit(ctx); err != nil {
 			return err
@@ -1122,15 +1124,44 @@ func (s *Store) Cancel(ctx context.Context, id string) error {
 	})
 }
 
-// CancelSaga deletes the rows of saga sagaID that no live lease holds, in
-// one statement; see storage.SagaCanceller. It leaves no tombstone.
+// CancelSaga deletes the rows of saga sagaID that no live lease holds and
+// leaves a tombstone for each, in one transaction; see
+// storage.SagaCanceller. Like Cancel it holds the cancel lock exclusively,
+// so inserts under way commit first and are cancelled too.
 func (s *Store) CancelSaga(ctx context.Context, sagaID string) (cancelled, leased int, err error) {
 	if sagaID == "" {
 		return 0, 0, errors.New("postgres: cancel saga: empty saga id")
 	}
 	err = s.run(ctx, fmt.Sprintf("cancel saga %q", sagaID), func(ctx context.Context) error {
+		now := ts(s.now())
+		tx, err := s.pool.Begin(ctx)
+		if err != nil {
+			return err
+		}
+		defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+		b := &pgx.Batch{}
+		b.Queue(`SET LOCAL lock_timeout = '` + cancelLockWait + `'`)
+		b.Queue(`SELECT pg_advisory_xact_lock($1)`, s.cancelKey)
+		b.Queue(s.q.cancelSaga, sagaID, now, tsUp(now.Add(s.window)))
 		var c, l int64
-		if err := s.pool.QueryRow(ctx, s.q.cancelSaga, sagaID, ts(s.now())).Scan(&c, &l); err != nil {
+		err = func() (err error) {
+			br := tx.SendBatch(ctx, b)
+			defer func() {
+				if cerr := br.Close(); err == nil {
+					err = cerr
+				}
+			}()
+			for range 2 {
+				if _, err := br.Exec(); err != nil {
+					return err
+				}
+			}
+			return br.QueryRow().Scan(&c, &l)
+		}()
+		if err != nil {
+			return err
+		}
+		if err := tx.Commit(ctx); err != nil {
 			return err
 		}
 		cancelled, leased = int(c), int(l)
@@ -1143,6 +1174,27 @@ func (s *Store) CancelSaga(ctx context.Context, sagaID string) (cancelled, lease
 	return cancelled, leased, nil
 }
 
+// cancelResults reads the results of Cancel's batch: the cancel
+// statement's (nil, ErrLeased or ErrNotFound), or the first failure.
+func cancelResults(br pgx.BatchResults) (found, err error) {
+	defer func() {
+		if cerr := br.Close(); err == nil {
+			err = cerr
+		}
+	}()
+	for range 2 {
+		if _, err := br.Exec(); err != nil {
+			return nil, err
+		}
+	}
+	found = scanUnleased(br.QueryRow())
+	if found != nil && !errors.Is(found, storage.ErrLeased) && !errors.Is(found, storage.ErrNotFound) {
+		return nil, found
+	}
+	_, err = br.Exec()
+	return found, err
+}
+
 // Reschedule moves a row that is not leased to a new due time and clears its
 // NotBefore; an expired lease on it ends.
 func (s *Store) Reschedule(ctx context.Context, id string, dueAt time.Time) error {
@@ -1150,18 +1202,16 @@ func (s *Store) Reschedule(ctx context.Context, id string, dueAt time.Time) erro
 		return fmt.Errorf("postgres: reschedule %q: %w", id, err)
 	}
 	return s.run(ctx, fmt.Sprintf("reschedule %q", id), func(ctx context.Context) error {
-		return s.unleased(ctx, s.pool, s.q.reschedule, id, ts(s.now()), tsUp(dueAt))
+		return scanUnleased(s.pool.QueryRow(ctx, s.q.reschedule, id, ts(s.now()), tsUp(dueAt)))
 	})
 }
 
-// unleased runs a cancel or reschedule statement, which reports whether the
-// row holds a valid lease (and then leaves it alone): nil when it changed
-// the row, ErrLeased, or ErrNotFound.
-func (s *Store) unleased(ctx context.Context, q interface {
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}, query string, args ...any) error {
+// scanUnleased reads the answer of a cancel or reschedule statement, which
+// reports whether the row holds a valid lease (and then leaves it alone):
+// nil when it changed the row, ErrLeased, or ErrNotFound.
+func scanUnleased(row pgx.Row) error {
 	var busy bool
-	err := q.QueryRow(ctx, query, args...).Scan(&busy)
+	err := row.Scan(&busy)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return storage.ErrNotFound

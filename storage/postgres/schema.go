@@ -76,8 +76,9 @@ var migrations = []migration{
 			claimed_at timestamptz NOT NULL DEFAULT now()
 		)`,
 	}},
-	// Version 3: cancel tombstones. A cancel that finds nothing pending
-	// leaves its id here until expires_at, and Insert stores no row with a
+	// Version 3: cancel tombstones. A cancel that is not refused (the row
+	// leased) leaves its id here until expires_at, whether it removed a row
+	// or found none, and Insert stores no row with a
 	// live tombstone's id (see Store.Cancel). Reap deletes expired ones.
 	{3, "cancel tombstones", []string{
 		`CREATE TABLE {{s}}.cancelled (

@@ -35,15 +35,24 @@ func testCancelTombstone(e *env) {
 	e.get("early")
 }
 
-// testCancelTombstoneOnlyWhenMissing: a Cancel that removed a row, or found
-// it leased, leaves no tombstone: the id is free again at once.
-func testCancelTombstoneOnlyWhenMissing(e *env) {
+// testCancelTombstoneAfterRemoval: a Cancel that removed a row leaves a
+// tombstone too: the message's insert may have committed with its answer
+// lost (a cut connection), and the repeat of that insert, by the store's
+// retry or by a requeue, must not store it again. A Cancel that found the
+// row leased (too late) leaves none: the id is free again once the
+// message has been forwarded.
+func testCancelTombstoneAfterRemoval(e *env) {
 	e.insertDue("p", "l")
 	if err := e.s.Cancel(e.ctx, "p"); err != nil {
 		e.Fatalf("Cancel(p): %v", err)
 	}
+	if got := e.insert(newTimeout("p", at(time.Hour))); got[0] {
+		e.Fatal("the message a Cancel removed was stored again by a repeated insert")
+	}
+	e.expectMissing("p")
+	e.clock.Set(at(window))
 	if got := e.insert(newTimeout("p", at(time.Hour))); !got[0] {
-		e.Fatal("an id whose row a Cancel removed cannot be used again")
+		e.Fatal("the id is still cancelled when the window has passed")
 	}
 	lease := e.leaseOne("l", time.Minute)
 	e.expectErr("Cancel of a leased row", e.s.Cancel(e.ctx, "l"), storage.ErrLeased)
@@ -92,8 +101,12 @@ func testCancelTombstoneSurvivesReap(e *env) {
 
 // testCancelInsertConcurrent: a Cancel and an Insert of one id running at
 // the same time end with no row, whichever goes first: the Cancel removes
-// the row, or the Insert finds the tombstone.
-func testCancelInsertConcurrent(e *env) { RaceCancelInsert(e.T, e.s, e.s, 100) }
+// the row, or the Insert finds the tombstone. So do a Cancel of a pending
+// row and a repeated Insert of it.
+func testCancelInsertConcurrent(e *env) {
+	RaceCancelInsert(e.T, e.s, e.s, 100)
+	RaceCancelReinsert(e.T, e.s, e.s, 100)
+}
 
 // RaceCancelInsert inserts n new ids through ins while can cancels each one
 // at the same moment, and fails t if any is left pending. A backend that
@@ -101,10 +114,33 @@ func testCancelInsertConcurrent(e *env) { RaceCancelInsert(e.T, e.s, e.s, 100) }
 // bridges consuming one E.Timeouts (docs/contract.md §2.5).
 func RaceCancelInsert(t testing.TB, ins, can storage.Store, n int) {
 	t.Helper()
+	raceCancelInsert(t, ins, can, n, "race-", false)
+}
+
+// RaceCancelReinsert is RaceCancelInsert for ids already pending: ins
+// inserts each one again (as after an insert whose answer was lost) while
+// can cancels it.
+func RaceCancelReinsert(t testing.TB, ins, can storage.Store, n int) {
+	t.Helper()
+	raceCancelInsert(t, ins, can, n, "again-", true)
+}
+
+func raceCancelInsert(t testing.TB, ins, can storage.Store, n int, prefix string, pending bool) {
+	t.Helper()
 	ctx := context.Background()
+	id := func(i int) string { return fmt.Sprintf("%s%04d", prefix, i) }
+	if pending {
+		rows := make([]storage.Timeout, n)
+		for i := range rows {
+			rows[i] = newTimeout(id(i), at(time.Hour))
+		}
+		if _, err := ins.Insert(ctx, rows); err != nil {
+			t.Fatalf("Insert: %v", err)
+		}
+	}
 	var wg sync.WaitGroup
 	for i := range n {
-		id := fmt.Sprintf("race-%04d", i)
+		id := id(i)
 		start := make(chan struct{})
 		wg.Go(func() {
 			<-start
@@ -123,11 +159,10 @@ func RaceCancelInsert(t testing.TB, ins, can storage.Store, n int) {
 	wg.Wait()
 	left := 0
 	for i := range n {
-		id := fmt.Sprintf("race-%04d", i)
-		if _, err := can.Get(ctx, id); !errors.Is(err, storage.ErrNotFound) {
+		if _, err := can.Get(ctx, id(i)); !errors.Is(err, storage.ErrNotFound) {
 			left++
 			if left <= 5 {
-				t.Errorf("%s: a Cancel and an Insert ran together and the row is pending (%v)", id, err)
+				t.Errorf("%s: a Cancel and an Insert ran together and the row is pending (%v)", id(i), err)
 			}
 		}
 	}

@@ -273,7 +273,8 @@ func testGetMany(e *env) {
 
 // testCancelSaga: CancelSaga removes the saga's rows that are not leased,
 // counts the leased ones and leaves them, touches no other saga (not one
-// whose id its id begins with), and leaves no tombstone.
+// whose id its id begins with), and tombstones the ids it removed, not the
+// saga.
 func testCancelSaga(e *env) {
 	sc := optional[storage.SagaCanceller](e)
 	_, _, err := sc.CancelSaga(e.ctx, "nothing")
@@ -337,11 +338,17 @@ func testCancelSaga(e *env) {
 		e.Fatalf("Remove of the leased saga row: %v", res[0])
 	}
 	cancelSaga("s1", 0, 0)
-	// No tombstone: the saga and its ids may schedule again at once.
-	if got := e.insert(mk("s1-due", "s1", time.Hour), mk("s1-new", "s1", time.Hour)); !got[0] || !got[1] {
-		e.Fatalf("Insert after CancelSaga = %v, want [true true]", got)
+	// A removed id stays cancelled for the window; the saga does not.
+	if got := e.insert(mk("s1-due", "s1", time.Hour), mk("s1-new", "s1", time.Hour)); got[0] || !got[1] {
+		e.Fatalf("Insert after CancelSaga = %v, want [false true]", got)
 	}
-	cancelSaga("s1", 2, 0)
+	e.expectMissing("s1-due")
+	cancelSaga("s1", 1, 0)
+	e.clock.Set(at(window))
+	if got := e.insert(mk("s1-due", "s1", time.Hour)); !got[0] {
+		e.Fatal("a cancelled saga timeout's id is still cancelled when the window has passed")
+	}
+	cancelSaga("s1", 1, 0)
 	// An expired lease does not hold a row back.
 	e.insert(mk("s2-a", "s2", -time.Minute))
 	e.leaseOne("s2-a", time.Minute)

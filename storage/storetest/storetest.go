@@ -35,11 +35,11 @@
 //     nil and empty Message are not told apart.
 //   - Every method returns ErrClosed after Close; Close twice is no error. A
 //     cancelled context fails the call with an error wrapping ctx.Err().
-//   - A Cancel that finds no row leaves a tombstone for
+//   - A Cancel that finds no row, or removes one, leaves a tombstone for
 //     storage.DefaultCancelWindow (stores are opened with the default):
 //     Insert then reports the id false and stores nothing, until the window
-//     has passed. A Cancel that removed a row, or found it leased, leaves
-//     none. Reap keeps live tombstones.
+//     has passed. A Cancel that found the row leased leaves none. Reap keeps
+//     live tombstones.
 //   - The optional interfaces (storage.Stater, LeaseCounter, MultiGetter,
 //     SagaCanceller)
 //     are checked when the store has them and skipped, saying so, when it
@@ -133,7 +133,7 @@ var tests = []struct {
 	{"ListFiltersExchange", testListFiltersExchange},
 	{"Cancel", testCancel},
 	{"CancelTombstone", testCancelTombstone},
-	{"CancelTombstoneOnlyWhenMissing", testCancelTombstoneOnlyWhenMissing},
+	{"CancelTombstoneAfterRemoval", testCancelTombstoneAfterRemoval},
 	{"CancelTombstoneRepeated", testCancelTombstoneRepeated},
 	{"CancelTombstoneSurvivesReap", testCancelTombstoneSurvivesReap},
 	{"CancelInsertConcurrent", testCancelInsertConcurrent},

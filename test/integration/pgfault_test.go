@@ -20,6 +20,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/delaybridge/delaybridge/internal/tcpproxy"
 	"github.com/delaybridge/delaybridge/internal/testenv"
 )
 
@@ -343,6 +344,16 @@ func pgHostPort(t testing.TB, raw string) *url.URL {
 	return u
 }
 
+// proxiedPostgres starts a proxy to the test database (killed at cleanup)
+// and returns it with the database URL through it.
+func proxiedPostgres(t testing.TB, pg *pgTest) (*tcpproxy.Proxy, string) {
+	t.Helper()
+	u := pgHostPort(t, pg.URL)
+	proxy := startProxy(t, u.Host)
+	u.Host = proxy.Addr()
+	return proxy, u.String()
+}
+
 // TestPGDatabaseSilentLongerThanBreakers: one bridge reaches PostgreSQL
 // through a TCP proxy of the test's; store, fetch and dispatch breakers are
 // 3 s, the lease 5 s. 300 messages (due 0.5 s to 28 s after their publish)
@@ -368,12 +379,9 @@ func TestPGDatabaseSilentLongerThanBreakers(t *testing.T) {
 	)
 	testStart := time.Now()
 	pg := requirePostgres(t)
-	u := pgHostPort(t, pg.URL)
-	proxy := startProxy(t, u.Host)
-	viaProxy := *u
-	viaProxy.Host = proxy.Addr()
+	proxy, viaProxy := proxiedPostgres(t, pg)
 	b := startBridge(t, pgEnv(pg, map[string]string{
-		"DELAYBRIDGE_POSTGRES_URL":                             viaProxy.String(),
+		"DELAYBRIDGE_POSTGRES_URL":                             viaProxy,
 		"DELAYBRIDGE_LOCK_LEASE_DURATION":                      lease.String(),
 		"DELAYBRIDGE_TIME_TO_TRIGGER_STORE_CIRCUIT_BREAKER":    "3s",
 		"DELAYBRIDGE_TIME_TO_TRIGGER_FETCH_CIRCUIT_BREAKER":    "3s",

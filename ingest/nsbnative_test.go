@@ -1,0 +1,272 @@
+package ingest
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/delaybridge/delaybridge/internal/nsbendpoint"
+	"github.com/delaybridge/delaybridge/wire/nsbdelay"
+)
+
+// nsbReceivedAt is when the bridge takes the messages of these tests.
+var nsbReceivedAt = time.Date(2026, 11, 21, 20, 0, 0, 250e6, time.UTC)
+
+// asDelivered is s as a consumer of a level queue receives it, with
+// deaths (x-death entries, newest first) when it was dead-lettered on the
+// way. The dead-letter headers are the broker's (rabbit_dead_letter.erl):
+// x-death entries with count, reason, queue, time, exchange and
+// routing-keys, and x-first-death-* of the first.
+func asDelivered(s nsbendpoint.Send, deaths ...amqp.Table) amqp.Delivery {
+	p := s.Publishing()
+	key, _ := s.Key()
+	h := cloneTable(p.Headers)
+	if len(deaths) > 0 {
+		list := make([]any, len(deaths))
+		for i, d := range deaths {
+			list[i] = d
+		}
+		first := deaths[len(deaths)-1]
+		h["x-death"] = list
+		h["x-first-death-queue"] = first["queue"]
+		h["x-first-death-exchange"] = first["exchange"]
+		h["x-first-death-reason"] = "expired"
+	}
+	return amqp.Delivery{Headers: h, MessageId: p.MessageId, DeliveryMode: p.DeliveryMode, CorrelationId: p.CorrelationId,
+		Type: p.Type, ContentType: p.ContentType, ReplyTo: p.ReplyTo, Body: p.Body, RoutingKey: key, Exchange: "nsb.v2.delay-level-03"}
+}
+
+// death is one x-death entry of level queue q, dead-lettered at at.
+func death(q string, at time.Time, key string) amqp.Table {
+	return amqp.Table{"count": int64(1), "reason": "expired", "queue": q, "time": at, "exchange": q, "routing-keys": []any{key}}
+}
+
+func nsbSend(id string, delay int32, sent time.Time) nsbendpoint.Send {
+	return nsbendpoint.Send{MessageID: id, Address: "Sales.Orders", Delay: delay, TimeSent: sent,
+		Body: []byte(`{"OrderId":"42"}`), SeqNo: 7}
+}
+
+// What the bridge stores for an NServiceBus message: the message as the
+// endpoint sent it (the dead-letter headers gone, the delay header kept:
+// the chain delivers it and the receiving endpoint drops it), its id, the
+// chain's delivery exchange with the message's own routing key, and the
+// time sent plus the delay.
+func TestNSBNativeStoresTheMessageAsSent(t *testing.T) {
+	sent := nsbReceivedAt.Add(-20 * time.Millisecond)
+	s := nsbSend("b7a1c9e2-0001", 10, sent)
+	for _, c := range []nsbdelay.Chain{nsbdelay.V2, nsbdelay.V1} {
+		d := asDelivered(s)
+		_, level := s.Key()
+		it := parseNSBNative(&d, nsbReceivedAt, c, level)
+		key, _ := s.Key()
+		if it.Op != OpSchedule || it.ID != "b7a1c9e2-0001" || it.Exchange != c.Delivery || it.Destination != key {
+			t.Fatalf("%s: %+v", c.Version, it)
+		}
+		if want := sent.Truncate(time.Microsecond).Add(10 * time.Second); !it.DueAt.Equal(want) {
+			t.Errorf("%s: due %v, want %v (time sent + 10 s)", c.Version, it.DueAt, want)
+		}
+		if diff := cmp.Diff(s.Publishing(), it.Msg); diff != "" {
+			t.Errorf("%s: stored message (-sent +stored):\n%s", c.Version, diff)
+		}
+		if err := it.Validate(); err != nil {
+			t.Errorf("%s: %v", c.Version, err)
+		}
+	}
+}
+
+// The fixture is what the transport writes: the delay an AMQP int, the
+// times in NServiceBus's wire format, the sequence number an AMQP long, the
+// properties Fill derives.
+func TestNSBEndpointFixture(t *testing.T) {
+	s := nsbSend("m", 10, time.Date(2026, 11, 21, 19, 59, 58, 123456789, time.UTC))
+	p := s.Publishing()
+	if v, ok := p.Headers[nsbdelay.HeaderDelay].(int32); !ok || v != 10 {
+		t.Errorf("delay header %#v", p.Headers[nsbdelay.HeaderDelay])
+	}
+	if v := p.Headers[nsbdelay.HeaderTimeSent]; v != "2026-11-21 19:59:58:123456 Z" {
+		t.Errorf("time sent %#v", v)
+	}
+	if v, ok := p.Headers[nsbdelay.HeaderPublishSeqNo].(int64); !ok || v != 7 {
+		t.Errorf("sequence number %#v", p.Headers[nsbdelay.HeaderPublishSeqNo])
+	}
+	if p.DeliveryMode != amqp.Persistent || p.Type != "Sales.Messages.OrderTimeout" || p.ContentType != "application/json" ||
+		p.ReplyTo != "Sales" || p.CorrelationId != "m" || p.MessageId != "m" {
+		t.Errorf("properties %+v", p)
+	}
+	if key, level := s.Key(); key != "0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.1.0.1.0.Sales.Orders" || level != 3 {
+		t.Errorf("key %q level %d", key, level)
+	}
+}
+
+// The due time, per case, and the bounds of what the chain could do: it
+// delivers between receipt plus the key's digits below the level and
+// receipt plus the level's TTL more.
+func TestNSBNativeDueTime(t *testing.T) {
+	r := nsbReceivedAt
+	sec := func(n float64) time.Duration { return time.Duration(n * float64(time.Second)) }
+	level := func(s nsbendpoint.Send) int { _, k := s.Key(); return k }
+	retry := nsbSend("retry", 10, r.Add(-2*time.Hour))
+	retry.Retried = r.Add(-5 * time.Millisecond)
+	oldRetry := nsbSend("old-retry", 10, r.Add(-2*time.Hour))
+	raw := nsbSend("raw", 10, r)
+	rekeyed := nsbSend("rekeyed", 600, r.Add(-3010*time.Second)) // the key spells 600, the header 3600
+	for _, c := range []struct {
+		name  string
+		d     amqp.Delivery
+		level int
+		want  time.Time
+	}{
+		// Sent 2 s before it is taken (a queue drained at start-up):
+		// still the time sent plus the delay.
+		{"drained", asDelivered(nsbSend("drained", 1000, r.Add(-100*time.Second))), 9, r.Add(-100*time.Second + 1000*time.Second)},
+		// A delayed retry keeps the failed message's time sent, hours
+		// old; it was dispatched at its retries timestamp.
+		{"delayed retry", asDelivered(retry), level(retry), r.Add(-5*time.Millisecond + 10*time.Second)},
+		// Without that timestamp an old time sent cannot make it earlier
+		// than the chain could: receipt plus the digits below level 3
+		// (10 = 8 + 2).
+		{"old time sent", func() amqp.Delivery {
+			d := asDelivered(oldRetry)
+			delete(d.Headers, nsbdelay.HeaderRetriesTimestamp)
+			return d
+		}(), level(oldRetry), r.Add(2 * time.Second)},
+		// Nothing to tell: the latest the chain could deliver.
+		{"no NServiceBus headers", func() amqp.Delivery {
+			d := asDelivered(raw)
+			for _, h := range []string{nsbdelay.HeaderDelay, nsbdelay.HeaderTimeSent} {
+				delete(d.Headers, h)
+			}
+			return d
+		}(), level(raw), r.Add(10 * time.Second)},
+		// A time sent in the future (a sender's clock ahead) cannot make
+		// it later than the chain would.
+		{"time sent ahead", asDelivered(nsbSend("ahead", 10, r.Add(time.Hour))), 3, r.Add(10 * time.Second)},
+		// Re-published by the transport's tools for what was left: the
+		// time sent plus the original delay.
+		{"re-keyed", func() amqp.Delivery {
+			d := asDelivered(rekeyed)
+			d.Headers[nsbdelay.HeaderDelay] = int32(3600)
+			return d
+		}(), 9, r.Add(-3010*time.Second + 3600*time.Second)},
+		// 13 s = 8 + 4 + 1: dead-lettered from level 3 at 19:59:59 (whole
+		// seconds) into level 2, taken 1.25 s later; the end of that
+		// second plus 4 + 1 s.
+		{"dead-lettered from level 3", asDelivered(nsbSend("dl", 13, r.Add(-9*time.Second)),
+			death("nsb.v2.delay-level-03", r.Add(-sec(1.25)), "")), 2, r.Add(-sec(0.25) + 5*time.Second)},
+		// ... dead-lettered at 20:00:00, taken 0.25 s after: what is left
+		// cannot exceed 4 + 1 s from receipt.
+		{"dead-lettered just now", asDelivered(nsbSend("dl2", 13, r.Add(-8*time.Second)),
+			death("nsb.v2.delay-level-03", r.Add(-sec(0.25)), "")), 2, r.Add(5 * time.Second)},
+		// The newest entry of this chain counts: 13 s reach level 0 after
+		// levels 3 and 2; the end of 19:59:59 plus 1 s.
+		{"two deaths", asDelivered(nsbSend("dl3", 13, r.Add(-20*time.Second)),
+			death("nsb.v2.delay-level-02", r.Add(-sec(1.25)), ""), death("nsb.v2.delay-level-03", r.Add(-sec(5.25)), "")),
+			0, r.Add(-sec(1.25) + 2*time.Second)},
+		// Deaths elsewhere say nothing about the chain.
+		{"a death in another queue", asDelivered(nsbSend("other", 10, r.Add(-time.Second)),
+			death("Sales.Orders", r.Add(-time.Hour), "")), 3, r.Add(-time.Second + 10*time.Second)},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			for _, ch := range []nsbdelay.Chain{nsbdelay.V2, nsbdelay.V1} {
+				d := c.d
+				if ch == nsbdelay.V1 {
+					d = v1Deaths(d)
+				}
+				it := parseNSBNative(&d, r, ch, c.level)
+				if it.Op != OpSchedule {
+					t.Fatalf("%s: %+v", ch.Version, it)
+				}
+				if want := c.want.Truncate(time.Microsecond); !it.DueAt.Truncate(time.Microsecond).Equal(want) {
+					t.Errorf("%s: due %v after receipt, want %v", ch.Version, it.DueAt.Sub(r), want.Sub(r))
+				}
+				for _, h := range nsbdelay.DeadLetterHeaders {
+					if _, ok := it.Msg.Headers[h]; ok {
+						t.Errorf("%s: header %s kept", ch.Version, h)
+					}
+				}
+			}
+		})
+	}
+}
+
+// v1Deaths renames the v2 level queues of d's deaths to v1's.
+func v1Deaths(d amqp.Delivery) amqp.Delivery {
+	d.Headers = cloneTable(d.Headers)
+	if deaths, ok := d.Headers["x-death"].([]any); ok {
+		renamed := make([]any, len(deaths))
+		for i, e := range deaths {
+			entry := cloneTable(e.(amqp.Table))
+			entry["queue"] = strings.Replace(entry["queue"].(string), "nsb.v2.", "nsb.", 1)
+			renamed[i] = entry
+		}
+		d.Headers["x-death"] = renamed
+	}
+	return d
+}
+
+// What no NServiceBus endpoint writes goes to the error queue, the reason
+// saying why.
+func TestNSBNativeRefuses(t *testing.T) {
+	good := nsbSend("m", 10, nsbReceivedAt)
+	with := func(name string, v any) amqp.Delivery {
+		d := asDelivered(good)
+		d.Headers[name] = v
+		return d
+	}
+	for _, c := range []struct {
+		name   string
+		d      amqp.Delivery
+		reason string
+	}{
+		{"key without digits", func() amqp.Delivery { d := asDelivered(good); d.RoutingKey = "Sales.Orders"; return d }(), "not an NServiceBus delay routing key"},
+		{"key without address", func() amqp.Delivery {
+			d := asDelivered(good)
+			d.RoutingKey = d.RoutingKey[:56]
+			return d
+		}(), "not an NServiceBus delay routing key"},
+		{"delay a boolean", with(nsbdelay.HeaderDelay, true), nsbdelay.HeaderDelay + " must be a whole number of seconds"},
+		{"delay a word", with(nsbdelay.HeaderDelay, "ten"), nsbdelay.HeaderDelay + ` "ten" is not a whole number`},
+		{"delay a float", with(nsbdelay.HeaderDelay, 1.5), nsbdelay.HeaderDelay + " must be a whole number"},
+		{"time sent in ISO 8601", with(nsbdelay.HeaderTimeSent, "2026-11-21T20:00:00Z"), nsbdelay.HeaderTimeSent + ` "2026-11-21T20:00:00Z" is not in the NServiceBus wire format`},
+		{"time sent a number", with(nsbdelay.HeaderTimeSent, int64(5)), nsbdelay.HeaderTimeSent + " must be a string"},
+		{"retries timestamp garbled", with(nsbdelay.HeaderRetriesTimestamp, "yesterday"), nsbdelay.HeaderRetriesTimestamp},
+		{"message id with NUL", func() amqp.Delivery { d := asDelivered(good); d.MessageId = "a\x00b"; return d }(), "message-id property contains control characters"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			it := parseNSBNative(&c.d, nsbReceivedAt, nsbdelay.V2, 3)
+			if it.Op != OpReject || !strings.Contains(it.Reason, c.reason) {
+				t.Errorf("got %v %q, want a rejection saying %q", it.Op, it.Reason, c.reason)
+			}
+		})
+	}
+	// A delay as a decimal string, or any integer type, is read.
+	for _, v := range []any{"10", []byte("10"), int8(10), int16(10), int64(10), uint32(10)} {
+		d := with(nsbdelay.HeaderDelay, v)
+		if it := parseNSBNative(&d, nsbReceivedAt, nsbdelay.V2, 3); it.Op != OpSchedule || !it.DueAt.Equal(nsbReceivedAt.Add(10*time.Second)) {
+			t.Errorf("delay %#v: %v %q due %v", v, it.Op, it.Reason, it.DueAt)
+		}
+	}
+}
+
+// One source per level queue of each chain, waiting for the queues to
+// exist, level 00 first.
+func TestNSBNativeSources(t *testing.T) {
+	srcs := NSBNativeSources(nsbdelay.V2, nsbdelay.V1)
+	if len(srcs) != 2*nsbdelay.Levels {
+		t.Fatalf("%d sources", len(srcs))
+	}
+	seen := map[string]bool{}
+	for _, s := range srcs {
+		c := nsbdelay.V2
+		if !strings.HasPrefix(s.Queue, c.LevelPrefix) {
+			c = nsbdelay.V1
+		}
+		if _, ok := c.LevelOf(s.Queue); !ok || !s.MustExist || s.Gate != c.Level(0) || s.Setup != nil || seen[s.Name] {
+			t.Errorf("source %+v", s)
+		}
+		seen[s.Name] = true
+	}
+}
