@@ -1097,14 +1097,7 @@ func (s *Store) Cancel(ctx context.Context, id string) error {
 			return err
 		}
 		defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-		// In one round trip, so that inserts wait for the lock briefly.
-		// While this exclusive request waits for a long insert (a batch of
-		// large messages), every new insert of every instance queues behind
-		// it: give up soon and try again (lock_not_available is retried)
-		// rather than stall intake.
-		b := &pgx.Batch{}
-		b.Queue(`SET LOCAL lock_timeout = '` + cancelLockWait + `'`)
-		b.Queue(`SELECT pg_advisory_xact_lock($1)`, s.cancelKey)
+		b := s.cancelLocked()
 		b.Queue(s.q.cancel, id, now)
 		b.Queue(s.q.tombstone, id, tsUp(now.Add(s.window)), now)
 		found, err := cancelResults(tx.SendBatch(ctx, b))
@@ -1139,9 +1132,7 @@ func (s *Store) CancelSaga(ctx context.Context, sagaID string) (cancelled, lease
 			return err
 		}
 		defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-		b := &pgx.Batch{}
-		b.Queue(`SET LOCAL lock_timeout = '` + cancelLockWait + `'`)
-		b.Queue(`SELECT pg_advisory_xact_lock($1)`, s.cancelKey)
+		b := s.cancelLocked()
 		b.Queue(s.q.cancelSaga, sagaID, now, tsUp(now.Add(s.window)))
 		var c, l int64
 		err = func() (err error) {
@@ -1172,6 +1163,19 @@ func (s *Store) CancelSaga(ctx context.Context, sagaID string) (cancelled, lease
 		return 0, 0, err
 	}
 	return cancelled, leased, nil
+}
+
+// cancelLocked starts the batch of a cancel: it takes the cancel lock
+// exclusively, in the same round trip as the statements queued after it,
+// so that inserts wait for the lock briefly. While this exclusive request
+// waits for a long insert (a batch of large messages), every new insert of
+// every instance queues behind it: it gives up soon and tries again
+// (lock_not_available is retried) rather than stall intake.
+func (s *Store) cancelLocked() *pgx.Batch {
+	b := &pgx.Batch{}
+	b.Queue(`SET LOCAL lock_timeout = '` + cancelLockWait + `'`)
+	b.Queue(`SELECT pg_advisory_xact_lock($1)`, s.cancelKey)
+	return b
 }
 
 // cancelResults reads the results of Cancel's batch: the cancel
