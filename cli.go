@@ -380,6 +380,9 @@ func cliShow(c *adminClient, fs *flag.FlagSet, args []string) int {
 		row("exchange", strconv.Quote(d.Exchange))
 		row("routing key", strconv.Quote(d.Key))
 	}
+	if t.SagaID != "" {
+		row("saga id", t.SagaID)
+	}
 	row("due at", fmtTime(t.DueAt))
 	row("received at", fmtTime(t.ReceivedAt))
 	row("attempts", t.Attempts)
@@ -444,11 +447,22 @@ func isPrintable(b []byte) bool {
 }
 
 func cliCancel(c *adminClient, fs *flag.FlagSet, args []string) int {
-	setUsage(fs, "cancel ID", "Cancels a pending timeout (it is deleted and never delivered).")
-	id, code := oneID(c, fs, args)
-	if code >= 0 {
-		return code
+	saga := fs.String("saga-id", "", "cancel every pending timeout of this saga (NServiceBus.SagaId) instead of one ID")
+	setUsage(fs, "cancel (ID | --saga-id SAGA)", "Cancels a pending timeout (it is deleted and never delivered), or every pending timeout of a saga.")
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return exitConfig
 	}
+	if *saga != "" {
+		if len(pos) != 0 {
+			return c.usageErr(fs, "give a timeout ID or --saga-id, not both")
+		}
+		return c.cancelSaga(*saga)
+	}
+	if len(pos) != 1 || pos[0] == "" {
+		return c.usageErr(fs, "give exactly one timeout ID, or --saga-id")
+	}
+	id := pos[0]
 	if _, err := c.do(http.MethodDelete, timeoutPath(id), nil, nil, nil); err != nil {
 		return c.fail(err)
 	}
@@ -457,6 +471,23 @@ func cliCancel(c *adminClient, fs *flag.FlagSet, args []string) int {
 		return exitOK
 	}
 	fmt.Fprintf(c.out, "cancelled %s\n", id)
+	return exitOK
+}
+
+func (c *adminClient) cancelSaga(saga string) int {
+	var res admin.CancelSagaJSON
+	raw, err := c.do(http.MethodDelete, "/api/v1/timeouts", url.Values{"saga_id": {saga}}, nil, &res)
+	if err != nil {
+		return c.fail(err)
+	}
+	if c.json {
+		c.printJSON(raw)
+		return exitOK
+	}
+	fmt.Fprintf(c.out, "cancelled %d timeouts of saga %s\n", res.Cancelled, saga)
+	if res.Leased > 0 {
+		fmt.Fprintf(c.out, "%d more were being dispatched and could not be cancelled\n", res.Leased)
+	}
 	return exitOK
 }
 

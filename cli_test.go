@@ -114,6 +114,50 @@ func TestCLICommands(t *testing.T) {
 	}
 }
 
+// cancel --saga-id cancels a saga's pending timeouts through the admin API.
+func TestCLICancelSaga(t *testing.T) {
+	srv, st := cliServer(t)
+	enc, err := message.Encode(nil, &amqp.Publishing{Body: []byte("x")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := []storage.Timeout{
+		{ID: "t1", Destination: "q", DueAt: time.Now().Add(time.Hour), SagaID: "7d3e", Message: enc},
+		{ID: "t2", Destination: "q", DueAt: time.Now().Add(time.Hour), SagaID: "7d3e", Message: enc},
+		{ID: "t3", Destination: "q", DueAt: time.Now().Add(time.Hour), SagaID: "other", Message: enc},
+	}
+	if _, err := st.Insert(context.Background(), rows); err != nil {
+		t.Fatal(err)
+	}
+	code, out, _ := cli(t, srv, "show", "t1")
+	if code != 0 || !strings.Contains(out, "saga id:") || !strings.Contains(out, "7d3e") {
+		t.Fatalf("show: %d %s", code, out)
+	}
+	code, out, errOut := cli(t, srv, "cancel", "--saga-id", "7d3e")
+	if code != 0 || !strings.Contains(out, "cancelled 2 timeouts of saga 7d3e") {
+		t.Fatalf("cancel --saga-id: %d %q %q", code, out, errOut)
+	}
+	for id, want := range map[string]bool{"t1": false, "t2": false, "t3": true, "a/1": true} {
+		if _, err := st.Get(context.Background(), id); (err == nil) != want {
+			t.Errorf("%s pending: %v, want %v", id, err == nil, want)
+		}
+	}
+	code, out, _ = cli(t, srv, "cancel", "--json", "--saga-id", "other")
+	var res admin.CancelSagaJSON
+	if code != 0 || json.Unmarshal([]byte(out), &res) != nil || res != (admin.CancelSagaJSON{Cancelled: 1}) {
+		t.Fatalf("cancel --json --saga-id: %d %s", code, out)
+	}
+	for _, args := range [][]string{{"cancel"}, {"cancel", "a/1", "--saga-id", "x"}, {"cancel", "a/1", "b 2"}} {
+		if code, _, _ := cli(t, srv, args...); code != exitConfig {
+			t.Errorf("%v: exit %d, want %d", args, code, exitConfig)
+		}
+	}
+	code, _, errOut = cli(t, srv, "cancel", "--saga-id", "a\x01b")
+	if code != 1 || !strings.Contains(errOut, "400") || !strings.Contains(errOut, "invalid saga id") {
+		t.Fatalf("cancel of an invalid saga id: %d %q", code, errOut)
+	}
+}
+
 func TestCLIErrors(t *testing.T) {
 	srv, _ := cliServer(t)
 	for _, args := range [][]string{

@@ -73,6 +73,7 @@ type TimeoutJSON struct {
 	Leased        bool       `json:"leased"`
 	LockExpiresAt *time.Time `json:"lock_expires_at,omitempty"`
 	NotBefore     *time.Time `json:"not_before,omitempty"`
+	SagaID        string     `json:"saga_id,omitempty"`
 
 	// Show only.
 	Properties *PropertiesJSON `json:"properties,omitempty"`
@@ -95,6 +96,14 @@ type PropertiesJSON struct {
 	Type            string     `json:"type,omitempty"`
 	UserID          string     `json:"user_id,omitempty"`
 	AppID           string     `json:"app_id,omitempty"`
+}
+
+// CancelSagaJSON is the response of DELETE /api/v1/timeouts?saga_id=S:
+// how many of the saga's timeouts were cancelled, and how many were being
+// dispatched and so were not.
+type CancelSagaJSON struct {
+	Cancelled int `json:"cancelled"`
+	Leased    int `json:"leased"`
 }
 
 // ListJSON is the response of GET /api/v1/timeouts.
@@ -146,6 +155,7 @@ func New(opts Options) http.Handler {
 	h.mux.HandleFunc("GET /api/v1/timeouts", h.list)
 	h.mux.HandleFunc("GET /api/v1/timeouts/{id}", h.show)
 	h.mux.HandleFunc("DELETE /api/v1/timeouts/{id}", h.cancel)
+	h.mux.HandleFunc("DELETE /api/v1/timeouts", h.cancelSaga)
 	h.mux.HandleFunc("PATCH /api/v1/timeouts/{id}", h.reschedule)
 	h.mux.HandleFunc("POST /api/v1/timeouts/{id}/dispatch", h.dispatch)
 	h.mux.HandleFunc("GET /api/v1/stats", h.stats)
@@ -353,7 +363,7 @@ func summary(t *storage.Timeout, now time.Time) TimeoutJSON {
 		ID: t.ID, Destination: t.Destination, DueAt: t.DueAt.UTC(), ReceivedAt: t.ReceivedAt.UTC(),
 		Attempts: t.Attempts, LastError: t.LastError,
 		Leased:    t.Lock != "" && t.LockExpiresAt.After(now),
-		NotBefore: utc(t.NotBefore),
+		NotBefore: utc(t.NotBefore), SagaID: t.SagaID,
 	}
 	if t.Exchange != "" {
 		key := t.Destination
@@ -451,6 +461,44 @@ func (h *handler) cancel(w http.ResponseWriter, r *http.Request) {
 	}
 	h.opts.Logger.Info().Str("id", id).Msg("admin API: timeout cancelled")
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// cancelSaga cancels every pending timeout of the saga in query saga_id
+// that is not being dispatched (storage.SagaCanceller).
+func (h *handler) cancelSaga(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	for k := range q {
+		if k != "saga_id" {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("unknown parameter %q: DELETE /api/v1/timeouts takes saga_id only", k))
+			return
+		}
+	}
+	if len(q["saga_id"]) != 1 {
+		writeError(w, http.StatusBadRequest, "DELETE /api/v1/timeouts needs exactly one saga_id (to cancel one timeout: DELETE /api/v1/timeouts/{id})")
+		return
+	}
+	saga := q.Get("saga_id")
+	if err := wire.ValidateID("saga_id", saga); err != nil {
+		writeError(w, http.StatusBadRequest, "invalid saga id: "+err.Error())
+		return
+	}
+	sc, ok := h.opts.Store.(storage.SagaCanceller)
+	if !ok {
+		writeError(w, http.StatusNotImplemented, "this store cannot cancel by saga")
+		return
+	}
+	n, leased, err := sc.CancelSaga(r.Context(), saga)
+	switch {
+	case errors.Is(err, storage.ErrUnsupported):
+		writeError(w, http.StatusNotImplemented, "this store cannot cancel by saga")
+		return
+	case err != nil:
+		h.opts.Logger.Error().Err(err).Str("op", "cancel saga").Str("saga_id", saga).Msg("admin API: store error")
+		writeError(w, http.StatusInternalServerError, "cancel saga: "+err.Error())
+		return
+	}
+	h.opts.Logger.Info().Str("saga_id", saga).Int("cancelled", n).Int("leased", leased).Msg("admin API: saga's timeouts cancelled")
+	writeJSON(w, http.StatusOK, CancelSagaJSON{Cancelled: n, Leased: leased})
 }
 
 type rescheduleBody struct {

@@ -310,6 +310,67 @@ func TestCancel(t *testing.T) {
 	f.want("GET", tpath("later"), "", 404, nil)
 }
 
+// DELETE /api/v1/timeouts?saga_id=S cancels the saga's pending timeouts,
+// reports those being dispatched, and leaves other sagas alone.
+func TestCancelSaga(t *testing.T) {
+	f := newFixture(t, token)
+	enc, err := message.Encode(nil, &amqp.Publishing{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rows []storage.Timeout
+	for _, r := range []struct {
+		id, saga string
+		due      time.Duration
+	}{{"s-due", "S", -time.Second}, {"s-later", "S", time.Hour}, {"s-other", "S2", time.Hour}, {"plain", "", time.Hour}} {
+		rows = append(rows, storage.Timeout{ID: r.id, Destination: "q", DueAt: t0.Add(r.due), ReceivedAt: t0, SagaID: r.saga, Message: enc})
+	}
+	if _, err := f.store.Insert(context.Background(), rows); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.store.Lease(context.Background(), "o", time.Time{}, 1, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	var row TimeoutJSON
+	f.want("GET", tpath("s-later"), "", 200, &row)
+	if row.SagaID != "S" {
+		t.Fatalf("show: saga_id %q, want S", row.SagaID)
+	}
+	var res CancelSagaJSON
+	body := f.want("DELETE", "/api/v1/timeouts?saga_id=S", "", 200, &res)
+	if res != (CancelSagaJSON{Cancelled: 1, Leased: 1}) || !strings.Contains(string(body), `"cancelled": 1`) || !strings.Contains(string(body), `"leased": 1`) {
+		t.Fatalf("cancel saga: %s", body)
+	}
+	f.want("GET", tpath("s-later"), "", 404, nil)
+	for _, id := range []string{"s-due", "s-other", "plain"} {
+		f.want("GET", tpath(id), "", 200, nil)
+	}
+	f.want("DELETE", "/api/v1/timeouts?saga_id=nobody", "", 200, &res)
+	if res != (CancelSagaJSON{}) {
+		t.Fatalf("cancel of a saga with nothing pending: %+v", res)
+	}
+	for _, q := range []string{"", "?saga_id=", "?saga_id=a%00b", "?saga_id=S&saga_id=T", "?saga=S", "?saga_id=S&destination=q"} {
+		f.want("DELETE", "/api/v1/timeouts"+q, "", 400, nil)
+	}
+}
+
+// A store without SagaCanceller answers 501; a failing one 500.
+func TestCancelSagaUnsupportedAndFailing(t *testing.T) {
+	for name, wrap := range map[string]func(storage.Store) storage.Store{
+		"no SagaCanceller": func(s storage.Store) storage.Store { return struct{ storage.Store }{s} },
+		"ErrUnsupported":   func(s storage.Store) storage.Store { return faultstore.Wrap(struct{ storage.Store }{s}) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			f := newFixtureOver(t, token, wrap)
+			f.want("DELETE", "/api/v1/timeouts?saga_id=S", "", 501, nil)
+		})
+	}
+	var fs *faultstore.Store
+	f := newFixtureOver(t, token, func(s storage.Store) storage.Store { fs = faultstore.Wrap(s); return fs })
+	fs.Fail(faultstore.CancelSaga, errors.New("disk gone"))
+	f.want("DELETE", "/api/v1/timeouts?saga_id=S", "", 500, nil)
+}
+
 func TestReschedule(t *testing.T) {
 	f := newFixture(t, token)
 	f.insert("r", "q", t0.Add(time.Hour), amqp.Publishing{})

@@ -208,7 +208,7 @@ func (in *Ingester) session(ctx context.Context, src Source, s *broker.Session) 
 			}
 			batch = append(batch, in.classify(src, d))
 		}
-		if batch[0].intake.Op != OpCancel {
+		if !batch[0].intake.Op.endsBatch() {
 			// Group commit: gather what arrives within a short linger. The
 			// library hands deliveries over one at a time, so a
 			// non-blocking drain alone yields batches of one and an fsync
@@ -223,7 +223,7 @@ func (in *Ingester) session(ctx context.Context, src Source, s *broker.Session) 
 						break fill
 					}
 					batch = append(batch, in.classify(src, d))
-					if batch[len(batch)-1].intake.Op == OpCancel {
+					if batch[len(batch)-1].intake.Op.endsBatch() {
 						break fill
 					}
 				case <-linger.C:
@@ -334,6 +334,12 @@ func (in *Ingester) classify(src Source, d amqp.Delivery) entry {
 		e.intake = Reject(err)
 		return e
 	}
+	if e.intake.Op == OpCancelSaga {
+		if _, ok := in.store.(storage.SagaCanceller); !ok {
+			e.intake = Reject(fmt.Errorf("header %s: this store cannot cancel by saga", wire.HeaderNSBClearTimeouts))
+		}
+		return e
+	}
 	if e.intake.Op != OpSchedule {
 		return e
 	}
@@ -359,7 +365,8 @@ func (in *Ingester) accept(it *Intake, bodyLen int, now time.Time) (storage.Time
 	if err != nil {
 		return storage.Timeout{}, fmt.Errorf("headers cannot be stored: %w", err)
 	}
-	return storage.Timeout{ID: it.ID, Destination: it.Destination, Exchange: it.Exchange, DueAt: it.DueAt, ReceivedAt: now, Message: enc}, nil
+	return storage.Timeout{ID: it.ID, Destination: it.Destination, Exchange: it.Exchange, DueAt: it.DueAt, ReceivedAt: now, Message: enc,
+		SagaID: it.SagaID}, nil
 }
 
 // handle decides the outcome of every delivery of a batch, then settles each
@@ -488,6 +495,12 @@ func (in *Ingester) cancel(ctx context.Context, batch []entry) time.Duration {
 	var pause time.Duration
 	for i := range batch {
 		e := &batch[i]
+		if e.intake.Op == OpCancelSaga {
+			if p := in.cancelSaga(ctx, e); p > 0 {
+				pause = max(pause, p)
+			}
+			continue
+		}
 		if e.intake.Op != OpCancel {
 			continue
 		}
@@ -509,6 +522,33 @@ func (in *Ingester) cancel(ctx context.Context, batch []entry) time.Duration {
 		e.outcome = ack
 	}
 	return pause
+}
+
+// cancelSaga applies a ClearTimeouts: it cancels the saga's pending
+// timeouts and acks e, or returns the pause to take when the store failed (e
+// stays requeued). Timeouts being dispatched are counted and logged: too late.
+func (in *Ingester) cancelSaga(ctx context.Context, e *entry) time.Duration {
+	saga := e.intake.SagaID
+	var n, leased int
+	// classify refused the request when the store has no SagaCanceller.
+	err := storage.ErrUnsupported
+	if sc, ok := in.store.(storage.SagaCanceller); ok {
+		n, leased, err = sc.CancelSaga(context.WithoutCancel(ctx), saga)
+	}
+	if err != nil {
+		pause := in.opts.StoreBreaker.Failure(err)
+		in.log.Error().Err(err).Str("saga_id", saga).Dur("retry_in", pause).Msg("saga cancel failed; requeued")
+		return pause
+	}
+	in.opts.StoreBreaker.Success()
+	e.outcome = ack
+	if leased > 0 {
+		in.log.Warn().Str("saga_id", saga).Int("cancelled", n).Int("leased", leased).
+			Msg("saga's timeouts cancelled over AMQP, except those being dispatched (too late)")
+		return 0
+	}
+	in.log.Info().Str("saga_id", saga).Int("cancelled", n).Msg("saga's timeouts cancelled over AMQP")
+	return 0
 }
 
 // reject copies the batch's invalid deliveries to the error queue, through

@@ -515,3 +515,137 @@ func TestUnpublishableErrorCopyIsSentWhole(t *testing.T) {
 		t.Errorf("reason %q", r)
 	}
 }
+
+// sagaStore is a fakeStore that can cancel by saga: rows marked leased are
+// counted, not removed.
+type sagaStore struct {
+	fakeStore
+	sagaCalls []string
+}
+
+func (s *sagaStore) CancelSaga(_ context.Context, saga string) (cancelled, leased int, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.sagaCalls = append(s.sagaCalls, saga)
+	if s.fail != nil {
+		return 0, 0, s.fail
+	}
+	for id, r := range s.rows {
+		switch {
+		case r.SagaID != saga:
+		case s.leased[id]:
+			leased++
+		default:
+			delete(s.rows, id)
+			cancelled++
+		}
+	}
+	return cancelled, leased, nil
+}
+
+// nsbTimeout is a timeout as NServiceBus's timeout manager clients send it.
+func nsbTimeout(saga string) amqp.Table {
+	h := amqp.Table{wire.HeaderNSBDestination: "Sales", wire.HeaderNSBExpire: "2026-11-21 20:00:05:000000 Z"}
+	if saga != "" {
+		h[wire.HeaderNSBSagaID] = saga
+	}
+	return h
+}
+
+// NServiceBus.ClearTimeouts with NServiceBus.SagaId cancels the saga's
+// pending timeouts, those of its own batch included (it comes after them),
+// and no other saga's; it is acked, also when some were too late.
+func TestClearTimeoutsOverAMQP(t *testing.T) {
+	const saga, other = "5b7c1d2e-0f3a-4b5c-8d9e-0a1b2c3d4e5f", "6c8d2e3f-1a4b-4c6d-9e0f-1b2c3d4e5f60"
+	store, pub, s := &sagaStore{}, &fakePublisher{}, amqptest.New(t)
+	store.leased = map[string]bool{"m1": true}
+	var woke []time.Time
+	in := newIngester(store, pub, &woke)
+	b := deliveries(s, nsbTimeout(saga), nsbTimeout(saga), nsbTimeout(other), nsbTimeout(""),
+		amqp.Table{wire.HeaderNSBClearTimeouts: "True", wire.HeaderNSBSagaID: []byte(saga)})
+	b[4].Body = nil
+	if err := in.take(pub, b); err != nil {
+		t.Fatal(err)
+	}
+	if got := store.rows["m2"].SagaID; got != other {
+		t.Fatalf("stored saga id %q, want %q", got, other)
+	}
+	if _, ok := store.rows["m0"]; ok {
+		t.Fatal("the saga's timeout is still pending")
+	}
+	if _, ok := store.rows["m1"]; !ok {
+		t.Fatal("the saga's leased timeout was removed")
+	}
+	for _, id := range []string{"m2", "m3"} {
+		if _, ok := store.rows[id]; !ok {
+			t.Fatalf("%s, not of the saga, was cancelled", id)
+		}
+	}
+	if len(store.sagaCalls) != 1 || store.sagaCalls[0] != saga {
+		t.Fatalf("CancelSaga calls %q, want one for %s", store.sagaCalls, saga)
+	}
+	for tag := uint64(1); tag <= 5; tag++ {
+		if s.Outcome(tag) != amqptest.Acked {
+			t.Fatalf("tag %d %s, want acked", tag, s.Outcome(tag))
+		}
+	}
+	if len(pub.sent) != 0 {
+		t.Fatalf("%d on the error queue, want none", len(pub.sent))
+	}
+	if !OpCancelSaga.endsBatch() || !OpCancel.endsBatch() || OpSchedule.endsBatch() {
+		t.Fatal("a saga cancel must end its batch as a cancel does, and only cancels do")
+	}
+
+	// A store failure requeues it.
+	store.fail = errors.New("disk")
+	s2 := amqptest.New(t)
+	if err := in.take(pub, deliveries(s2, amqp.Table{wire.HeaderNSBClearTimeouts: "True", wire.HeaderNSBSagaID: saga})); err != nil {
+		t.Fatal(err)
+	}
+	if s2.Outcome(1) != amqptest.Requeued {
+		t.Fatalf("a saga cancel whose store call failed is %s, want requeued", s2.Outcome(1))
+	}
+}
+
+// A ClearTimeouts that names no saga instance, or a saga id no store can
+// hold, goes to the error queue with a reason; so does one the store
+// cannot carry out, and a timeout whose saga id is not text.
+func TestClearTimeoutsRefused(t *testing.T) {
+	pub, s := &fakePublisher{}, amqptest.New(t)
+	var woke []time.Time
+	in := newIngester(&sagaStore{}, pub, &woke)
+	clearReq := func(saga any) amqp.Table {
+		h := amqp.Table{wire.HeaderNSBClearTimeouts: "True"}
+		if saga != nil {
+			h[wire.HeaderNSBSagaID] = saga
+		}
+		return h
+	}
+	bad := nsbTimeout("")
+	bad[wire.HeaderNSBSagaID] = int64(7)
+	b := deliveries(s, clearReq(nil), clearReq(""), clearReq("00000000-0000-0000-0000-000000000000"), clearReq(int32(1)), clearReq("a\x00b"), bad)
+	if err := in.take(pub, b); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"needs header NServiceBus.SagaId", "needs header NServiceBus.SagaId", "needs header NServiceBus.SagaId",
+		"must be a string", "control characters", "must be a string"}
+	if len(pub.sent) != len(want) {
+		t.Fatalf("%d on the error queue, want %d", len(pub.sent), len(want))
+	}
+	for i, w := range want {
+		if r := pub.sent[i].Msg.Headers[wire.HeaderError].(string); !strings.Contains(r, w) {
+			t.Errorf("copy %d: reason %q, want it to mention %q", i, r, w)
+		}
+	}
+
+	// A store without SagaCanceller cannot take it: the error queue, not a
+	// requeue forever.
+	pub2, s2 := &fakePublisher{}, amqptest.New(t)
+	in2 := newIngester(&fakeStore{}, pub2, &woke)
+	if err := in2.take(pub2, deliveries(s2, clearReq("5b7c1d2e-0f3a-4b5c-8d9e-0a1b2c3d4e5f"))); err != nil {
+		t.Fatal(err)
+	}
+	if len(pub2.sent) != 1 || !strings.Contains(pub2.sent[0].Msg.Headers[wire.HeaderError].(string), "cannot cancel by saga") || s2.Outcome(1) != amqptest.Acked {
+		t.Fatalf("error copies %d, outcome %s; want one copy saying the store cannot cancel by saga, acked", len(pub2.sent), s2.Outcome(1))
+	}
+}

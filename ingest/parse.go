@@ -3,6 +3,7 @@ package ingest
 import (
 	"fmt"
 	"math"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -22,6 +23,20 @@ const maxDelay = math.MaxInt64 / int64(time.Millisecond)
 const maxTimeText = 64
 
 var (
+	// NServiceBus.Timeout.Expire: every released NServiceBus with a timeout
+	// manager, 3.0.0 to 7.x, wrote it with the invariant culture in the
+	// format wire.ParseNSBTime reads (src/utils/DateTimeExtensions.cs in
+	// 3.x, src/NServiceBus.Core/DateTimeExtensions.cs in 4.x to 7.x;
+	// writers: UnicastBus.Defer and TimeoutMessageConverter in 3.x,
+	// TimeoutManagerDeferrer in 4.x/5.x, TimeoutManagerRoutingStrategy and
+	// DelayedRetryExecutor in 6.x/7.x), always six fractional digits.
+	// The 3.0 betas (tags 3.0.0-Beta1, -Beta2) wrote DateTime.ToString(),
+	// the sender's culture's general format ("1/5/2012 1:14:15 PM",
+	// "05.01.2012 13:14:15", ...), sometimes in local time; 3.0.0 read it
+	// back with the receiver's culture. Neither the day/month order nor the
+	// zone can be known from the text, so it is refused with its own reason
+	// rather than guessed.
+	nsbCultureTime = regexp.MustCompile(`^\d{1,4}[./-]\d{1,2}[./-]\d{1,4}\.? \d{1,2}[:.]\d{2}([:.]\d{2})?( ?[AaPp]\.? ?[Mm]\.?)?$`)
 	// The earliest and latest due times the bridge accepts: the earliest
 	// RFC 3339 can write, the latest a store can keep in order.
 	minDue = time.Date(0, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -41,7 +56,7 @@ type Parsed struct {
 func Parse(d *amqp.Delivery, receivedAt time.Time) (Parsed, error) {
 	var p Parsed
 	var err error
-	if p.Destination, err = destination(d.Headers); err != nil {
+	if p.Destination, err = destination(d.Headers, d.ReplyTo); err != nil {
 		return p, err
 	}
 	if p.DueAt, err = dueAt(d.Headers, receivedAt); err != nil {
@@ -79,15 +94,19 @@ func headerString(h amqp.Table, name string) (s string, ok bool, err error) {
 // (docs/contract.md §2.2): a queue (x-destination, which wins when present
 // even if invalid, else NServiceBus.Timeout.RouteExpiredTimeoutTo) or an
 // exchange (x-destination-exchange with x-destination-routing-key), never
-// both. Replay reads error-queue copies with it, so both apply the same rules.
-func ParseDestination(h amqp.Table) (wire.Destination, error) { return destination(h) }
+// both; an NServiceBus timeout with none of them goes to its reply-to
+// address. Replay reads error-queue copies with it, so both apply the same
+// rules; it has headers only, so it never falls back to the reply-to
+// property.
+func ParseDestination(h amqp.Table) (wire.Destination, error) { return destination(h, "") }
 
 // ParseID reads the id as Parse does (docs/contract.md §2.4): the message-id
 // property, else the NServiceBus.MessageId header. "" with a nil error means
 // the delivery names no id.
 func ParseID(d *amqp.Delivery) (string, error) { return messageID(d) }
 
-func destination(h amqp.Table) (wire.Destination, error) {
+// destination reads where a delivery goes; replyTo is its reply-to property.
+func destination(h amqp.Table, replyTo string) (wire.Destination, error) {
 	x, isExchange, err := headerString(h, wire.HeaderDestinationExchange)
 	if err != nil {
 		return wire.Destination{}, err
@@ -127,8 +146,40 @@ func destination(h amqp.Table) (wire.Destination, error) {
 		}
 		return wire.Queue(s), nil
 	}
+	if v, ok := h[wire.HeaderNSBExpire]; ok && v != nil {
+		return nsbReplyTo(h, replyTo)
+	}
 	return wire.Destination{}, fmt.Errorf("no destination: set header %s (or %s) to the queue to deliver to, or %s (and %s) to the exchange",
 		wire.HeaderDestination, wire.HeaderNSBDestination, wire.HeaderDestinationExchange, wire.HeaderDestinationRoutingKey)
+}
+
+// nsbReplyTo is where NServiceBus's timeout manager sends a timeout that
+// has no NServiceBus.Timeout.RouteExpiredTimeoutTo: its reply-to address.
+// 6.x and 7.x read the NServiceBus.ReplyToAddress header
+// (DelayedDelivery/TimeoutManager/StoreTimeoutBehavior.cs,
+// GetReplyToAddress); 3.x to 5.x read TransportMessage.ReplyToAddress
+// (Timeout/Hosting/Windows/TimeoutMessageProcessor.cs), which the RabbitMQ
+// transport of 3.x and 4.x carried in the reply-to property. The header
+// wins: a sender that sets both means the same queue. Only NServiceBus
+// timeouts fall back; for any other message a missing destination is an
+// error, not a guess.
+func nsbReplyTo(h amqp.Table, replyTo string) (wire.Destination, error) {
+	s, ok, err := headerString(h, wire.HeaderNSBReplyTo)
+	if err != nil {
+		return wire.Destination{}, err
+	}
+	what := "header " + wire.HeaderNSBReplyTo
+	if !ok {
+		s, what = replyTo, "reply-to property"
+	}
+	if s == "" {
+		return wire.Destination{}, fmt.Errorf("no destination: an NServiceBus timeout needs header %s, or a reply-to address (header %s or the reply-to property) to fall back to",
+			wire.HeaderNSBDestination, wire.HeaderNSBReplyTo)
+	}
+	if err := wire.ValidateDestination(what+" (the fallback for a missing "+wire.HeaderNSBDestination+")", s); err != nil {
+		return wire.Destination{}, err
+	}
+	return wire.Queue(s), nil
 }
 
 func dueAt(h amqp.Table, receivedAt time.Time) (time.Time, error) {
@@ -191,6 +242,9 @@ func parseNSBTime(name string, v any) (time.Time, error) {
 	}
 	if len(s) > maxTimeText {
 		return time.Time{}, fmt.Errorf("header %s is %d bytes, too long for the NServiceBus wire format", name, len(s))
+	}
+	if nsbCultureTime.MatchString(s) {
+		return time.Time{}, fmt.Errorf("header %s %q is culture-dependent date text, as NServiceBus 3.0 betas wrote it: its day/month order and time zone are unknown; senders from NServiceBus 3.0.0 on write %s", name, clip(s), wire.NSBTimeLayout)
 	}
 	t, err := wire.ParseNSBTime(s)
 	if err != nil {

@@ -37,6 +37,10 @@ func TestDueTimeForms(t *testing.T) {
 		{"x-due-at bytes", amqp.Table{wire.HeaderDueAt: []byte("2026-11-21T20:00:00Z")}, at("2026-11-21T20:00:00Z")},
 		{"x-due-at timestamp", amqp.Table{wire.HeaderDueAt: time.Unix(1763755200, 0)}, time.Unix(1763755200, 0).UTC()},
 		{"nsb expire", amqp.Table{wire.HeaderNSBExpire: "2026-11-21 20:00:00:250000 Z"}, at("2026-11-21T20:00:00.25Z")},
+		// The exact strings of NServiceBus's DateTimeExtensionsTests (7.x):
+		// a literal one and ToWireFormattedString(2016-08-29 16:37:25.075).
+		{"nsb expire framework fixture", amqp.Table{wire.HeaderNSBExpire: "2016-08-16 10:06:20:123456 Z"}, at("2016-08-16T10:06:20.123456Z")},
+		{"nsb expire framework round trip", amqp.Table{wire.HeaderNSBExpire: []byte("2016-08-29 16:37:25:075000 Z")}, at("2016-08-29T16:37:25.075Z")},
 		{"nsb expire 7 digits", amqp.Table{wire.HeaderNSBExpire: "2026-11-21 20:00:00:1234567 Z"}, at("2026-11-21T20:00:00.1234567Z")},
 		{"x-delay int8", amqp.Table{wire.HeaderDelay: int8(100)}, received.Add(100 * time.Millisecond)},
 		{"x-delay uint8", amqp.Table{wire.HeaderDelay: uint8(200)}, received.Add(200 * time.Millisecond)},
@@ -89,11 +93,27 @@ func TestParseRejectsWithAClearReason(t *testing.T) {
 		{"destination too long", delivery(amqp.Table{wire.HeaderDestination: strings.Repeat("q", 256), wire.HeaderDueAt: due}), "at most 255"},
 		{"destination control chars", delivery(amqp.Table{wire.HeaderDestination: "a\nb", wire.HeaderDueAt: due}), "control"},
 		{"destination bad utf8", delivery(amqp.Table{wire.HeaderDestination: "\xff\xfe", wire.HeaderDueAt: due}), "UTF-8"},
+		// Reply-to is the fallback of NServiceBus timeouts only.
+		{"reply-to is no destination", &amqp.Delivery{MessageId: "m1", ReplyTo: "Sales", Headers: amqp.Table{wire.HeaderDueAt: due}}, "no destination"},
+		{"reply-to header is no destination", delivery(amqp.Table{wire.HeaderNSBReplyTo: "Sales", wire.HeaderDueAt: due}), "no destination"},
+		{"nsb timeout without any address", delivery(amqp.Table{wire.HeaderNSBExpire: "2026-11-21 20:00:00:000000 Z"}), "reply-to address"},
+		{"nsb reply-to header empty", &amqp.Delivery{MessageId: "m1", ReplyTo: "Sales", Headers: amqp.Table{wire.HeaderNSBExpire: "2026-11-21 20:00:00:000000 Z", wire.HeaderNSBReplyTo: ""}}, "reply-to address"},
+		{"nsb reply-to header not text", delivery(amqp.Table{wire.HeaderNSBExpire: "2026-11-21 20:00:00:000000 Z", wire.HeaderNSBReplyTo: int32(1)}), "must be a string"},
+		{"nsb reply-to property bad", &amqp.Delivery{MessageId: "m1", ReplyTo: "a\nb", Headers: amqp.Table{wire.HeaderNSBExpire: "2026-11-21 20:00:00:000000 Z"}}, "reply-to property"},
 		{"no due time", delivery(amqp.Table{wire.HeaderDestination: "q"}), "no due time"},
 		{"bad x-due-at", delivery(amqp.Table{wire.HeaderDestination: "q", wire.HeaderDueAt: "tomorrow"}), "RFC 3339"},
 		{"x-due-at without zone", delivery(amqp.Table{wire.HeaderDestination: "q", wire.HeaderDueAt: "2026-11-21T20:00:00"}), "RFC 3339"},
 		{"x-due-at number", delivery(amqp.Table{wire.HeaderDestination: "q", wire.HeaderDueAt: int64(5)}), "RFC 3339 string"},
 		{"bad nsb expire", delivery(amqp.Table{wire.HeaderDestination: "q", wire.HeaderNSBExpire: "2026-11-21T20:00:00Z"}), "NServiceBus wire format"},
+		// The framework's own refusals (DateTimeExtensionsTests, 7.x).
+		{"nsb expire short year", delivery(amqp.Table{wire.HeaderDestination: "q", wire.HeaderNSBExpire: "201-08-16 10:06:20:123456 Z"}), "NServiceBus wire format"},
+		{"nsb expire letter", delivery(amqp.Table{wire.HeaderDestination: "q", wire.HeaderNSBExpire: "201j-08-16 10:06:20:123456 Z"}), "NServiceBus wire format"},
+		{"nsb expire no zone", delivery(amqp.Table{wire.HeaderDestination: "q", wire.HeaderNSBExpire: "2016-08-16 10:06:20:123456"}), "NServiceBus wire format"},
+		{"nsb expire number", delivery(amqp.Table{wire.HeaderDestination: "q", wire.HeaderNSBExpire: int64(5)}), "must be a string"},
+		// DateTime.ToString() as the 3.0 betas wrote it, in three cultures.
+		{"nsb expire 3.0 beta en-US", delivery(amqp.Table{wire.HeaderDestination: "q", wire.HeaderNSBExpire: "1/5/2012 1:14:15 PM"}), "culture-dependent"},
+		{"nsb expire 3.0 beta invariant", delivery(amqp.Table{wire.HeaderDestination: "q", wire.HeaderNSBExpire: "01/05/2012 13:14:15"}), "culture-dependent"},
+		{"nsb expire 3.0 beta de-DE", delivery(amqp.Table{wire.HeaderDestination: "q", wire.HeaderNSBExpire: "05.01.2012 13:14:15"}), "culture-dependent"},
 		{"nsb expire bad date", delivery(amqp.Table{wire.HeaderDestination: "q", wire.HeaderNSBExpire: "2026-13-41 20:00:00:000000 Z"}), "month out of range"},
 		{"x-delay NaN", delivery(amqp.Table{wire.HeaderDestination: "q", wire.HeaderDelay: math.NaN()}), "NaN"},
 		{"x-delay float +Inf", delivery(amqp.Table{wire.HeaderDestination: "q", wire.HeaderDelay: math.Inf(1)}), "longer than"},
@@ -127,6 +147,7 @@ func TestParseRejectsWithAClearReason(t *testing.T) {
 
 func TestDestinationAndIdentity(t *testing.T) {
 	due := "2026-11-21T20:00:00Z"
+	nsbDue := "2026-11-21 20:00:00:000000 Z"
 	cases := []struct {
 		name             string
 		d                *amqp.Delivery
@@ -140,6 +161,13 @@ func TestDestinationAndIdentity(t *testing.T) {
 		{"property wins", &amqp.Delivery{MessageId: "prop", Headers: amqp.Table{wire.HeaderDestination: "q", wire.HeaderDueAt: due, wire.HeaderNSBMessageID: "nsb-1"}}, "q", "prop"},
 		{"no id: caller assigns", &amqp.Delivery{Headers: amqp.Table{wire.HeaderDestination: "q", wire.HeaderDueAt: due}}, "q", ""},
 		{"blank id is no id", &amqp.Delivery{MessageId: "  ", Headers: amqp.Table{wire.HeaderDestination: "q", wire.HeaderDueAt: due}}, "q", ""},
+		// An NServiceBus timeout without RouteExpiredTimeoutTo goes to its
+		// reply-to address, as the framework's timeout manager sends it.
+		{"nsb reply-to header", &amqp.Delivery{MessageId: "a", Headers: amqp.Table{wire.HeaderNSBExpire: nsbDue, wire.HeaderNSBReplyTo: "Sales"}}, "Sales", "a"},
+		{"nsb reply-to property", &amqp.Delivery{MessageId: "a", ReplyTo: "Sales", Headers: amqp.Table{wire.HeaderNSBExpire: nsbDue}}, "Sales", "a"},
+		{"nsb reply-to header wins", &amqp.Delivery{MessageId: "a", ReplyTo: "Other", Headers: amqp.Table{wire.HeaderNSBExpire: nsbDue, wire.HeaderNSBReplyTo: []byte("Sales")}}, "Sales", "a"},
+		{"route wins over reply-to", &amqp.Delivery{MessageId: "a", ReplyTo: "Sales", Headers: amqp.Table{wire.HeaderNSBExpire: nsbDue, wire.HeaderNSBReplyTo: "Sales", wire.HeaderNSBDestination: "billing"}}, "billing", "a"},
+		{"x-destination wins over reply-to", &amqp.Delivery{MessageId: "a", ReplyTo: "Sales", Headers: amqp.Table{wire.HeaderNSBExpire: nsbDue, wire.HeaderDestination: "orders"}}, "orders", "a"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

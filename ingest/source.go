@@ -58,7 +58,14 @@ const (
 	// OpCancel: cancel the pending message CancelID. A cancel ends its
 	// batch, so it applies to everything received before it.
 	OpCancel
+	// OpCancelSaga: cancel every pending timeout of saga SagaID. It ends
+	// its batch as OpCancel does.
+	OpCancelSaga
 )
+
+// endsBatch reports whether op ends its batch: a cancel applies to
+// everything received before it and to nothing after it.
+func (op Op) endsBatch() bool { return op == OpCancel || op == OpCancelSaga }
 
 // Intake is a parser's reading of one delivery.
 type Intake struct {
@@ -74,6 +81,9 @@ type Intake struct {
 	Exchange    string
 	DueAt       time.Time
 	Msg         amqp.Publishing
+	// SagaID: for OpSchedule the saga the message belongs to, if any
+	// (storage.Timeout.SagaID); for OpCancelSaga the saga to cancel.
+	SagaID string
 
 	// OpCancel.
 	CancelID string
@@ -97,9 +107,16 @@ func (it *Intake) Validate() error {
 				return err
 			}
 		}
+		if it.SagaID != "" {
+			if err := wire.ValidateID("saga id", it.SagaID); err != nil {
+				return err
+			}
+		}
 		return storage.CheckDueAt(it.DueAt)
 	case OpCancel:
 		return wire.ValidateID("cancelled id", it.CancelID)
+	case OpCancelSaga:
+		return wire.ValidateID("saga id", it.SagaID)
 	case OpReject:
 		return nil
 	}
@@ -170,8 +187,10 @@ func parseDelayed(d *amqp.Delivery, receivedAt time.Time, route string) Intake {
 	return Intake{Op: OpSchedule, ID: id, Exchange: route, Destination: d.RoutingKey, DueAt: due, Msg: msg}
 }
 
-// ParseHeaders reads a delivery to E.Timeouts: a cancel (x-delaybridge-cancel)
-// or a message to schedule (destination, due time and id headers).
+// ParseHeaders reads a delivery to E.Timeouts: a cancel (x-delaybridge-cancel),
+// NServiceBus's request to clear a saga's timeouts (NServiceBus.ClearTimeouts)
+// or a message to schedule (destination, due time and id headers, and the
+// saga it belongs to).
 func ParseHeaders(d *amqp.Delivery, receivedAt time.Time) Intake {
 	if _, ok := d.Headers[wire.HeaderCancel]; ok {
 		id, err := cancelID(d)
@@ -180,12 +199,48 @@ func ParseHeaders(d *amqp.Delivery, receivedAt time.Time) Intake {
 		}
 		return Intake{Op: OpCancel, CancelID: id}
 	}
+	if v, ok := d.Headers[wire.HeaderNSBClearTimeouts]; ok && v != nil {
+		saga, err := clearTimeoutsSaga(d.Headers)
+		if err != nil {
+			return Reject(err)
+		}
+		return Intake{Op: OpCancelSaga, SagaID: saga}
+	}
 	p, err := Parse(d, receivedAt)
 	if err != nil {
 		return Reject(err)
 	}
+	saga, _, err := headerString(d.Headers, wire.HeaderNSBSagaID)
+	if err != nil {
+		return Reject(err)
+	}
 	return Intake{Op: OpSchedule, ID: p.ID, Destination: p.Destination.Key, Exchange: p.Destination.Exchange, DueAt: p.DueAt,
-		Msg: broker.Forwardable(message.FromDelivery(d), wire.DueTimeHeaders)}
+		SagaID: strings.TrimSpace(saga), Msg: broker.Forwardable(message.FromDelivery(d), wire.DueTimeHeaders)}
+}
+
+// noSaga is Guid.Empty as .NET writes it: no saga instance.
+const noSaga = "00000000-0000-0000-0000-000000000000"
+
+// clearTimeoutsSaga reads the saga whose timeouts a ClearTimeouts message
+// cancels. NServiceBus's timeout manager (3.x to 7.x: TimeoutMessageProcessor,
+// later StoreTimeoutBehavior) acts on the header's presence, whatever its
+// value and body, and refuses a missing or empty saga id: "clear timeouts is
+// only supported for saga instances". Saga ids are compared as the text the
+// sender wrote (Guid.ToString(), lower-case "D" form, in every version).
+func clearTimeoutsSaga(h amqp.Table) (string, error) {
+	saga, _, err := headerString(h, wire.HeaderNSBSagaID)
+	if err != nil {
+		return "", err
+	}
+	saga = strings.TrimSpace(saga)
+	if saga == "" || saga == noSaga {
+		return "", fmt.Errorf("header %s needs header %s naming the saga whose timeouts to cancel (clearing is for saga instances only)",
+			wire.HeaderNSBClearTimeouts, wire.HeaderNSBSagaID)
+	}
+	if err := wire.ValidateID("header "+wire.HeaderNSBSagaID, saga); err != nil {
+		return "", err
+	}
+	return saga, nil
 }
 
 // cancelID validates a cancel message and returns the id it names.

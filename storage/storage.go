@@ -86,6 +86,9 @@ type Timeout struct {
 	DueAt       time.Time
 	ReceivedAt  time.Time
 	Message     []byte
+	// SagaID, when set, names the saga the timeout belongs to (NServiceBus's
+	// NServiceBus.SagaId): SagaCanceller cancels a saga's timeouts together.
+	SagaID string
 
 	// Attempts counts dispatch failures so far; LastError is the latest reason.
 	Attempts  int
@@ -185,7 +188,7 @@ type Store interface {
 // The optional interfaces below are what a backend may offer beyond Store.
 // Callers find them with a type assertion, do without them when absent, and
 // treat ErrUnsupported from one as its absence. storetest checks each one a
-// store has. boltstore has Stater; postgres has all three.
+// store has. boltstore has Stater and SagaCanceller; postgres has all four.
 
 // Stater counts the store's rows. The admin API's stats, the status page,
 // /debug/vars and the store metrics show the counts, and the poller's
@@ -221,4 +224,18 @@ type MultiGetter interface {
 	// the map, not an error; a repeated id is read once. The map is not nil
 	// when err is nil, even for no ids.
 	GetMany(ctx context.Context, ids []string) (map[string]Timeout, error)
+}
+
+// SagaCanceller cancels the timeouts of a saga together: NServiceBus's
+// NServiceBus.ClearTimeouts, and the admin API's cancel by saga id.
+type SagaCanceller interface {
+	// CancelSaga removes, in one commit, every pending timeout whose
+	// SagaID is sagaID and that is not being dispatched, and returns how
+	// many it removed and how many it left because they are leased (an
+	// expired lease does not count as one; such a row is removed). Each id
+	// it removed gets a tombstone, as Cancel leaves, so a copy stored again
+	// stays cancelled; the saga id gets none: the saga may schedule new
+	// timeouts at once. As Cancel, it applies to inserts of other instances
+	// that are under way. An empty sagaID is an error.
+	CancelSaga(ctx context.Context, sagaID string) (cancelled, leased int, err error)
 }

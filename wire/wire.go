@@ -37,6 +37,9 @@ const (
 	HeaderDestinationRoutingKey = "x-destination-routing-key"
 	// HeaderNSBDestination is the NServiceBus timeout manager's destination.
 	HeaderNSBDestination = "NServiceBus.Timeout.RouteExpiredTimeoutTo"
+	// HeaderNSBReplyTo is NServiceBus's reply-to address; its timeout
+	// manager delivers there when HeaderNSBDestination is absent.
+	HeaderNSBReplyTo = "NServiceBus.ReplyToAddress"
 	// HeaderDueAt is the due time, RFC 3339 (or an AMQP timestamp).
 	HeaderDueAt = "x-due-at"
 	// HeaderNSBExpire is the NServiceBus timeout manager's due time.
@@ -47,6 +50,12 @@ const (
 	// HeaderNSBMessageID is NServiceBus's message id, used when the
 	// message-id property is empty.
 	HeaderNSBMessageID = "NServiceBus.MessageId"
+	// HeaderNSBSagaID is the saga a message belongs to: stored with a
+	// timeout, and the saga whose timeouts HeaderNSBClearTimeouts cancels.
+	HeaderNSBSagaID = "NServiceBus.SagaId"
+	// HeaderNSBClearTimeouts (any value; NServiceBus writes "True") asks to
+	// cancel every pending timeout of the saga HeaderNSBSagaID names.
+	HeaderNSBClearTimeouts = "NServiceBus.ClearTimeouts"
 	// HeaderCancel asks to cancel the pending message with this id.
 	HeaderCancel = "x-delaybridge-cancel"
 )

@@ -30,6 +30,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -48,8 +49,12 @@ var (
 	// bucketCancelled came after format 1 without changing it: Open adds
 	// it to older files, and older builds ignore it.
 	bucketCancelled = []byte("cancelled")
-	bucketMeta      = []byte("meta")
-	keyFormat       = []byte("format")
+	// bucketSagas indexes the rows that have a saga id (sagaKey), for
+	// CancelSaga. It came with record version 3, like bucketCancelled
+	// without a new format: older records have no saga id to index.
+	bucketSagas = []byte("sagas")
+	bucketMeta  = []byte("meta")
+	keyFormat   = []byte("format")
 )
 
 // fileFormat is the layout version stored in bucket meta.
@@ -87,8 +92,9 @@ type Store struct {
 }
 
 var (
-	_ storage.Store  = (*Store)(nil)
-	_ storage.Stater = (*Store)(nil)
+	_ storage.Store         = (*Store)(nil)
+	_ storage.Stater        = (*Store)(nil)
+	_ storage.SagaCanceller = (*Store)(nil)
 	// No LeaseCounter: the file has one owner, so Stats counts its leases.
 	// No MultiGetter: a Get is a local read, not a round trip.
 )
@@ -134,7 +140,7 @@ func Open(path string, opts Options) (*Store, error) {
 		case string(f) != fileFormat:
 			return fmt.Errorf("unsupported file format %q (this build reads %q)", f, fileFormat)
 		}
-		for _, name := range [][]byte{bucketTimeouts, bucketReady, bucketLeased, bucketCancelled} {
+		for _, name := range [][]byte{bucketTimeouts, bucketReady, bucketLeased, bucketCancelled, bucketSagas} {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 				return err
 			}
@@ -221,7 +227,9 @@ type txb struct {
 	due *bolt.Bucket
 	// cancels holds the cancel tombstones.
 	cancels *bolt.Bucket
-	c       *counts
+	// sagas indexes rows by saga id.
+	sagas *bolt.Bucket
+	c     *counts
 }
 
 // counts are kept in bucket meta so Stats costs nothing and Open scans
@@ -235,9 +243,10 @@ func buckets(tx *bolt.Tx, c *counts) (txb, error) {
 		leased:   tx.Bucket(bucketLeased),
 		due:      tx.Bucket(bucketDue),
 		cancels:  tx.Bucket(bucketCancelled),
+		sagas:    tx.Bucket(bucketSagas),
 		c:        c,
 	}
-	if b.timeouts == nil || b.ready == nil || b.leased == nil || b.due == nil || b.cancels == nil {
+	if b.timeouts == nil || b.ready == nil || b.leased == nil || b.due == nil || b.cancels == nil || b.sagas == nil {
 		return b, errors.New("buckets missing")
 	}
 	// Index keys mostly arrive in ascending order (due times, sequences):
@@ -325,6 +334,11 @@ func (b txb) place(r *record, fresh bool, idx byte, at time.Time, seq uint64) er
 		if err := b.due.Put(dueKey(&r.Timeout), []byte{}); err != nil {
 			return err
 		}
+		if r.SagaID != "" {
+			if err := b.sagas.Put(sagaKey(r.SagaID, r.ID), []byte{}); err != nil {
+				return err
+			}
+		}
 	}
 	switch {
 	case wasLeased && idx != idxLeased:
@@ -351,6 +365,11 @@ func (b txb) forget(r *record) error {
 	if err := b.timeouts.Delete([]byte(r.ID)); err != nil {
 		return err
 	}
+	if r.SagaID != "" {
+		if err := b.sagas.Delete(sagaKey(r.SagaID, r.ID)); err != nil {
+			return err
+		}
+	}
 	b.c.pending--
 	if r.index == idxLeased {
 		b.c.leased--
@@ -363,6 +382,17 @@ func (b txb) forget(r *record) error {
 func dueKey(t *storage.Timeout) []byte {
 	k := binary.BigEndian.AppendUint64(make([]byte, 0, 8+len(t.ID)), keyTime(t.DueAt))
 	return append(k, t.ID...)
+}
+
+// sagaKey is a row's key in the saga index: saga id, NUL, id. Neither may
+// hold a NUL (Insert refuses a saga id with one; ids are checked by
+// wire.ValidateID before they reach a store), so a saga's keys are exactly
+// those with its prefix.
+func sagaKey(saga, id string) []byte {
+	k := make([]byte, 0, len(saga)+1+len(id))
+	k = append(k, saga...)
+	k = append(k, 0)
+	return append(k, id...)
 }
 
 // makeReady clears r's lease and moves it to the ready index.
@@ -465,6 +495,8 @@ func (s *Store) Insert(ctx context.Context, ts []storage.Timeout) ([]bool, error
 			return nil, fmt.Errorf("boltstore: insert: timeout %d: id is %d bytes, longer than %d", i, len(t.ID), bolt.MaxKeySize)
 		case t.Destination == "" && t.Exchange == "":
 			return nil, fmt.Errorf("boltstore: insert: timeout %q has an empty destination", t.ID)
+		case strings.IndexByte(t.SagaID, 0) >= 0 || len(t.SagaID)+1+len(t.ID) > bolt.MaxKeySize:
+			return nil, fmt.Errorf("boltstore: insert: timeout %q: saga id holds a NUL or is too long", t.ID)
 		}
 	}
 	inserted := make([]bool, len(ts))
@@ -891,6 +923,59 @@ func (s *Store) Cancel(ctx context.Context, id string) error {
 		return fmt.Errorf("boltstore: cancel %q: %w", id, err)
 	}
 	return nil
+}
+
+// CancelSaga removes the rows of saga sagaID that are not leased and leaves
+// a tombstone for each, in one transaction; see storage.SagaCanceller.
+func (s *Store) CancelSaga(ctx context.Context, sagaID string) (cancelled, leased int, err error) {
+	if sagaID == "" {
+		return 0, 0, errors.New("boltstore: cancel saga: empty saga id")
+	}
+	exit, err := s.enter(ctx)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer exit()
+	now := s.now()
+	err = s.update(func(tx *bolt.Tx, c *counts) error {
+		cancelled, leased = 0, 0
+		b, err := buckets(tx, c)
+		if err != nil {
+			return err
+		}
+		prefix := sagaKey(sagaID, "")
+		var ids []string
+		cur := b.sagas.Cursor()
+		for k, _ := cur.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = cur.Next() {
+			ids = append(ids, string(k[len(prefix):]))
+		}
+		for _, id := range ids {
+			r, err := b.load(id)
+			switch {
+			case err != nil:
+				return err
+			case r == nil || r.SagaID != sagaID:
+				return fmt.Errorf("%w: saga index entry for %q does not match its record", errCorrupt, id)
+			case r.Lock != "" && now.Before(r.LockExpiresAt):
+				leased++
+				continue
+			}
+			if err := b.forget(r); err != nil {
+				return err
+			}
+			// A tombstone, as Cancel leaves: a copy of a cancelled timeout
+			// stored again (a requeue) must not bring it back.
+			if err := b.cancels.Put([]byte(id), binary.BigEndian.AppendUint64(nil, uint64(now.Add(s.window).UnixNano()))); err != nil {
+				return err
+			}
+			cancelled++
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, 0, fmt.Errorf("boltstore: cancel saga %q: %w", sagaID, err)
+	}
+	return cancelled, leased, nil
 }
 
 // cancelled reports whether id has a tombstone that is live at now.

@@ -12,8 +12,9 @@ import (
 
 // recordVersion is the first byte of every record encodeRecord writes.
 // decodeRecord also reads version 1, which files written before exchange
-// destinations hold: it lacks Exchange, which then decodes as "".
-const recordVersion = 2
+// destinations hold: it lacks Exchange, which then decodes as "", and
+// version 2, which lacks SagaID (likewise "").
+const recordVersion = 3
 
 // Index a record currently occupies.
 const (
@@ -32,14 +33,15 @@ type record struct {
 	key   [keyLen]byte
 }
 
-// Record encoding, version 2 (all integers are encoding/binary varints):
+// Record encoding, version 3 (all integers are encoding/binary varints):
 //
-//	version     byte   = 2
+//	version     byte   = 3
 //	index       byte   1 = ready, 2 = leased
 //	key         [16]byte index key (see indexKey)
 //	ID          string
 //	Destination string
 //	Exchange    string (not in version 1)
+//	SagaID      string (not in versions 1 and 2)
 //	DueAt       time
 //	ReceivedAt  time
 //	Message     bytes
@@ -66,7 +68,7 @@ var errCorrupt = errors.New("corrupt record")
 
 func encodeRecord(r *record) []byte {
 	n := 2 + keyLen +
-		4*binary.MaxVarintLen64 + len(r.ID) + len(r.Destination) + len(r.Exchange) + len(r.LastError) +
+		5*binary.MaxVarintLen64 + len(r.ID) + len(r.Destination) + len(r.Exchange) + len(r.SagaID) + len(r.LastError) +
 		2*binary.MaxVarintLen64 + len(r.Lock) + len(r.Message) +
 		8*binary.MaxVarintLen64
 	b := make([]byte, 0, n)
@@ -75,6 +77,7 @@ func encodeRecord(r *record) []byte {
 	b = appendString(b, r.ID)
 	b = appendString(b, r.Destination)
 	b = appendString(b, r.Exchange)
+	b = appendString(b, r.SagaID)
 	b = appendTime(b, r.DueAt)
 	b = appendTime(b, r.ReceivedAt)
 	if r.Message == nil {
@@ -109,7 +112,7 @@ func appendTime(b []byte, t time.Time) []byte {
 func decodeRecord(v []byte) (*record, error) {
 	d := decoder{b: v}
 	version := d.byte()
-	if d.err == nil && version != 1 && version != recordVersion {
+	if d.err == nil && (version < 1 || version > recordVersion) {
 		return nil, fmt.Errorf("%w: unknown version %d", errCorrupt, version)
 	}
 	r := &record{}
@@ -122,6 +125,9 @@ func decodeRecord(v []byte) (*record, error) {
 	r.Destination = d.string()
 	if version >= 2 {
 		r.Exchange = d.string()
+	}
+	if version >= 3 {
+		r.SagaID = d.string()
 	}
 	r.DueAt = d.time()
 	r.ReceivedAt = d.time()

@@ -20,6 +20,7 @@ func sampleRecords() []*record {
 			ID:            "id-1",
 			Destination:   "orders",
 			Exchange:      "events",
+			SagaID:        "8e1f4c52-0d1b-4a2e-9c64-1b2f3a4d5e6f",
 			DueAt:         time.Date(2026, 11, 21, 20, 0, 0, 250000001, zone),
 			ReceivedAt:    time.Date(2026, 11, 21, 6, 0, 0, 1, time.UTC),
 			Message:       []byte("\x00body\xff"),
@@ -87,8 +88,9 @@ func TestRecordRoundTrip(t *testing.T) {
 }
 
 // A record of files written before exchange destinations, as version 1
-// encoded it, and the same record in version 2 with an exchange: the bytes
-// pin the format that files on disk hold.
+// encoded it, the same record in version 2 with an exchange, and in
+// version 3 with a saga id too: the bytes pin the format that files on disk
+// hold.
 var (
 	recordHead = []byte{
 		0x01,                                           // index: ready
@@ -109,6 +111,7 @@ var (
 	}
 	recordV1 = slices.Concat([]byte{1}, recordHead, recordTail)
 	recordV2 = slices.Concat([]byte{2}, recordHead, []byte{0x06, 'e', 'v', 'e', 'n', 't', 's'}, recordTail)
+	recordV3 = slices.Concat([]byte{3}, recordHead, []byte{0x06, 'e', 'v', 'e', 'n', 't', 's'}, []byte{0x04, 's', 'a', 'g', 'a'}, recordTail)
 )
 
 // recordV1Decoded is what recordV1 holds.
@@ -137,8 +140,8 @@ func TestRecordVersion1(t *testing.T) {
 	if diff := cmp.Diff(recordV1Decoded(), got, cmp.AllowUnexported(record{})); diff != "" {
 		t.Fatalf("version 1 record decoded (-want +got):\n%s", diff)
 	}
-	// Written back, it is a version 2 record with no exchange.
-	if enc := encodeRecord(got); !bytes.Equal(enc, slices.Concat([]byte{2}, recordHead, []byte{0}, recordTail)) {
+	// Written back, it is a version 3 record with no exchange and no saga.
+	if enc := encodeRecord(got); !bytes.Equal(enc, slices.Concat([]byte{3}, recordHead, []byte{0, 0}, recordTail)) {
 		t.Fatalf("version 1 record re-encoded as %x", enc)
 	}
 	for n := range len(recordV1) {
@@ -151,15 +154,36 @@ func TestRecordVersion1(t *testing.T) {
 func TestRecordVersion2(t *testing.T) {
 	want := recordV1Decoded()
 	want.Exchange = "events"
-	if enc := encodeRecord(want); !bytes.Equal(enc, recordV2) {
-		t.Fatalf("encoding:\n got %x\nwant %x", enc, recordV2)
-	}
 	got, err := decodeRecord(recordV2)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if diff := cmp.Diff(want, got, cmp.AllowUnexported(record{})); diff != "" {
 		t.Fatalf("version 2 record decoded (-want +got):\n%s", diff)
+	}
+	// Written back, it is a version 3 record with no saga.
+	if enc := encodeRecord(got); !bytes.Equal(enc, slices.Concat([]byte{3}, recordHead, []byte{0x06, 'e', 'v', 'e', 'n', 't', 's', 0}, recordTail)) {
+		t.Fatalf("version 2 record re-encoded as %x", enc)
+	}
+	for n := range len(recordV2) {
+		if _, err := decodeRecord(recordV2[:n]); !errors.Is(err, errCorrupt) {
+			t.Fatalf("decode of %d of %d bytes: %v, want errCorrupt", n, len(recordV2), err)
+		}
+	}
+}
+
+func TestRecordVersion3(t *testing.T) {
+	want := recordV1Decoded()
+	want.Exchange, want.SagaID = "events", "saga"
+	if enc := encodeRecord(want); !bytes.Equal(enc, recordV3) {
+		t.Fatalf("encoding:\n got %x\nwant %x", enc, recordV3)
+	}
+	got, err := decodeRecord(recordV3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(want, got, cmp.AllowUnexported(record{})); diff != "" {
+		t.Fatalf("version 3 record decoded (-want +got):\n%s", diff)
 	}
 }
 
@@ -172,7 +196,7 @@ func TestRecordDecodeRejects(t *testing.T) {
 	}
 	bad := map[string][]byte{
 		"version 0":     append([]byte{0}, good[1:]...),
-		"version 3":     append([]byte{3}, good[1:]...),
+		"version 4":     append([]byte{4}, good[1:]...),
 		"index 0":       append([]byte{recordVersion, 0}, good[2:]...),
 		"index 3":       append([]byte{recordVersion, 3}, good[2:]...),
 		"trailing byte": append(slices.Clone(good), 0),

@@ -9,7 +9,7 @@
 //	fs.Heal()
 //
 // The wrapper also has the optional methods of package storage (Stats,
-// LeasedBy, GetMany), with faults of their own, so that code under test finds
+// LeasedBy, GetMany, CancelSaga), with faults of their own, so that code under test finds
 // them as it would on the wrapped store. A Go type cannot pick its methods by
 // what it wraps, so where the wrapped store lacks one the wrapper answers
 // storage.ErrUnsupported, which callers take as the method's absence.
@@ -44,9 +44,10 @@ const (
 	List
 	Cancel
 	Reschedule
-	Stats    // storage.Stater
-	LeasedBy // storage.LeaseCounter
-	GetMany  // storage.MultiGetter
+	Stats      // storage.Stater
+	LeasedBy   // storage.LeaseCounter
+	GetMany    // storage.MultiGetter
+	CancelSaga // storage.SagaCanceller
 	Close
 	numOps
 )
@@ -55,6 +56,7 @@ var opNames = [...]string{
 	Insert: "Insert", Lease: "Lease", Get: "Get", Remove: "Remove", Release: "Release",
 	Increment: "IncrementFailureCount", NextDue: "NextDue", Reap: "Reap", List: "List", Cancel: "Cancel",
 	Reschedule: "Reschedule", Stats: "Stats", LeasedBy: "LeasedBy", GetMany: "GetMany", Close: "Close",
+	CancelSaga: "CancelSaga",
 }
 
 func (op Op) String() string {
@@ -311,6 +313,16 @@ func (s *Store) GetMany(ctx context.Context, ids []string) (map[string]storage.T
 		return nil, err
 	}
 	return inner.GetMany(ctx, ids)
+}
+
+// CancelSaga implements storage.SagaCanceller: ErrUnsupported when the
+// wrapped store has no CancelSaga.
+func (s *Store) CancelSaga(ctx context.Context, sagaID string) (cancelled, leased int, err error) {
+	inner, err := enterOptional[storage.SagaCanceller](ctx, s, CancelSaga)
+	if err != nil {
+		return 0, 0, err
+	}
+	return inner.CancelSaga(ctx, sagaID)
 }
 
 // Close closes the wrapped store the first time and returns its result;

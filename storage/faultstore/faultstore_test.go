@@ -505,6 +505,11 @@ func (f *fullStore) GetMany(ctx context.Context, ids []string) (map[string]stora
 	return out, nil
 }
 
+func (f *fullStore) CancelSaga(ctx context.Context, sagaID string) (int, int, error) {
+	f.calls[CancelSaga]++
+	return f.Store.CancelSaga(ctx, sagaID)
+}
+
 // The optional methods delegate when healed, and fail or wait with their
 // own faults and delays without reaching the wrapped store.
 func TestOptionalMethods(t *testing.T) {
@@ -512,7 +517,9 @@ func TestOptionalMethods(t *testing.T) {
 	_, bolt := open(t, clock.Now)
 	inner := &fullStore{Store: bolt, calls: map[Op]int{}}
 	s := Wrap(inner)
-	mustInsert(t, s, row("a", clock.Now()), row("b", clock.Now().Add(time.Hour)))
+	saga := row("c", clock.Now().Add(time.Hour))
+	saga.SagaID = "saga-1"
+	mustInsert(t, s, row("a", clock.Now()), row("b", clock.Now().Add(time.Hour)), saga)
 	mustLease(t, s, 1)
 	rowA, err := bolt.Get(ctx, "a")
 	if err != nil {
@@ -526,10 +533,14 @@ func TestOptionalMethods(t *testing.T) {
 		{Stats, func(ctx context.Context) (any, error) {
 			p, l, err := s.Stats(ctx)
 			return [2]int{p, l}, err
-		}, [2]int{2, 1}},
+		}, [2]int{3, 1}},
 		{LeasedBy, func(ctx context.Context) (any, error) { return s.LeasedBy(ctx, "me", 5) }, 7},
 		{GetMany, func(ctx context.Context) (any, error) { return s.GetMany(ctx, []string{"a", "zz"}) },
 			map[string]storage.Timeout{"a": rowA}},
+		{CancelSaga, func(ctx context.Context) (any, error) {
+			c, l, err := s.CancelSaga(ctx, "saga-1")
+			return [2]int{c, l}, err
+		}, [2]int{1, 0}},
 	} {
 		t.Run(tc.op.String(), func(t *testing.T) {
 			got, err := tc.call(ctx)

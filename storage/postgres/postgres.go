@@ -132,10 +132,11 @@ type Store struct {
 }
 
 var (
-	_ storage.Store        = (*Store)(nil)
-	_ storage.Stater       = (*Store)(nil)
-	_ storage.LeaseCounter = (*Store)(nil)
-	_ storage.MultiGetter  = (*Store)(nil)
+	_ storage.Store         = (*Store)(nil)
+	_ storage.Stater        = (*Store)(nil)
+	_ storage.LeaseCounter  = (*Store)(nil)
+	_ storage.MultiGetter   = (*Store)(nil)
+	_ storage.SagaCanceller = (*Store)(nil)
 )
 
 // Open connects to the database at url (a PostgreSQL URL or key=value
@@ -413,7 +414,7 @@ func fromTS(v pgtype.Timestamptz) time.Time {
 // queries are the statements of one schema.
 type queries struct {
 	insert, lease, unlease, getMany, remove, release, incr, nextDue, reap, cancel, reschedule string
-	tombstone, purgeCancels                                                                   string
+	tombstone, purgeCancels, cancelSaga                                                       string
 	countLeased, countBoth, estimate, countLeasedBy                                           string
 	listCols, table                                                                           string
 }
@@ -425,9 +426,9 @@ func newQueries(qs string) queries {
 		// for each other in one order and never deadlock.
 		// $10 now: ids with a live cancel tombstone are not stored.
 		insert: r.Replace(`
-INSERT INTO {{t}} (id, destination, exchange, due_at, received_at, message, attempts, last_error, not_before)
-SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[], $5::timestamptz[], $6::bytea[], $7::bigint[], $8::text[], $9::timestamptz[])
-	AS r(id, destination, exchange, due_at, received_at, message, attempts, last_error, not_before)
+INSERT INTO {{t}} (id, destination, exchange, due_at, received_at, message, attempts, last_error, not_before, saga_id)
+SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[], $5::timestamptz[], $6::bytea[], $7::bigint[], $8::text[], $9::timestamptz[], $11::text[])
+	AS r(id, destination, exchange, due_at, received_at, message, attempts, last_error, not_before, saga_id)
 WHERE NOT EXISTS (SELECT 1 FROM {{c}} c WHERE c.id = r.id COLLATE "C" AND c.expires_at > $10)
 ORDER BY id COLLATE "C"
 ON CONFLICT (id) DO NOTHING
@@ -475,7 +476,7 @@ WHERE lock_token IS NOT NULL AND starts_with(lock_token, $1)`),
 		// octet_length reads a stored value's size without reading the value.
 		getMany: r.Replace(`
 SELECT id, destination, exchange, due_at, received_at, CASE WHEN octet_length(message) <= $2 THEN message END, octet_length(message),
-	attempts, last_error, lock_token, lock_expires_at, not_before
+	attempts, last_error, lock_token, lock_expires_at, not_before, coalesce(saga_id, '')
 FROM {{t}} WHERE id = ANY($1::text[])`),
 
 		// $1 ids, $2 locks, $3 now. cur: the rows named, locked in id order,
@@ -549,6 +550,24 @@ WITH cur AS (
 )
 SELECT busy FROM cur`),
 
+		// $1 saga id, $2 now, $3 tombstone expiry. The saga's rows, locked
+		// in id order (index timeouts_saga); those not under a live lease
+		// are deleted and leave tombstones, as Cancel's do.
+		cancelSaga: r.Replace(`
+WITH cur AS (
+	SELECT id, coalesce(lock_token IS NOT NULL AND lock_expires_at > $2, false) AS busy
+	FROM {{t}} WHERE saga_id = $1
+	ORDER BY id
+	FOR UPDATE
+), del AS (
+	DELETE FROM {{t}} t USING cur WHERE t.id = cur.id AND NOT cur.busy
+	RETURNING t.id
+), tomb AS (
+	INSERT INTO {{c}} AS c (id, expires_at) SELECT id, $3 FROM del ORDER BY id
+	ON CONFLICT (id) DO UPDATE SET expires_at = greatest(c.expires_at, EXCLUDED.expires_at)
+)
+SELECT (SELECT count(*) FROM del), (SELECT count(*) FROM cur WHERE busy)`),
+
 		// $1 id, $2 expiry, $3 now; after the cancel statement, in its
 		// transaction: none while the row is leased (too late). A repeated
 		// cancel extends the window.
@@ -586,7 +605,7 @@ SELECT busy FROM cur`),
 	SELECT 1 FROM {{t}} WHERE lock_token IS NOT NULL AND starts_with(lock_token, $1)
 	ORDER BY lock_expires_at LIMIT $2) mine`),
 
-		listCols: `id, destination, exchange, due_at, received_at, attempts, last_error, lock_token, lock_expires_at, not_before`,
+		listCols: `id, destination, exchange, due_at, received_at, attempts, last_error, lock_token, lock_expires_at, not_before, coalesce(saga_id, '')`,
 		table:    r.Replace(`{{t}}`),
 	}
 }
@@ -685,6 +704,7 @@ func (s *Store) insertChunk(ctx context.Context, q interface {
 	var (
 		ids, dests, lastErrs = make([]string, 0, n), make([]string, 0, n), make([]string, 0, n)
 		exchanges            = make([]string, 0, n)
+		sagas                = make([]*string, 0, n) // nil: no saga (NULL)
 		dues                 = make([]time.Time, 0, n)
 		recvs, notBefores    = make([]pgtype.Timestamptz, 0, n), make([]pgtype.Timestamptz, 0, n)
 		msgs                 = make([][]byte, 0, n)
@@ -698,12 +718,17 @@ func (s *Store) insertChunk(ctx context.Context, q interface {
 		}
 		ids, dests, lastErrs = append(ids, t.ID), append(dests, t.Destination), append(lastErrs, t.LastError)
 		exchanges = append(exchanges, t.Exchange)
+		if t.SagaID != "" {
+			sagas = append(sagas, &t.SagaID)
+		} else {
+			sagas = append(sagas, nil)
+		}
 		dues = append(dues, tsUp(t.DueAt))
 		recvs, notBefores = append(recvs, nullTS(t.ReceivedAt)), append(notBefores, nullTSUp(t.NotBefore))
 		msgs = append(msgs, msg)
 		attempts = append(attempts, int64(t.Attempts))
 	}
-	rows, err := q.Query(ctx, s.q.insert, ids, dests, exchanges, dues, recvs, msgs, attempts, lastErrs, notBefores, now)
+	rows, err := q.Query(ctx, s.q.insert, ids, dests, exchanges, dues, recvs, msgs, attempts, lastErrs, notBefores, now, sagas)
 	if err != nil {
 		return 0, err
 	}
@@ -788,7 +813,7 @@ type rowScan struct {
 
 func (r *rowScan) dest() []any {
 	return []any{&r.t.ID, &r.t.Destination, &r.t.Exchange, &r.t.DueAt, &r.recv, &r.t.Message, &r.size,
-		&r.attempts, &r.t.LastError, &r.lock, &r.expires, &r.notBefore}
+		&r.attempts, &r.t.LastError, &r.lock, &r.expires, &r.notBefore, &r.t.SagaID}
 }
 
 func (r *rowScan) timeout() storage.Timeout {
@@ -1072,14 +1097,7 @@ func (s *Store) Cancel(ctx context.Context, id string) error {
 			return err
 		}
 		defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-		// In one round trip, so that inserts wait for the lock briefly.
-		// While this exclusive request waits for a long insert (a batch of
-		// large messages), every new insert of every instance queues behind
-		// it: give up soon and try again (lock_not_available is retried)
-		// rather than stall intake.
-		b := &pgx.Batch{}
-		b.Queue(`SET LOCAL lock_timeout = '` + cancelLockWait + `'`)
-		b.Queue(`SELECT pg_advisory_xact_lock($1)`, s.cancelKey)
+		b := s.cancelLocked()
 		b.Queue(s.q.cancel, id, now)
 		b.Queue(s.q.tombstone, id, tsUp(now.Add(s.window)), now)
 		found, err := cancelResults(tx.SendBatch(ctx, b))
@@ -1097,6 +1115,67 @@ func (s *Store) Cancel(ctx context.Context, id string) error {
 		}
 		return found
 	})
+}
+
+// CancelSaga deletes the rows of saga sagaID that no live lease holds and
+// leaves a tombstone for each, in one transaction; see
+// storage.SagaCanceller. Like Cancel it holds the cancel lock exclusively,
+// so inserts under way commit first and are cancelled too.
+func (s *Store) CancelSaga(ctx context.Context, sagaID string) (cancelled, leased int, err error) {
+	if sagaID == "" {
+		return 0, 0, errors.New("postgres: cancel saga: empty saga id")
+	}
+	err = s.run(ctx, fmt.Sprintf("cancel saga %q", sagaID), func(ctx context.Context) error {
+		now := ts(s.now())
+		tx, err := s.pool.Begin(ctx)
+		if err != nil {
+			return err
+		}
+		defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+		b := s.cancelLocked()
+		b.Queue(s.q.cancelSaga, sagaID, now, tsUp(now.Add(s.window)))
+		var c, l int64
+		err = func() (err error) {
+			br := tx.SendBatch(ctx, b)
+			defer func() {
+				if cerr := br.Close(); err == nil {
+					err = cerr
+				}
+			}()
+			for range 2 {
+				if _, err := br.Exec(); err != nil {
+					return err
+				}
+			}
+			return br.QueryRow().Scan(&c, &l)
+		}()
+		if err != nil {
+			return err
+		}
+		if err := tx.Commit(ctx); err != nil {
+			return err
+		}
+		cancelled, leased = int(c), int(l)
+		s.stats.addPending(-cancelled)
+		return nil
+	})
+	if err != nil {
+		return 0, 0, err
+	}
+	return cancelled, leased, nil
+}
+
+// cancelLocked starts the batch of a cancel: it takes the cancel lock
+// exclusively, in the same round trip as the statements queued after it,
+// so that inserts wait for the lock briefly. While this exclusive request
+// waits for a long insert (a batch of large messages), every new insert of
+// every instance queues behind it: it gives up soon and tries again
+// (lock_not_available is retried) rather than stall intake.
+func (s *Store) cancelLocked() *pgx.Batch {
+	b := &pgx.Batch{}
+	b.Queue(`SET LOCAL lock_timeout = '` + cancelLockWait + `'`)
+	b.Queue(`SELECT pg_advisory_xact_lock($1)`, s.cancelKey)
+	return b
 }
 
 // cancelResults reads the results of Cancel's batch: the cancel
@@ -1238,7 +1317,7 @@ func (s *Store) List(ctx context.Context, f storage.ListFilter) ([]storage.Timeo
 			recv, expires, notBefore pgtype.Timestamptz
 			attempts                 int64
 		)
-		_, err = pgx.ForEachRow(rows, []any{&t.ID, &t.Destination, &t.Exchange, &t.DueAt, &recv, &attempts, &t.LastError, &lock, &expires, &notBefore}, func() error {
+		_, err = pgx.ForEachRow(rows, []any{&t.ID, &t.Destination, &t.Exchange, &t.DueAt, &recv, &attempts, &t.LastError, &lock, &expires, &notBefore, &t.SagaID}, func() error {
 			if len(out) == f.Limit {
 				last := out[len(out)-1]
 				next = encodeCursor(last.DueAt, last.ID)

@@ -205,20 +205,20 @@ func checkVersions(t *testing.T, s *Store) {
 	}
 }
 
-// TestMigrateToExchanges: the rows of a schema at version 3, from before
-// exchange destinations, are rows for their queue once Open has migrated
-// the schema.
-func TestMigrateToExchanges(t *testing.T) {
+// fromOldSchema opens a schema whose tables are as an older build left
+// them (stmts undo the later migrations, and versions from since on are
+// forgotten) with one row in them, and returns it reopened, migrated; the
+// old row must come back as it was.
+func fromOldSchema(t *testing.T, since int, stmts ...string) *Store {
+	t.Helper()
 	schema := pgtest.Schema(t)
 	s := openSchema(t, schema, nil)
-	// The schema and a row as a build of version 3 left them.
-	for _, q := range []string{
-		`ALTER TABLE ` + s.qs + `.timeouts DROP COLUMN exchange`,
-		`DELETE FROM ` + s.qs + `.schema_version WHERE version >= 4`,
-		`INSERT INTO ` + s.qs + `.timeouts (id, destination, due_at, received_at, message)
-			VALUES ('old', 'orders', '2026-03-01T12:00:00Z', '2026-03-01T11:00:00Z', 'body')`,
-	} {
-		if _, err := s.pool.Exec(ctx, q); err != nil {
+	stmts = append(stmts,
+		fmt.Sprintf(`DELETE FROM %s.schema_version WHERE version >= %d`, s.qs, since),
+		`INSERT INTO `+s.qs+`.timeouts (id, destination, due_at, received_at, message)
+			VALUES ('old', 'orders', '2026-03-01T12:00:00Z', '2026-03-01T11:00:00Z', 'body')`)
+	for _, q := range stmts {
+		if _, err := s.pool.Exec(ctx, strings.ReplaceAll(q, "{{s}}", s.qs)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -228,10 +228,37 @@ func TestMigrateToExchanges(t *testing.T) {
 	want := storage.Timeout{ID: "old", Destination: "orders", DueAt: t0, ReceivedAt: t0.Add(-time.Hour), Message: []byte("body")}
 	got, err := s.Get(ctx, "old")
 	if diff := cmp.Diff(want, got); err != nil || diff != "" {
-		t.Fatalf("row of version 3: %v (-want +got):\n%s", err, diff)
+		t.Fatalf("row of version %d: %v (-want +got):\n%s", since-1, err, diff)
 	}
+	return s
+}
+
+// TestMigrateToExchanges: the rows of a schema at version 3, from before
+// exchange destinations, are rows for their queue once Open has migrated
+// the schema.
+func TestMigrateToExchanges(t *testing.T) {
+	s := fromOldSchema(t, 4, `ALTER TABLE {{s}}.timeouts DROP COLUMN exchange`, `ALTER TABLE {{s}}.timeouts DROP COLUMN saga_id`)
 	if rows, _, err := s.List(ctx, storage.ListFilter{Destination: "orders", Limit: 10}); err != nil || len(rows) != 1 || rows[0].ID != "old" {
 		t.Fatalf("List of queue orders = %v, %v; want the row of version 3", rows, err)
+	}
+}
+
+// TestMigrateToSagaIDs: the rows of a schema at version 4 have no saga
+// once Open has migrated the schema, and the index it adds exists.
+func TestMigrateToSagaIDs(t *testing.T) {
+	s := fromOldSchema(t, 5, `ALTER TABLE {{s}}.timeouts DROP COLUMN saga_id`)
+	saga := newTimeout("new", t0)
+	saga.SagaID = "s"
+	insert(t, s, saga)
+	if c, l, err := s.CancelSaga(ctx, "s"); err != nil || c != 1 || l != 0 {
+		t.Fatalf("CancelSaga = %d, %d, %v; want 1, 0", c, l, err)
+	}
+	if _, err := s.Get(ctx, "old"); err != nil {
+		t.Fatalf("a row without a saga went with the saga: %v", err)
+	}
+	var idx bool
+	if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_indexes WHERE schemaname = $1 AND indexname = 'timeouts_saga')`, s.schema).Scan(&idx); err != nil || !idx {
+		t.Fatalf("index timeouts_saga missing (%v)", err)
 	}
 }
 

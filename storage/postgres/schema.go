@@ -95,6 +95,13 @@ var migrations = []migration{
 	{4, "exchange destinations", []string{
 		`ALTER TABLE {{s}}.timeouts ADD COLUMN exchange text NOT NULL DEFAULT ''`,
 	}},
+	// Version 5: the saga a timeout belongs to (storage.Timeout.SagaID),
+	// NULL for none, so existing rows need no rewrite and the partial index
+	// holds only saga rows: CancelSaga finds a saga's rows without a scan.
+	{5, "saga ids", []string{
+		`ALTER TABLE {{s}}.timeouts ADD COLUMN saga_id text COLLATE "C"`,
+		`CREATE INDEX timeouts_saga ON {{s}}.timeouts (saga_id) WHERE saga_id IS NOT NULL`,
+	}},
 }
 
 // ErrOtherEndpoint means the schema already serves another endpoint.

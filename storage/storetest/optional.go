@@ -50,6 +50,9 @@ func (e *env) optionalCalls(ctx context.Context) map[string]error {
 	if mg, ok := e.s.(storage.MultiGetter); ok {
 		_, errs["GetMany"] = mg.GetMany(ctx, []string{"a"})
 	}
+	if sc, ok := e.s.(storage.SagaCanceller); ok {
+		_, _, errs["CancelSaga"] = sc.CancelSaga(ctx, "saga")
+	}
 	maps.DeleteFunc(errs, func(_ string, err error) bool { return errors.Is(err, storage.ErrUnsupported) })
 	return errs
 }
@@ -265,5 +268,97 @@ func testGetMany(e *env) {
 		if diff := cmp.Diff(t, got[t.ID], cmpOpts); diff != "" {
 			e.Fatalf("GetMany[%s] differs from the inserted row (-inserted +GetMany):\n%s", t.ID, diff)
 		}
+	}
+}
+
+// testCancelSaga: CancelSaga removes the saga's rows that are not leased,
+// counts the leased ones and leaves them, touches no other saga (not one
+// whose id its id begins with), and tombstones the ids it removed, not the
+// saga.
+func testCancelSaga(e *env) {
+	sc := optional[storage.SagaCanceller](e)
+	_, _, err := sc.CancelSaga(e.ctx, "nothing")
+	e.skipUnsupported(err)
+	mk := func(id, saga string, due time.Duration) storage.Timeout {
+		t := newTimeout(id, at(due))
+		t.SagaID = saga
+		return t
+	}
+	rows := []storage.Timeout{
+		mk("s1-leased", "s1", -2*time.Minute),
+		mk("s1-due", "s1", -time.Minute),
+		mk("s1-later", "s1", time.Hour),
+		mk("s1x-row", "s1x", time.Hour),
+		mk("s-row", "s", time.Hour),
+		mk("plain", "", time.Hour),
+	}
+	e.insert(rows...)
+	for _, want := range rows {
+		if diff := cmp.Diff(want, e.get(want.ID), cmpOpts); diff != "" {
+			e.Fatalf("Get(%q) after Insert differs (-inserted +got):\n%s", want.ID, diff)
+		}
+	}
+	listed, _, err := e.s.List(e.ctx, storage.ListFilter{Limit: 10})
+	if err != nil {
+		e.Fatalf("List: %v", err)
+	}
+	if len(listed) != len(rows) {
+		e.Fatalf("List returned %d rows, want %d", len(listed), len(rows))
+	}
+	for _, t := range listed {
+		if want := e.get(t.ID).SagaID; t.SagaID != want {
+			e.Fatalf("List row %q has saga %q, want %q", t.ID, t.SagaID, want)
+		}
+	}
+	lease := e.lease("o", 1, time.Minute)
+	if len(lease) != 1 || lease[0].ID != "s1-leased" {
+		e.Fatalf("Lease = %v, want [s1-leased]", leaseIDs(lease))
+	}
+	cancelSaga := func(saga string, wantCancelled, wantLeased int) {
+		e.Helper()
+		c, l, err := sc.CancelSaga(e.ctx, saga)
+		if err != nil || c != wantCancelled || l != wantLeased {
+			e.Fatalf("CancelSaga(%q) = %d cancelled, %d leased, %v; want %d, %d", saga, c, l, err, wantCancelled, wantLeased)
+		}
+	}
+	cancelSaga("s1", 2, 1)
+	e.expectMissing("s1-due")
+	e.expectMissing("s1-later")
+	for _, id := range []string{"s1-leased", "s1x-row", "s-row", "plain"} {
+		e.get(id)
+	}
+	if st, ok := e.s.(storage.Stater); ok {
+		if p, l, err := st.Stats(e.ctx); err == nil && (p != 4 || l != 1) {
+			e.Fatalf("Stats after CancelSaga = %d pending, %d leased; want 4, 1", p, l)
+		}
+	}
+	cancelSaga("s1", 0, 1)
+	// The lease still holds the row: the dispatcher removes it.
+	if res := e.remove(storage.Ref{ID: "s1-leased", Lock: lease[0].Lock}); res[0] != nil {
+		e.Fatalf("Remove of the leased saga row: %v", res[0])
+	}
+	cancelSaga("s1", 0, 0)
+	// A removed id stays cancelled for the window; the saga does not.
+	if got := e.insert(mk("s1-due", "s1", time.Hour), mk("s1-new", "s1", time.Hour)); got[0] || !got[1] {
+		e.Fatalf("Insert after CancelSaga = %v, want [false true]", got)
+	}
+	e.expectMissing("s1-due")
+	cancelSaga("s1", 1, 0)
+	e.clock.Set(at(window))
+	if got := e.insert(mk("s1-due", "s1", time.Hour)); !got[0] {
+		e.Fatal("a cancelled saga timeout's id is still cancelled when the window has passed")
+	}
+	cancelSaga("s1", 1, 0)
+	// An expired lease does not hold a row back.
+	e.insert(mk("s2-a", "s2", -time.Minute))
+	e.leaseOne("s2-a", time.Minute)
+	e.clock.Advance(time.Minute)
+	cancelSaga("s2", 1, 0)
+	e.expectMissing("s2-a")
+	if _, _, err := sc.CancelSaga(e.ctx, ""); err == nil {
+		e.Fatal("CancelSaga of an empty saga id succeeded")
+	}
+	for _, id := range []string{"s1x-row", "s-row", "plain"} {
+		e.get(id)
 	}
 }

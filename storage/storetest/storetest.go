@@ -40,7 +40,8 @@
 //     Insert then reports the id false and stores nothing, until the window
 //     has passed. A Cancel that found the row leased leaves none. Reap keeps
 //     live tombstones.
-//   - The optional interfaces (storage.Stater, LeaseCounter, MultiGetter)
+//   - The optional interfaces (storage.Stater, LeaseCounter, MultiGetter,
+//     SagaCanceller)
 //     are checked when the store has them and skipped, saying so, when it
 //     has not or answers ErrUnsupported. LeasedBy with atMost <= 0 is an
 //     error.
@@ -141,6 +142,7 @@ var tests = []struct {
 	{"Stats", testStats},
 	{"LeasedBy", testLeasedBy},
 	{"GetMany", testGetMany},
+	{"CancelSaga", testCancelSaga},
 	{"Closed", testClosed},
 	{"ContextCancelled", testContextCancelled},
 }
@@ -309,6 +311,7 @@ func testInsertGetRoundTrip(e *env) {
 		Attempts:    2,
 		LastError:   "broker returned the message: NO_ROUTE",
 		NotBefore:   time.Date(2026, 3, 1, 12, 10, 0, 1000, time.UTC),
+		SagaID:      "2f0a7b3e-52c1-4d7e-8a9b-0c1d2e3f4a5b",
 	}
 	if got := e.insert(in); !got[0] {
 		e.Fatal("Insert of a new id returned false")

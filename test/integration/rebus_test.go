@@ -84,6 +84,14 @@ func rebusSend(t *testing.T, conn *amqp.Connection, pub *publisher, directX, que
 // and not before due.
 func forwardedAs(t *testing.T, a arrival, msg amqp.Publishing, due time.Time, exchange, key string) {
 	t.Helper()
+	forwardedWithout(t, a, msg, due, exchange, key, "rbs2-deferred-until")
+}
+
+// forwardedWithout asserts that a is msg, through exchange with key and
+// not before due, with the body, every property and every header as sent
+// but dropped.
+func forwardedWithout(t *testing.T, a arrival, msg amqp.Publishing, due time.Time, exchange, key, dropped string) {
+	t.Helper()
 	id := msg.MessageId
 	if a.At.Before(due) {
 		t.Errorf("%s delivered %s early", id, due.Sub(a.At))
@@ -92,7 +100,7 @@ func forwardedAs(t *testing.T, a arrival, msg amqp.Publishing, due time.Time, ex
 		t.Errorf("%s came through exchange %q with key %q, want %q %q", id, a.Exchange, a.RoutingKey, exchange, key)
 	}
 	want := maps.Clone(msg.Headers)
-	delete(want, "rbs2-deferred-until")
+	delete(want, dropped)
 	if diff := cmp.Diff(want, a.Headers); diff != "" {
 		t.Errorf("%s headers (-sent +received):\n%s", id, diff)
 	}
