@@ -319,7 +319,7 @@ const (
 type entry struct {
 	d       amqp.Delivery
 	intake  Intake
-	row     storage.Timeout // OpSchedule, once accepted
+	row     storage.Timeout // OpSchedule and OpReplace, once accepted
 	outcome outcome
 }
 
@@ -340,7 +340,13 @@ func (in *Ingester) classify(src Source, d amqp.Delivery) entry {
 		}
 		return e
 	}
-	if e.intake.Op != OpSchedule {
+	if e.intake.Op == OpReplace {
+		if _, ok := in.store.(storage.SagaCanceller); !ok {
+			e.intake = Reject(errors.New("this store cannot replace a scheduled message (it cannot cancel by group)"))
+			return e
+		}
+	}
+	if !e.intake.Op.stores() {
 		return e
 	}
 	row, err := in.accept(&e.intake, len(d.Body), now)
@@ -378,7 +384,7 @@ func (in *Ingester) accept(it *Intake, bodyLen int, now time.Time) (storage.Time
 func (in *Ingester) handle(ctx context.Context, src Source, pub Publisher, batch, held []entry) ([]entry, error) {
 	connErr := in.reject(ctx, src, pub, batch)
 	var pause time.Duration
-	if committed, p := in.commit(ctx, batch); !committed {
+	if committed, p := in.commit(ctx, batch, OpSchedule); !committed {
 		pause = p
 	} else if p := in.cancel(ctx, batch); p > 0 {
 		pause = p
@@ -433,14 +439,14 @@ func settle(batch []entry, heldBefore bool) error {
 	return nil
 }
 
-// commit stores the batch's messages to schedule in one commit and marks
-// them acked. It reports false, and the pause before the next attempt, when
+// commit stores the batch's messages of op (a storing one) in one commit and
+// marks them acked. It reports false, and the pause before the next attempt, when
 // the store failed: they are then requeued, and so is the batch's cancel.
-func (in *Ingester) commit(ctx context.Context, batch []entry) (bool, time.Duration) {
+func (in *Ingester) commit(ctx context.Context, batch []entry, op Op) (bool, time.Duration) {
 	var rows []storage.Timeout
 	var idx []int
 	for i := range batch {
-		if batch[i].intake.Op == OpSchedule {
+		if batch[i].intake.Op == op {
 			rows = append(rows, batch[i].row)
 			idx = append(idx, i)
 		}
@@ -501,6 +507,12 @@ func (in *Ingester) cancel(ctx context.Context, batch []entry) time.Duration {
 			}
 			continue
 		}
+		if e.intake.Op == OpReplace {
+			if p := in.replace(ctx, e); p > 0 {
+				pause = max(pause, p)
+			}
+			continue
+		}
 		if e.intake.Op != OpCancel {
 			continue
 		}
@@ -548,6 +560,32 @@ func (in *Ingester) cancelSaga(ctx context.Context, e *entry) time.Duration {
 		return 0
 	}
 	in.log.Info().Str("saga_id", saga).Int("cancelled", n).Msg("saga's timeouts cancelled over AMQP")
+	return 0
+}
+
+// replace applies an OpReplace: it cancels the group's pending messages,
+// then stores e's, and acks e; or it returns the pause to take when the
+// store failed (e stays requeued, and its redelivery, under a new id, does
+// both again). Not one transaction, and it need not be: until the insert
+// commits, the delivery is not acked. A group's message being dispatched is
+// too late to replace: it is delivered, and so is the new one.
+func (in *Ingester) replace(ctx context.Context, e *entry) time.Duration {
+	group := e.intake.SagaID
+	// classify refused the request when the store has no SagaCanceller.
+	sc := in.store.(storage.SagaCanceller)
+	n, leased, err := sc.CancelSaga(context.WithoutCancel(ctx), group)
+	if err != nil {
+		pause := in.opts.StoreBreaker.Failure(err)
+		in.log.Error().Err(err).Str("group", group).Dur("retry_in", pause).Msg("replace: cancel failed; requeued")
+		return pause
+	}
+	if n > 0 || leased > 0 {
+		in.log.Info().Str("group", group).Int("replaced", n).Int("leased", leased).Msg("replace: earlier messages of the group cancelled")
+	}
+	if committed, pause := in.commit(ctx, []entry{*e}, OpReplace); !committed {
+		return pause
+	}
+	e.outcome = ack
 	return 0
 }
 

@@ -649,3 +649,84 @@ func TestClearTimeoutsRefused(t *testing.T) {
 		t.Fatalf("error copies %d, outcome %s; want one copy saying the store cannot cancel by saga, acked", len(pub2.sent), s2.Outcome(1))
 	}
 }
+
+// replaceSource reads each delivery as a replacement of group "g" by a
+// message for queue "a", under the delivery's message-id.
+var replaceSource = Source{Name: "replace", Queue: "q", Parser: ParserFunc(func(d *amqp.Delivery, now time.Time) Intake {
+	return Intake{Op: OpReplace, ID: d.MessageId, SagaID: "g", Destination: "a", DueAt: now.Add(time.Minute),
+		Msg: amqp.Publishing{MessageId: d.MessageId, Body: d.Body}}
+})}
+
+// An OpReplace cancels every pending message of its group, not those of
+// other groups, then stores its own in that group, and is acked; a store
+// failure at either step requeues it; a store that cannot cancel by group
+// sends it to the error queue.
+func TestReplace(t *testing.T) {
+	store, pub, s := &sagaStore{}, &fakePublisher{}, amqptest.New(t)
+	store.rows = map[string]storage.Timeout{"old": {ID: "old", SagaID: "g"}, "busy": {ID: "busy", SagaID: "g"}, "other": {ID: "other", SagaID: "h"}}
+	store.leased = map[string]bool{"busy": true}
+	var woke []time.Time
+	in := newIngester(store, pub, &woke)
+	run := func(in *Ingester, ds ...amqp.Delivery) {
+		t.Helper()
+		batch := make([]entry, len(ds))
+		for i, d := range ds {
+			batch[i] = in.classify(replaceSource, d)
+		}
+		held, err := in.handle(context.Background(), replaceSource, pub, batch, nil)
+		if err != nil || len(held) != 0 {
+			t.Fatalf("handle: %v, %d held", err, len(held))
+		}
+	}
+	run(in, deliveries(s, amqp.Table{})...)
+	if s.Outcome(1) != amqptest.Acked || len(pub.sent) != 0 {
+		t.Fatalf("outcome %s, %d error copies; want acked, none", s.Outcome(1), len(pub.sent))
+	}
+	if r, ok := store.rows["m0"]; !ok || r.SagaID != "g" || r.Destination != "a" {
+		t.Fatalf("the new message is not stored in its group: %+v", r)
+	}
+	if _, ok := store.rows["old"]; ok {
+		t.Fatal("the group's earlier message is still pending")
+	}
+	for _, id := range []string{"busy", "other"} {
+		if _, ok := store.rows[id]; !ok {
+			t.Fatalf("%s (leased, or of another group) was removed", id)
+		}
+	}
+	if len(woke) != 1 {
+		t.Fatalf("%d wakes, want one", len(woke))
+	}
+	if !OpReplace.endsBatch() || !OpReplace.stores() || OpCancelSaga.stores() {
+		t.Fatal("a replace must end its batch, and store")
+	}
+
+	// Store failures requeue it: of the cancel, and of the insert after it.
+	store.fail = errors.New("disk")
+	s2 := amqptest.New(t)
+	run(in, deliveries(s2, amqp.Table{})...)
+	if s2.Outcome(1) != amqptest.Requeued {
+		t.Fatalf("a replace whose cancel failed is %s, want requeued", s2.Outcome(1))
+	}
+	store.fail = nil
+	failing := &insertFailStore{sagaStore: store}
+	in3 := newIngester(failing, pub, &woke)
+	s3 := amqptest.New(t)
+	run(in3, deliveries(s3, amqp.Table{})...)
+	if s3.Outcome(1) != amqptest.Requeued || len(failing.sagaCalls) != 3 {
+		t.Fatalf("a replace whose insert failed is %s after %d group cancels, want requeued after the cancel", s3.Outcome(1), len(failing.sagaCalls))
+	}
+
+	// Without cancel by group, the error queue.
+	s4 := amqptest.New(t)
+	run(newIngester(&fakeStore{}, pub, &woke), deliveries(s4, amqp.Table{})...)
+	if len(pub.sent) != 1 || !strings.Contains(pub.sent[0].Msg.Headers[wire.HeaderError].(string), "cannot replace") || s4.Outcome(1) != amqptest.Acked {
+		t.Fatalf("error copies %d, outcome %s; want one saying the store cannot replace, acked", len(pub.sent), s4.Outcome(1))
+	}
+}
+
+// insertFailStore cancels by group but fails every insert.
+type insertFailStore struct{ *sagaStore }
+
+func (s *insertFailStore) Insert(context.Context, []storage.Timeout) ([]bool, error) {
+	return nil, errors.New("disk full")
+}

@@ -61,11 +61,21 @@ const (
 	// OpCancelSaga: cancel every pending timeout of saga SagaID. It ends
 	// its batch as OpCancel does.
 	OpCancelSaga
+	// OpReplace: cancel every pending timeout of saga SagaID, then store
+	// Msg as OpSchedule does, with that saga id: the message replaces the
+	// group's earlier ones (MassTransit's schedule token). The removed rows
+	// get tombstones, the saga id none, so ID must be new to the store (a
+	// redelivery that reuses an id would find it cancelled). It ends its
+	// batch as OpCancel does.
+	OpReplace
 )
 
 // endsBatch reports whether op ends its batch: a cancel applies to
 // everything received before it and to nothing after it.
-func (op Op) endsBatch() bool { return op == OpCancel || op == OpCancelSaga }
+func (op Op) endsBatch() bool { return op == OpCancel || op == OpCancelSaga || op == OpReplace }
+
+// stores reports whether op stores a message.
+func (op Op) stores() bool { return op == OpSchedule || op == OpReplace }
 
 // Intake is a parser's reading of one delivery.
 type Intake struct {
@@ -82,7 +92,8 @@ type Intake struct {
 	DueAt       time.Time
 	Msg         amqp.Publishing
 	// SagaID: for OpSchedule the saga the message belongs to, if any
-	// (storage.Timeout.SagaID); for OpCancelSaga the saga to cancel.
+	// (storage.Timeout.SagaID); for OpCancelSaga the saga to cancel; for
+	// OpReplace the group to replace, which the message then belongs to.
 	SagaID string
 
 	// OpCancel.
@@ -98,7 +109,12 @@ type Intake struct {
 // it refuses. An empty ID of OpSchedule is fine: the bridge assigns one.
 func (it *Intake) Validate() error {
 	switch it.Op {
-	case OpSchedule:
+	case OpSchedule, OpReplace:
+		if it.Op == OpReplace {
+			if err := wire.ValidateID("replaced group", it.SagaID); err != nil {
+				return err
+			}
+		}
 		if err := it.Dest().Validate("destination"); err != nil {
 			return err
 		}
@@ -125,7 +141,7 @@ func (it *Intake) Validate() error {
 	return fmt.Errorf("parser returned an unknown operation %d", it.Op)
 }
 
-// Dest is where an OpSchedule intake goes.
+// Dest is where an OpSchedule or OpReplace intake goes.
 func (it *Intake) Dest() wire.Destination {
 	return wire.Destination{Exchange: it.Exchange, Key: it.Destination}
 }
