@@ -15,6 +15,7 @@ import (
 	"github.com/delaybridge/delaybridge/dispatch"
 	"github.com/delaybridge/delaybridge/httpapi"
 	"github.com/delaybridge/delaybridge/ingest"
+	"github.com/delaybridge/delaybridge/ingest/masstransit"
 	"github.com/delaybridge/delaybridge/ingest/rebus"
 	"github.com/delaybridge/delaybridge/poller"
 	"github.com/delaybridge/delaybridge/storage"
@@ -72,6 +73,13 @@ func (b *Bridge) build(ctx context.Context) (_ *components, err error) {
 		topo.Foreign = append(topo.Foreign, rb.Topology())
 		sources, reserved = append(sources, rb.Source()), append(reserved, rb.Queue)
 		allowed = allowed.WithExchanges(rb.DirectExchange)
+	}
+	if cfg.MassTransitQueue != "" {
+		// MassTransit's message scheduler (docs/contract.md §2.10). Its
+		// destinations are exchanges the allowed patterns decide on.
+		mt := masstransit.Options{Queue: cfg.MassTransitQueue, QueueType: cfg.QueueType}
+		topo.Foreign = append(topo.Foreign, mt.Topology()...)
+		sources, reserved = append(sources, mt.Source()), append(reserved, mt.Queue)
 	}
 	nsbSources, nsbExchanges, nsbReserved := nsbNative(cfg.NSBNativeDelays)
 	sources, reserved = append(sources, nsbSources...), append(reserved, nsbReserved...)

@@ -67,6 +67,7 @@ type Config struct {
 	QueueType                        string        `envconfig:"DELAYBRIDGE_QUEUE_TYPE" default:"classic"`
 	RebusQueue                       string        `envconfig:"DELAYBRIDGE_REBUS_QUEUE"`
 	RebusDirectExchange              string        `envconfig:"DELAYBRIDGE_REBUS_DIRECT_EXCHANGE" default:"RebusDirect"`
+	MassTransitQueue                 string        `envconfig:"DELAYBRIDGE_MASSTRANSIT_QUEUE"`
 	LogLevel                         string        `envconfig:"DELAYBRIDGE_LOG_LEVEL" default:"info"`
 	LogFormat                        string        `envconfig:"DELAYBRIDGE_LOG_FORMAT" default:"json"`
 }
@@ -227,6 +228,9 @@ func (c Config) Validate() error {
 	if err := c.rebus(); err != nil {
 		return err
 	}
+	if err := c.massTransit(); err != nil {
+		return err
+	}
 	switch c.QueueType {
 	case "classic", "quorum":
 	default:
@@ -327,6 +331,34 @@ func (c Config) rebus() error {
 	for _, x := range c.DelayedExchangeList() {
 		if c.RebusDirectExchange == x.Name || c.RebusDirectExchange == x.Route() {
 			return fmt.Errorf("%s_REBUS_DIRECT_EXCHANGE: %q is an exchange of %s_DELAYED_EXCHANGES", Prefix, c.RebusDirectExchange, Prefix)
+		}
+	}
+	return nil
+}
+
+// massTransit checks DELAYBRIDGE_MASSTRANSIT_QUEUE: a queue name the broker
+// takes, none of the bridge's own queues nor the Rebus intake, and no
+// exchange the bridge owns (the queue is bound to an exchange of its name).
+func (c Config) massTransit() error {
+	q := c.MassTransitQueue
+	if q == "" {
+		return nil
+	}
+	if err := wire.ValidateDestination("the queue name", q); err != nil {
+		return fmt.Errorf("%s_MASSTRANSIT_QUEUE: %w", Prefix, err)
+	}
+	owns := []string{wire.TimeoutsQueue(c.Endpoint), wire.DispatcherQueue(c.Endpoint), c.ErrorQueue}
+	if c.RebusQueue != "" {
+		owns = append(owns, c.RebusQueue, c.RebusDirectExchange)
+	}
+	for _, own := range owns {
+		if q == own {
+			return fmt.Errorf("%s_MASSTRANSIT_QUEUE: %q is already the bridge's; use the scheduler address of the MassTransit endpoints", Prefix, own)
+		}
+	}
+	for _, x := range c.DelayedExchangeList() {
+		if q == x.Name || q == x.Route() {
+			return fmt.Errorf("%s_MASSTRANSIT_QUEUE: %q is an exchange of %s_DELAYED_EXCHANGES", Prefix, q, Prefix)
 		}
 	}
 	return nil

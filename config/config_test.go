@@ -56,7 +56,7 @@ var allNames = []string{
 	"DELAYBRIDGE_LOG_LEVEL", "DELAYBRIDGE_LOG_FORMAT", "DELAYBRIDGE_AMQP_FAILOVER_URLS",
 	"DELAYBRIDGE_POSTGRES_SCHEMA", "DELAYBRIDGE_DELAYED_EXCHANGES",
 	"DELAYBRIDGE_REBUS_QUEUE", "DELAYBRIDGE_REBUS_DIRECT_EXCHANGE",
-	"DELAYBRIDGE_NSB_NATIVE_DELAYS",
+	"DELAYBRIDGE_NSB_NATIVE_DELAYS", "DELAYBRIDGE_MASSTRANSIT_QUEUE",
 }
 
 func TestEveryContractVariableIsRead(t *testing.T) {
@@ -330,6 +330,40 @@ func TestRebus(t *testing.T) {
 		}
 		if msg := err.Error(); !strings.Contains(msg, "DELAYBRIDGE_"+tc.name+":") || !strings.Contains(msg, tc.why) || strings.Contains(msg, "\n") {
 			t.Errorf("%v: error %q must be one line naming DELAYBRIDGE_%s and %q", tc.env, msg, tc.name, tc.why)
+		}
+	}
+}
+
+// DELAYBRIDGE_MASSTRANSIT_QUEUE must be a queue of its own, whose exchange
+// is none the bridge uses otherwise.
+func TestMassTransit(t *testing.T) {
+	for _, env := range []map[string]string{
+		{"DELAYBRIDGE_MASSTRANSIT_QUEUE": "quartz"},
+		{"DELAYBRIDGE_MASSTRANSIT_QUEUE": "RebusDirect"}, // Rebus off
+		{"DELAYBRIDGE_MASSTRANSIT_QUEUE": "quartz", "DELAYBRIDGE_REBUS_QUEUE": "timeouts"},
+	} {
+		c, err := loadClean(t, env)
+		if err != nil {
+			t.Errorf("%v refused: %v", env, err)
+		} else if c.MassTransitQueue != env["DELAYBRIDGE_MASSTRANSIT_QUEUE"] {
+			t.Errorf("%v: queue %q", env, c.MassTransitQueue)
+		}
+	}
+	for env, why := range map[[2]string]string{
+		{"DELAYBRIDGE_MASSTRANSIT_QUEUE", "delaybridge.Timeouts"}:   "already the bridge's",
+		{"DELAYBRIDGE_MASSTRANSIT_QUEUE", "error"}:                  "already the bridge's",
+		{"DELAYBRIDGE_MASSTRANSIT_QUEUE", "timeouts"}:               "already the bridge's",
+		{"DELAYBRIDGE_MASSTRANSIT_QUEUE", "RebusDirect"}:            "already the bridge's",
+		{"DELAYBRIDGE_MASSTRANSIT_QUEUE", "orders"}:                 "DELAYBRIDGE_DELAYED_EXCHANGES",
+		{"DELAYBRIDGE_MASSTRANSIT_QUEUE", strings.Repeat("q", 256)}: "at most 255",
+	} {
+		m := map[string]string{env[0]: env[1], "DELAYBRIDGE_DELAYED_EXCHANGES": "orders:direct", "DELAYBRIDGE_ERROR_QUEUE": "error"}
+		if env[1] != strings.Repeat("q", 256) && env[1] != "error" && env[1] != "delaybridge.Timeouts" {
+			m["DELAYBRIDGE_REBUS_QUEUE"] = "timeouts"
+		}
+		_, err := loadClean(t, m)
+		if err == nil || !strings.Contains(err.Error(), "DELAYBRIDGE_MASSTRANSIT_QUEUE:") || !strings.Contains(err.Error(), why) {
+			t.Errorf("%v: error %v, want one naming DELAYBRIDGE_MASSTRANSIT_QUEUE and %q", m, err, why)
 		}
 	}
 }

@@ -1,0 +1,469 @@
+// Package masstransit serves MassTransit's message scheduler: endpoints
+// configured with cfg.UseMessageScheduler(new Uri("queue:quartz")) send
+// ScheduleMessage and CancelScheduledMessage to that queue (with
+// cfg.UsePublishMessageScheduler() they publish them), and the bridge does
+// what MassTransit's Quartz scheduler would: at the scheduled time it sends
+// the payload to its destination. This package is the one home of that wire
+// format (docs/contract.md §2.10). Paths are in MassTransit/MassTransit.
+//
+// The facts it relies on, and where the framework's source states them:
+//
+//   - The contracts and their fields: src/MassTransit.Abstractions/
+//     Contracts/Scheduling/ScheduleMessage.cs (correlationId: the token,
+//     scheduledTime in UTC, payloadType, destination, payload),
+//     CancelScheduledMessage.cs (correlationId, timestamp, tokenId) and
+//     ScheduleRecurringMessage.cs. The token is the ScheduleMessage's
+//     correlationId (src/MassTransit/Scheduling/ScheduleMessageCommand.cs);
+//     a local scheduledTime is converted to UTC before sending.
+//   - Sending them: src/MassTransit/Scheduling/EndpointScheduleMessageProvider.cs
+//     (send to the scheduler's address) and PublishScheduleMessageProvider.cs
+//     (publish). A message's type is "urn:message:" + namespace + ":" + name
+//     (src/MassTransit.Abstractions/MessageUrn.cs); RabbitMQ publishes it to
+//     the fanout exchange named namespace:name (src/Transports/
+//     MassTransit.RabbitMqTransport/RabbitMqTransport/
+//     RabbitMqMessageNameFormatter.cs), and sends to a queue through the
+//     fanout exchange of the queue's name, with an empty routing key
+//     (RabbitMqSendTransportContext.cs, RabbitMqEndpointAddress.cs).
+//   - The envelope: src/MassTransit/Serialization/JsonMessageEnvelope.cs,
+//     written by System.Text.Json in camelCase and read case-insensitively
+//     (SystemTextJsonMessageSerializer.cs), content type
+//     application/vnd.masstransit+json.
+//   - What the Quartz scheduler sends: src/Scheduling/
+//     MassTransit.QuartzIntegration/QuartzIntegration/ScheduleMessageConsumer.cs
+//     wraps the payload in the ScheduleMessage's own envelope (its ids,
+//     addresses, sentTime, expirationTime, headers and host) with messageType
+//     = payloadType; ScheduledMessageJob.cs and JobDataMessageContext.cs send
+//     it to destination, with the envelope's message id, and the headers
+//     MT-Quartz-Sent (fire time), MT-Quartz-Scheduled (scheduled fire time),
+//     MT-Scheduling-TokenId (the token, Guid "N" format), MT-Quartz-ScheduleId
+//     (the trigger's name: the token in "N" format) and MT-Quartz-ScheduleGroup
+//     (the trigger's group, Quartz's "DEFAULT") added; the header names are in
+//     src/MassTransit.Abstractions/MessageHeaders.cs. The send sets the
+//     envelope's destinationAddress (JsonMessageEnvelope.Update).
+//   - A schedule whose token is scheduled already replaces it (the trigger
+//     keyed by the token is unscheduled first: ScheduleMessageConsumer), and
+//     a cancel unschedules the token's trigger (CancelScheduledMessageConsumer.cs).
+//   - On RabbitMQ, the send puts the headers in the AMQP headers too, times
+//     as AMQP timestamps, and the message id and correlation id in the
+//     properties (RabbitMqSendTransportContext.cs, SetHeaders).
+//   - Addresses: rabbitmq://host[:port]/[vhost/]name (the last path
+//     segment, QueryStringExtensions.ParseHostPathAndEntityName),
+//     queue:name and exchange:name, query options after ?
+//     (RabbitMqEndpointAddress.cs). Each names the exchange a send goes to.
+package masstransit
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/delaybridge/delaybridge/broker"
+	"github.com/delaybridge/delaybridge/ingest"
+	"github.com/delaybridge/delaybridge/message"
+	"github.com/delaybridge/delaybridge/wire"
+)
+
+// ContentType is the JSON envelope's.
+const ContentType = "application/vnd.masstransit+json"
+
+// The scheduling contracts' exchanges, where publishing them routes
+// (RabbitMqMessageNameFormatter: namespace:name).
+const (
+	ExchangeSchedule        = "MassTransit.Scheduling:ScheduleMessage"
+	ExchangeCancel          = "MassTransit.Scheduling:CancelScheduledMessage"
+	ExchangeRecurring       = "MassTransit.Scheduling:ScheduleRecurringMessage"
+	ExchangeCancelRecurring = "MassTransit.Scheduling:CancelScheduledRecurringMessage"
+)
+
+// Message type URNs (MessageUrn: urn:message:namespace:name).
+const (
+	urnPrefix = "urn:message:"
+	// The recurring contracts (ScheduleRecurringMessage.cs,
+	// CancelScheduledRecurringMessage.cs, Pause…, Resume…).
+	recurringSuffix = "RecurringMessage"
+)
+
+// The headers the scheduler adds (MessageHeaders.cs).
+const (
+	HeaderTokenID       = "MT-Scheduling-TokenId"
+	HeaderSent          = "MT-Quartz-Sent"
+	HeaderScheduled     = "MT-Quartz-Scheduled"
+	HeaderScheduleID    = "MT-Quartz-ScheduleId"
+	HeaderScheduleGroup = "MT-Quartz-ScheduleGroup"
+	// scheduleGroup is Quartz's default trigger group, the group of the
+	// trigger ScheduleMessageConsumer creates (new TriggerKey(name)).
+	scheduleGroup = "DEFAULT"
+)
+
+// Options configure the MassTransit intake.
+type Options struct {
+	// Queue is the scheduler's queue, as the endpoints address it.
+	Queue string
+	// QueueType is the x-queue-type of Queue when the bridge declares it.
+	QueueType string
+}
+
+// Source is the intake of Queue.
+func (o Options) Source() ingest.Source {
+	return ingest.Source{Name: "masstransit", Queue: o.Queue, Parser: ingest.ParserFunc(o.Parse)}
+}
+
+// boundExchanges are the exchanges the intake queue is bound to: the
+// queue's own, for sends to queue:Queue, and the contracts' for publishes.
+// The recurring ones are bound so that they are refused with a reason
+// rather than dropped unrouted.
+func (o Options) boundExchanges() []string {
+	return []string{o.Queue, ExchangeSchedule, ExchangeCancel, ExchangeRecurring, ExchangeCancelRecurring}
+}
+
+// Topology is what the bridge declares for the intake: Queue and each
+// exchange (fanout, as MassTransit declares them), each only when missing,
+// and their bindings. MassTransit binds a contract's exchange to the
+// endpoint's exchange; binding it to the queue as well delivers each
+// message once all the same (a queue gets one copy of a publish however
+// many routes lead to it).
+func (o Options) Topology() []broker.ForeignQueue {
+	var fs []broker.ForeignQueue
+	for _, x := range o.boundExchanges() {
+		fs = append(fs, broker.ForeignQueue{Queue: o.Queue, QueueArgs: amqp.Table{amqp.QueueTypeArg: o.QueueType},
+			Exchange: x, ExchangeType: amqp.ExchangeFanout})
+	}
+	return fs
+}
+
+// field is one member of a JSON object, in the order it came.
+type field struct {
+	name string
+	raw  json.RawMessage
+}
+
+// members reads a JSON object's members in order.
+func members(raw []byte) ([]field, error) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return nil, errors.New("not a JSON object")
+	}
+	var fs []field
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return nil, err
+		}
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return nil, err
+		}
+		fs = append(fs, field{name: t.(string), raw: v})
+	}
+	if _, err := dec.Token(); err != nil {
+		return nil, err
+	}
+	if _, err := dec.Token(); err == nil {
+		return nil, errors.New("text after the JSON object")
+	}
+	return fs, nil
+}
+
+// get returns the member name, matched without regard to case as
+// MassTransit reads (PropertyNameCaseInsensitive); nil when absent or null.
+func get(fs []field, name string) json.RawMessage {
+	if v := member(fs, name); string(v) != "null" {
+		return v
+	}
+	return nil
+}
+
+// member is get with null kept as written.
+func member(fs []field, name string) json.RawMessage {
+	for _, f := range fs {
+		if strings.EqualFold(f.name, name) {
+			return f.raw
+		}
+	}
+	return nil
+}
+
+// envelopeFields are JsonMessageEnvelope's properties, in its order.
+var envelopeFields = []string{"messageId", "requestId", "correlationId", "conversationId", "initiatorId", "sourceAddress",
+	"destinationAddress", "responseAddress", "faultAddress", "messageType", "message", "expirationTime", "sentTime", "headers", "host"}
+
+// Parse reads a scheduler message: a ScheduleMessage replaces whatever its
+// token has pending by its payload, a CancelScheduledMessage cancels it,
+// anything else is refused.
+func (o Options) Parse(d *amqp.Delivery, _ time.Time) ingest.Intake {
+	ct, _, _ := strings.Cut(d.ContentType, ";")
+	if strings.TrimSpace(ct) != ContentType {
+		return ingest.Reject(fmt.Errorf("content type %q: the MassTransit scheduler queue %q takes MassTransit's JSON envelopes (%s)", d.ContentType, o.Queue, ContentType))
+	}
+	env, err := members(d.Body)
+	if err != nil {
+		return ingest.Reject(fmt.Errorf("the body is not a MassTransit envelope: %w", err))
+	}
+	var types []string
+	if raw := get(env, "messageType"); raw == nil || json.Unmarshal(raw, &types) != nil || len(types) == 0 {
+		return ingest.Reject(errors.New("the envelope's messageType is missing or not a list of message types"))
+	}
+	msg, err := members(get(env, "message"))
+	if err != nil {
+		return ingest.Reject(fmt.Errorf("the envelope's message: %w", err))
+	}
+	switch {
+	case slices.Contains(types, urnPrefix+ExchangeSchedule):
+		return o.schedule(d, env, msg)
+	case slices.Contains(types, urnPrefix+ExchangeCancel):
+		token, err := guid(msg, "tokenId")
+		if err != nil {
+			return ingest.Reject(fmt.Errorf("CancelScheduledMessage: %w", err))
+		}
+		return ingest.Intake{Op: ingest.OpCancelSaga, SagaID: token.String()}
+	}
+	for _, t := range types {
+		if strings.HasPrefix(t, urnPrefix+"MassTransit.Scheduling:") && strings.HasSuffix(t, recurringSuffix) {
+			return ingest.Reject(fmt.Errorf("%s: recurring schedules are not supported by the bridge; use MassTransit's Quartz or Hangfire scheduler for them", t))
+		}
+	}
+	return ingest.Reject(fmt.Errorf("message types %q: the MassTransit scheduler queue takes ScheduleMessage and CancelScheduledMessage only", types))
+}
+
+// schedule reads a ScheduleMessage and builds what the scheduler sends.
+func (o Options) schedule(d *amqp.Delivery, env, msg []field) ingest.Intake {
+	token, err := guid(msg, "correlationId")
+	if err != nil {
+		return ingest.Reject(fmt.Errorf("ScheduleMessage: %w (the schedule token)", err))
+	}
+	var at string
+	if raw := get(msg, "scheduledTime"); raw == nil || json.Unmarshal(raw, &at) != nil {
+		return ingest.Reject(errors.New("ScheduleMessage: scheduledTime is missing or not a string"))
+	}
+	due, err := ParseTime(at)
+	if err != nil {
+		return ingest.Reject(fmt.Errorf("ScheduleMessage: scheduledTime: %w", err))
+	}
+	payloadType := get(msg, "payloadType")
+	var pts []string
+	if payloadType == nil || json.Unmarshal(payloadType, &pts) != nil || len(pts) == 0 {
+		return ingest.Reject(errors.New("ScheduleMessage: payloadType is missing or not a list of message types"))
+	}
+	var dest string
+	destRaw := get(msg, "destination")
+	if destRaw == nil || json.Unmarshal(destRaw, &dest) != nil {
+		return ingest.Reject(errors.New("ScheduleMessage: destination is missing or not a string"))
+	}
+	x, err := o.Exchange(dest)
+	if err != nil {
+		return ingest.Reject(fmt.Errorf("ScheduleMessage: destination: %w", err))
+	}
+	payload := get(msg, "payload")
+	if payload == nil {
+		return ingest.Reject(errors.New("ScheduleMessage: payload is missing"))
+	}
+	body, err := envelope(env, destRaw, payloadType, payload, scheduledHeaders(token, due))
+	if err != nil {
+		return ingest.Reject(fmt.Errorf("ScheduleMessage: %w", err))
+	}
+	out := broker.Forwardable(message.FromDelivery(d), nil)
+	if out.Headers == nil {
+		out.Headers = amqp.Table{}
+	}
+	for _, h := range scheduledHeaders(token, due) {
+		out.Headers[h.name] = h.amqp
+	}
+	// The remaining time to live is the envelope's expirationTime; the
+	// ScheduleMessage's own AMQP expiration was for reaching the scheduler.
+	out.Expiration = ""
+	out.Body = body
+	// A new id each time: the group (the token) is what repeats, and
+	// OpReplace needs an id the group's cancel did not tombstone.
+	return ingest.Intake{Op: ingest.OpReplace, ID: token.String() + "/" + uuid.NewString(), SagaID: token.String(),
+		Exchange: x, Destination: "", DueAt: due, Msg: out}
+}
+
+// header is one header the scheduler adds, as JSON in the envelope and as
+// an AMQP header value.
+type header struct {
+	name string
+	json string
+	amqp any
+}
+
+// scheduledHeaders are the headers ScheduledMessageJob adds
+// (JobDataMessageContext.GetHeaders), in its order. The fire time is the
+// scheduled time: the message is built when it is stored. System.Text.Json
+// writes a DateTimeOffset as ISO 8601 with trailing zeros of the fraction
+// dropped; RabbitMQ's send writes it as an AMQP timestamp (seconds).
+func scheduledHeaders(token uuid.UUID, due time.Time) []header {
+	n := strings.ReplaceAll(token.String(), "-", "")
+	at := due.UTC().Format("2006-01-02T15:04:05.9999999") + "+00:00"
+	ts := due.UTC().Truncate(time.Second)
+	return []header{
+		{HeaderSent, quote(at), ts},
+		{HeaderScheduled, quote(at), ts},
+		{HeaderTokenID, quote(n), n},
+		{HeaderScheduleID, quote(n), n},
+		{HeaderScheduleGroup, quote(scheduleGroup), scheduleGroup},
+	}
+}
+
+func quote(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b)
+}
+
+// envelope is the ScheduleMessage's envelope turned into the payload's:
+// JsonMessageEnvelope's properties in its order, each as the sender wrote
+// it (null included, absent left out), with destinationAddress, messageType and message replaced and the
+// scheduler's headers set (over a header of the same name, ignoring case,
+// as its dictionary does).
+func envelope(env []field, dest, payloadType, payload json.RawMessage, add []header) ([]byte, error) {
+	var b bytes.Buffer
+	b.WriteByte('{')
+	for _, name := range envelopeFields {
+		var v json.RawMessage
+		switch name {
+		case "destinationAddress":
+			v = dest
+		case "messageType":
+			v = payloadType
+		case "message":
+			v = payload
+		case "headers":
+			hs, err := headers(get(env, name), add)
+			if err != nil {
+				return nil, err
+			}
+			v = hs
+		default:
+			v = member(env, name)
+		}
+		if v == nil {
+			continue
+		}
+		if b.Len() > 1 {
+			b.WriteByte(',')
+		}
+		b.WriteString(quote(name))
+		b.WriteByte(':')
+		if err := json.Compact(&b, v); err != nil {
+			return nil, err
+		}
+	}
+	b.WriteByte('}')
+	return b.Bytes(), nil
+}
+
+// headers is the envelope's headers object with add set.
+func headers(raw json.RawMessage, add []header) (json.RawMessage, error) {
+	var fs []field
+	if raw != nil {
+		var err error
+		if fs, err = members(raw); err != nil {
+			return nil, fmt.Errorf("the envelope's headers: %w", err)
+		}
+	}
+	for _, h := range add {
+		i := slices.IndexFunc(fs, func(f field) bool { return strings.EqualFold(f.name, h.name) })
+		if i < 0 {
+			fs = append(fs, field{name: h.name, raw: json.RawMessage(h.json)})
+			continue
+		}
+		fs[i].raw = json.RawMessage(h.json)
+	}
+	var b bytes.Buffer
+	b.WriteByte('{')
+	for i, f := range fs {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(quote(f.name))
+		b.WriteByte(':')
+		b.Write(f.raw)
+	}
+	b.WriteByte('}')
+	return b.Bytes(), nil
+}
+
+// guid reads the Guid member name.
+func guid(fs []field, name string) (uuid.UUID, error) {
+	var s string
+	raw := get(fs, name)
+	if raw == nil || json.Unmarshal(raw, &s) != nil {
+		return uuid.UUID{}, fmt.Errorf("%s is missing or not a string", name)
+	}
+	// .NET's Guid parser takes the 32 digits bare, with hyphens, or in
+	// braces or parentheses; uuid.Parse takes the first three of those.
+	id, err := uuid.Parse(strings.TrimSuffix(strings.TrimPrefix(s, "("), ")"))
+	if err != nil {
+		return uuid.UUID{}, fmt.Errorf("%s %q is not a Guid", name, clip(s))
+	}
+	return id, nil
+}
+
+// Exchange is the exchange a send to the MassTransit address a goes to
+// (RabbitMqEndpointAddress): the last path segment of a rabbitmq, rabbitmqs,
+// amqp or amqps address, or the name of queue:name or exchange:name, query
+// options ignored. Host and virtual host are not checked: the bridge
+// forwards on its own broker connection. An address of the scheduler's own
+// queue or of a contract's exchange is refused: it would come back.
+func (o Options) Exchange(a string) (string, error) {
+	u, err := url.Parse(a)
+	if err != nil {
+		return "", fmt.Errorf("%q is not an address: %w", clip(a), err)
+	}
+	var name string
+	switch strings.ToLower(u.Scheme) {
+	case "rabbitmq", "rabbitmqs", "amqp", "amqps":
+		p := u.EscapedPath()
+		name = p[strings.LastIndexByte(p, '/')+1:]
+	case "queue", "exchange":
+		name = u.Opaque
+		if name == "" {
+			name = strings.TrimPrefix(u.EscapedPath(), "/")
+		}
+	default:
+		return "", fmt.Errorf("%q: the address scheme %q is not a RabbitMQ one (rabbitmq, rabbitmqs, amqp, amqps, queue, exchange)", clip(a), u.Scheme)
+	}
+	if name, err = url.PathUnescape(name); err != nil {
+		return "", fmt.Errorf("%q: %w", clip(a), err)
+	}
+	if name == "" {
+		return "", fmt.Errorf("%q names no queue or exchange", clip(a))
+	}
+	if err := (wire.Destination{Exchange: name}).Validate(fmt.Sprintf("%q", clip(a))); err != nil {
+		return "", err
+	}
+	if slices.Contains(o.boundExchanges(), name) {
+		return "", fmt.Errorf("%q is the scheduler queue's own exchange %q: it would come back", clip(a), name)
+	}
+	return name, nil
+}
+
+// ParseTime reads scheduledTime as System.Text.Json writes a DateTime: ISO
+// 8601, Z for a UTC one, an offset for a local one converted, nothing for
+// an unspecified one, which MassTransit documents as UTC and is read so
+// (Quartz would read it in its host's time zone).
+func ParseTime(s string) (time.Time, error) {
+	for _, layout := range []string{time.RFC3339Nano, "2006-01-02T15:04:05.999999999"} {
+		if t, err := time.Parse(layout, s); err == nil {
+			// .NET keeps 100 ns ticks.
+			return t.UTC().Truncate(100), nil
+		}
+	}
+	return time.Time{}, fmt.Errorf("%q is not an ISO 8601 time such as 2026-11-24T12:45:30.1234567Z", clip(s))
+}
+
+// clip keeps error text short when a value is huge.
+func clip(s string) string {
+	const n = 64
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
