@@ -221,22 +221,17 @@ func TestRebusExternalTimeoutManager(t *testing.T) {
 	forwardedAs(t, invoicesC.WaitFor(1, livenessBound)[0], routed, routedDue, topicX, "invoices.due")
 
 	copies := errs.WaitFor(5, livenessBound+5*time.Second)
-	errByID := map[string]arrival{}
-	for _, c := range copies {
-		errByID[c.MessageId] = c
-	}
-	for id, hint := range map[string]string{
+	errByID := refusedAtIngest(t, copies, tm, start, map[string]string{
 		"bad-no-due":       "no header rbs2-deferred-until",
 		"bad-time":         "is not a .NET round-trip time",
 		"bad-no-recipient": "no header rbs2-defer-recipient",
 		"bad-loop":         "the timeout manager queue itself",
-	} {
+	})
+	for _, id := range []string{"bad-no-due", "bad-time", "bad-no-recipient", "bad-loop"} {
 		c, ok := errByID[id]
 		if !ok {
-			t.Errorf("%s is not on the error queue", id)
 			continue
 		}
-		checkErrorHeaders(t, c.Headers, "ingest", 0, tm, []string{hint}, start)
 		if c.Headers["rbs2-msg-id"] != id || !strings.HasPrefix(string(c.Body), `{"InvoiceId"`) {
 			t.Errorf("%s: the error copy lost the message: %v %q", id, c.Headers, c.Body)
 		}
@@ -339,4 +334,24 @@ func TestRebusQueueRefusedAtStart(t *testing.T) {
 	if logs := p.Stderr(); !strings.Contains(logs, `declare queue \"`+tm+`\"`) || !strings.Contains(logs, "RESOURCE_LOCKED") {
 		t.Errorf("no stderr line names queue %q and the broker's refusal:\n%s", tm, logs)
 	}
+}
+
+// refusedAtIngest finds the error copy of each id in hints among copies,
+// by message-id, and checks it is an ingest refusal from queue whose
+// reason mentions the hint; it returns the copies by message-id.
+func refusedAtIngest(t *testing.T, copies []arrival, queue string, start time.Time, hints map[string]string) map[string]arrival {
+	t.Helper()
+	byID := map[string]arrival{}
+	for _, c := range copies {
+		byID[c.MessageId] = c
+	}
+	for id, hint := range hints {
+		c, ok := byID[id]
+		if !ok {
+			t.Errorf("%s is not on the error queue", id)
+			continue
+		}
+		checkErrorHeaders(t, c.Headers, "ingest", 0, queue, []string{hint}, start)
+	}
+	return byID
 }
