@@ -110,3 +110,24 @@ func TestIntakeValidate(t *testing.T) {
 		}
 	}
 }
+
+// An OpReplace needs a group, and is held to OpSchedule's rules otherwise.
+func TestValidateReplace(t *testing.T) {
+	ok := Intake{Op: OpReplace, ID: "t/1", SagaID: "t", Destination: "a", DueAt: now0}
+	if err := ok.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	for name, edit := range map[string]func(*Intake){
+		"no group":     func(it *Intake) { it.SagaID = "" },
+		"bad group":    func(it *Intake) { it.SagaID = "a\x00b" },
+		"bad id":       func(it *Intake) { it.ID = "\xff" },
+		"no address":   func(it *Intake) { it.Destination = "" },
+		"out of range": func(it *Intake) { it.DueAt = time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC) },
+	} {
+		it := ok
+		edit(&it)
+		if err := it.Validate(); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}
