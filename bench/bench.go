@@ -863,29 +863,76 @@ func (b *bencher) punctual(ctx context.Context, p *bridgeProc, label string, n i
 	if err := b.declareQueue(dest, nil); err != nil {
 		return nil, err
 	}
-	col, err := b.collect(dest, n)
+	run, err := b.timed(ctx, p, timedWorkload{label: label, n: n, window: window, dest: dest,
+		build: func(seq int, due, _ time.Time) outgoing {
+			return outgoing{key: p.timeoutsQueue(), msg: b.message(dest, seq, due, dest)}
+		}})
+	if run == nil {
+		return nil, err
+	}
+	return run.Punctual, err
+}
+
+// timedWorkload is n messages due evenly over window, published in random
+// order so that all are stored before the first is due, and consumed from
+// dest.
+type timedWorkload struct {
+	label  string
+	n      int
+	window time.Duration
+	lead   time.Duration // publish start to the first due time; 0: b.lead(n)
+	dest   string        // the queue consumed, declared (and bound) by the caller
+	// build returns message seq, due at due; now is the clock read just
+	// before it is published.
+	build func(seq int, due, now time.Time) outgoing
+	// check, when set, tells whether a message came as it should; the
+	// others count as mismatched.
+	check func(seq int, d *amqp.Delivery) bool
+	// stored, when set, runs once the bridge has stored the workload before
+	// its first due time, which it is given.
+	stored func(ctx context.Context, first time.Time)
+}
+
+// timedRun is what a timed workload measured, with its samples.
+type timedRun struct {
+	*Punctual
+	pubAt   []time.Time     // by seq: the clock read just before publishing it
+	arrived []int64         // by seq: when it arrived (unix ns), 0 if never
+	late    []time.Duration // lateness of every distinct message received
+}
+
+// timed runs w through bridge p and measures the lateness of its messages at
+// the consumer of w.dest.
+func (b *bencher) timed(ctx context.Context, p *bridgeProc, w timedWorkload) (*timedRun, error) {
+	n, label := w.n, w.label
+	col, err := b.collectChecked(w.dest, n, w.check)
 	if err != nil {
 		return nil, err
 	}
 	base, _ := pendingOf(p)
-	lead := b.lead(n)
+	lead := w.lead
+	if lead <= 0 {
+		lead = b.lead(n)
+	}
 	first := time.Now().Add(lead)
-	dues := spread(first, window, n)
+	dues := spread(first, w.window, n)
 	perm := mrand.Perm(n)
-	b.logf("   %s: %d messages due over %v from %v ahead", label, n, window, lead)
+	pubAt := make([]time.Time, n)
+	b.logf("   %s: %d messages due over %v from %v ahead", label, n, w.window, lead)
 	pub, err := b.publishAll(ctx, n, func(i int) outgoing {
 		seq := perm[i]
-		return outgoing{key: p.timeoutsQueue(), msg: b.message(dest, seq, dues[seq], dest)}
+		pubAt[seq] = time.Now()
+		return w.build(seq, dues[seq], pubAt[seq])
 	})
 	if err != nil {
 		col.stop(0)
 		return nil, err
 	}
-	res := &Punctual{N: n, WindowMs: ms(window), LeadMs: ms(lead), PublishSeconds: pub.End.Sub(pub.Start).Seconds()}
+	res := &Punctual{N: n, WindowMs: ms(w.window), LeadMs: ms(lead), PublishSeconds: pub.End.Sub(pub.Start).Seconds()}
 	if pub.End.After(first) {
 		b.warnf("%s: publishing ended %.0f ms after the first due time; raise --lead", label, ms(pub.End.Sub(first)))
 	}
-	at, method, err := b.waitStored(ctx, p, base+int64(n), first.Add(window))
+	at, method, err := b.waitStored(ctx, p, base+int64(n), first.Add(w.window))
 	res.Method = method
 	switch {
 	case err == nil:
@@ -893,6 +940,8 @@ func (b *bencher) punctual(ctx context.Context, p *bridgeProc, label string, n i
 		res.Stored = !at.After(first)
 		if !res.Stored {
 			b.warnf("%s: the bridge finished storing %.0f ms after the first due time", label, -res.StoredMarginMs)
+		} else if w.stored != nil {
+			w.stored(ctx, first)
 		}
 	case errors.Is(err, errNotStored):
 		b.warnf("%s: could not confirm (%s) that the bridge stored all %d before the first due time", label, method, n)
@@ -911,7 +960,8 @@ func (b *bencher) punctual(ctx context.Context, p *bridgeProc, label string, n i
 	res.Lateness = l
 	b.logf("   %s: p50 %.1f ms, p99 %.1f ms, max %.1f ms, early %d, dups %d, missing %d",
 		label, l.P50Ms, l.P99Ms, l.MaxMs, l.Early, l.Duplicates, l.Missing)
-	return res, ctx.Err()
+	late, arrived := col.samples()
+	return &timedRun{Punctual: res, pubAt: pubAt, arrived: arrived, late: late}, ctx.Err()
 }
 
 // ---------------------------------------------------------------------------
@@ -986,14 +1036,8 @@ func (b *bencher) stepTTL(ctx context.Context) error {
 	if err := b.declareQueue(dest, nil); err != nil {
 		return err
 	}
-	b.adminMu.Lock()
-	ch, err := b.adminChannel()
-	if err == nil {
-		err = ch.QueueBind(dest, TTLDeliverBinding(dest), topo.deliver(), false, nil)
-	}
-	b.adminMu.Unlock()
-	if err != nil {
-		return fmt.Errorf("bind %s to %s: %w", dest, topo.deliver(), err)
+	if err := b.bindQueue(dest, TTLDeliverBinding(dest), topo.deliver()); err != nil {
+		return err
 	}
 	col, err := b.collect(dest, n)
 	if err != nil {

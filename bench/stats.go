@@ -15,6 +15,9 @@ type Lateness struct {
 	Early      int `json:"early"`      // received before their due time
 	Duplicates int `json:"duplicates"` // deliveries of a message already received
 	Foreign    int `json:"foreign"`    // deliveries that were not this workload's
+	// Mismatched are messages that came with another exchange, routing key
+	// or header than the workload expects (only checked where it says).
+	Mismatched int `json:"mismatched,omitempty"`
 
 	MinMs  float64 `json:"min_ms"`
 	MeanMs float64 `json:"mean_ms"`
