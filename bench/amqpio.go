@@ -419,6 +419,21 @@ func (b *bencher) bindQueue(queue, key, exchange string) error {
 	return nil
 }
 
+// deleteQueue deletes a queue of the run before the teardown does.
+func (b *bencher) deleteQueue(name string) error {
+	b.adminMu.Lock()
+	defer b.adminMu.Unlock()
+	ch, err := b.adminChannel()
+	if err != nil {
+		return err
+	}
+	if _, err := ch.QueueDelete(name, false, false, false); err != nil {
+		b.admin = nil
+		return fmt.Errorf("delete queue %s: %w", name, err)
+	}
+	return nil
+}
+
 // adminChannel returns the channel for declarations; callers hold adminMu.
 func (b *bencher) adminChannel() (*amqp.Channel, error) {
 	if b.admin != nil && !b.admin.IsClosed() {

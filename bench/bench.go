@@ -44,12 +44,13 @@ const (
 	StepPunctuality = "punctuality"
 	StepBurst       = "burst"
 	StepTTL         = "ttl"
+	StepExchange    = "exchange"
 	StepScale       = "scale"
 	StepScaleOut    = "scaleout"
 )
 
 // AllSteps lists every step in run order.
-var AllSteps = []string{StepCeiling, StepIngest, StepPunctuality, StepBurst, StepTTL, StepScale, StepScaleOut}
+var AllSteps = []string{StepCeiling, StepIngest, StepPunctuality, StepBurst, StepTTL, StepExchange, StepScale, StepScaleOut}
 
 // Options configure a run. Zero values take the defaults of DefaultOptions.
 type Options struct {
@@ -79,6 +80,9 @@ type Options struct {
 	// the step.
 	ScaleOutN   int
 	PostgresURL string
+	// ExchangeRounds is how many times the exchange step runs the
+	// punctuality workload through each kind of destination.
+	ExchangeRounds int
 	// Lead is how far ahead the first due time lies when a timed workload
 	// starts publishing; 0 picks it from the measured ingest rate (at least
 	// 3 s), so every message is stored before the first is due.
@@ -113,6 +117,7 @@ func DefaultOptions() Options {
 		ScaleN:         1000000,
 		ScalePunctualN: 20000,
 		ScaleOutN:      20000,
+		ExchangeRounds: 2,
 		Steps:          []string{StepCeiling, StepIngest, StepPunctuality, StepBurst, StepTTL},
 		TTLQueueType:   "quorum",
 		Publishers:     4,
@@ -148,6 +153,7 @@ type Results struct {
 	Punctuality *Punctual `json:"punctuality,omitempty"`
 	Burst       *Burst    `json:"burst,omitempty"`
 	TTL         *TTL      `json:"ttl,omitempty"`
+	Exchange    *Exchange `json:"exchange,omitempty"`
 	Scale       *Scale    `json:"scale,omitempty"`
 	ScaleOut    *ScaleOut `json:"scaleout,omitempty"`
 
@@ -180,6 +186,7 @@ type Params struct {
 	ScaleN         int      `json:"scale_n"`
 	ScalePunctualN int      `json:"scale_punctual_n"`
 	ScaleOutN      int      `json:"scaleout_n,omitempty"`
+	ExchangeRounds int      `json:"exchange_rounds,omitempty"`
 	Steps          []string `json:"steps"`
 	TTLQueueType   string   `json:"ttl_queue_type"`
 	Publishers     int      `json:"publishers"`
@@ -313,7 +320,7 @@ func Run(ctx context.Context, opts Options) (*Results, error) {
 	if len(opts.BridgeCmd) == 0 {
 		return nil, errors.New("bench: no bridge command")
 	}
-	for _, p := range []*int{&opts.Size, &opts.CeilingN, &opts.IngestN, &opts.PunctualN, &opts.BurstN, &opts.ScaleN, &opts.ScalePunctualN, &opts.ScaleOutN, &opts.Publishers, &opts.ConfirmWindow} {
+	for _, p := range []*int{&opts.Size, &opts.CeilingN, &opts.IngestN, &opts.PunctualN, &opts.BurstN, &opts.ScaleN, &opts.ScalePunctualN, &opts.ScaleOutN, &opts.ExchangeRounds, &opts.Publishers, &opts.ConfirmWindow} {
 		if *p < 0 {
 			return nil, errors.New("bench: negative count")
 		}
@@ -331,6 +338,7 @@ func Run(ctx context.Context, opts Options) (*Results, error) {
 	fill(&opts.ScaleN, def.ScaleN)
 	fill(&opts.ScalePunctualN, def.ScalePunctualN)
 	fill(&opts.ScaleOutN, def.ScaleOutN)
+	fill(&opts.ExchangeRounds, def.ExchangeRounds)
 	fill(&opts.Publishers, def.Publishers)
 	fill(&opts.ConfirmWindow, def.ConfirmWindow)
 	if opts.Window <= 0 {
@@ -367,6 +375,9 @@ func Run(ctx context.Context, opts Options) (*Results, error) {
 	if slices.Contains(opts.Steps, StepScaleOut) {
 		b.res.Params.ScaleOutN = opts.ScaleOutN
 	}
+	if slices.Contains(opts.Steps, StepExchange) {
+		b.res.Params.ExchangeRounds = opts.ExchangeRounds
+	}
 	for _, s := range AllSteps { // run order, whatever order they were given in
 		if slices.Contains(opts.Steps, s) {
 			b.res.Params.Steps = append(b.res.Params.Steps, s)
@@ -399,8 +410,8 @@ func Run(ctx context.Context, opts Options) (*Results, error) {
 			}
 			return b.stepThroughput(ctx, false, true)
 		},
-		StepPunctuality: b.stepPunctuality, StepBurst: b.stepBurst, StepTTL: b.stepTTL, StepScale: b.stepScale,
-		StepScaleOut: b.stepScaleOut,
+		StepPunctuality: b.stepPunctuality, StepBurst: b.stepBurst, StepTTL: b.stepTTL, StepExchange: b.stepExchange,
+		StepScale: b.stepScale, StepScaleOut: b.stepScaleOut,
 	}
 	for _, s := range b.res.Params.Steps {
 		if ctx.Err() != nil {

@@ -71,6 +71,9 @@ func BuildRows(r *Results) []Row {
 		label := fmt.Sprintf("%d over %s, %d levels, %s queues", t.N, FmtMs(t.WindowMs), t.Levels, t.QueueType)
 		rows = append(rows, latenessRows(StepTTL, label, t.Lateness, false)...)
 	}
+	if x := r.Exchange; x != nil {
+		rows = append(rows, exchangeRows(x)...)
+	}
 	if s := r.Scale; s != nil {
 		add(StepScale, fmt.Sprintf("fill %d pending (due in 30 days), stored/s", s.N), FmtRate(s.FillRate), "", "")
 		if s.FillRateFirst > 0 || s.FillRateLast > 0 {
