@@ -60,13 +60,7 @@ type ExchangePath struct {
 	// Lateness pools every round: arrival at the consumer minus the due time
 	// the bench meant (x-due-at, or the one x-delay was computed from).
 	Lateness
-	// Dispatch is arrival minus the due time the bridge stored; for the
-	// delayed path that is receipt + x-delay. ReceiptLag is the bridge's
-	// receipt (received_at) minus the bench's publish. Both cover the
-	// messages whose stored rows the bench read (Listed).
-	Dispatch   *Dist `json:"dispatch_lateness,omitempty"`
-	ReceiptLag *Dist `json:"receipt_lag,omitempty"`
-	Listed     int   `json:"listed"`
+	Receipt
 	// RoundP99Ms is each round's lateness p99, in run order.
 	RoundP99Ms []float64        `json:"round_p99_ms"`
 	Rounds     []*ExchangeRound `json:"rounds"`
@@ -78,6 +72,14 @@ type ExchangePath struct {
 type ExchangeRound struct {
 	Round int `json:"round"`
 	Punctual
+	Receipt
+}
+
+// Receipt splits a lateness at the bridge's receipt, for the messages whose
+// stored rows the bench read (Listed). Dispatch is the arrival minus the due
+// time the bridge stored; for the delayed path that is receipt + x-delay.
+// ReceiptLag is the bridge's receipt (received_at) minus the bench's publish.
+type Receipt struct {
 	Dispatch   *Dist `json:"dispatch_lateness,omitempty"`
 	ReceiptLag *Dist `json:"receipt_lag,omitempty"`
 	Listed     int   `json:"listed"`
@@ -85,23 +87,15 @@ type ExchangeRound struct {
 
 // Dist summarizes durations that are not a lateness (no early count).
 type Dist struct {
-	N      int     `json:"n"`
-	MinMs  float64 `json:"min_ms"`
-	MeanMs float64 `json:"mean_ms"`
-	P50Ms  float64 `json:"p50_ms"`
-	P90Ms  float64 `json:"p90_ms"`
-	P99Ms  float64 `json:"p99_ms"`
-	P999Ms float64 `json:"p999_ms"`
-	MaxMs  float64 `json:"max_ms"`
+	N int `json:"n"`
+	Percentiles
 }
 
 func distOf(d []time.Duration) *Dist {
 	if len(d) == 0 {
 		return nil
 	}
-	l := Summarize(slices.Clone(d))
-	return &Dist{N: len(d), MinMs: l.MinMs, MeanMs: l.MeanMs, P50Ms: l.P50Ms, P90Ms: l.P90Ms, P99Ms: l.P99Ms,
-		P999Ms: l.P999Ms, MaxMs: l.MaxMs}
+	return &Dist{N: len(d), Percentiles: summarize(slices.Clone(d))}
 }
 
 // delayedRoute is the routing exchange the bridge declares for a delayed
@@ -218,7 +212,7 @@ func (b *bencher) exchangeRound(ctx context.Context, p *bridgeProc, x *Exchange,
 		return err
 	}
 	lag, dispatch := receiptFigures(dest, run.pubAt, run.arrived, rows)
-	rr := &ExchangeRound{Round: round, Punctual: *run.Punctual, Dispatch: distOf(dispatch), ReceiptLag: distOf(lag), Listed: len(lag)}
+	rr := &ExchangeRound{Round: round, Punctual: *run.Punctual, Receipt: receiptOf(dispatch, lag)}
 	ep.add(rr, run.late, dispatch, lag)
 	l := run.Lateness
 	if l.Mismatched > 0 {
@@ -249,7 +243,11 @@ func (ep *ExchangePath) add(r *ExchangeRound, late, dispatch, lag []time.Duratio
 		l.Mismatched += r.Mismatched
 	}
 	ep.Lateness = l
-	ep.Dispatch, ep.ReceiptLag, ep.Listed = distOf(ep.dispatch), distOf(ep.lag), len(ep.lag)
+	ep.Receipt = receiptOf(ep.dispatch, ep.lag)
+}
+
+func receiptOf(dispatch, lag []time.Duration) Receipt {
+	return Receipt{Dispatch: distOf(dispatch), ReceiptLag: distOf(lag), Listed: len(lag)}
 }
 
 // exchangeMessage is message seq with an exchange destination instead of a

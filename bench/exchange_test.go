@@ -192,9 +192,9 @@ func TestExchangePathPoolsRounds(t *testing.T) {
 		}
 		return d
 	}
-	ep.add(&ExchangeRound{Round: 1, Punctual: Punctual{Lateness: Lateness{Expected: 3, Received: 3, P99Ms: 30}}},
+	ep.add(&ExchangeRound{Round: 1, Punctual: Punctual{Lateness: Lateness{Expected: 3, Received: 3, Percentiles: Percentiles{P99Ms: 30}}}},
 		ms(10, 20, 30), ms(1, 2), ms(9, 18))
-	ep.add(&ExchangeRound{Round: 2, Punctual: Punctual{Lateness: Lateness{Expected: 3, Received: 2, Missing: 1, Mismatched: 1, P99Ms: 50}}},
+	ep.add(&ExchangeRound{Round: 2, Punctual: Punctual{Lateness: Lateness{Expected: 3, Received: 2, Missing: 1, Mismatched: 1, Percentiles: Percentiles{P99Ms: 50}}}},
 		ms(40, 50), ms(3), ms(37, 47, 60))
 	l := ep.Lateness
 	if l.Expected != 6 || l.Received != 5 || l.Missing != 1 || l.Mismatched != 1 || l.MaxMs != 50 || l.P50Ms != 30 {
@@ -212,17 +212,17 @@ func TestExchangePathPoolsRounds(t *testing.T) {
 }
 
 func exchangeFixture() *Exchange {
-	ok := Lateness{Expected: 20000, Received: 20000, P50Ms: 0.5, P90Ms: 1, P99Ms: 3, MaxMs: 9}
-	lag := &Dist{N: 20000, P50Ms: 150, P99Ms: 400, MaxMs: 450}
+	ok := Lateness{Expected: 20000, Received: 20000, Percentiles: Percentiles{P50Ms: 0.5, P90Ms: 1, P99Ms: 3, MaxMs: 9}}
+	lag := &Dist{N: 20000, Percentiles: Percentiles{P50Ms: 150, P99Ms: 400, MaxMs: 450}}
 	return &Exchange{N: 10000, WindowMs: 10000, Paths: []*ExchangePath{
-		{Path: PathQueue, Lateness: ok, ReceiptLag: lag, Dispatch: &Dist{P99Ms: 3}, RoundP99Ms: []float64{2.5, 3},
-			Rounds: []*ExchangeRound{{Round: 1, ReceiptLag: lag}, {Round: 2}}},
-		{Path: PathExchange, Lateness: Lateness{Expected: 20000, Received: 20000, P99Ms: 25, MaxMs: 99, Mismatched: 2},
+		{Path: PathQueue, Lateness: ok, Receipt: Receipt{ReceiptLag: lag, Dispatch: &Dist{Percentiles: Percentiles{P99Ms: 3}}},
+			RoundP99Ms: []float64{2.5, 3}, Rounds: []*ExchangeRound{{Round: 1, Receipt: Receipt{ReceiptLag: lag}}, {Round: 2}}},
+		{Path: PathExchange, Lateness: Lateness{Expected: 20000, Received: 20000, Mismatched: 2, Percentiles: Percentiles{P99Ms: 25, MaxMs: 99}},
 			Rounds: []*ExchangeRound{{Round: 1}, {Round: 2}}},
 		// From the due time meant it misses the targets; from the bridge's due, not.
-		{Path: PathDelayed, Lateness: Lateness{Expected: 20000, Received: 20000, P50Ms: 150, P99Ms: 400, MaxMs: 450},
-			ReceiptLag: lag, Dispatch: &Dist{N: 20000, P50Ms: 0.6, P99Ms: 4, MaxMs: 101},
-			Rounds: []*ExchangeRound{{Round: 1, ReceiptLag: lag, Dispatch: &Dist{P99Ms: 4}}, {Round: 2}}},
+		{Path: PathDelayed, Lateness: Lateness{Expected: 20000, Received: 20000, Percentiles: Percentiles{P50Ms: 150, P99Ms: 400, MaxMs: 450}},
+			Receipt: Receipt{ReceiptLag: lag, Dispatch: &Dist{N: 20000, Percentiles: Percentiles{P50Ms: 0.6, P99Ms: 4, MaxMs: 101}}},
+			Rounds:  []*ExchangeRound{{Round: 1, Receipt: Receipt{ReceiptLag: lag, Dispatch: &Dist{Percentiles: Percentiles{P99Ms: 4}}}}, {Round: 2}}},
 	}}
 }
 
