@@ -902,6 +902,9 @@ type timedWorkload struct {
 	// stored, when set, runs once the bridge has stored the workload before
 	// its first due time, which it is given.
 	stored func(ctx context.Context, first time.Time)
+	// cpu samples the CPU used at the first due time and after the last
+	// delivery.
+	cpu bool
 }
 
 // timedRun is what a timed workload measured, with its samples.
@@ -910,6 +913,8 @@ type timedRun struct {
 	pubAt   []time.Time     // by seq: the clock read just before publishing it
 	arrived []int64         // by seq: when it arrived (unix ns), 0 if never
 	late    []time.Duration // lateness of every distinct message received
+	// cpu0 and cpu1 are the CPU samples of w.cpu.
+	cpu0, cpu1 cpuSample
 }
 
 // timed runs w through bridge p and measures the lateness of its messages at
@@ -960,9 +965,16 @@ func (b *bencher) timed(ctx context.Context, p *bridgeProc, w timedWorkload) (*t
 		col.stop(0)
 		return nil, err
 	}
+	run := &timedRun{Punctual: res, pubAt: pubAt}
+	if w.cpu {
+		run.cpu0 = b.cpuAt(ctx, []*bridgeProc{p}, nil, first)
+	}
 	last := dues[n-1]
 	if !col.wait(ctx, last.Add(collectGrace)) && ctx.Err() == nil {
 		b.warnf("%s: %d of %d delivered %v after the last due time", label, col.received(), n, collectGrace)
+	}
+	if w.cpu {
+		run.cpu1 = cpuNow(ctx, []*bridgeProc{p}, nil)
 	}
 	l, _ := col.stop(duplicateLinger)
 	if ctx.Err() != nil {
@@ -971,8 +983,8 @@ func (b *bencher) timed(ctx context.Context, p *bridgeProc, w timedWorkload) (*t
 	res.Lateness = l
 	b.logf("   %s: p50 %.1f ms, p99 %.1f ms, max %.1f ms, early %d, dups %d, missing %d",
 		label, l.P50Ms, l.P99Ms, l.MaxMs, l.Early, l.Duplicates, l.Missing)
-	late, arrived := col.samples()
-	return &timedRun{Punctual: res, pubAt: pubAt, arrived: arrived, late: late}, ctx.Err()
+	run.late, run.arrived = col.samples()
+	return run, ctx.Err()
 }
 
 // ---------------------------------------------------------------------------

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"time"
@@ -73,6 +74,12 @@ type ExchangeRound struct {
 	Round int `json:"round"`
 	Punctual
 	Receipt
+	// From the first due time to the last delivery: the share of the
+	// machine's CPU time spent busy, and the CPU that processes other than
+	// the bridge, the broker and the bench took, in cores. The broker may
+	// serve other clients too, so this does not count all other work.
+	MachineBusy float64 `json:"machine_cpu_busy"`
+	OtherCores  float64 `json:"other_cpu_cores"`
 }
 
 // Receipt splits a lateness at the bridge's receipt, for the messages whose
@@ -166,7 +173,7 @@ func (b *bencher) exchangeRound(ctx context.Context, p *bridgeProc, x *Exchange,
 		}
 	}()
 	key := func(seq int) string { return exchangeKeys[seq%len(exchangeKeys)] }
-	w := timedWorkload{label: label, n: x.N, window: time.Duration(x.WindowMs * float64(time.Millisecond)), lead: lead, dest: dest}
+	w := timedWorkload{label: label, n: x.N, window: time.Duration(x.WindowMs * float64(time.Millisecond)), lead: lead, dest: dest, cpu: true}
 	switch ep.Path {
 	case PathQueue:
 		w.build = func(seq int, due, _ time.Time) outgoing {
@@ -213,6 +220,10 @@ func (b *bencher) exchangeRound(ctx context.Context, p *bridgeProc, x *Exchange,
 	}
 	lag, dispatch := receiptFigures(dest, run.pubAt, run.arrived, rows)
 	rr := &ExchangeRound{Round: round, Punctual: *run.Punctual, Receipt: receiptOf(dispatch, lag)}
+	rr.MachineBusy, rr.OtherCores = otherCores(run.cpu0, run.cpu1)
+	if rr.OtherCores > quietCores {
+		b.warnf("%s: other work on the machine took %.2f cores while the messages fell due; its figures are disturbed", label, rr.OtherCores)
+	}
 	ep.add(rr, run.late, dispatch, lag)
 	l := run.Lateness
 	if l.Mismatched > 0 {
@@ -248,6 +259,22 @@ func (ep *ExchangePath) add(r *ExchangeRound, late, dispatch, lag []time.Duratio
 
 func receiptOf(dispatch, lag []time.Duration) Receipt {
 	return Receipt{Dispatch: distOf(dispatch), ReceiptLag: distOf(lag), Listed: len(lag)}
+}
+
+// quietCores: above this much CPU taken by other work, a round is marked
+// disturbed (as checkQuiet does for the scaleout step).
+const quietCores = 0.25
+
+// otherCores returns the share of the machine's CPU time spent busy between
+// two samples, and the CPU that the processes not sampled took, in cores.
+func otherCores(a, b cpuSample) (busy, cores float64) {
+	var ph ScaleOutPhase
+	ph.cpu(a, b)
+	wall := float64(b.machine.total-a.machine.total) / clockTicks / float64(max(runtime.NumCPU(), 1))
+	if wall <= 0 {
+		return ph.MachineBusy, 0
+	}
+	return ph.MachineBusy, ph.otherCPUSeconds() / wall
 }
 
 // exchangeMessage is message seq with an exchange destination instead of a

@@ -72,7 +72,7 @@ func FormatExchange(r *Results) string {
 		rounds = max(rounds, len(ep.Rounds))
 	}
 	cells := [][]string{{fmt.Sprintf("%s msgs due over %s, %d rounds each", groupThousands(int64(x.N)), FmtMs(x.WindowMs), rounds),
-		"p50", "p90", "p99", "max", "p99 by round", "early", "dups", "missing", "mismatched"}}
+		"p50", "p90", "p99", "max", "p99 by round", "early", "dups", "missing", "mismatched", "other CPU by round"}}
 	dist := func(name string, d *Dist, byRound []string) []string {
 		if d == nil {
 			return []string{name, "-", "-", "-", "-", "-"}
@@ -89,8 +89,12 @@ func FormatExchange(r *Results) string {
 		if ep.Path == PathDelayed {
 			name += ", from the due time meant"
 		}
+		var others []string
+		for _, rr := range ep.Rounds {
+			others = append(others, fmt.Sprintf("%.2f", rr.OtherCores))
+		}
 		cells = append(cells, []string{name, FmtMs(l.P50Ms), FmtMs(l.P90Ms), FmtMs(l.P99Ms), FmtMs(l.MaxMs), strings.Join(byRound, " / "),
-			fmt.Sprint(l.Early), fmt.Sprint(l.Duplicates), fmt.Sprint(l.Missing), fmt.Sprint(l.Mismatched)})
+			fmt.Sprint(l.Early), fmt.Sprint(l.Duplicates), fmt.Sprint(l.Missing), fmt.Sprint(l.Mismatched), strings.Join(others, " / ")})
 		var lagRounds, dispRounds []string
 		for _, rr := range ep.Rounds {
 			lagRounds = append(lagRounds, fmtDistP99(rr.ReceiptLag))

@@ -3,8 +3,10 @@ package bench
 import (
 	"context"
 	"encoding/json"
+	"math"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -222,7 +224,7 @@ func exchangeFixture() *Exchange {
 		// From the due time meant it misses the targets; from the bridge's due, not.
 		{Path: PathDelayed, Lateness: Lateness{Expected: 20000, Received: 20000, Percentiles: Percentiles{P50Ms: 150, P99Ms: 400, MaxMs: 450}},
 			Receipt: Receipt{ReceiptLag: lag, Dispatch: &Dist{N: 20000, Percentiles: Percentiles{P50Ms: 0.6, P99Ms: 4, MaxMs: 101}}},
-			Rounds:  []*ExchangeRound{{Round: 1, Receipt: Receipt{ReceiptLag: lag, Dispatch: &Dist{Percentiles: Percentiles{P99Ms: 4}}}}, {Round: 2}}},
+			Rounds:  []*ExchangeRound{{Round: 1, Receipt: Receipt{ReceiptLag: lag, Dispatch: &Dist{Percentiles: Percentiles{P99Ms: 4}}}}, {Round: 2, OtherCores: 0.314}}},
 	}}
 }
 
@@ -292,7 +294,29 @@ func TestFormatExchange(t *testing.T) {
 			t.Errorf("line %d %q lacks %q", i, lines[i], want)
 		}
 	}
+	if !strings.HasSuffix(lines[6], " 0.00 / 0.31") { // other CPU by round
+		t.Errorf("line 6 %q: no other CPU by round", lines[6])
+	}
 	if strings.Contains(lines[5], "ms") { // no rows read for the exchange path
 		t.Errorf("line 5 %q: figures without samples", lines[5])
+	}
+}
+
+func TestOtherCores(t *testing.T) {
+	ncpu := int64(max(runtime.NumCPU(), 1))
+	// 10 s of wall clock on every CPU; the machine busy for 8 CPU s, of
+	// which the bridge took 2, the broker 3 and the bench 1.
+	a := cpuSample{procs: []int64{100}, broker: 1000, bench: 50, machine: machineCPU{busy: 5000, total: 20000}}
+	b := cpuSample{procs: []int64{300}, broker: 1300, bench: 150,
+		machine: machineCPU{busy: 5800, total: 20000 + 10*clockTicks*ncpu}}
+	busy, cores := otherCores(a, b)
+	if want := 800.0 / float64(10*clockTicks*ncpu); math.Abs(busy-want) > 1e-9 {
+		t.Errorf("busy %v, want %v", busy, want)
+	}
+	if math.Abs(cores-0.2) > 1e-9 { // 2 CPU s over 10 s
+		t.Errorf("other cores %v, want 0.2", cores)
+	}
+	if _, cores := otherCores(a, a); cores != 0 {
+		t.Errorf("no time between the samples: %v cores", cores)
 	}
 }
