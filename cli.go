@@ -21,6 +21,7 @@ import (
 
 	"github.com/delaybridge/delaybridge/admin"
 	"github.com/delaybridge/delaybridge/broker"
+	"github.com/delaybridge/delaybridge/wire"
 )
 
 // The admin CLI: subcommands that talk to a running bridge's admin API.
@@ -228,12 +229,14 @@ func setUsage(fs *flag.FlagSet, synopsis, text string) {
 
 func cliList(c *adminClient, fs *flag.FlagSet, args []string) int {
 	dest := fs.String("destination", "", "only timeouts for this queue")
+	exchange := fs.String("exchange", "", "only timeouts for this exchange")
+	key := fs.String("routing-key", "", "with --exchange: only timeouts with this routing key")
 	from := fs.String("from", "", "only timeouts due at or after this time (RFC 3339 or a duration from now)")
 	to := fs.String("to", "", "only timeouts due before this time (RFC 3339 or a duration from now)")
 	limit := fs.Int("limit", admin.DefaultLimit, fmt.Sprintf("most rows per page (1..%d)", admin.MaxLimit))
 	all := fs.Bool("all", false, "follow the cursor and list every matching timeout")
 	cursor := fs.String("cursor", "", "start after this cursor (the \"next\" of a previous page)")
-	setUsage(fs, "ls [--destination Q] [--from T] [--to T] [--limit N] [--all] [--json]",
+	setUsage(fs, "ls [--destination Q | --exchange X [--routing-key K]] [--from T] [--to T] [--limit N] [--all] [--json]",
 		"Lists pending timeouts in due order.")
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
@@ -242,6 +245,14 @@ func cliList(c *adminClient, fs *flag.FlagSet, args []string) int {
 	if len(pos) > 0 {
 		return c.usageErr(fs, "unexpected argument %q", pos[0])
 	}
+	keySet := false
+	fs.Visit(func(f *flag.Flag) { keySet = keySet || f.Name == "routing-key" })
+	switch {
+	case *dest != "" && *exchange != "":
+		return c.usageErr(fs, "give --destination (a queue) or --exchange, not both")
+	case keySet && *exchange == "":
+		return c.usageErr(fs, "--routing-key needs --exchange")
+	}
 	if *limit < 1 || *limit > admin.MaxLimit {
 		return c.usageErr(fs, "--limit must be from 1 to %d", admin.MaxLimit)
 	}
@@ -249,6 +260,12 @@ func cliList(c *adminClient, fs *flag.FlagSet, args []string) int {
 	q.Set("limit", strconv.Itoa(*limit))
 	if *dest != "" {
 		q.Set("destination", *dest)
+	}
+	if *exchange != "" {
+		q.Set("exchange", *exchange)
+	}
+	if keySet {
+		q.Set("routing_key", *key)
 	}
 	now := time.Now()
 	for name, v := range map[string]string{"due_from": *from, "due_to": *to} {
@@ -298,13 +315,25 @@ func cliList(c *adminClient, fs *flag.FlagSet, args []string) int {
 		} else if r.NotBefore != nil {
 			state = "retry after " + fmtTime(*r.NotBefore)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", r.ID, r.Destination, fmtTime(r.DueAt), r.Attempts, state, oneLine(r.LastError, 60))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", r.ID, destOf(&r), fmtTime(r.DueAt), r.Attempts, state, oneLine(r.LastError, 60))
 	}
 	tw.Flush()
 	if next != "" {
 		fmt.Fprintf(c.errOut, "more: delaybridge ls --cursor %s (or --all)\n", next)
 	}
 	return exitOK
+}
+
+// destOf is where t goes, as the status page and the logs word it.
+func destOf(t *admin.TimeoutJSON) wire.Destination {
+	if t.Exchange == "" {
+		return wire.Queue(t.Destination)
+	}
+	d := wire.Destination{Exchange: t.Exchange}
+	if t.RoutingKey != nil {
+		d.Key = *t.RoutingKey
+	}
+	return d
 }
 
 func oneLine(s string, n int) string {
@@ -344,7 +373,13 @@ func cliShow(c *adminClient, fs *flag.FlagSet, args []string) int {
 	tw := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
 	row := func(k string, v any) { fmt.Fprintf(tw, "%s:\t%v\n", k, v) }
 	row("id", t.ID)
-	row("destination", t.Destination)
+	if t.Exchange == "" {
+		row("destination", t.Destination)
+	} else {
+		d := destOf(&t)
+		row("exchange", strconv.Quote(d.Exchange))
+		row("routing key", strconv.Quote(d.Key))
+	}
 	row("due at", fmtTime(t.DueAt))
 	row("received at", fmtTime(t.ReceivedAt))
 	row("attempts", t.Attempts)

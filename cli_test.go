@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -210,6 +211,104 @@ func TestCLIDotSegmentIDs(t *testing.T) {
 	for _, id := range []string{"a/1", "b 2"} {
 		if _, err := st.Get(context.Background(), id); err != nil {
 			t.Errorf("%q: %v", id, err)
+		}
+	}
+}
+
+// ls and show word an exchange destination as one, --json passes the API's
+// exchange fields through (also when --all re-encodes the pages), and ls
+// filters by exchange and routing key. (Needs a store that persists
+// Exchange.)
+func TestCLIExchangeDestinations(t *testing.T) {
+	srv, st := cliServer(t)
+	for i, r := range []storage.Timeout{
+		{ID: "x/1", Exchange: "events", Destination: "order.created"},
+		{ID: "x/2", Exchange: "broadcast"},
+	} {
+		p := amqp.Publishing{MessageId: r.ID, Body: []byte("body")}
+		r.Message, _ = message.Encode(nil, &p)
+		r.DueAt, r.ReceivedAt = time.Now().Add(time.Duration(i+3)*time.Hour), time.Now()
+		if _, err := st.Insert(context.Background(), []storage.Timeout{r}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lines := func(out string) map[string]string {
+		m := map[string]string{}
+		for _, l := range strings.Split(out, "\n") {
+			if id, _, ok := strings.Cut(l, "  "); ok { // the table pads with two spaces at least
+				m[id] = l
+			}
+		}
+		return m
+	}
+	code, out, errOut := cli(t, srv, "ls")
+	rows := lines(out)
+	if code != 0 || !strings.Contains(rows["x/1"], `exchange "events" routing key "order.created"`) ||
+		!strings.Contains(rows["x/2"], `exchange "broadcast" routing key ""`) || !strings.Contains(rows["a/1"], " q ") {
+		t.Fatalf("ls: %d %q %q", code, out, errOut)
+	}
+
+	code, out, _ = cli(t, srv, "ls", "--exchange", "events")
+	if rows := lines(out); code != 0 || len(rows) != 2 || rows["x/1"] == "" { // the header and x/1
+		t.Errorf("ls --exchange events: %d %q", code, out)
+	}
+	code, out, _ = cli(t, srv, "ls", "--destination", "q")
+	if rows := lines(out); code != 0 || len(rows) != 3 || rows["a/1"] == "" || rows["b 2"] == "" {
+		t.Errorf("ls --destination q: %d %q", code, out)
+	}
+	code, out, _ = cli(t, srv, "ls", "--exchange", "events", "--routing-key", "order.created", "--json")
+	var page admin.ListJSON
+	if code != 0 || json.Unmarshal([]byte(out), &page) != nil || len(page.Timeouts) != 1 || page.Timeouts[0].ID != "x/1" ||
+		!strings.Contains(out, `"exchange": "events"`) || !strings.Contains(out, `"routing_key": "order.created"`) {
+		t.Errorf("ls --exchange --routing-key --json: %d %s", code, out)
+	}
+	code, out, _ = cli(t, srv, "ls", "--exchange", "events", "--routing-key", "nothing.here")
+	if rows := lines(out); code != 0 || len(rows) != 1 {
+		t.Errorf("ls with a routing key nothing has: %d %q", code, out)
+	}
+	code, out, _ = cli(t, srv, "ls", "--json", "--all", "--limit", "1")
+	if code != 0 || json.Unmarshal([]byte(out), &page) != nil || len(page.Timeouts) != 4 ||
+		!strings.Contains(out, `"exchange": "broadcast"`) || !strings.Contains(out, `"routing_key": ""`) {
+		t.Errorf("ls --json --all: %d %s", code, out)
+	}
+
+	code, out, _ = cli(t, srv, "show", "x/2")
+	if code != 0 || !regexpMatch(`(?m)^exchange:\s+"broadcast"$`, out) || !regexpMatch(`(?m)^routing key:\s+""$`, out) ||
+		strings.Contains(out, "destination:") {
+		t.Errorf("show x/2: %d %s", code, out)
+	}
+	code, out, _ = cli(t, srv, "show", "a/1")
+	if code != 0 || !regexpMatch(`(?m)^destination:\s+q$`, out) || strings.Contains(out, "exchange:") {
+		t.Errorf("show a/1: %d %s", code, out)
+	}
+	code, out, _ = cli(t, srv, "show", "x/1", "--json")
+	if code != 0 || !strings.Contains(out, `"exchange": "events"`) || !strings.Contains(out, `"routing_key": "order.created"`) {
+		t.Errorf("show --json: %d %s", code, out)
+	}
+}
+
+func regexpMatch(re, s string) bool { return regexp.MustCompile(re).MatchString(s) }
+
+// The exchange filters are checked as the API checks them: combinations
+// before any request (usage errors), names by the API (exit 1 with its
+// reason).
+func TestCLIExchangeFilterErrors(t *testing.T) {
+	srv, _ := cliServer(t)
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"ls", "--routing-key", "k"}, exitConfig, "--routing-key needs --exchange"},
+		{[]string{"ls", "--exchange", "", "--routing-key", "k"}, exitConfig, "--routing-key needs --exchange"},
+		{[]string{"ls", "--destination", "q", "--exchange", "x"}, exitConfig, "not both"},
+		{[]string{"ls", "--exchange", "x", "--routing-key", ""}, 1, "empty routing key cannot be filtered on"},
+		{[]string{"ls", "--exchange", "amq.default"}, 1, "default exchange"},
+		{[]string{"ls", "--exchange", "x", "--routing-key", "a\tb"}, 1, "invalid routing_key filter"},
+	} {
+		code, out, errOut := cli(t, srv, tc.args...)
+		if code != tc.code || !strings.Contains(errOut, tc.want) || out != "" {
+			t.Errorf("%q: exit %d, stdout %q, stderr %q; want exit %d saying %q", tc.args, code, out, errOut, tc.code, tc.want)
 		}
 	}
 }

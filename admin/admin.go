@@ -19,6 +19,7 @@ import (
 	"math"
 	"math/big"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -56,10 +57,15 @@ type Options struct {
 	Logger zerolog.Logger
 }
 
-// TimeoutJSON is one timeout in list and show responses.
+// TimeoutJSON is one timeout in list and show responses. A queue destination
+// is Destination, as it always was; an exchange destination is Exchange and
+// RoutingKey (present even when empty), with Destination left empty so that
+// no client takes a routing key for a queue.
 type TimeoutJSON struct {
 	ID            string     `json:"id"`
 	Destination   string     `json:"destination"`
+	Exchange      string     `json:"exchange,omitempty"`
+	RoutingKey    *string    `json:"routing_key,omitempty"`
 	DueAt         time.Time  `json:"due_at"`
 	ReceivedAt    time.Time  `json:"received_at"`
 	Attempts      int        `json:"attempts"`
@@ -251,14 +257,12 @@ func parseTime(name, v string) (time.Time, error) {
 
 func (h *handler) list(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	f := storage.ListFilter{Destination: q.Get("destination"), After: q.Get("cursor"), Limit: DefaultLimit}
-	if f.Destination != "" {
-		if err := wire.ValidateDestination("destination", f.Destination); err != nil {
-			writeError(w, http.StatusBadRequest, "invalid destination filter: "+err.Error())
-			return
-		}
-	}
+	f := storage.ListFilter{After: q.Get("cursor"), Limit: DefaultLimit}
 	var err error
+	if f.Destination, f.Exchange, err = destinationFilter(q); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
 	if v := q.Get("due_from"); v != "" {
 		if f.DueFrom, err = parseTime("due_from", v); err != nil {
 			writeError(w, http.StatusBadRequest, err.Error())
@@ -300,6 +304,42 @@ func (h *handler) list(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
+// destinationFilter reads the list's destination filters: destination=Q
+// for a queue, or exchange=X with an optional routing_key=K, checked with
+// the rules of wire. It returns storage.ListFilter's Destination and
+// Exchange.
+func destinationFilter(q url.Values) (dest, exchange string, err error) {
+	dest, exchange = q.Get("destination"), q.Get("exchange")
+	switch {
+	case exchange == "":
+		if q.Has("routing_key") {
+			return "", "", errors.New("routing_key filters the rows of an exchange: give exchange too")
+		}
+		if dest != "" {
+			if err := wire.ValidateDestination("destination", dest); err != nil {
+				return "", "", fmt.Errorf("invalid destination filter: %w", err)
+			}
+		}
+		return dest, "", nil
+	case dest != "":
+		return "", "", errors.New("destination (a queue) and exchange exclude each other: give one of them")
+	case exchange == "amq.default":
+		return "", "", errors.New("invalid exchange filter: amq.default is the default exchange, whose destinations are queues: filter them with destination")
+	}
+	if err := wire.ValidateExchange("exchange", exchange); err != nil {
+		return "", "", fmt.Errorf("invalid exchange filter: %w", err)
+	}
+	key := q.Get("routing_key")
+	if q.Has("routing_key") && key == "" {
+		// ListFilter cannot tell "routing key empty" from "any routing key".
+		return "", "", errors.New("routing_key is empty: an empty routing key cannot be filtered on; leave routing_key out to list every routing key of the exchange")
+	}
+	if err := wire.ValidateRoutingKey("routing_key", key); err != nil {
+		return "", "", fmt.Errorf("invalid routing_key filter: %w", err)
+	}
+	return key, exchange, nil
+}
+
 func utc(t time.Time) *time.Time {
 	if t.IsZero() {
 		return nil
@@ -314,6 +354,10 @@ func summary(t *storage.Timeout, now time.Time) TimeoutJSON {
 		Attempts: t.Attempts, LastError: t.LastError,
 		Leased:    t.Lock != "" && t.LockExpiresAt.After(now),
 		NotBefore: utc(t.NotBefore),
+	}
+	if t.Exchange != "" {
+		key := t.Destination
+		j.Destination, j.Exchange, j.RoutingKey = "", t.Exchange, &key
 	}
 	if t.Lock != "" {
 		j.LockExpiresAt = utc(t.LockExpiresAt)

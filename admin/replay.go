@@ -38,7 +38,21 @@ type Replayer struct {
 	Rules ingest.Rules
 	Store storage.Store
 	Now   func() time.Time
+	// Hold, when set, holds aside the copies the AMQP client cannot read
+	// among the first limit messages of queue (broker.HoldUnreadable), so
+	// that a pass that met one can be made again without it. Nil: such a
+	// copy ends the pass with an error.
+	Hold func(ctx context.Context, queue string, limit int) (*broker.Held, error)
 }
+
+// errUnreadableCopy: the AMQP client dropped the pass's connection on a copy
+// it cannot read, before the pass stored or acknowledged anything.
+var errUnreadableCopy = errors.New("a copy on the error queue cannot be read by the AMQP client")
+
+// holdAttempts bounds the tries to find the copy that dropped a pass: the
+// broker requeues what the dropped connection took once it notices the
+// closed socket, which may be a moment later.
+const holdAttempts = 5
 
 // Replay takes up to limit messages from the error queue (basic.get, one
 // pass: skipped messages are requeued only at the end, so none is seen
@@ -47,14 +61,74 @@ type Replayer struct {
 // Ingest failures, other endpoints' failures and messages that cannot be
 // replayed (read and checked as ingest reads and checks them) are requeued
 // and counted as skipped, each with its reason; none fails the pass.
-func (rp *Replayer) Replay(ctx context.Context, limit int) (res ReplayResult, err error) {
+//
+// A copy the AMQP client cannot read drops the pass's connection before
+// anything is stored. With Hold set, the pass is then made again while
+// such copies among the first limit messages are held aside, untouched,
+// over the readable ones Hold took; the held copies are counted as skipped
+// and go back to the error queue after the pass.
+func (rp *Replayer) Replay(ctx context.Context, limit int) (ReplayResult, error) {
+	if rp.TimeoutsQueue == "" {
+		// Without it every copy would look like another endpoint's.
+		return ReplayResult{}, errors.New("replayer: no TimeoutsQueue configured")
+	}
+	res, err := rp.pass(ctx, limit)
+	if !errors.Is(err, errUnreadableCopy) || rp.Hold == nil {
+		return res, err
+	}
+	held, herr := rp.holdUnreadable(ctx, limit)
+	if herr != nil {
+		return ReplayResult{}, fmt.Errorf("%w; holding it aside failed: %w", err, herr)
+	}
+	defer held.Release() // after the pass: the held copies go back untouched
+	res = ReplayResult{}
+	for _, u := range held.Unreadable {
+		res.Skipped++
+		res.Details = append(res.Details, ReplaySkipped{MessageID: u.MessageID,
+			Reason: "the bridge's AMQP client cannot read it (" + u.Reason.Error() + "); left on the error queue as it is"})
+	}
+	if held.Readable == 0 {
+		return res, nil
+	}
+	// No further than the copies Hold checked: one behind them could be
+	// unreadable too.
+	more, err := rp.pass(ctx, held.Readable)
+	res.Replayed += more.Replayed
+	res.Skipped += more.Skipped
+	res.Details = append(res.Details, more.Details...)
+	return res, err
+}
+
+// holdUnreadable holds the unreadable copies among the first limit messages
+// of the error queue; it tries again, a little later, while it finds none.
+func (rp *Replayer) holdUnreadable(ctx context.Context, limit int) (*broker.Held, error) {
+	wait := 100 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		held, err := rp.Hold(ctx, rp.ErrorQueue, limit)
+		if err != nil {
+			return nil, err
+		}
+		if len(held.Unreadable) > 0 {
+			return held, nil
+		}
+		_ = held.Release()
+		if attempt == holdAttempts {
+			return nil, fmt.Errorf("no unreadable copy among the first %d messages after %d attempts", limit, attempt)
+		}
+		if !broker.Sleep(ctx, wait) {
+			return nil, ctx.Err()
+		}
+		wait *= 2
+	}
+}
+
+// pass is one pass over up to limit messages of the error queue, on a
+// connection of its own. It fails with errUnreadableCopy, having done
+// nothing, when that connection drops on a copy the client cannot read.
+func (rp *Replayer) pass(ctx context.Context, limit int) (res ReplayResult, err error) {
 	now := time.Now
 	if rp.Now != nil {
 		now = rp.Now
-	}
-	if rp.TimeoutsQueue == "" {
-		// Without it every copy would look like another endpoint's.
-		return res, errors.New("replayer: no TimeoutsQueue configured")
 	}
 	conn, err := rp.Conn(ctx)
 	if err != nil {
@@ -63,6 +137,9 @@ func (rp *Replayer) Replay(ctx context.Context, limit int) (res ReplayResult, er
 	if rp.Release != nil {
 		defer rp.Release(conn) // after the channel's close below
 	}
+	// The library tells the connection's listeners why it closed before it
+	// fails the calls in progress.
+	connClosed := conn.NotifyClose(make(chan *amqp.Error, 1))
 	ch, err := conn.Channel()
 	if err != nil {
 		return res, fmt.Errorf("open channel: %w", err)
@@ -89,6 +166,13 @@ func (rp *Replayer) Replay(ctx context.Context, limit int) (res ReplayResult, er
 		}
 		d, ok, err := ch.Get(rp.ErrorQueue, false)
 		if err != nil {
+			select {
+			case e := <-connClosed:
+				if broker.UnreadableClose(e) {
+					return res, fmt.Errorf("get from %q: %w (%v)", rp.ErrorQueue, errUnreadableCopy, e)
+				}
+			default:
+			}
 			return res, fmt.Errorf("get from %q: %w", rp.ErrorQueue, err)
 		}
 		if !ok {

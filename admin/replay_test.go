@@ -3,6 +3,7 @@ package admin
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	"github.com/google/uuid"
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/delaybridge/delaybridge/broker"
 	"github.com/delaybridge/delaybridge/ingest"
 	"github.com/delaybridge/delaybridge/internal/testenv"
 	"github.com/delaybridge/delaybridge/message"
@@ -258,5 +260,114 @@ func TestReplayNeedsTheTimeoutsQueue(t *testing.T) {
 	rp := &Replayer{Conn: func(context.Context) (*amqp.Connection, error) { return nil, errors.New("not dialled") }}
 	if _, err := rp.Replay(context.Background(), 1); err == nil || !strings.Contains(err.Error(), "TimeoutsQueue") {
 		t.Fatalf("Replay without TimeoutsQueue: %v", err)
+	}
+}
+
+// unreadableCopy has more headers than the AMQP client reads (8,193): the
+// broker takes it, and the client drops its connection on it.
+func unreadableCopy(id string) amqp.Publishing {
+	h := amqp.Table{}
+	for i := range 8193 {
+		h[fmt.Sprintf("h%05d", i)] = nil
+	}
+	return amqp.Publishing{MessageId: id, Body: []byte("body of " + id), Headers: h}
+}
+
+// passConns makes e's replayer dial a connection of its own for each pass,
+// as the bridge does (a copy the client cannot read drops it), and hold
+// unreadable copies with hold.
+func (e *replayEnv) passConns(hold func(ctx context.Context, queue string, limit int) (*broker.Held, error)) {
+	url := testenv.AMQPURL(e.t)
+	e.rp.Conn = func(context.Context) (*amqp.Connection, error) { return amqp.Dial(url) }
+	e.rp.Release = func(c *amqp.Connection) { _ = c.Close() }
+	e.rp.Hold = hold
+}
+
+func (e *replayEnv) holdOn(ctx context.Context, queue string, limit int) (*broker.Held, error) {
+	return broker.HoldUnreadable(ctx, broker.HoldOptions{URLs: []string{testenv.AMQPURL(e.t)}, Name: "delaybridge replay test"}, queue, limit)
+}
+
+// A copy the AMQP client cannot read used to end every pass: now it is
+// skipped with its reason and left on the error queue as it is, the valid
+// copies around it are replayed, and the next pass does the same.
+func TestReplaySkipsACopyTheClientCannotRead(t *testing.T) {
+	store := openBolt(t)
+	e := newReplayEnv(t, store)
+	e.passConns(e.holdOn)
+	e.publish(e.dispatchCopy("a", "ok.q"), unreadableCopy("poison"), e.dispatchCopy("b", "ok.q"))
+	for pass, id := range []string{"", "c"} {
+		if id != "" {
+			e.publish(e.dispatchCopy(id, "ok.q"))
+		}
+		res, err := e.rp.Replay(context.Background(), 100)
+		wantReplayed := 2
+		if pass == 1 {
+			wantReplayed = 1
+		}
+		if err != nil || res.Replayed != wantReplayed || res.Skipped != 1 || len(res.Details) != 1 ||
+			res.Details[0].MessageID != "poison" || !strings.Contains(res.Details[0].Reason, "8193 entries in one table") ||
+			!strings.Contains(res.Details[0].Reason, "left on the error queue") {
+			t.Fatalf("pass %d: %+v, %v; want %d replayed and the unreadable copy skipped with its reason", pass+1, res, err, wantReplayed)
+		}
+		e.waitDepth(1)
+	}
+	for _, id := range []string{"a", "b", "c"} {
+		if _, err := store.Get(context.Background(), id); err != nil {
+			t.Errorf("%q not replayed: %v", id, err)
+		}
+	}
+	// It is still there, still unreadable, and alone.
+	held, err := e.holdOn(context.Background(), e.errorQ, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Release()
+	if len(held.Unreadable) != 1 || held.Unreadable[0].MessageID != "poison" || held.Readable != 0 {
+		t.Errorf("error queue holds %+v and %d readable copies; want the unreadable copy alone", held.Unreadable, held.Readable)
+	}
+}
+
+// The pass after a hold reads no further than the copies the hold checked:
+// with limit 3, the copy behind the first three stays for the next pass.
+func TestReplayAfterAHoldKeepsToTheLimit(t *testing.T) {
+	store := openBolt(t)
+	e := newReplayEnv(t, store)
+	e.passConns(e.holdOn)
+	e.publish(e.dispatchCopy("a", "ok.q"), unreadableCopy("poison"), e.dispatchCopy("b", "ok.q"), unreadableCopy("poison-2"))
+	res, err := e.rp.Replay(context.Background(), 3)
+	if err != nil || res.Replayed != 2 || res.Skipped != 1 || res.Details[0].MessageID != "poison" {
+		t.Fatalf("Replay(3) = %+v, %v; want a and b replayed, poison skipped", res, err)
+	}
+	e.waitDepth(2)
+}
+
+// When the unreadable copy cannot be held aside, the pass fails as before,
+// having stored nothing, and says why.
+func TestReplayWhenHoldingFails(t *testing.T) {
+	refused := errors.New("hold refused")
+	for name, hold := range map[string]func(context.Context, string, int) (*broker.Held, error){
+		"error":      func(context.Context, string, int) (*broker.Held, error) { return nil, refused },
+		"found none": func(context.Context, string, int) (*broker.Held, error) { return &broker.Held{Readable: 1}, nil },
+	} {
+		t.Run(name, func(t *testing.T) {
+			store := openBolt(t)
+			e := newReplayEnv(t, store)
+			e.passConns(hold)
+			e.publish(e.dispatchCopy("a", "ok.q"), unreadableCopy("poison"))
+			res, err := e.rp.Replay(context.Background(), 100)
+			if !errors.Is(err, errUnreadableCopy) || res.Replayed != 0 {
+				t.Fatalf("Replay = %+v, %v; want nothing replayed and errUnreadableCopy", res, err)
+			}
+			if name == "error" && !errors.Is(err, refused) {
+				t.Errorf("err %v does not say why holding failed", err)
+			}
+			if name == "found none" && !strings.Contains(err.Error(), "no unreadable copy") {
+				t.Errorf("err %v does not say none was found", err)
+			}
+			if _, err := store.Get(context.Background(), "a"); !errors.Is(err, storage.ErrNotFound) {
+				t.Errorf("a stored by a failed pass: %v", err)
+			}
+			e.waitDepth(2)
+		})
 	}
 }

@@ -125,6 +125,7 @@ func (b *Bridge) Run(ctx context.Context) error {
 	for _, s := range []*stage{sampler, intake, reaper, poller, dispatcher} {
 		st.drain(s, deadline, cut)
 	}
+	c.errorGate.Flush() // no count of refused copies left unlogged
 	st.stop(httpSrv)
 	if err := c.store.Close(); err != nil && runErr == nil {
 		runErr = fmt.Errorf("close store: %w", err)

@@ -43,6 +43,9 @@ type components struct {
 
 	// rules are ingest's, which replay applies too.
 	rules ingest.Rules
+	// errorGate paces the error copies of ingest and dispatch alike while
+	// the error queue refuses them, and declares it again if it is gone.
+	errorGate *broker.ErrorGate
 }
 
 // build opens the store, connects to the broker and builds every component;
@@ -50,10 +53,15 @@ type components struct {
 // nothing open.
 func (b *Bridge) build(ctx context.Context) (_ *components, err error) {
 	cfg, log, now, met := b.cfg, b.log, b.deps.Now, b.deps.Metrics
-	topo := broker.Topology{Endpoint: cfg.Endpoint, ErrorQueue: cfg.ErrorQueue, QueueType: cfg.QueueType}
+	topo := broker.Topology{Endpoint: cfg.Endpoint, ErrorQueue: cfg.ErrorQueue, QueueType: cfg.QueueType,
+		DelayedExchanges: cfg.DelayedExchangeList()}
 	allowed, err := ingest.CompileGlobs(cfg.AllowedDestinations)
 	if err != nil {
 		return nil, fmt.Errorf("DELAYBRIDGE_ALLOWED_DESTINATIONS: %w", err)
+	}
+	// The operator named the delayed exchanges' routing exchanges already.
+	for _, x := range topo.DelayedExchanges {
+		allowed = allowed.WithExchanges(x.Route())
 	}
 	c := &components{store: b.deps.Store, dispatching: make(chan struct{}), critical: make(chan error, 1)}
 	c.rules = ingest.Rules{
@@ -87,6 +95,23 @@ func (b *Bridge) build(ctx context.Context) (_ *components, err error) {
 		}
 	}()
 
+	c.errorGate = broker.NewErrorGate(broker.ErrorGateOptions{Queue: cfg.ErrorQueue, Now: now,
+		// With the arguments of every declaration (Topology.Declare).
+		Declare: func(ctx context.Context) error {
+			conn, err := c.publishConn.Wait(ctx)
+			if err != nil {
+				return err
+			}
+			ch, err := conn.Channel()
+			if err != nil {
+				return fmt.Errorf("open channel: %w", err)
+			}
+			defer ch.Close()
+			return topo.DeclareErrorQueue(ch)
+		},
+		Logger: log.With().Str("component", "error-queue").Logger(),
+	})
+	met.WatchErrorQueue(func() bool { refusing, _, _ := c.errorGate.Refusing(); return refusing })
 	publisher := func(window int) func(context.Context) (*broker.Publisher, error) {
 		return func(ctx context.Context) (*broker.Publisher, error) { return c.publishConn.Publisher(ctx, window) }
 	}
@@ -102,8 +127,8 @@ func (b *Bridge) build(ctx context.Context) (_ *components, err error) {
 	c.reaper = &poller.Reaper{Store: c.store, Interval: cfg.LockLeaseDuration / 4,
 		Logger: log.With().Str("component", "reaper").Logger()}
 	c.ingester = ingest.New(c.ingestConn, func(ctx context.Context) (ingest.Publisher, error) { return ingestPub(ctx) }, c.store, ingest.Options{
-		Sources:    []ingest.Source{ingest.TimeoutsSource(topo.TimeoutsQueue())},
-		ErrorQueue: cfg.ErrorQueue, Prefetch: cfg.Prefetch, MaxBatch: min(cfg.Prefetch, 500), Wake: c.poller.Wake, Now: now,
+		Sources:    []ingest.Source{ingest.TimeoutsSource(topo.TimeoutsQueue(), topo.DelayedExchanges...)},
+		ErrorQueue: cfg.ErrorQueue, ErrorGate: c.errorGate, Prefetch: cfg.Prefetch, MaxBatch: min(cfg.Prefetch, 500), Wake: c.poller.Wake, Now: now,
 		Rules:        c.rules,
 		StoreBreaker: b.breaker(c, "store", cfg.TimeToTriggerStoreCircuitBreaker),
 		Metrics:      met,
@@ -111,7 +136,7 @@ func (b *Bridge) build(ctx context.Context) (_ *components, err error) {
 	})
 	var once sync.Once
 	c.dispatcher = dispatch.New(c.consumeConn, func(ctx context.Context) (dispatch.Publisher, error) { return dispatchPub(ctx) }, c.store, dispatch.Options{
-		Queue: topo.DispatcherQueue(), TimeoutsQueue: topo.TimeoutsQueue(), ErrorQueue: cfg.ErrorQueue,
+		Queue: topo.DispatcherQueue(), TimeoutsQueue: topo.TimeoutsQueue(), ErrorQueue: cfg.ErrorQueue, ErrorGate: c.errorGate,
 		// A bbolt file serves one instance; a second one on this endpoint
 		// would take tokens for rows it does not have and drop them. With
 		// PostgreSQL every instance sees every row, so any may dispatch.
@@ -149,8 +174,12 @@ func (b *Bridge) connect(c *components, topo broker.Topology) error {
 		if err != nil {
 			return fmt.Errorf("open channel: %w", err)
 		}
-		defer ch.Close()
-		return topo.Declare(ch)
+		err = topo.Declare(ch)
+		_ = ch.Close()
+		if err != nil {
+			return err
+		}
+		return topo.DeclareDelayed(conn)
 	}
 	// Consumers whose connection died on a message the client cannot read
 	// move it to the error queue with this (docs/contract.md §4.5).
@@ -224,7 +253,12 @@ func (b *Bridge) serveHTTP(c *components) error {
 	// 404 and a JSON error saying the admin API is disabled.
 	replayer := &admin.Replayer{Conn: b.dialReplay, Release: func(c *amqp.Connection) { _ = c.Close() },
 		ErrorQueue: cfg.ErrorQueue, Store: c.store, Now: now,
-		TimeoutsQueue: wire.TimeoutsQueue(cfg.Endpoint), Rules: c.rules}
+		TimeoutsQueue: wire.TimeoutsQueue(cfg.Endpoint), Rules: c.rules,
+		// A copy the AMQP client cannot read is held aside, untouched,
+		// while the pass is made again (docs/contract.md §4.4).
+		Hold: func(ctx context.Context, queue string, limit int) (*broker.Held, error) {
+			return broker.HoldUnreadable(ctx, broker.HoldOptions{URLs: cfg.AMQPURLs(), TLS: b.deps.TLS, Name: "delaybridge replay " + b.owner}, queue, limit)
+		}}
 	adm := admin.New(admin.Options{Store: c.store, Token: cfg.AdminToken, Now: now, Wake: c.poller.Wake,
 		Replay: replayer.Replay, Logger: log.With().Str("component", "admin").Logger()})
 	statusPage := newStatusPage(cfg.Endpoint, c.store, c.stats, now, b.deps.Metrics, c.consumeConn, c.ingestConn, c.publishConn)
@@ -258,6 +292,11 @@ func (b *Bridge) readiness(c *components) error {
 	case c.publishConn.Blocked() != "":
 		// No forward, token or error copy gets out until the alarm lifts.
 		return fmt.Errorf("the broker blocks publishing: %s", c.publishConn.Blocked())
+	}
+	if refusing, since, cause := c.errorGate.Refusing(); refusing {
+		// Invalid messages wait on E.Timeouts, holding prefetch slots, and
+		// failed ones in the store, until it takes copies again.
+		return fmt.Errorf("the error queue %q refuses copies since %s: %s", b.cfg.ErrorQueue, since.UTC().Format(time.RFC3339), cause)
 	}
 	// The store must answer too (cheap: NextDue reads two keys).
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)

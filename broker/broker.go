@@ -52,6 +52,8 @@ type Topology struct {
 	Endpoint   string
 	ErrorQueue string
 	QueueType  string // classic or quorum
+	// DelayedExchanges are declared by DeclareDelayed.
+	DelayedExchanges []DelayedExchange
 }
 
 // TimeoutsQueue is where clients publish messages to delay.
@@ -62,11 +64,21 @@ func (t Topology) DispatcherQueue() string { return wire.DispatcherQueue(t.Endpo
 
 // Declare declares the three durable queues. It never deletes or purges.
 func (t Topology) Declare(ch *amqp.Channel) error {
-	args := amqp.Table{amqp.QueueTypeArg: t.QueueType}
 	for _, q := range []string{t.TimeoutsQueue(), t.DispatcherQueue(), t.ErrorQueue} {
-		if _, err := ch.QueueDeclare(q, true, false, false, false, args); err != nil {
-			return fmt.Errorf("declare queue %q: %w", q, err)
+		if err := t.declare(ch, q); err != nil {
+			return err
 		}
+	}
+	return nil
+}
+
+// DeclareErrorQueue declares the error queue alone, as Declare does: again
+// after it was deleted while the bridge runs.
+func (t Topology) DeclareErrorQueue(ch *amqp.Channel) error { return t.declare(ch, t.ErrorQueue) }
+
+func (t Topology) declare(ch *amqp.Channel, q string) error {
+	if _, err := ch.QueueDeclare(q, true, false, false, false, amqp.Table{amqp.QueueTypeArg: t.QueueType}); err != nil {
+		return fmt.Errorf("declare queue %q: %w", q, err)
 	}
 	return nil
 }

@@ -68,10 +68,17 @@ func NewConn(opts ConnOptions) *Conn {
 	return &Conn{opts: opts, up: make(chan struct{})}
 }
 
-// Connect makes the first connection. It fails with ErrNeverConnected.
+// Connect makes the first connection. It fails with ErrNeverConnected, or
+// with ErrTopologyConflict when a broker answered but refused the bridge's
+// exchanges as they exist in another form.
 func (c *Conn) Connect() error {
 	conn, err := c.dial()
 	if err != nil {
+		if errors.Is(err, ErrTopologyConflict) {
+			// Connected, but the broker has an exchange of the bridge's in
+			// another form: the error says what to change.
+			return err
+		}
 		return fmt.Errorf("%w: %v", ErrNeverConnected, err)
 	}
 	c.set(conn)
@@ -195,12 +202,12 @@ func (c *Conn) dial() (*amqp.Connection, error) {
 	c.mu.Lock()
 	first := c.current
 	c.mu.Unlock()
-	var errs []string
+	var errs dialErrors
 	for i := range c.opts.URLs {
 		idx := (first + i) % len(c.opts.URLs)
 		conn, err := c.dialOne(c.opts.URLs[idx])
 		if err != nil {
-			errs = append(errs, err.Error())
+			errs = append(errs, err)
 			continue
 		}
 		c.mu.Lock()
@@ -212,9 +219,23 @@ func (c *Conn) dial() (*amqp.Connection, error) {
 		}
 		return conn, nil
 	}
-	// One line for logs and the exit message; each entry names its broker.
-	return nil, errors.New(strings.Join(errs, "; "))
+	return nil, errs
 }
+
+// dialErrors are the failures of one round of dial, one per broker. They
+// print as one line for logs and the exit message (each names its broker)
+// and unwrap to each.
+type dialErrors []error
+
+func (e dialErrors) Error() string {
+	s := make([]string, len(e))
+	for i, err := range e {
+		s[i] = err.Error()
+	}
+	return strings.Join(s, "; ")
+}
+
+func (e dialErrors) Unwrap() []error { return e }
 
 func (c *Conn) dialOne(url string) (*amqp.Connection, error) {
 	conn, err := dial(url, c.opts.Name, c.opts.Config)

@@ -74,9 +74,10 @@ func Consume(ctx context.Context, conn Waiter, opts ConsumeOptions, handle func(
 		opts.MaxBackoff = 10 * time.Second
 	}
 	attempt := 0
+	var watch closeWatch
 	for {
 		began := time.Now()
-		consumed, unreadable, err := session(ctx, conn, opts, handle)
+		consumed, unreadable, err := session(ctx, conn, &watch, opts, handle)
 		// Only a session that lasted resets the backoff: one that consumed
 		// and died at once (a message the client chokes on that no sweep
 		// recognises) must not reconnect several times a second.
@@ -154,17 +155,33 @@ func unreadableFrame(e *amqp.Error) bool {
 	return e != nil && !e.Server && e.Code == amqp.FrameError && e.Reason == amqp.ErrSyntax.Error()
 }
 
+// closeWatch is the close listener of the connection sessions run on. The
+// library keeps a listener until its connection closes, so sessions on a
+// connection that stays up share one rather than each adding its own.
+type closeWatch struct {
+	conn   *amqp.Connection
+	closed chan *amqp.Error
+}
+
+// on returns c's listener, registering one when c is a new connection.
+func (w *closeWatch) on(c *amqp.Connection) <-chan *amqp.Error {
+	if w.conn != c {
+		w.conn, w.closed = c, c.NotifyClose(make(chan *amqp.Error, 1))
+	}
+	return w.closed
+}
+
 // session runs one session; consumed reports whether the consumer got in
 // place, unreadable whether the connection died on a frame the client could
 // not read.
-func session(ctx context.Context, conn Waiter, opts ConsumeOptions, handle func(context.Context, *Session) error) (consumed, unreadable bool, err error) {
+func session(ctx context.Context, conn Waiter, watch *closeWatch, opts ConsumeOptions, handle func(context.Context, *Session) error) (consumed, unreadable bool, err error) {
 	c, err := conn.Wait(ctx)
 	if err != nil {
 		return false, false, err
 	}
 	// The library tells the connection's listeners before it closes the
 	// channels, so the reason is here by the time handle returns.
-	connClosed := c.NotifyClose(make(chan *amqp.Error, 1))
+	connClosed := watch.on(c)
 	consumed, err = consumeOn(ctx, c, opts, handle)
 	select {
 	case e := <-connClosed:
@@ -212,3 +229,9 @@ func backoff(lo, hi time.Duration, attempt int) time.Duration {
 	d := min(lo<<min(attempt-1, 20), hi)
 	return d/2 + time.Duration(rand.Int64N(int64(d/2)+1))
 }
+
+// UnreadableClose reports whether a connection's close reason (from
+// NotifyClose) is amqp091-go refusing to read a frame the broker sent, in
+// practice a message over its header limits (readable.go): a reader of the
+// queue can then hold such messages aside with HoldUnreadable.
+func UnreadableClose(e *amqp.Error) bool { return unreadableFrame(e) }

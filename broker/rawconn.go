@@ -41,6 +41,7 @@ var (
 	mChanOpenOK   = [2]uint16{20, 11}
 	mChanClose    = [2]uint16{20, 40}
 	mChanCloseOK  = [2]uint16{20, 41}
+	mBasicQosOK   = [2]uint16{60, 11}
 	mBasicGetOK   = [2]uint16{60, 71}
 	mBasicGetNone = [2]uint16{60, 72}
 )
@@ -236,13 +237,18 @@ func (rc *rawConn) deadline() { _ = rc.nc.SetDeadline(time.Now().Add(rc.timeout)
 // send writes one method frame and flushes.
 func (rc *rawConn) send(channel, class, method uint16, args []byte) error {
 	rc.deadline()
-	payload := make([]byte, 0, 4+len(args))
-	payload = append(payload, byte(class>>8), byte(class), byte(method>>8), byte(method))
-	payload = append(payload, args...)
-	if err := writeRawFrame(rc.w, frameMethod, channel, payload); err != nil {
+	if err := rc.write(channel, class, method, args); err != nil {
 		return err
 	}
 	return rc.w.Flush()
+}
+
+// write buffers one method frame.
+func (rc *rawConn) write(channel, class, method uint16, args []byte) error {
+	payload := make([]byte, 0, 4+len(args))
+	payload = append(payload, byte(class>>8), byte(class), byte(method>>8), byte(method))
+	payload = append(payload, args...)
+	return writeRawFrame(rc.w, frameMethod, channel, payload)
 }
 
 // next reads the next frame that is not a heartbeat.
@@ -376,6 +382,32 @@ func (rc *rawConn) requeueUpTo(tag uint64) error {
 	e.u64(tag)
 	e.u8(0b11) // multiple, requeue
 	return rc.send(rawChannel, 60, 120, e.b)
+}
+
+// requeue returns the messages with these tags to the queue, each with a
+// nack of its own, so that the others taken on the channel stay held. When
+// it returns the broker has handled the nacks: a basic.qos round trip
+// follows them on the channel, so a basic.get sent afterwards on any
+// connection finds the messages back.
+func (rc *rawConn) requeue(tags []uint64) error {
+	rc.deadline()
+	for _, tag := range tags {
+		var e encoder
+		e.u64(tag)
+		e.u8(0b10) // requeue, not multiple
+		if err := rc.write(rawChannel, 60, 120, e.b); err != nil {
+			return err
+		}
+	}
+	var e encoder
+	e.u32(0) // prefetch size
+	e.u16(0) // prefetch count: basic.get is not limited by it anyway
+	e.u8(0)  // not global
+	if err := rc.send(rawChannel, 60, 10, e.b); err != nil {
+		return err
+	}
+	_, err := rc.expect(rawChannel, mBasicQosOK)
+	return err
 }
 
 // close closes the connection politely; what is unacknowledged goes back

@@ -64,53 +64,77 @@ func NewSweeper(opts SweepOptions) *Sweeper {
 // their places. It returns how many it moved. On an error, what it took and
 // did not move goes back to the queue.
 func (s *Sweeper) Sweep(ctx context.Context, urls []string, queue string) (moved int, err error) {
-	var rc *rawConn
-	var errs []error
-	for _, u := range urls {
-		if rc, err = dialRaw(ctx, u, s.opts.TLS, s.opts.Name, s.opts.Timeout); err == nil {
-			break
-		}
-		errs = append(errs, err)
-	}
-	if rc == nil {
-		return 0, fmt.Errorf("sweep %s: %w", queue, errors.Join(errs...))
+	rc, err := dialFirst(ctx, urls, s.opts.TLS, s.opts.Name, s.opts.Timeout)
+	if err != nil {
+		return 0, fmt.Errorf("sweep %s: %w", queue, err)
 	}
 	defer func() {
 		if cerr := rc.close(); err == nil && cerr != nil {
 			err = fmt.Errorf("sweep %s: close: %w", queue, cerr)
 		}
 	}()
-	var lastKept uint64 // highest tag taken and left unsettled
-	for range s.opts.Limit {
-		if err := ctx.Err(); err != nil {
-			return moved, fmt.Errorf("sweep %s: %w", queue, err)
-		}
-		var unreadable error
-		m, ok, err := rc.get(queue, func(props []byte) bool {
-			_, unreadable = decodeProperties(props)
-			return unreadable != nil
-		})
-		if err != nil {
-			return moved, fmt.Errorf("sweep %s: basic.get: %w", queue, err)
-		}
-		if !ok {
-			break
-		}
-		if unreadable == nil {
-			lastKept = m.tag
-			continue
-		}
+	kept, err := scan(ctx, rc, queue, s.opts.Limit, true, func(m rawMessage, unreadable error) error {
 		if err := s.move(ctx, rc, queue, m, unreadable); err != nil {
-			return moved, err
+			return err
 		}
 		moved++
+		return nil
+	})
+	if err != nil {
+		return moved, fmt.Errorf("sweep %s: %w", queue, err)
 	}
-	if lastKept > 0 {
-		if err := rc.requeueUpTo(lastKept); err != nil {
+	if len(kept) > 0 {
+		// Every message taken before the last readable one is settled or
+		// readable: one multiple nack puts them all back.
+		if err := rc.requeueUpTo(kept[len(kept)-1]); err != nil {
 			return moved, fmt.Errorf("sweep %s: requeue: %w", queue, err)
 		}
 	}
 	return moved, nil
+}
+
+// dialFirst connects to the first of urls that answers.
+func dialFirst(ctx context.Context, urls []string, tlsCfg *tls.Config, name string, timeout time.Duration) (*rawConn, error) {
+	var errs []error
+	for _, u := range urls {
+		rc, err := dialRaw(ctx, u, tlsCfg, name, timeout)
+		if err == nil {
+			return rc, nil
+		}
+		errs = append(errs, err)
+	}
+	return nil, errors.Join(errs...)
+}
+
+// scan takes up to limit messages from the head of queue on rc and calls
+// unreadable for each one amqp091-go could not read (ErrUnreadable), with
+// its body when withBody is set. It returns the tags of the readable ones,
+// left unsettled, in the order taken.
+func scan(ctx context.Context, rc *rawConn, queue string, limit int, withBody bool, unreadable func(rawMessage, error) error) (readable []uint64, err error) {
+	for range limit {
+		if err := ctx.Err(); err != nil {
+			return readable, err
+		}
+		var why error
+		m, ok, err := rc.get(queue, func(props []byte) bool {
+			_, why = decodeProperties(props)
+			return withBody && why != nil
+		})
+		if err != nil {
+			return readable, fmt.Errorf("basic.get: %w", err)
+		}
+		if !ok {
+			break
+		}
+		if why == nil {
+			readable = append(readable, m.tag)
+			continue
+		}
+		if err := unreadable(m, why); err != nil {
+			return readable, err
+		}
+	}
+	return readable, nil
 }
 
 // move copies one unreadable message to the error queue and acks it once the
@@ -140,13 +164,13 @@ func (s *Sweeper) move(ctx context.Context, rc *rawConn, queue string, m rawMess
 		err = s.opts.Publish(ctx, copyMsg)
 	}
 	if err != nil {
-		return fmt.Errorf("sweep %s: copy an unreadable message to the error queue: %w", queue, err)
+		return fmt.Errorf("copy an unreadable message to the error queue: %w", err)
 	}
 	if s.opts.Metrics != nil {
 		s.opts.Metrics.ErrorQueued(wire.StageIngest, 1)
 	}
 	if err := rc.ack(m.tag); err != nil {
-		return fmt.Errorf("sweep %s: ack a moved message: %w", queue, err)
+		return fmt.Errorf("ack a moved message: %w", err)
 	}
 	s.opts.Logger.Warn().Str("queue", queue).Str("message_id", p.MessageId).Str("reason", unreadable.Error()).
 		Str("error_queue", s.opts.ErrorQueue).Msg("unreadable message moved to the error queue")

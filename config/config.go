@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/url"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -59,6 +60,7 @@ type Config struct {
 	MaxDelay                         time.Duration `envconfig:"DELAYBRIDGE_MAX_DELAY" default:"0"`
 	MaxMessageBytes                  int           `envconfig:"DELAYBRIDGE_MAX_MESSAGE_BYTES" default:"16777216"`
 	AllowedDestinations              []string      `envconfig:"DELAYBRIDGE_ALLOWED_DESTINATIONS" default:"*"`
+	DelayedExchanges                 []string      `envconfig:"DELAYBRIDGE_DELAYED_EXCHANGES"`
 	AdminToken                       string        `envconfig:"DELAYBRIDGE_ADMIN_TOKEN"`
 	QueueType                        string        `envconfig:"DELAYBRIDGE_QUEUE_TYPE" default:"classic"`
 	LogLevel                         string        `envconfig:"DELAYBRIDGE_LOG_LEVEL" default:"info"`
@@ -212,6 +214,9 @@ func (c Config) Validate() error {
 			return bad("ALLOWED_DESTINATIONS", "has an empty pattern")
 		}
 	}
+	if _, err := c.delayedExchanges(); err != nil {
+		return bad("DELAYED_EXCHANGES", "%v", err)
+	}
 	switch c.QueueType {
 	case "classic", "quorum":
 	default:
@@ -226,4 +231,65 @@ func (c Config) Validate() error {
 		return bad("LOG_FORMAT", "%q is not one of json, console", c.LogFormat)
 	}
 	return nil
+}
+
+// DelayedExchangeList returns DELAYBRIDGE_DELAYED_EXCHANGES, which Validate
+// has checked.
+func (c Config) DelayedExchangeList() []broker.DelayedExchange {
+	xs, _ := c.delayedExchanges()
+	return xs
+}
+
+// delayedExchanges parses DELAYBRIDGE_DELAYED_EXCHANGES (name:type,...) and
+// refuses what the broker would refuse at declaration, and names that would
+// make two of the bridge's exchanges one, or read as one of its queues.
+func (c Config) delayedExchanges() ([]broker.DelayedExchange, error) {
+	var xs []broker.DelayedExchange
+	// Every exchange declared so far (names and routing exchanges), and the
+	// bridge's own queues: one name must not mean two things.
+	taken := map[string]string{}
+	for _, q := range []string{wire.TimeoutsQueue(c.Endpoint), wire.DispatcherQueue(c.Endpoint), c.ErrorQueue} {
+		taken[q] = "one of the bridge's own queues"
+	}
+	for i, raw := range c.DelayedExchanges {
+		entry := strings.TrimSpace(raw)
+		if entry == "" {
+			return nil, fmt.Errorf("entry %d is empty", i+1)
+		}
+		// Exchange names may hold ':'; types never do.
+		cut := strings.LastIndexByte(entry, ':')
+		if cut < 0 {
+			return nil, fmt.Errorf("entry %d %q must be name:type, type one of %s", i+1, entry, strings.Join(broker.DelayedExchangeTypes, ", "))
+		}
+		x := broker.DelayedExchange{Name: strings.TrimSpace(entry[:cut]), Type: strings.TrimSpace(entry[cut+1:])}
+		if !slices.Contains(broker.DelayedExchangeTypes, x.Type) {
+			hint := ""
+			if x.Type == "x-delayed-message" {
+				hint = " (give the plugin's x-delayed-type: the bridge replaces x-delayed-message)"
+			}
+			return nil, fmt.Errorf("entry %d %q: type %q is not one of %s%s", i+1, entry, x.Type, strings.Join(broker.DelayedExchangeTypes, ", "), hint)
+		}
+		if x.Name == "" {
+			return nil, fmt.Errorf("entry %d %q has no exchange name", i+1, entry)
+		}
+		if err := wire.ValidateExchange("the exchange name", x.Name); err != nil {
+			return nil, fmt.Errorf("entry %d %q: %w", i+1, entry, err)
+		}
+		if err := wire.ValidateExchange("its routing exchange's name "+x.Route(), x.Route()); err != nil {
+			return nil, fmt.Errorf("entry %d %q: %w", i+1, entry, err)
+		}
+		// The broker refuses to declare these names (access-refused).
+		if strings.HasPrefix(x.Name, "amq.") {
+			return nil, fmt.Errorf("entry %d %q: names starting with amq. are reserved by the broker", i+1, entry)
+		}
+		for _, name := range []string{x.Name, x.Route()} {
+			if what, ok := taken[name]; ok {
+				return nil, fmt.Errorf("entry %d %q: %q is %s; use another name", i+1, entry, name, what)
+			}
+		}
+		taken[x.Name] = "a delayed exchange named before"
+		taken[x.Route()] = fmt.Sprintf("the routing exchange of %q, named before", x.Name)
+		xs = append(xs, x)
+	}
+	return xs, nil
 }

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/delaybridge/delaybridge/broker"
 )
 
 func TestDefaultsMatchTheContract(t *testing.T) {
@@ -52,7 +54,7 @@ var allNames = []string{
 	"DELAYBRIDGE_MAXIMUM_RECOVERY_FAILURES_PER_SECOND", "DELAYBRIDGE_MAX_DELAY", "DELAYBRIDGE_MAX_MESSAGE_BYTES",
 	"DELAYBRIDGE_ALLOWED_DESTINATIONS", "DELAYBRIDGE_ADMIN_TOKEN", "DELAYBRIDGE_QUEUE_TYPE",
 	"DELAYBRIDGE_LOG_LEVEL", "DELAYBRIDGE_LOG_FORMAT", "DELAYBRIDGE_AMQP_FAILOVER_URLS",
-	"DELAYBRIDGE_POSTGRES_SCHEMA",
+	"DELAYBRIDGE_POSTGRES_SCHEMA", "DELAYBRIDGE_DELAYED_EXCHANGES",
 }
 
 func TestEveryContractVariableIsRead(t *testing.T) {
@@ -67,7 +69,7 @@ func TestEveryContractVariableIsRead(t *testing.T) {
 		"DELAYBRIDGE_MAXIMUM_RECOVERY_FAILURES_PER_SECOND": "4", "DELAYBRIDGE_MAX_DELAY": "48h",
 		"DELAYBRIDGE_MAX_MESSAGE_BYTES": "1024", "DELAYBRIDGE_ALLOWED_DESTINATIONS": "orders.*,billing",
 		"DELAYBRIDGE_ADMIN_TOKEN": "tok", "DELAYBRIDGE_QUEUE_TYPE": "quorum", "DELAYBRIDGE_LOG_LEVEL": "debug",
-		"DELAYBRIDGE_LOG_FORMAT": "console",
+		"DELAYBRIDGE_LOG_FORMAT": "console", "DELAYBRIDGE_DELAYED_EXCHANGES": "orders:topic",
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -79,7 +81,8 @@ func TestEveryContractVariableIsRead(t *testing.T) {
 		c.TimeToTriggerFetchCircuitBreaker != 2*time.Second || c.TimeToTriggerDispatchBreaker != 3*time.Second ||
 		c.MaxRecoveryFailuresPerSecond != 4 || c.MaxDelay != 48*time.Hour || c.MaxMessageBytes != 1024 ||
 		strings.Join(c.AllowedDestinations, "|") != "orders.*|billing" || c.AdminToken != "tok" ||
-		c.QueueType != "quorum" || c.LogLevel != "debug" || c.LogFormat != "console" {
+		c.QueueType != "quorum" || c.LogLevel != "debug" || c.LogFormat != "console" ||
+		strings.Join(c.DelayedExchanges, "|") != "orders:topic" {
 		t.Fatalf("not every variable was read: %+v", c)
 	}
 }
@@ -103,6 +106,7 @@ func TestBadValuesNameTheVariable(t *testing.T) {
 		"DELAYBRIDGE_TIME_TO_TRIGGER_FETCH_CIRCUIT_BREAKER": "0s",
 		"DELAYBRIDGE_MAXIMUM_RECOVERY_FAILURES_PER_SECOND":  "0",
 		"DELAYBRIDGE_AMQP_FAILOVER_URLS":                    "amqp://guest:secret@b:5672/,http://guest:secret@c/",
+		"DELAYBRIDGE_DELAYED_EXCHANGES":                     "orders:x-delayed-message",
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := loadClean(t, map[string]string{name: value})
@@ -225,5 +229,64 @@ func TestQueueNamesAreValidated(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), env) {
 			t.Errorf("%s=%q: err %v, want one naming %s", env, name, err, env)
 		}
+	}
+}
+
+func TestDelayedExchanges(t *testing.T) {
+	c, err := loadClean(t, map[string]string{"DELAYBRIDGE_DELAYED_EXCHANGES": "orders:topic, billing : direct,a:b:fanout,h:headers"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []broker.DelayedExchange{{Name: "orders", Type: "topic"}, {Name: "billing", Type: "direct"},
+		{Name: "a:b", Type: "fanout"}, {Name: "h", Type: "headers"}}
+	if diff := cmp.Diff(want, c.DelayedExchangeList()); diff != "" {
+		t.Fatalf("DelayedExchangeList (-want +got):\n%s", diff)
+	}
+	if c, err := loadClean(t, nil); err != nil || c.DelayedExchangeList() != nil {
+		t.Fatalf("unset: %v, %v; want none", c.DelayedExchangeList(), err)
+	}
+	if _, err := loadClean(t, map[string]string{"DELAYBRIDGE_DELAYED_EXCHANGES": strings.Repeat("x", 249) + ":topic"}); err != nil {
+		t.Fatalf("a name whose routing exchange is 255 bytes was refused: %v", err)
+	}
+
+	for value, want := range map[string]string{
+		"orders:topic,":                        "entry 2 is empty",
+		",orders:topic":                        "entry 1 is empty",
+		"orders":                               "must be name:type",
+		"orders:":                              `type "" is not one of direct, topic, fanout, headers`,
+		"orders:x-delayed-message":             "x-delayed-type",
+		"orders:Topic":                         "is not one of",
+		":topic":                               "has no exchange name",
+		"or\x01ders:topic":                     "control characters",
+		"or\xffders:topic":                     "UTF-8",
+		strings.Repeat("x", 250) + ":topic":    "routing exchange's name",
+		"amq.orders:topic":                     "reserved",
+		"orders:topic,orders:direct":           `"orders" is a delayed exchange named before`,
+		"orders:topic,orders.route:direct":     `"orders.route" is the routing exchange of "orders"`,
+		"orders.route:direct,orders:topic":     `"orders.route" is a delayed exchange named before`,
+		"delaybridge.Timeouts:topic":           "own queues",
+		"delaybridge.TimeoutsDispatcher:topic": "own queues",
+		"error:topic":                          "own queues",
+		"error.route:topic,x:topic":            "", // only the name and its .route count
+		"delaybridge:topic":                    "", // the endpoint is no queue
+	} {
+		_, err := loadClean(t, map[string]string{"DELAYBRIDGE_DELAYED_EXCHANGES": value})
+		if want == "" {
+			if err != nil {
+				t.Errorf("%.40q refused: %v", value, err)
+			}
+			continue
+		}
+		if err == nil {
+			t.Errorf("%.40q accepted", value)
+			continue
+		}
+		if msg := err.Error(); !strings.Contains(msg, "DELAYBRIDGE_DELAYED_EXCHANGES") || !strings.Contains(msg, want) || strings.Contains(msg, "\n") {
+			t.Errorf("%.40q: error %q must be one line naming DELAYBRIDGE_DELAYED_EXCHANGES and %q", value, msg, want)
+		}
+	}
+	_, err = loadClean(t, map[string]string{"DELAYBRIDGE_ERROR_QUEUE": "orders.route", "DELAYBRIDGE_DELAYED_EXCHANGES": "orders:topic"})
+	if err == nil || !strings.Contains(err.Error(), "own queues") {
+		t.Errorf("a routing exchange named as the error queue: got %v", err)
 	}
 }

@@ -110,6 +110,10 @@ type Options struct {
 	// WarnInterval is how often retried failures to one destination are
 	// summarised in one warning, after the first one; default 10s.
 	WarnInterval time.Duration
+	// ErrorGate paces error copies while the error queue refuses them (the
+	// bridge shares one with ingest). Nil: one of the dispatcher's own,
+	// which does not declare the queue again.
+	ErrorGate *broker.ErrorGate
 	// Breaker watches forwarding: store errors and confirms that time out
 	// arm it, a confirmed forward disarms it. A lost connection does not
 	// count: reconnecting handles that. Nil: never triggers.
@@ -171,6 +175,10 @@ func New(conn broker.Waiter, newPub NewPublisher, store Store, opts Options) *Di
 	}
 	if opts.WarnInterval <= 0 {
 		opts.WarnInterval = 10 * time.Second
+	}
+	if opts.ErrorGate == nil {
+		opts.ErrorGate = broker.NewErrorGate(broker.ErrorGateOptions{Queue: opts.ErrorQueue, WarnInterval: opts.WarnInterval,
+			Now: opts.Now, Logger: opts.Logger})
 	}
 	d := &Dispatcher{conn: conn, newPub: newPub, store: store, opts: opts, log: opts.Logger,
 		failures:   newFailureLog(opts.WarnInterval, opts.Logger),
@@ -666,7 +674,9 @@ func (d *Dispatcher) moveToErrorQueue(ctx context.Context, pub Publisher, it ite
 	copyMsg := broker.ErrorCopy(it.msg, facts)
 	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	res := pub.Publish(wctx, []broker.Outgoing{{RoutingKey: d.opts.ErrorQueue, Mandatory: true, Msg: copyMsg}})
+	// Through the gate: while the error queue refuses copies, only its
+	// probes are published, and it logs the refusals summed up.
+	res := d.opts.ErrorGate.Publish(wctx, pub, []broker.Outgoing{{RoutingKey: d.opts.ErrorQueue, Mandatory: true, Msg: copyMsg}})
 	if errors.Is(res[0], broker.ErrUnpublishable) {
 		// The copy has the message's own flaw (a header or property AMQP
 		// cannot carry): send the stored record as the body instead, as for
@@ -676,13 +686,17 @@ func (d *Dispatcher) moveToErrorQueue(ctx context.Context, pub Publisher, it ite
 		if len(it.row.ID) <= 255 {
 			raw.MessageId = it.row.ID
 		}
-		res = pub.Publish(wctx, []broker.Outgoing{{RoutingKey: d.opts.ErrorQueue, Mandatory: true, Msg: broker.ErrorCopy(raw, facts)}})
+		res = d.opts.ErrorGate.Publish(wctx, pub, []broker.Outgoing{{RoutingKey: d.opts.ErrorQueue, Mandatory: true, Msg: broker.ErrorCopy(raw, facts)}})
 	}
-	if res[0] != nil {
-		if !errors.Is(res[0], broker.ErrNotConfirmed) || errors.Is(res[0], context.DeadlineExceeded) {
-			d.recovery.failure(fmt.Errorf("move a message to the error queue: %w", res[0]))
+	if err := res[0]; err != nil {
+		refused := errors.Is(err, broker.ErrReturned) || errors.Is(err, broker.ErrNacked)
+		// A copy the gate held back was not an attempt: it does not count.
+		if !errors.Is(err, broker.ErrErrorQueueRefusing) && (!errors.Is(err, broker.ErrNotConfirmed) || errors.Is(err, context.DeadlineExceeded)) {
+			d.recovery.failure(fmt.Errorf("move a message to the error queue: %w", err))
 		}
-		d.log.Error().Err(res[0]).Str("id", it.tok.ID).Msg("could not move a failed message to the error queue; it is retried")
+		if !refused && !errors.Is(err, broker.ErrErrorQueueRefusing) {
+			d.log.Error().Err(err).Str("id", it.tok.ID).Msg("could not move a failed message to the error queue; it is retried")
+		}
 		d.release(ctx, it, d.opts.Now().Add(d.opts.RetryBackoff(it.row.Attempts)))
 		return
 	}

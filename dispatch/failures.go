@@ -9,6 +9,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/delaybridge/delaybridge/broker"
+	"github.com/delaybridge/delaybridge/internal/logsum"
 	"github.com/delaybridge/delaybridge/wire"
 )
 
@@ -154,77 +155,27 @@ func (r *refusal) reason(dest wire.Destination, now time.Time, interval time.Dur
 // first failure to a destination is logged at once, and later ones as one
 // line per destination per interval with their count, so a destination
 // that fails for thousands of messages does not write thousands of lines.
-type failureLog struct {
-	interval time.Duration
-	log      zerolog.Logger
-
-	mu    sync.Mutex
-	dests map[string]*failureSummary
-}
-
-type failureSummary struct {
-	since        time.Time
-	failures     int
-	lastID       string
-	lastReason   string
-	lastAttempts int
-	lastRetryAt  time.Time
-}
+type failureLog struct{ *logsum.Log }
 
 func newFailureLog(interval time.Duration, log zerolog.Logger) *failureLog {
-	return &failureLog{interval: interval, log: log, dests: map[string]*failureSummary{}}
+	return &failureLog{logsum.New(logsum.Options{
+		Interval: interval, KeyField: "destination", CountField: "failures",
+		First:   "dispatch failed; will retry (further failures to this destination are summarised once per interval)",
+		Summary: "dispatch failures to this destination; each will be retried",
+		MaxKeys: maxRefusals, OtherKey: otherDestinations,
+	}, log)}
 }
 
 // note records one retried failure.
 func (l *failureLog) note(dest, id, reason string, attempts int, retryAt, now time.Time) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	s := l.dests[dest]
-	if s == nil && len(l.dests) >= maxRefusals {
-		// Past that many failing destinations at once, the rest share one
-		// summary: the log stays bounded whatever the number of queues.
-		dest = otherDestinations
-		s = l.dests[dest]
-	}
-	if s != nil && now.Sub(s.since) >= l.interval {
-		l.flushOne(dest, s, now)
-		s = l.dests[dest]
-	}
-	if s == nil {
-		l.dests[dest] = &failureSummary{since: now}
-		l.log.Warn().Str("destination", dest).Str("id", id).Str("reason", reason).Int("attempts", attempts).
-			Time("retry_at", retryAt).Dur("summary_interval", l.interval).
-			Msg("dispatch failed; will retry (further failures to this destination are summarised once per interval)")
-		return
-	}
-	s.failures++
-	s.lastID, s.lastReason, s.lastAttempts, s.lastRetryAt = id, reason, attempts, retryAt
+	l.Note(dest, 1, now, func(e *zerolog.Event, p string) *zerolog.Event {
+		return e.Str(p+"id", id).Str(p+"reason", reason).Int(p+"attempts", attempts).Time(p+"retry_at", retryAt)
+	})
 }
 
 // flush writes the summaries whose interval is over, or all with all set
 // (when the dispatcher stops: no count is left unlogged).
-func (l *failureLog) flush(now time.Time, all bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for dest, s := range l.dests {
-		if all || now.Sub(s.since) >= l.interval {
-			l.flushOne(dest, s, now)
-		}
-	}
-}
-
-// flushOne logs dest's summary and starts its next interval; a destination
-// quiet for a whole interval is forgotten, so its next failure logs at once.
-func (l *failureLog) flushOne(dest string, s *failureSummary, now time.Time) {
-	if s.failures == 0 {
-		delete(l.dests, dest)
-		return
-	}
-	l.log.Warn().Str("destination", dest).Int("failures", s.failures).Dur("over", now.Sub(s.since)).
-		Str("last_id", s.lastID).Str("last_reason", s.lastReason).Int("last_attempts", s.lastAttempts).
-		Time("last_retry_at", s.lastRetryAt).Msg("dispatch failures to this destination; each will be retried")
-	s.since, s.failures = now, 0
-}
+func (l *failureLog) flush(now time.Time, all bool) { l.Flush(now, all) }
 
 // recoveryBreaker is DELAYBRIDGE_MAXIMUM_RECOVERY_FAILURES_PER_SECOND, as
 // NServiceBus's delayed-delivery failure-handling breaker: failure handling

@@ -620,6 +620,22 @@ func FuzzParseHeaderValues(f *testing.F) {
 				ms = v
 			case int:
 				ms = int64(v)
+			case float32, float64:
+				// Truncated toward zero, as the plugin does; NaN and what
+				// no Duration holds are refused.
+				f, _ := v.(float64)
+				if f32, ok := v.(float32); ok {
+					f = float64(f32)
+				}
+				switch {
+				case math.IsNaN(f) || f > float64(fzMaxDelayMs):
+					isInt = false
+					want(wire.HeaderDelay, err, false)
+				case f <= 0:
+					ms = 0
+				default:
+					ms = int64(math.Trunc(f))
+				}
 			case string, []byte:
 				isInt = false
 				if fzDecimal.MatchString(strings.TrimSpace(str)) {

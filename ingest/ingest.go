@@ -71,8 +71,10 @@ type Options struct {
 	// Wake is told the earliest due time of every committed batch, so the
 	// poller can wake early. Optional.
 	Wake func(due time.Time)
-	// RetryDelay is the pause after the error queue refused copies.
-	RetryDelay time.Duration
+	// ErrorGate paces error copies while the error queue refuses them (the
+	// bridge shares one with dispatch). Nil: one of ingest's own, which
+	// does not declare the queue again.
+	ErrorGate *broker.ErrorGate
 	// StoreBreaker watches commits; while it is armed ingest backs off, and
 	// when it triggers the bridge stops. Nil: a breaker that never triggers.
 	StoreBreaker *circuit.Breaker
@@ -100,8 +102,8 @@ func New(conn broker.Waiter, newPub NewPublisher, store Store, opts Options) *In
 	if opts.MaxBatch < 1 {
 		opts.MaxBatch = 1
 	}
-	if opts.RetryDelay <= 0 {
-		opts.RetryDelay = time.Second
+	if opts.ErrorGate == nil {
+		opts.ErrorGate = broker.NewErrorGate(broker.ErrorGateOptions{Queue: opts.ErrorQueue, Now: opts.Now, Logger: opts.Logger})
 	}
 	if opts.Linger <= 0 {
 		opts.Linger = 2 * time.Millisecond
@@ -147,6 +149,14 @@ func (in *Ingester) session(ctx context.Context, src Source, s *broker.Session) 
 	batch := make([]entry, 0, in.opts.MaxBatch)
 	linger := time.NewTimer(time.Hour)
 	linger.Stop()
+	// Invalid deliveries whose error copies the error queue refused are
+	// held, unacknowledged, and tried again when the gate allows: requeued,
+	// they would come straight back first. Each holds a prefetch slot; the
+	// others carry on meanwhile. They go back to the queue with the channel.
+	var held []entry
+	defer func() { _ = requeueHeld(held) }()
+	retry := time.NewTimer(time.Hour)
+	retry.Stop()
 	for {
 		batch = batch[:0]
 		// Stopping wins over a ready delivery: select picks at random, and
@@ -163,6 +173,13 @@ func (in *Ingester) session(ctx context.Context, src Source, s *broker.Session) 
 			return nil
 		case e := <-s.Closed:
 			return fmt.Errorf("%s: channel closed: %v", src.Name, e)
+		case <-retry.C:
+			var err error
+			if held, err = in.retryHeld(ctx, src, pub, held); err != nil {
+				return err
+			}
+			in.armRetry(retry, held)
+			continue
 		case d, ok := <-s.Deliveries:
 			if !ok {
 				return fmt.Errorf("%s: consumer cancelled by the broker", src.Name)
@@ -196,12 +213,72 @@ func (in *Ingester) session(ctx context.Context, src Source, s *broker.Session) 
 		if ctx.Err() != nil {
 			// Not taken in: back to the queue.
 			s.Cancel()
-			return settle(batch)
+			return settle(batch, len(held) > 0)
 		}
-		if err := in.handle(ctx, src, pub, batch); err != nil {
+		var err error
+		if held, err = in.handle(ctx, src, pub, batch, held); err != nil {
+			return err
+		}
+		in.armRetry(retry, held)
+	}
+}
+
+// heldCheck is how often held deliveries look whether the error gate
+// publishes again: dispatch's copies may find the queue taking copies
+// before the gate's own next try.
+const heldCheck = time.Second
+
+// armRetry sets the timer for the next try of the held deliveries: when the
+// error gate publishes again (at once if it does already), or the next check.
+func (in *Ingester) armRetry(retry *time.Timer, held []entry) {
+	retry.Stop()
+	if len(held) > 0 {
+		retry.Reset(min(in.opts.ErrorGate.RetryIn(in.opts.Now()), heldCheck))
+	}
+}
+
+// retryHeld tries the held deliveries' error copies again, if the error gate
+// publishes now, and acks each one the broker confirmed; it returns those
+// still held.
+func (in *Ingester) retryHeld(ctx context.Context, src Source, pub Publisher, held []entry) ([]entry, error) {
+	if in.opts.ErrorGate.RetryIn(in.opts.Now()) > 0 {
+		return held, nil
+	}
+	for i := range held {
+		held[i].outcome = requeue
+	}
+	connErr := in.reject(ctx, src, pub, held)
+	// Earlier deliveries of the channel may be held too: no multiple ack.
+	still, err := keepHeld(held, nil, true)
+	if err != nil {
+		return still, err
+	}
+	return still, connErr
+}
+
+// keepHeld settles batch, except its deliveries to hold, which it appends to
+// held and returns.
+func keepHeld(batch, held []entry, heldBefore bool) ([]entry, error) {
+	if err := settle(batch, heldBefore); err != nil {
+		return held, err
+	}
+	for i := range batch {
+		if batch[i].outcome == hold {
+			held = append(held, batch[i])
+		}
+	}
+	return held, nil
+}
+
+// requeueHeld puts the held deliveries back (what the channel's close would
+// do anyway; an error means the channel is gone, and did).
+func requeueHeld(held []entry) error {
+	for i := range held {
+		if err := held[i].d.Nack(false, true); err != nil {
 			return err
 		}
 	}
+	return nil
 }
 
 // outcome is what becomes of one delivery. Every delivery starts as requeue:
@@ -211,6 +288,9 @@ type outcome uint8
 const (
 	requeue outcome = iota
 	ack
+	// hold leaves the delivery unsettled: an invalid one whose error copy
+	// the error queue refused, tried again later.
+	hold
 )
 
 // entry is one delivery on its way through a batch.
@@ -261,41 +341,42 @@ func (in *Ingester) accept(it *Intake, bodyLen int, now time.Time) (storage.Time
 }
 
 // handle decides the outcome of every delivery of a batch, then settles each
-// exactly once. Rejections go to the error queue first: they do not depend on
+// exactly once, except the invalid ones whose error copies were refused: it
+// adds those to held, the session's deliveries held for another try, and
+// returns it. Rejections go to the error queue first: they do not depend on
 // the store. Then the messages to schedule are stored in one commit, and a
 // cancel (last in its batch) is applied after them.
-func (in *Ingester) handle(ctx context.Context, src Source, pub Publisher, batch []entry) error {
-	moved, connErr := in.reject(ctx, src, pub, batch)
+func (in *Ingester) handle(ctx context.Context, src Source, pub Publisher, batch, held []entry) ([]entry, error) {
+	connErr := in.reject(ctx, src, pub, batch)
 	var pause time.Duration
-	if !moved {
-		// The error queue is not taking copies; do not spin on redeliveries.
-		pause = in.opts.RetryDelay
-	}
 	if committed, p := in.commit(ctx, batch); !committed {
-		pause = max(pause, p)
+		pause = p
 	} else if p := in.cancel(ctx, batch); p > 0 {
-		pause = max(pause, p)
+		pause = p
 	}
-	if err := settle(batch); err != nil {
-		return err
+	held, err := keepHeld(batch, held, len(held) > 0)
+	if err != nil {
+		return held, err
 	}
 	if connErr != nil {
-		return connErr // the publish connection failed: resume on a new one
+		return held, connErr // the publish connection failed: resume on a new one
 	}
 	if pause > 0 {
 		broker.Sleep(ctx, pause)
 	}
-	return nil
+	return held, nil
 }
 
 // settle carries out the outcome of every delivery of a batch, each exactly
-// once. When all are acks one multiple ack settles them: every delivery
-// before the batch on this channel is settled already.
-func settle(batch []entry) error {
+// once, and leaves the ones to hold unsettled. When all are acks and no
+// delivery is held (heldBefore: none from earlier batches either), one
+// multiple ack settles them: every delivery before the batch on this
+// channel is settled already.
+func settle(batch []entry, heldBefore bool) error {
 	if len(batch) == 0 {
 		return nil
 	}
-	all := true
+	all := !heldBefore
 	for i := range batch {
 		all = all && batch[i].outcome == ack
 	}
@@ -307,9 +388,12 @@ func settle(batch []entry) error {
 	}
 	for i := range batch {
 		var err error
-		if batch[i].outcome == ack {
+		switch batch[i].outcome {
+		case ack:
 			err = batch[i].d.Ack(false)
-		} else {
+		case hold:
+			continue
+		default:
 			err = batch[i].d.Nack(false, true)
 		}
 		if err != nil {
@@ -401,11 +485,12 @@ func (in *Ingester) cancel(ctx context.Context, batch []entry) time.Duration {
 	return pause
 }
 
-// reject copies the batch's invalid deliveries to the error queue and marks
-// acked each one whose copy the broker confirmed; the others stay requeued.
-// It reports whether all moved, and an error when the publish connection
-// failed.
-func (in *Ingester) reject(ctx context.Context, src Source, pub Publisher, batch []entry) (bool, error) {
+// reject copies the batch's invalid deliveries to the error queue, through
+// the error gate, and marks acked each one whose copy the broker confirmed,
+// and held each one the error queue refused (the gate logs those, summed
+// up); the others stay requeued. It returns an error when the publish
+// connection failed.
+func (in *Ingester) reject(ctx context.Context, src Source, pub Publisher, batch []entry) error {
 	var out []broker.Outgoing
 	var idx []int
 	now := in.opts.Now()
@@ -424,21 +509,26 @@ func (in *Ingester) reject(ctx context.Context, src Source, pub Publisher, batch
 		idx = append(idx, i)
 	}
 	if len(out) == 0 {
-		return true, nil
+		return nil
 	}
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	results := pub.Publish(wctx, out)
+	results := in.opts.ErrorGate.Publish(wctx, pub, out)
 	in.retryUnpublishable(wctx, src, pub, batch, idx, results)
 	var connErr error
 	moved := 0
 	for j, i := range idx {
 		e := &batch[i]
-		if results[j] != nil {
-			if errors.Is(results[j], broker.ErrNotConfirmed) {
-				connErr = results[j]
+		switch err := results[j]; {
+		case err == nil:
+		case errors.Is(err, broker.ErrErrorQueueRefusing), errors.Is(err, broker.ErrReturned), errors.Is(err, broker.ErrNacked):
+			e.outcome = hold
+			continue
+		default:
+			if errors.Is(err, broker.ErrNotConfirmed) {
+				connErr = err
 			}
-			in.log.Error().Err(results[j]).Str("reason", e.intake.Reason).Msg("could not move invalid message to the error queue; requeued")
+			in.log.Error().Err(err).Str("reason", e.intake.Reason).Msg("could not move invalid message to the error queue; requeued")
 			continue
 		}
 		in.log.Warn().Str("message_id", e.d.MessageId).Str("reason", e.intake.Reason).
@@ -447,7 +537,7 @@ func (in *Ingester) reject(ctx context.Context, src Source, pub Publisher, batch
 		moved++
 	}
 	in.opts.Metrics.ErrorQueued(wire.StageIngest, moved)
-	return moved == len(idx), connErr
+	return connErr
 }
 
 // retryUnpublishable sends again, in another form, the error copies AMQP
@@ -481,7 +571,7 @@ func (in *Ingester) retryUnpublishable(ctx context.Context, src Source, pub Publ
 	if len(again) == 0 {
 		return
 	}
-	for k, err := range pub.Publish(ctx, again) {
+	for k, err := range in.opts.ErrorGate.Publish(ctx, pub, again) {
 		results[at[k]] = err
 	}
 }

@@ -87,7 +87,7 @@ var now0 = time.Date(2026, 11, 21, 20, 0, 0, 0, time.UTC)
 func newIngester(store Store, _ Publisher, woke *[]time.Time) *Ingester {
 	all, _ := CompileGlobs([]string{"*"})
 	return New(nil, nil, store, Options{
-		Sources: []Source{testSource}, ErrorQueue: "error", MaxBatch: 100, RetryDelay: time.Millisecond,
+		Sources: []Source{testSource}, ErrorQueue: "error", MaxBatch: 100,
 		Rules: Rules{MaxMessageBytes: 1 << 20, Allowed: all, Reserved: []string{"e.Timeouts", "e.TimeoutsDispatcher"}},
 		Wake:  func(t time.Time) { *woke = append(*woke, t) },
 		Now:   func() time.Time { return now0 }, Logger: zerolog.Nop(),
@@ -106,13 +106,24 @@ func deliveries(a *amqptest.Acker, hs ...amqp.Table) []amqp.Delivery {
 
 var testSource = TimeoutsSource("e.Timeouts")
 
-// take runs ds through ingest as one batch of testSource.
+// take runs ds through ingest as one batch of testSource; the deliveries it
+// holds go back to the queue afterwards, as when the session ends.
 func (in *Ingester) take(pub Publisher, ds []amqp.Delivery) error {
+	held, err := in.takeHolding(pub, ds, nil)
+	if rerr := requeueHeld(held); err == nil {
+		err = rerr
+	}
+	return err
+}
+
+// takeHolding runs ds through ingest as one batch of testSource, in a
+// session that holds held already; it returns what the session holds then.
+func (in *Ingester) takeHolding(pub Publisher, ds []amqp.Delivery, held []entry) ([]entry, error) {
 	batch := make([]entry, len(ds))
 	for i, d := range ds {
 		batch[i] = in.classify(testSource, d)
 	}
-	return in.handle(context.Background(), testSource, pub, batch)
+	return in.handle(context.Background(), testSource, pub, batch, held)
 }
 
 func TestValidBatchIsStoredThenAckedOnce(t *testing.T) {
@@ -225,6 +236,60 @@ func TestInvalidIsRequeuedWhenTheErrorQueueDoesNotConfirm(t *testing.T) {
 	}
 	if (s.Outcome(1) == amqptest.Acked) || !(s.Outcome(1) == amqptest.Requeued) {
 		t.Fatal("an invalid message must stay on E.Timeouts until its error copy is confirmed")
+	}
+}
+
+// An invalid message whose error copy the error queue refused is held, not
+// requeued (it would come straight back first, ahead of everything else);
+// valid messages go on meanwhile, never acked over a held one; the held ones
+// are tried again when the gate allows, one probe first, and acked once
+// their copies are confirmed.
+func TestRefusedInvalidMessagesAreHeldAndTriedAgain(t *testing.T) {
+	clock := now0
+	store, pub, s := &fakeStore{}, &fakePublisher{fail: broker.ErrNacked}, amqptest.New(t)
+	var woke []time.Time
+	in := newIngester(store, pub, &woke)
+	in.opts.Now = func() time.Time { return clock }
+	in.opts.ErrorGate = broker.NewErrorGate(broker.ErrorGateOptions{Queue: "error", MinBackoff: time.Second, MaxBackoff: time.Second,
+		Now: in.opts.Now, Logger: zerolog.Nop()})
+	valid := amqp.Table{wire.HeaderDestination: "a", wire.HeaderDelay: int32(1)}
+	ds := deliveries(s, amqp.Table{}, valid, amqp.Table{}, amqp.Table{}, valid)
+	outcomes := func() []amqptest.Outcome {
+		var out []amqptest.Outcome
+		for tag := uint64(1); tag <= 5; tag++ {
+			out = append(out, s.Outcome(tag))
+		}
+		return out
+	}
+	held, err := in.takeHolding(pub, ds[:2], nil)
+	if err != nil || len(held) != 1 || len(pub.sent) != 1 || s.Outcome(1) != amqptest.Unsettled || s.Outcome(2) != amqptest.Acked {
+		t.Fatalf("first batch: %d held, %d sent, %v, %v", len(held), len(pub.sent), outcomes(), err)
+	}
+	// While the queue refuses, new invalid messages are held without a
+	// publish, and the valid one is stored and acked alone.
+	held, err = in.takeHolding(pub, ds[2:], held)
+	if err != nil || len(held) != 3 || len(pub.sent) != 1 || s.Outcome(5) != amqptest.Acked || len(store.rows) != 2 {
+		t.Fatalf("second batch: %d held, %d sent, %v, %d stored, %v", len(held), len(pub.sent), outcomes(), len(store.rows), err)
+	}
+	if m := s.Multiple(); len(m) != 0 {
+		t.Fatalf("multiple acks %v over held deliveries", m)
+	}
+	if held, err = in.retryHeld(context.Background(), testSource, pub, held); err != nil || len(held) != 3 || len(pub.sent) != 1 {
+		t.Fatalf("a try before the backoff: %d held, %d sent, %v", len(held), len(pub.sent), err)
+	}
+	clock = clock.Add(time.Second)
+	if held, err = in.retryHeld(context.Background(), testSource, pub, held); err != nil || len(held) != 3 || len(pub.sent) != 2 {
+		t.Fatalf("a refused probe: %d held, %d sent, %v", len(held), len(pub.sent), err)
+	}
+	pub.fail = nil
+	clock = clock.Add(time.Second)
+	if held, err = in.retryHeld(context.Background(), testSource, pub, held); err != nil || len(held) != 0 || len(pub.sent) != 5 {
+		t.Fatalf("once the queue takes copies: %d held, %d sent, %v", len(held), len(pub.sent), err)
+	}
+	for tag, o := range outcomes() {
+		if o != amqptest.Acked {
+			t.Errorf("tag %d %s", tag+1, o)
+		}
 	}
 }
 

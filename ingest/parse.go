@@ -199,11 +199,16 @@ func parseNSBExpire(v any) (time.Time, error) {
 	return inRange(wire.HeaderNSBExpire, t.Add(time.Duration(ns)).UTC())
 }
 
-// parseDelay accepts every AMQP integer type and decimal strings, as the
-// delayed-message-exchange plugin's clients send them.
+// parseDelay reads x-delay as the delayed-message-exchange plugin does:
+// every AMQP integer type, a decimal string, or a floating-point number
+// truncated toward zero. Zero or negative means now.
 func parseDelay(v any) (int64, error) {
 	var ms int64
 	switch v := v.(type) {
+	case float32:
+		return floatDelay(float64(v))
+	case float64:
+		return floatDelay(v)
 	case int8:
 		ms = int64(v)
 	case uint8:
@@ -233,8 +238,24 @@ func parseDelay(v any) (int64, error) {
 		}
 		ms = n
 	default:
-		return 0, fmt.Errorf("header %s must be an integer number of milliseconds, got %s", wire.HeaderDelay, typeName(v))
+		return 0, fmt.Errorf("header %s must be a number of milliseconds (an integer, a decimal string or a floating-point number), got %s", wire.HeaderDelay, typeName(v))
 	}
+	return delayInRange(ms)
+}
+
+func floatDelay(f float64) (int64, error) {
+	switch {
+	case math.IsNaN(f):
+		return 0, fmt.Errorf("header %s is NaN, not a number of milliseconds", wire.HeaderDelay)
+	case f <= 0: // -Inf too
+		return 0, nil
+	case f > float64(maxDelay): // +Inf too; checked before the conversion, which would overflow
+		return 0, fmt.Errorf("header %s %g ms is longer than the %d ms the bridge can represent", wire.HeaderDelay, f, maxDelay)
+	}
+	return delayInRange(int64(f)) // truncates toward zero
+}
+
+func delayInRange(ms int64) (int64, error) {
 	if ms > maxDelay {
 		return 0, fmt.Errorf("header %s %d ms is longer than the %d ms the bridge can represent", wire.HeaderDelay, ms, maxDelay)
 	}
@@ -279,6 +300,8 @@ func typeName(v any) string {
 		return "an array"
 	case amqp.Decimal:
 		return "a decimal"
+	case time.Time:
+		return "a timestamp"
 	}
 	return fmt.Sprintf("%T", v)
 }

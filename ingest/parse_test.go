@@ -1,6 +1,7 @@
 package ingest
 
 import (
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -50,6 +51,12 @@ func TestDueTimeForms(t *testing.T) {
 		{"x-delay zero", amqp.Table{wire.HeaderDelay: int32(0)}, received},
 		{"x-delay negative", amqp.Table{wire.HeaderDelay: int32(-5000)}, received},
 		{"x-delay negative string", amqp.Table{wire.HeaderDelay: "-5"}, received},
+		{"x-delay float64 truncated", amqp.Table{wire.HeaderDelay: 1500.9}, received.Add(1500 * time.Millisecond)},
+		{"x-delay float32 truncated", amqp.Table{wire.HeaderDelay: float32(250.5)}, received.Add(250 * time.Millisecond)},
+		{"x-delay float below one", amqp.Table{wire.HeaderDelay: 0.9}, received},
+		{"x-delay float negative", amqp.Table{wire.HeaderDelay: -0.9}, received},
+		{"x-delay float -Inf", amqp.Table{wire.HeaderDelay: math.Inf(-1)}, received},
+		{"x-delay float 400 days", amqp.Table{wire.HeaderDelay: float64(400 * 86400000)}, received.Add(400 * 24 * time.Hour)},
 		{"past due", amqp.Table{wire.HeaderDueAt: "2000-01-01T00:00:00Z"}, at("2000-01-01T00:00:00Z")},
 		{"far future", amqp.Table{wire.HeaderDueAt: "2262-04-11T23:47:16Z"}, at("2262-04-11T23:47:16Z")},
 		{"x-due-at wins over others", amqp.Table{wire.HeaderDueAt: "2026-11-21T20:00:00Z", wire.HeaderNSBExpire: "2030-01-01 00:00:00:000000 Z", wire.HeaderDelay: int32(1)}, at("2026-11-21T20:00:00Z")},
@@ -88,8 +95,13 @@ func TestParseRejectsWithAClearReason(t *testing.T) {
 		{"x-due-at number", delivery(amqp.Table{wire.HeaderDestination: "q", wire.HeaderDueAt: int64(5)}), "RFC 3339 string"},
 		{"bad nsb expire", delivery(amqp.Table{wire.HeaderDestination: "q", wire.HeaderNSBExpire: "2026-11-21T20:00:00Z"}), "NServiceBus wire format"},
 		{"nsb expire bad date", delivery(amqp.Table{wire.HeaderDestination: "q", wire.HeaderNSBExpire: "2026-13-41 20:00:00:000000 Z"}), "month out of range"},
-		{"x-delay float", delivery(amqp.Table{wire.HeaderDestination: "q", wire.HeaderDelay: 1.5}), "floating-point"},
+		{"x-delay NaN", delivery(amqp.Table{wire.HeaderDestination: "q", wire.HeaderDelay: math.NaN()}), "NaN"},
+		{"x-delay float +Inf", delivery(amqp.Table{wire.HeaderDestination: "q", wire.HeaderDelay: math.Inf(1)}), "longer than"},
+		{"x-delay float overflow", delivery(amqp.Table{wire.HeaderDestination: "q", wire.HeaderDelay: 1e19}), "longer than"},
 		{"x-delay bool", delivery(amqp.Table{wire.HeaderDestination: "q", wire.HeaderDelay: true}), "boolean"},
+		{"x-delay decimal", delivery(amqp.Table{wire.HeaderDestination: "q", wire.HeaderDelay: amqp.Decimal{Scale: 1, Value: 15}}), "a decimal"},
+		{"x-delay timestamp", delivery(amqp.Table{wire.HeaderDestination: "q", wire.HeaderDelay: received}), "a timestamp"},
+		{"x-delay table", delivery(amqp.Table{wire.HeaderDestination: "q", wire.HeaderDelay: amqp.Table{}}), "a table"},
 		{"x-delay words", delivery(amqp.Table{wire.HeaderDestination: "q", wire.HeaderDelay: "ten"}), "whole number"},
 		{"x-delay decimal point", delivery(amqp.Table{wire.HeaderDestination: "q", wire.HeaderDelay: "1.5"}), "whole number"},
 		{"x-delay overflow", delivery(amqp.Table{wire.HeaderDestination: "q", wire.HeaderDelay: int64(1) << 62}), "longer than"},

@@ -2,6 +2,7 @@ package ingest
 
 import (
 	"fmt"
+	"maps"
 	"regexp"
 	"strings"
 	"time"
@@ -47,6 +48,8 @@ func (r Rules) Check(p Parsed, bodyLen int, receivedAt time.Time) error {
 type Globs struct {
 	patterns []string
 	re       *regexp.Regexp
+	// exchanges are allowed whatever the patterns (WithExchanges).
+	exchanges map[string]bool
 }
 
 // CompileGlobs compiles patterns; surrounding spaces are ignored.
@@ -80,11 +83,29 @@ func CompileGlobs(patterns []string) (*Globs, error) {
 	return &Globs{patterns: patterns, re: re}, nil
 }
 
+// WithExchanges returns g allowing the exchanges named too, with any
+// routing key, each exactly (* and ? are literal there): exchanges the
+// operator named elsewhere in the configuration, such as the routing
+// exchanges of DELAYBRIDGE_DELAYED_EXCHANGES.
+func (g *Globs) WithExchanges(names ...string) *Globs {
+	c := *g
+	c.exchanges = maps.Clone(g.exchanges)
+	if c.exchanges == nil {
+		c.exchanges = make(map[string]bool, len(names))
+	}
+	for _, n := range names {
+		c.exchanges[n] = true
+	}
+	return &c
+}
+
 // Match reports whether name matches any pattern.
 func (g *Globs) Match(name string) bool { return g.re.MatchString(name) }
 
 // Allows reports whether d matches any pattern: a queue by its name, an
 // exchange destination as exchange:NAME (wire.Destination.AllowName).
-func (g *Globs) Allows(d wire.Destination) bool { return g.Match(d.AllowName()) }
+func (g *Globs) Allows(d wire.Destination) bool {
+	return !d.IsQueue() && g.exchanges[d.Exchange] || g.Match(d.AllowName())
+}
 
 func (g *Globs) String() string { return strings.Join(g.patterns, ",") }

@@ -108,9 +108,58 @@ func (it *Intake) Dest() wire.Destination {
 // Reject is the Intake of an invalid delivery.
 func Reject(err error) Intake { return Intake{Op: OpReject, Reason: err.Error()} }
 
-// TimeoutsSource is E.Timeouts with the bridge's own headers (docs/contract.md §2).
-func TimeoutsSource(queue string) Source {
-	return Source{Name: "ingest", Queue: queue, Parser: ParserFunc(ParseHeaders)}
+// TimeoutsSource is E.Timeouts (docs/contract.md §2): messages with the
+// bridge's own headers, and those published to the delayed exchanges bound
+// to it (§2.7), told apart by the exchange a delivery was published to.
+func TimeoutsSource(queue string, delayed ...broker.DelayedExchange) Source {
+	if len(delayed) == 0 {
+		return Source{Name: "ingest", Queue: queue, Parser: ParserFunc(ParseHeaders)}
+	}
+	routes := make(map[string]string, len(delayed))
+	for _, x := range delayed {
+		routes[x.Name] = x.Route()
+	}
+	return Source{Name: "ingest", Queue: queue, Parser: ParserFunc(func(d *amqp.Delivery, receivedAt time.Time) Intake {
+		// The default exchange ("") is never a delayed one (config).
+		if route, ok := routes[d.Exchange]; ok {
+			return parseDelayed(d, receivedAt, route)
+		}
+		return ParseHeaders(d, receivedAt)
+	})}
+}
+
+// parseDelayed reads a delivery published to a delayed exchange as the
+// delayed-message-exchange plugin would, whatever the bridge's own headers
+// say: it goes to route with its routing key, x-delay milliseconds after
+// receivedAt (zero, negative or void: now). Unlike the plugin, an x-delay it
+// cannot read is refused rather than routed at once, and a delay too long
+// for the plugin's timer is honoured.
+func parseDelayed(d *amqp.Delivery, receivedAt time.Time, route string) Intake {
+	var ms int64
+	if v := d.Headers[wire.HeaderDelay]; v != nil {
+		var err error
+		if ms, err = parseDelay(v); err != nil {
+			return Reject(err)
+		}
+	}
+	due := receivedAt
+	if ms > 0 {
+		var err error
+		if due, err = inRange(wire.HeaderDelay, receivedAt.Add(time.Duration(ms)*time.Millisecond)); err != nil {
+			return Reject(err)
+		}
+	}
+	id, err := messageID(d)
+	if err != nil {
+		return Reject(err)
+	}
+	msg := broker.Forwardable(message.FromDelivery(d), nil) // a copy of the headers
+	if ms > 0 {
+		// The plugin's mark of a delayed message, which Spring AMQP reads
+		// as the received delay: x-delay negated, whatever its type was.
+		msg.Headers[wire.HeaderDelay] = -ms
+	}
+	return Intake{Op: OpSchedule, ID: id, Exchange: route, Destination: d.RoutingKey, DueAt: due, Msg: msg}
 }
 
 // ParseHeaders reads a delivery to E.Timeouts: a cancel (x-delaybridge-cancel)

@@ -167,8 +167,8 @@ func TestIngestValidatesWhatAnyParserReturns(t *testing.T) {
 	for _, id := range []string{"bad-utf8", "far", "unknown-op", "ok", "nul-cancel"} {
 		batch = append(batch, in.classify(careless, a.Deliver(amqp.Delivery{MessageId: id})))
 	}
-	if err := in.handle(context.Background(), careless, pub, batch); err != nil {
-		t.Fatal(err)
+	if held, err := in.handle(context.Background(), careless, pub, batch, nil); err != nil || len(held) != 0 {
+		t.Fatal(held, err)
 	}
 	if len(store.rows) != 1 || store.rows["ok"].ID != "ok" {
 		t.Fatalf("stored %v, want only ok", store.rows)

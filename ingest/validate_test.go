@@ -36,7 +36,7 @@ func cancelsOfBadIDs(t *testing.T, store Store) {
 	breaker := circuit.New("store", time.Hour, circuit.Options{Now: func() time.Time { return now0 }})
 	all, _ := CompileGlobs([]string{"*"})
 	in := New(nil, nil, store, Options{
-		Sources: []Source{testSource}, ErrorQueue: "error", MaxBatch: 100, RetryDelay: time.Millisecond,
+		Sources: []Source{testSource}, ErrorQueue: "error", MaxBatch: 100,
 		Rules:        Rules{MaxMessageBytes: 1 << 20, Allowed: all, Reserved: []string{"e.Timeouts", "e.TimeoutsDispatcher"}},
 		StoreBreaker: breaker,
 		Now:          func() time.Time { return now0 }, Logger: zerolog.Nop(),

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -63,6 +64,8 @@ type Metrics struct {
 	store   *storeCollector
 	conns   *connCollector
 	blocked *connCollector
+
+	errorQueueRefusing atomic.Pointer[func() bool]
 }
 
 // New returns metrics registered on a new registry of their own, together
@@ -127,6 +130,15 @@ func New() *Metrics {
 		m.ingested, m.dispatched, m.dispatchFailures, m.errorQueued, m.duplicates, m.staleTokens,
 		m.lateness, m.ingestCommit, m.dispatchConfirm, m.pollLease,
 		m.breakers, m.store, m.conns, m.blocked, buildInfo,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: namespace, Name: "error_queue_refusing",
+			Help: "1 while the error queue refuses copies (returned or nacked: deleted and not declarable, or full); 0 otherwise.",
+		}, func() float64 {
+			if f := m.errorQueueRefusing.Load(); f != nil && (*f)() {
+				return 1
+			}
+			return 0
+		}),
 	)
 	// A scrape that cannot read the store still serves everything else.
 	m.handler = promhttp.InstrumentMetricHandler(reg, promhttp.HandlerFor(reg, promhttp.HandlerOpts{
@@ -190,6 +202,15 @@ func (m *Metrics) WatchBlocked(name string, blocked func() bool) {
 	m.blocked.mu.Lock()
 	m.blocked.funcs[name] = blocked
 	m.blocked.mu.Unlock()
+}
+
+// WatchErrorQueue has every scrape report delaybridge_error_queue_refusing
+// from refusing.
+func (m *Metrics) WatchErrorQueue(refusing func() bool) {
+	if m == nil {
+		return
+	}
+	m.errorQueueRefusing.Store(&refusing)
 }
 
 // Ingested counts n messages committed to the store.

@@ -200,6 +200,27 @@ delaybridge_broker_connected{connection="publish"} 1
 	}
 }
 
+func TestErrorQueueRefusing(t *testing.T) {
+	m := New()
+	scrape := func() string {
+		rec := httptest.NewRecorder()
+		m.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+		return rec.Body.String()
+	}
+	if !strings.Contains(scrape(), "\ndelaybridge_error_queue_refusing 0\n") {
+		t.Error("without a watch, the gauge is not 0")
+	}
+	refusing := true
+	m.WatchErrorQueue(func() bool { return refusing })
+	if !strings.Contains(scrape(), "\ndelaybridge_error_queue_refusing 1\n") {
+		t.Error("while refusing, the gauge is not 1")
+	}
+	refusing = false
+	if !strings.Contains(scrape(), "\ndelaybridge_error_queue_refusing 0\n") {
+		t.Error("after refusing, the gauge is not 0")
+	}
+}
+
 func TestNilIsNoop(t *testing.T) {
 	var m *Metrics
 	m.Ingested(1)
@@ -215,6 +236,7 @@ func TestNilIsNoop(t *testing.T) {
 	m.BreakerState("store", circuit.Armed)
 	m.WatchStore(nil, nil, nil)
 	m.WatchConnection("consume", nil)
+	m.WatchErrorQueue(nil)
 	if m.Registry() != nil || m.Handler() != nil {
 		t.Error("nil metrics have a registry or handler")
 	}

@@ -8,7 +8,9 @@
 # 1. makes sure RabbitMQ answers at $DELAYBRIDGE_TEST_AMQP_URL
 #    (default amqp://guest:guest@127.0.0.1:5672/; a local broker is installed
 #    and started when needed, see scripts/ensure-rabbitmq.sh), and PostgreSQL
-#    at $DELAYBRIDGE_TEST_POSTGRES_URL (see scripts/ensure-postgres.sh),
+#    at $DELAYBRIDGE_TEST_POSTGRES_URL (see scripts/ensure-postgres.sh), and
+#    installs Node's amqplib for the real-client test (npm ci in
+#    test/integration/amqplib, only when its lockfile changed),
 # 2. checks formatting (gofmt -l),
 # 3. go vet ./...,
 # 4. go test -race -count=1 -timeout 15m $DELAYBRIDGE_TEST_PACKAGES "$@",
@@ -74,6 +76,27 @@ section "RabbitMQ ($(sed -E 's#(://[^:/@]*:)[^@]*@#\1***@#' <<<"${DELAYBRIDGE_TE
 bash ./scripts/ensure-rabbitmq.sh
 section "PostgreSQL"
 bash ./scripts/ensure-postgres.sh
+
+# --- Node's amqplib, for the real-client test (test/integration/amqplib_test.go) ----------
+# npm ci installs exactly the lockfile's versions; it runs again only when the
+# lockfile changed since the last install (or node_modules is gone).
+amqplib_dir="test/integration/amqplib"
+if ! command -v npm >/dev/null 2>&1 && [[ "$(id -u)" == 0 ]] && command -v apt-get >/dev/null 2>&1; then
+  section "installing Node.js and npm (Debian packages)"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null ||
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null; }
+fi
+if command -v npm >/dev/null 2>&1; then
+  lock_sum="$(sha256sum "${amqplib_dir}/package-lock.json" | cut -d' ' -f1)"
+  stamp="${amqplib_dir}/node_modules/.delaybridge-lock-sha256"
+  if [[ ! -f "${stamp}" || "$(cat "${stamp}")" != "${lock_sum}" ]]; then
+    section "npm ci (${amqplib_dir})"
+    (cd "${amqplib_dir}" && npm ci --no-audit --no-fund --loglevel=error)
+    echo "${lock_sum}" >"${stamp}"
+  fi
+else
+  echo "WARNING: npm not found: the amqplib test is skipped (a failure under CI=true)" >&2
+fi
 
 # --- disruptive tests: serial step, early ---------------------------------------------
 read -r -a packages <<<"${DELAYBRIDGE_TEST_PACKAGES:-./...}"

@@ -299,7 +299,8 @@ func nonNeg(v float64) float64 {
 	return v
 }
 
-// Row is one of the next due messages.
+// Row is one of the next due messages. Destination is the queue's name, or
+// the exchange and routing key worded by wire.Destination.String.
 type Row struct {
 	ID, Destination string
 	DueAt           string
@@ -423,7 +424,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				in, overdue = "retry in "+fmtDur(t.NotBefore.Sub(now)), false
 			}
 			p.Rows = append(p.Rows, Row{
-				ID: t.ID, Destination: t.Destination, DueAt: t.DueAt.UTC().Format("2006-01-02 15:04:05.000"),
+				ID: t.ID, Destination: t.Dest().String(), DueAt: t.DueAt.UTC().Format("2006-01-02 15:04:05.000"),
 				In: in, Overdue: overdue, Leased: t.Lock != "" && t.LockExpiresAt.After(now),
 				Attempts: t.Attempts, LastError: truncate(t.LastError, 120),
 			})

@@ -239,3 +239,24 @@ func TestRetryHoldIsNotOverdue(t *testing.T) {
 		t.Error("a row held for a retry is shown overdue")
 	}
 }
+
+// An exchange destination is shown as one, never as a bare routing key that
+// reads like a queue's name, and escaped like everything else.
+func TestExchangeDestinationsAreShownAsSuch(t *testing.T) {
+	now := time.Date(2026, 11, 21, 20, 0, 0, 0, time.UTC)
+	page := get(t, New(Options{Now: func() time.Time { return now },
+		NextDueMessages: func(context.Context, int) ([]storage.Timeout, error) {
+			return []storage.Timeout{
+				{ID: "q-row", Destination: "orders", DueAt: now.Add(time.Minute)},
+				{ID: "x-row", Exchange: "events<b>", Destination: "order.<i>created", DueAt: now.Add(2 * time.Minute)},
+				{ID: "fan-row", Exchange: "fanout.x", DueAt: now.Add(3 * time.Minute)},
+			}, nil
+		}}))
+	mustContain(t, page,
+		`<td class="mono">orders</td>`,
+		`<td class="mono">exchange &#34;events&lt;b&gt;&#34; routing key &#34;order.&lt;i&gt;created&#34;</td>`,
+		`<td class="mono">exchange &#34;fanout.x&#34; routing key &#34;&#34;</td>`)
+	if strings.Contains(page, "<b>") || strings.Contains(page, "<i>") {
+		t.Error("page contains an unescaped exchange or routing key")
+	}
+}

@@ -18,6 +18,14 @@ func TimeoutsQueue(endpoint string) string { return endpoint + ".Timeouts" }
 // DispatcherQueue carries lease tokens from the poller to the dispatcher.
 func DispatcherQueue(endpoint string) string { return endpoint + ".TimeoutsDispatcher" }
 
+// DelayedRoute is the routing exchange of the delayed exchange name
+// (docs/contract.md §2.7): consumers bind there, and the bridge forwards
+// there what publishers sent to name.
+func DelayedRoute(name string) string { return name + DelayedRouteSuffix }
+
+// DelayedRouteSuffix ends every delayed exchange's routing exchange.
+const DelayedRouteSuffix = ".route"
+
 // Headers a client sets on E.Timeouts (docs/contract.md §2).
 const (
 	// HeaderDestination names the queue to deliver to.

@@ -37,4 +37,7 @@ func TestQueueNames(t *testing.T) {
 	if TimeoutsQueue("sales") != "sales.Timeouts" || DispatcherQueue("sales") != "sales.TimeoutsDispatcher" {
 		t.Fatalf("%s, %s", TimeoutsQueue("sales"), DispatcherQueue("sales"))
 	}
+	if DelayedRoute("orders") != "orders.route" {
+		t.Fatalf("%s", DelayedRoute("orders"))
+	}
 }

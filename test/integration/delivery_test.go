@@ -71,6 +71,9 @@ func TestHeaderStyles(t *testing.T) {
 		{"x-delay-uint16", delay(uint16(1500), 1500)},
 		{"x-delay-uint32", delay(uint32(1500), 1500)},
 		{"x-delay-string", delay("1500", 1500)},
+		// Truncated toward zero, as the delayed-message-exchange plugin does.
+		{"x-delay-float64", delay(float64(1500.9), 1500)},
+		{"x-delay-float32", delay(float32(1250.5), 1250)},
 		{"x-due-at-wins-over-x-delay", func(dest string, before time.Time) (amqp.Table, time.Time) {
 			// Several due-time headers: x-due-at comes first in §2's list.
 			due := before.Add(2 * time.Second).UTC()

@@ -112,8 +112,8 @@ func TestInvalidInputGoesToErrorQueue(t *testing.T) {
 		{name: "unparsable-x-due-at", headers: amqp.Table{"x-destination": allowed, "x-due-at": "tomorrow at noon"}, hints: []string{"x-due-at"}},
 		{name: "x-due-at-without-offset", headers: amqp.Table{"x-destination": allowed, "x-due-at": "2026-11-21T20:00:00"}, hints: []string{"x-due-at"}},
 		{name: "nsb-expire-wrong-format", headers: amqp.Table{"x-destination": allowed, "NServiceBus.Timeout.Expire": inFuture}, hints: []string{"NServiceBus.Timeout.Expire"}},
-		{name: "x-delay-float", headers: amqp.Table{"x-destination": allowed, "x-delay": float64(1500)}, hints: []string{"x-delay"}},
-		{name: "x-delay-float32", headers: amqp.Table{"x-destination": allowed, "x-delay": float32(1.5)}, hints: []string{"x-delay"}},
+		{name: "x-delay-decimal", headers: amqp.Table{"x-destination": allowed, "x-delay": amqp.Decimal{Scale: 1, Value: 15000}}, hints: []string{"x-delay"}},
+		{name: "x-delay-decimal-string", headers: amqp.Table{"x-destination": allowed, "x-delay": "1500.5"}, hints: []string{"x-delay"}},
 		{name: "x-delay-non-numeric", headers: amqp.Table{"x-destination": allowed, "x-delay": "soon"}, hints: []string{"x-delay"}},
 		{name: "x-delay-bool", headers: amqp.Table{"x-destination": allowed, "x-delay": true}, hints: []string{"x-delay"}},
 		{name: "empty-x-destination", headers: amqp.Table{"x-destination": "", "x-delay": int32(0)}, hints: []string{"x-destination", "destination"}},
@@ -161,10 +161,7 @@ func TestInvalidInputGoesToErrorQueue(t *testing.T) {
 	errs.WaitFor(len(cases), livenessBound)
 	valid.WaitFor(1, livenessBound)
 	got := errs.Quiet(quietPeriod)
-	byID := map[string][]arrival{}
-	for _, a := range got {
-		byID[a.MessageId] = append(byID[a.MessageId], a)
-	}
+	byID := byMessageID(got)
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			id := "invalid-" + c.name

@@ -390,21 +390,38 @@ func dial(t testing.TB) *amqp.Connection {
 // deleteQueuesOnCleanup deletes the queues when the test ends, on a
 // connection of its own (the test's may be closed by then).
 func deleteQueuesOnCleanup(t testing.TB, names ...string) {
+	deleteOnCleanup(t, "queue", names, func(ch *amqp.Channel, q string) error {
+		_, err := ch.QueueDelete(q, false, false, false)
+		return err
+	})
+}
+
+// deleteExchangesOnCleanup deletes the exchanges when the test ends, as
+// deleteQueuesOnCleanup does the queues.
+func deleteExchangesOnCleanup(t testing.TB, names ...string) {
+	deleteOnCleanup(t, "exchange", names, func(ch *amqp.Channel, x string) error {
+		return ch.ExchangeDelete(x, false, false)
+	})
+}
+
+// deleteOnCleanup calls del for each name when the test ends, each on a
+// channel of its own (a failed delete closes its channel).
+func deleteOnCleanup(t testing.TB, kind string, names []string, del func(*amqp.Channel, string) error) {
 	t.Cleanup(func() {
 		conn, err := amqp.DialConfig(amqpURL, amqp.Config{Dial: amqp.DefaultDial(10 * time.Second)})
 		if err != nil {
-			t.Logf("cleanup: cannot connect to delete queues %v: %v", names, err)
+			t.Logf("cleanup: cannot connect to delete %ss %v: %v", kind, names, err)
 			return
 		}
 		defer conn.Close()
-		for _, q := range names {
+		for _, name := range names {
 			ch, err := conn.Channel()
 			if err != nil {
 				t.Logf("cleanup: open channel: %v", err)
 				return
 			}
-			if _, err := ch.QueueDelete(q, false, false, false); err != nil {
-				t.Logf("cleanup: delete queue %q: %v", q, err)
+			if err := del(ch, name); err != nil {
+				t.Logf("cleanup: delete %s %q: %v", kind, name, err)
 			}
 			_ = ch.Close()
 		}
@@ -488,27 +505,38 @@ func (p *publisher) Publish(queue string, msg amqp.Publishing) {
 // PublishAll sends msgs to queue and waits for every confirm.
 func (p *publisher) PublishAll(queue string, msgs []amqp.Publishing) {
 	p.t.Helper()
+	p.PublishTo("", queue, msgs...)
+}
+
+// PublishTo sends msgs to exchange with routing key key and waits for every
+// confirm.
+func (p *publisher) PublishTo(exchange, key string, msgs ...amqp.Publishing) {
+	p.t.Helper()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
+	to := fmt.Sprintf("%q", key)
+	if exchange != "" {
+		to = fmt.Sprintf("exchange %q with key %q", exchange, key)
+	}
 	dcs := make([]*amqp.DeferredConfirmation, len(msgs))
 	for i, m := range msgs {
-		dc, err := p.ch.PublishWithDeferredConfirmWithContext(ctx, "", queue, true, false, m)
+		dc, err := p.ch.PublishWithDeferredConfirmWithContext(ctx, exchange, key, true, false, m)
 		if err != nil {
-			p.t.Fatalf("publish %d to %q: %v", i, queue, err)
+			p.t.Fatalf("publish %d to %s: %v", i, to, err)
 		}
 		dcs[i] = dc
 	}
 	for i, dc := range dcs {
 		ok, err := dc.WaitContext(ctx)
 		if err != nil || !ok {
-			p.t.Fatalf("publish %d to %q not confirmed (acked=%v, err=%v)", i, queue, ok, err)
+			p.t.Fatalf("publish %d to %s not confirmed (acked=%v, err=%v)", i, to, ok, err)
 		}
 	}
 	select {
 	case r := <-p.returns:
-		p.t.Fatalf("publish to %q returned by the broker: %d %s", queue, r.ReplyCode, r.ReplyText)
+		p.t.Fatalf("publish to %s returned by the broker: %d %s", to, r.ReplyCode, r.ReplyText)
 	default:
 	}
 }
@@ -607,6 +635,15 @@ func (c *consumer) WaitUntil(timeout time.Duration, what string, done func([]arr
 			return nil
 		}
 	}
+}
+
+// byMessageID groups deliveries by message-id, in arrival order.
+func byMessageID(got []arrival) map[string][]arrival {
+	by := map[string][]arrival{}
+	for _, a := range got {
+		by[a.MessageId] = append(by[a.MessageId], a)
+	}
+	return by
 }
 
 // Quiet waits d and returns every delivery so far: used after the expected

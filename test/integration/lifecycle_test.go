@@ -203,6 +203,8 @@ func TestBadConfiguration(t *testing.T) {
 		{"DELAYBRIDGE_LOG_LEVEL", "loud"},
 		{"DELAYBRIDGE_LOG_FORMAT", "xml"},
 		{"DELAYBRIDGE_STORE", "cassandra"},
+		{"DELAYBRIDGE_DELAYED_EXCHANGES", "orders:x-delayed-message"},
+		{"DELAYBRIDGE_DELAYED_EXCHANGES", "orders:topic,orders.route:direct"},
 		{"DELAYBRIDGE_AMQP_URL", "http://guest:s3cretpw@127.0.0.1:5672/"},
 	}
 	for _, c := range cases {

@@ -190,11 +190,12 @@ func TestUnreadableMessageOnTheDispatcherQueue(t *testing.T) {
 }
 
 // A replay pass reads the error queue, where any endpoint's copies land. One
-// the AMQP client cannot read drops the pass's own connection only: no
-// connection of the bridge is lost and forwarding goes on.
+// the AMQP client cannot read used to end every pass there: now each pass
+// skips it with its reason and leaves it on the error queue, replays the
+// valid copies around it, and no connection of the bridge is lost.
 func TestReplayMeetsAnUnreadableCopy(t *testing.T) {
 	t.Parallel()
-	b := startBridge(t, map[string]string{"DELAYBRIDGE_ADMIN_TOKEN": adminToken})
+	b := startBridge(t, map[string]string{"DELAYBRIDGE_ADMIN_TOKEN": adminToken, "DELAYBRIDGE_POLL_INTERVAL": "100ms"})
 	conn := dial(t)
 	dest := b.Endpoint + ".dst"
 	c := declareAndConsume(t, conn, dest)
@@ -203,16 +204,51 @@ func TestReplayMeetsAnUnreadableCopy(t *testing.T) {
 	for i := range 8193 {
 		many[fmt.Sprintf("h%05d", i)] = nil
 	}
-	pub.Publish(b.ErrorQ, amqp.Publishing{MessageId: "poison-copy", Body: []byte("x"), Headers: many})
-
-	if code, _, _ := runCLI(t, b, true, "replay-errors"); code == 0 {
-		t.Error("a replay pass that met an unreadable copy reported success")
+	failure := func(id string) amqp.Publishing {
+		return amqp.Publishing{MessageId: id, Body: []byte(id), Headers: amqp.Table{
+			"x-destination": dest, hStage: "dispatch", hError: "failed", hNSBExcMsg: "failed",
+			hNSBFailQ: b.TimeoutsQueue(), hAttempts: int32(6), hFailedAt: time.Now().UTC().Format(time.RFC3339Nano)}}
 	}
-	due := time.Now().Add(500 * time.Millisecond)
-	pub.Publish(b.TimeoutsQueue(), amqp.Publishing{MessageId: "after", Body: []byte("after"), Headers: amqp.Table{
-		"x-destination": dest, "x-due-at": due.UTC().Format(time.RFC3339Nano)}})
-	if got := c.WaitFor(1, 20*time.Second); got[0].MessageId != "after" || got[0].At.Before(due) {
-		t.Errorf("delivered %q at %s, want \"after\" not before %s", got[0].MessageId, got[0].At, due)
+	pub.Publish(b.ErrorQ, failure("before"))
+	pub.Publish(b.ErrorQ, amqp.Publishing{MessageId: "poison-copy", Body: []byte("x"), Headers: many})
+	pub.Publish(b.ErrorQ, failure("after"))
+
+	type result struct {
+		Replayed, Skipped int
+		Details           []struct {
+			MessageID string `json:"message_id"`
+			Reason    string
+		} `json:"skipped_messages"`
+	}
+	var delivered []string
+	for pass, want := range [][]string{{"before", "after"}, {"again"}} {
+		if pass == 1 {
+			pub.Publish(b.ErrorQ, failure("again"))
+		}
+		code, out, errOut := runCLI(t, b, true, "replay-errors", "--json")
+		var res result
+		if err := json.Unmarshal([]byte(out), &res); code != 0 || err != nil {
+			t.Fatalf("pass %d: exit %d: %s %s (%v)", pass+1, code, out, errOut, err)
+		}
+		if res.Replayed != len(want) || res.Skipped != 1 || len(res.Details) != 1 || res.Details[0].MessageID != "poison-copy" ||
+			!strings.Contains(res.Details[0].Reason, "cannot read") {
+			t.Fatalf("pass %d: %s; want %v replayed and the unreadable copy skipped", pass+1, out, want)
+		}
+		delivered = append(delivered, want...)
+		got := c.WaitFor(len(delivered), 20*time.Second)
+		for i, d := range got {
+			if i >= len(delivered) || d.MessageId != delivered[i] {
+				t.Errorf("pass %d: delivery %d is %q; want %v in all", pass+1, i, d.MessageId, delivered)
+			}
+		}
+		// The held copy is back once the pass's connection closed.
+		deadline := time.Now().Add(10 * time.Second)
+		for queueDepth(t, conn, b.ErrorQ) != 1 {
+			if time.Now().After(deadline) {
+				t.Fatalf("pass %d: error queue holds %d messages, want the unreadable copy", pass+1, queueDepth(t, conn, b.ErrorQ))
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
 	}
 	for _, l := range bridgeLogLines(b.Stderr()) {
 		if l.Message == "broker connection lost; reconnecting" {

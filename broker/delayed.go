@@ -1,0 +1,104 @@
+package broker
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/delaybridge/delaybridge/wire"
+)
+
+// DelayedExchange is one delayed exchange (docs/contract.md §2.7), the
+// replacement of a delayed-message-exchange plugin exchange: publishers send
+// to Name as before; a message without x-delay goes on at once through the
+// routing exchange Route(), of Type, where consumers bind; one with x-delay
+// goes to E.Timeouts, and the bridge forwards it to Route() when due.
+type DelayedExchange struct {
+	Name string
+	Type string // direct, topic, fanout or headers: the plugin's x-delayed-type
+}
+
+// Route is the routing exchange consumers bind to.
+func (x DelayedExchange) Route() string { return wire.DelayedRoute(x.Name) }
+
+// DelayedExchangeTypes are the routing exchange's types the bridge declares.
+var DelayedExchangeTypes = []string{amqp.ExchangeDirect, amqp.ExchangeTopic, amqp.ExchangeFanout, amqp.ExchangeHeaders}
+
+// ErrTopologyConflict marks a declaration the broker refused because an
+// exchange of that name exists with other properties: no retry can help, the
+// operator must change the broker or the configuration.
+var ErrTopologyConflict = errors.New("conflicts with an existing exchange")
+
+// A headers binding whose x-match is any-with-x matches when any of its
+// arguments matches, x- headers included (plain any ignores them); a void
+// value matches on the header's presence alone. RabbitMQ 3.10 added it.
+const (
+	argAlternateExchange = "alternate-exchange"
+	argMatch             = "x-match"
+	matchAnyWithX        = "any-with-x"
+)
+
+// DeclareDelayed declares the exchanges of every delayed exchange, durable,
+// and binds each to E.Timeouts (the queues must exist: Declare first). Each
+// declaration has a channel of its own, because a refused one closes its
+// channel. It never deletes anything; an existing exchange with other
+// properties is an error wrapping ErrTopologyConflict that says what to
+// change.
+func (t Topology) DeclareDelayed(conn *amqp.Connection) error {
+	for _, x := range t.DelayedExchanges {
+		route := x.Route()
+		err := onChannel(conn, func(ch *amqp.Channel) error {
+			return ch.ExchangeDeclare(route, x.Type, true, false, false, false, nil)
+		})
+		if err != nil {
+			return declareError(route, fmt.Sprintf("a durable %s exchange, the routing exchange of delayed exchange %q", x.Type, x.Name), err)
+		}
+		err = onChannel(conn, func(ch *amqp.Channel) error {
+			return ch.ExchangeDeclare(x.Name, amqp.ExchangeHeaders, true, false, false, false, amqp.Table{argAlternateExchange: route})
+		})
+		if err != nil {
+			return declareError(x.Name, fmt.Sprintf("a durable headers exchange with alternate-exchange %q", route), err)
+		}
+		err = onChannel(conn, func(ch *amqp.Channel) error {
+			return ch.QueueBind(t.TimeoutsQueue(), "", x.Name, false, amqp.Table{argMatch: matchAnyWithX, wire.HeaderDelay: nil})
+		})
+		if err != nil {
+			return bindError(x.Name, t.TimeoutsQueue(), err)
+		}
+	}
+	return nil
+}
+
+// bindError explains a refused binding; a broker older than 3.10 refuses
+// its x-match.
+func bindError(exchange, queue string, err error) error {
+	var ae *amqp.Error
+	if errors.As(err, &ae) && ae.Code == amqp.PreconditionFailed && strings.Contains(ae.Reason, "x-match") {
+		return fmt.Errorf("bind exchange %q to queue %q: %w (x-match %s needs RabbitMQ 3.10 or later)", exchange, queue, err, matchAnyWithX)
+	}
+	return fmt.Errorf("bind exchange %q to queue %q: %w", exchange, queue, err)
+}
+
+// onChannel runs fn on a new channel and closes it.
+func onChannel(conn *amqp.Connection, fn func(*amqp.Channel) error) error {
+	ch, err := conn.Channel()
+	if err != nil {
+		return fmt.Errorf("open channel: %w", err)
+	}
+	defer ch.Close()
+	return fn(ch)
+}
+
+// declareError explains a refused exchange declaration: on a conflict, what
+// exists (in the broker's words), what the bridge needs and what to change.
+func declareError(name, needs string, err error) error {
+	var ae *amqp.Error
+	if !errors.As(err, &ae) || ae.Code != amqp.PreconditionFailed {
+		return fmt.Errorf("declare exchange %q: %w", name, err)
+	}
+	return fmt.Errorf("exchange %q %w (the broker says: %s); DELAYBRIDGE_DELAYED_EXCHANGES needs it as %s: "+
+		"delete the existing exchange once nothing uses it (drain a delayed-message-exchange plugin exchange first), "+
+		"or pick another name", name, ErrTopologyConflict, ae.Reason, needs)
+}

@@ -1,0 +1,265 @@
+package broker
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/rs/zerolog"
+
+	"github.com/delaybridge/delaybridge/wire"
+)
+
+// delayedTopology is a topology of its own on the test broker with one
+// delayed exchange of type typ; its queues and exchanges go when the test
+// ends. Nothing is declared yet.
+func delayedTopology(t *testing.T, typ string) (Topology, *amqp.Connection) {
+	t.Helper()
+	conn := testConn(t)
+	prefix := "broker-delayed-" + uuid.NewString()[:8]
+	topo := Topology{Endpoint: prefix, ErrorQueue: prefix + ".error", QueueType: "classic",
+		DelayedExchanges: []DelayedExchange{{Name: prefix + ".x", Type: typ}}}
+	t.Cleanup(func() {
+		c, err := amqp.Dial(testURL())
+		if err != nil {
+			t.Logf("cleanup: %v", err)
+			return
+		}
+		defer c.Close()
+		ch, err := c.Channel()
+		if err != nil {
+			t.Logf("cleanup: %v", err)
+			return
+		}
+		for _, x := range topo.DelayedExchanges {
+			_ = ch.ExchangeDelete(x.Name, false, false)
+			_ = ch.ExchangeDelete(x.Route(), false, false)
+		}
+		for _, q := range []string{topo.TimeoutsQueue(), topo.DispatcherQueue(), topo.ErrorQueue} {
+			_, _ = ch.QueueDelete(q, false, false, false)
+		}
+	})
+	return topo, conn
+}
+
+func declareAll(t *testing.T, topo Topology, conn *amqp.Connection) error {
+	t.Helper()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ch.Close()
+	if err := topo.Declare(ch); err != nil {
+		t.Fatal(err)
+	}
+	return topo.DeclareDelayed(conn)
+}
+
+// The broker routes as the bridge relies on: a message with x-delay, of any
+// type, void too, goes to E.Timeouts with its exchange and routing key; one
+// without goes at once through the routing exchange's own bindings (a
+// topic exchange here). Declaring again, as every reconnect does, changes
+// nothing.
+func TestDelayedExchangeRoutesByXDelay(t *testing.T) {
+	topo, conn := delayedTopology(t, amqp.ExchangeTopic)
+	for i := 0; i < 2; i++ {
+		if err := declareAll(t, topo, conn); err != nil {
+			t.Fatalf("declaration %d: %v", i+1, err)
+		}
+	}
+	x := topo.DelayedExchanges[0]
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	direct, err := ch.QueueDeclare("", false, true, true, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.QueueBind(direct.Name, "orders.*", x.Route(), false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.Confirm(false); err != nil {
+		t.Fatal(err)
+	}
+	returns := ch.NotifyReturn(make(chan amqp.Return, 10))
+	delays := []any{int32(5000), "5000", 1.5, nil, int64(-1), int8(0)}
+	for i, d := range delays {
+		publishConfirmed(t, ch, x.Name, "orders.created", amqp.Publishing{MessageId: "delayed-" + string(rune('a'+i)), Headers: amqp.Table{wire.HeaderDelay: d}})
+	}
+	publishConfirmed(t, ch, x.Name, "orders.created", amqp.Publishing{MessageId: "now", Headers: amqp.Table{"x-other": "1"}})
+	publishConfirmed(t, ch, x.Name, "orders.created", amqp.Publishing{MessageId: "now-no-headers"})
+	publishConfirmed(t, ch, x.Name, "billing.created", amqp.Publishing{MessageId: "unbound"}) // no binding matches: returned
+	select {
+	case r := <-returns:
+		if r.MessageId != "unbound" {
+			t.Fatalf("%s returned: %s", r.MessageId, r.ReplyText)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a message no binding of the routing exchange matches was not returned")
+	}
+
+	got := getN(t, ch, topo.TimeoutsQueue(), len(delays))
+	for i, d := range got {
+		if d.Exchange != x.Name || d.RoutingKey != "orders.created" || d.MessageId != "delayed-"+string(rune('a'+i)) {
+			t.Errorf("E.Timeouts got %s through %q with key %q", d.MessageId, d.Exchange, d.RoutingKey)
+		}
+	}
+	for _, d := range getN(t, ch, direct.Name, 2) {
+		if d.Exchange != x.Name || d.RoutingKey != "orders.created" || !strings.HasPrefix(d.MessageId, "now") {
+			t.Errorf("the routing exchange's queue got %s through %q with key %q", d.MessageId, d.Exchange, d.RoutingKey)
+		}
+	}
+}
+
+func publishConfirmed(t *testing.T, ch *amqp.Channel, exchange, key string, msg amqp.Publishing) {
+	t.Helper()
+	dc, err := ch.PublishWithDeferredConfirm(exchange, key, true, false, msg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !dc.Wait() {
+		t.Fatalf("publish of %s nacked", msg.MessageId)
+	}
+}
+
+// getN gets exactly n messages from q, in order, and checks none is left.
+func getN(t *testing.T, ch *amqp.Channel, q string, n int) []amqp.Delivery {
+	t.Helper()
+	var got []amqp.Delivery
+	deadline := time.Now().Add(10 * time.Second)
+	for len(got) < n {
+		d, ok, err := ch.Get(q, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok {
+			got = append(got, d)
+			continue
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %d of %d messages", q, len(got), n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if d, ok, _ := ch.Get(q, true); ok {
+		t.Fatalf("%s: an extra message %s (headers %v)", q, d.MessageId, d.Headers)
+	}
+	return got
+}
+
+// An exchange of the bridge's that exists in another form stops the
+// declaration with an error that names it, quotes the broker and says
+// what to change; nothing is deleted.
+func TestDelayedExchangeConflicts(t *testing.T) {
+	cases := []struct {
+		name     string
+		existing func(topo Topology) (name, kind string, args amqp.Table)
+		want     []string
+	}{
+		{"name of another type", func(topo Topology) (string, string, amqp.Table) {
+			return topo.DelayedExchanges[0].Name, amqp.ExchangeTopic, nil
+		}, []string{"current is 'topic'", "durable headers exchange with alternate-exchange", "delete the existing exchange", "pick another name"}},
+		{"name without its alternate exchange", func(topo Topology) (string, string, amqp.Table) {
+			return topo.DelayedExchanges[0].Name, amqp.ExchangeHeaders, nil
+		}, []string{"alternate-exchange", "durable headers exchange with alternate-exchange"}},
+		{"routing exchange of another type", func(topo Topology) (string, string, amqp.Table) {
+			return topo.DelayedExchanges[0].Route(), amqp.ExchangeDirect, nil
+		}, []string{"current is 'direct'", "durable topic exchange, the routing exchange of delayed exchange"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			topo, conn := delayedTopology(t, amqp.ExchangeTopic)
+			name, kind, args := c.existing(topo)
+			ch, err := conn.Channel()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := ch.ExchangeDeclare(name, kind, true, false, false, false, args); err != nil {
+				t.Fatal(err)
+			}
+			err = declareAll(t, topo, conn)
+			if !errors.Is(err, ErrTopologyConflict) {
+				t.Fatalf("got %v, want ErrTopologyConflict", err)
+			}
+			msg := err.Error()
+			for _, w := range append(c.want, `exchange "`+name+`"`, "DELAYBRIDGE_DELAYED_EXCHANGES") {
+				if !strings.Contains(msg, w) {
+					t.Errorf("error %q does not say %q", msg, w)
+				}
+			}
+			if strings.Contains(msg, "\n") {
+				t.Errorf("error %q is more than one line", msg)
+			}
+			// Still there, as it was.
+			if err := ch.ExchangeDeclarePassive(name, kind, true, false, false, false, args); err != nil {
+				t.Fatalf("the existing exchange is gone or changed: %v", err)
+			}
+		})
+	}
+}
+
+// A start-up connection whose declarations conflict fails with the
+// conflict itself, not as a broker that could not be reached.
+func TestConnectReportsATopologyConflict(t *testing.T) {
+	topo, conn := delayedTopology(t, amqp.ExchangeFanout)
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.ExchangeDeclare(topo.DelayedExchanges[0].Name, amqp.ExchangeDirect, true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	c := NewConn(ConnOptions{URL: testURL(), Name: t.Name(), Logger: zerolog.Nop(),
+		OnConnect: func(conn *amqp.Connection) error { return declareAll(t, topo, conn) }})
+	err = c.Connect()
+	if err == nil {
+		c.Close()
+		t.Fatal("Connect succeeded")
+	}
+	if !errors.Is(err, ErrTopologyConflict) || errors.Is(err, ErrNeverConnected) || strings.Contains(err.Error(), ErrNeverConnected.Error()) {
+		t.Fatalf("got %q, want the conflict and not %q", err, ErrNeverConnected)
+	}
+	if !strings.Contains(err.Error(), Redact(testURL())) {
+		t.Fatalf("error %q does not name the broker", err)
+	}
+}
+
+// A broker refusal that is no conflict (here a reserved name) is reported
+// as it is, not as something to delete; a broker that refuses x-match
+// any-with-x (before 3.10) is named as too old.
+func TestDelayedExchangeOtherRefusals(t *testing.T) {
+	topo, conn := delayedTopology(t, amqp.ExchangeTopic)
+	topo.DelayedExchanges = []DelayedExchange{{Name: "amq." + topo.Endpoint, Type: amqp.ExchangeTopic}}
+	err := declareAll(t, topo, conn)
+	if err == nil || errors.Is(err, ErrTopologyConflict) || !strings.Contains(err.Error(), "ACCESS_REFUSED") ||
+		!strings.Contains(err.Error(), `declare exchange "amq.`+topo.Endpoint+`.route"`) {
+		t.Fatalf("got %v, want the broker's refusal of a reserved name, no conflict", err)
+	}
+
+	// 3.10 knows any-with-x; an x-match it does not know draws the refusal
+	// an older broker gives any-with-x.
+	topo.DelayedExchanges = []DelayedExchange{{Name: topo.Endpoint + ".x", Type: amqp.ExchangeTopic}}
+	if err := declareAll(t, topo, conn); err != nil {
+		t.Fatal(err)
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused := ch.QueueBind(topo.TimeoutsQueue(), "", topo.DelayedExchanges[0].Name, false, amqp.Table{argMatch: "any-with-y", wire.HeaderDelay: nil})
+	if refused == nil {
+		t.Fatal("the broker accepted x-match any-with-y")
+	}
+	msg := bindError(topo.DelayedExchanges[0].Name, topo.TimeoutsQueue(), refused).Error()
+	if !strings.Contains(msg, "needs RabbitMQ 3.10 or later") || !strings.Contains(msg, "PRECONDITION_FAILED") {
+		t.Fatalf("error %q must quote the broker and name the version needed", msg)
+	}
+	other := bindError("x", "q", &amqp.Error{Code: amqp.NotFound, Reason: "NOT_FOUND - no queue 'q'"}).Error()
+	if strings.Contains(other, "3.10") || !strings.Contains(other, "NOT_FOUND") {
+		t.Fatalf("error %q: only an x-match refusal names the version", other)
+	}
+}
