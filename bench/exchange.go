@@ -105,14 +105,10 @@ func distOf(d []time.Duration) *Dist {
 	return &Dist{N: len(d), Percentiles: summarize(slices.Clone(d))}
 }
 
-// delayedRoute is the routing exchange the bridge declares for a delayed
-// exchange, where consumers bind (docs/contract.md §2.7).
-func delayedRoute(name string) string { return name + ".route" }
-
 func (b *bencher) stepExchange(ctx context.Context) error {
 	n, window, rounds := b.opts.PunctualN, b.opts.Window, b.opts.ExchangeRounds
 	topic, delayed := b.name(StepExchange, "topic"), b.name(StepExchange, "delayed")
-	route := delayedRoute(delayed)
+	route := wire.DelayedRoute(delayed)
 	// The bridge declares the delayed exchange and its route; the bench
 	// deletes them at the end, as its own.
 	for _, x := range []string{topic, delayed, route} {
@@ -191,7 +187,7 @@ func (b *bencher) exchangeRound(ctx context.Context, p *bridgeProc, x *Exchange,
 			return d.Exchange == x.TopicExchange && d.RoutingKey == key(seq)
 		}
 	case PathDelayed:
-		route := delayedRoute(x.DelayedExchange)
+		route := wire.DelayedRoute(x.DelayedExchange)
 		if err := b.bindQueue(dest, exchangeBinding, route); err != nil {
 			return err
 		}
