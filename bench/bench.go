@@ -448,23 +448,25 @@ func (b *bencher) warnf(format string, a ...any) {
 	b.logf("WARNING: %s", msg)
 }
 
-func (b *bencher) connect() error {
-	dial := func(role string) (*amqp.Connection, error) {
-		props := amqp.NewConnectionProperties()
-		props.SetClientConnectionName("delaybridge bench " + role)
-		conn, err := amqp.DialConfig(b.opts.AMQPURL, amqp.Config{
-			Properties: props, Heartbeat: 10 * time.Second, Locale: "en_US", Dial: amqp.DefaultDial(10 * time.Second),
-		})
-		if err != nil {
-			return nil, fmt.Errorf("bench: connect to the broker: %s", redactErr(err, b.opts.AMQPURL))
-		}
-		return conn, nil
+// dial opens a connection to the broker named for its role.
+func (b *bencher) dial(role string) (*amqp.Connection, error) {
+	props := amqp.NewConnectionProperties()
+	props.SetClientConnectionName("delaybridge bench " + role)
+	conn, err := amqp.DialConfig(b.opts.AMQPURL, amqp.Config{
+		Properties: props, Heartbeat: 10 * time.Second, Locale: "en_US", Dial: amqp.DefaultDial(10 * time.Second),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("bench: connect to the broker: %s", redactErr(err, b.opts.AMQPURL))
 	}
+	return conn, nil
+}
+
+func (b *bencher) connect() error {
 	var err error
-	if b.adminConn, err = dial("admin"); err != nil {
+	if b.adminConn, err = b.dial("admin"); err != nil {
 		return err
 	}
-	if b.consConn, err = dial("consume"); err != nil {
+	if b.consConn, err = b.dial("consume"); err != nil {
 		b.closeConns()
 		return err
 	}
@@ -472,7 +474,7 @@ func (b *bencher) connect() error {
 	// share a connection, and the broker's per-connection reader is not the
 	// single funnel for all publishers.
 	for i := 0; i < 2; i++ {
-		c, err := dial(fmt.Sprintf("publish-%d", i))
+		c, err := b.dial(fmt.Sprintf("publish-%d", i))
 		if err != nil {
 			b.closeConns()
 			return err
@@ -490,10 +492,23 @@ func (b *bencher) closeConns() {
 	}
 }
 
-// teardown deletes every queue and exchange of the run.
+// teardown deletes every queue and exchange of the run. When the admin
+// connection was lost (a step may fail that way), it opens another, so
+// that the run leaves nothing on a shared broker.
 func (b *bencher) teardown() {
 	b.adminMu.Lock()
 	defer b.adminMu.Unlock()
+	if b.adminConn == nil || b.adminConn.IsClosed() {
+		conn, err := b.dial("teardown")
+		if err != nil {
+			b.warnf("teardown: %v", err)
+		} else {
+			if b.adminConn != nil {
+				_ = b.adminConn.Close()
+			}
+			b.adminConn, b.admin = conn, nil
+		}
+	}
 	var failed []string
 	del := func(kind, name string, f func(*amqp.Channel) error) {
 		ch, err := b.adminChannel()
