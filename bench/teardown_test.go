@@ -12,8 +12,9 @@ import (
 )
 
 // teardownBencher connects a bencher to the test broker and declares one
-// queue and one exchange of its run.
-func teardownBencher(t *testing.T) (b *bencher, queue, exchange string) {
+// queue and one exchange of its run; check is a connection of the test's
+// own, which deletes both at the end, whatever the teardown did.
+func teardownBencher(t *testing.T) (b *bencher, check *amqp.Connection, queue, exchange string) {
 	t.Helper()
 	b = &bencher{opts: Options{AMQPURL: testenv.AMQPURL(t)}, log: io.Discard, res: &Results{}, runID: randHex(4)}
 	if err := b.connect(); err != nil {
@@ -21,13 +22,21 @@ func teardownBencher(t *testing.T) (b *bencher, queue, exchange string) {
 	}
 	t.Cleanup(b.closeConns)
 	queue, exchange = b.name("teardown", "q"), b.name("teardown", "x")
+	check = testenv.DialAMQP(t)
+	t.Cleanup(func() {
+		if ch, err := check.Channel(); err == nil {
+			_, _ = ch.QueueDelete(queue, false, false, false)
+			_ = ch.ExchangeDelete(exchange, false, false)
+			_ = ch.Close()
+		}
+	})
 	if err := b.declareQueue(queue, nil); err != nil {
 		t.Fatal(err)
 	}
 	if err := b.declareExchange(exchange, amqp.ExchangeTopic); err != nil {
 		t.Fatal(err)
 	}
-	return b, queue, exchange
+	return b, check, queue, exchange
 }
 
 // exists tells whether the broker has the queue or exchange name.
@@ -51,15 +60,7 @@ func exists(t *testing.T, conn *amqp.Connection, kind, name string) bool {
 }
 
 func TestTeardownAfterTheAdminConnectionWasLost(t *testing.T) {
-	b, queue, exchange := teardownBencher(t)
-	check := testenv.DialAMQP(t)
-	t.Cleanup(func() { // whatever the teardown did
-		if ch, err := check.Channel(); err == nil {
-			_, _ = ch.QueueDelete(queue, false, false, false)
-			_ = ch.ExchangeDelete(exchange, false, false)
-			_ = ch.Close()
-		}
-	})
+	b, check, queue, exchange := teardownBencher(t)
 	if err := b.adminConn.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -73,15 +74,7 @@ func TestTeardownAfterTheAdminConnectionWasLost(t *testing.T) {
 }
 
 func TestTeardownWarnsWhenItCannotReconnect(t *testing.T) {
-	b, queue, exchange := teardownBencher(t)
-	check := testenv.DialAMQP(t)
-	t.Cleanup(func() {
-		if ch, err := check.Channel(); err == nil {
-			_, _ = ch.QueueDelete(queue, false, false, false)
-			_ = ch.ExchangeDelete(exchange, false, false)
-			_ = ch.Close()
-		}
-	})
+	b, check, queue, exchange := teardownBencher(t)
 	if err := b.adminConn.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +84,7 @@ func TestTeardownWarnsWhenItCannotReconnect(t *testing.T) {
 	if !strings.Contains(w, "teardown: bench: connect to the broker") || !strings.Contains(w, "could not delete queue "+queue) {
 		t.Errorf("warnings: %q", b.res.Warnings)
 	}
-	if !exists(t, check, "queue", queue) {
-		t.Errorf("queue %s gone without a connection", queue)
+	if !exists(t, check, "queue", queue) || !exists(t, check, "exchange", exchange) {
+		t.Errorf("queue %s or exchange %s gone without a connection", queue, exchange)
 	}
 }
