@@ -174,26 +174,37 @@ type collector struct {
 	done chan struct{} // closed when every expected message arrived
 	exit chan struct{} // closed when the consume loop ended
 
-	mu       sync.Mutex
-	n        int
-	got      []bool
-	late     []time.Duration
-	dues     []int64 // due time (unix ns) of late[i]
-	distinct int
-	early    int
-	dups     int
-	foreign  int
-	last     time.Time
+	// check, when set, tells whether the first delivery of message seq came
+	// as it should (exchange, routing key, headers); see mismatched.
+	check func(seq int, d *amqp.Delivery) bool
+
+	mu         sync.Mutex
+	n          int
+	got        []bool
+	arrived    []int64 // by seq: when it first arrived (unix ns), 0 if not
+	late       []time.Duration
+	dues       []int64 // due time (unix ns) of late[i]
+	distinct   int
+	early      int
+	dups       int
+	foreign    int
+	mismatched int
+	last       time.Time
 }
 
 func (b *bencher) collect(queue string, n int) (*collector, error) {
+	return b.collectChecked(queue, n, nil)
+}
+
+// collectChecked is collect with a check of every message's first delivery.
+func (b *bencher) collectChecked(queue string, n int, check func(seq int, d *amqp.Delivery) bool) (*collector, error) {
 	ch, err := b.consConn.Channel()
 	if err != nil {
 		return nil, fmt.Errorf("open consume channel: %w", err)
 	}
 	c := &collector{
-		ch: ch, tag: "bench-" + queue, done: make(chan struct{}), exit: make(chan struct{}),
-		n: n, got: make([]bool, n), late: make([]time.Duration, 0, n),
+		ch: ch, tag: "bench-" + queue, done: make(chan struct{}), exit: make(chan struct{}), check: check,
+		n: n, got: make([]bool, n), arrived: make([]int64, n), late: make([]time.Duration, 0, n),
 	}
 	deliveries, err := ch.Consume(queue, c.tag, true, false, false, false, nil)
 	if err != nil {
@@ -218,7 +229,11 @@ func (c *collector) loop(deliveries <-chan amqp.Delivery) {
 			c.dups++
 		default:
 			c.got[seq] = true
+			c.arrived[seq] = now.UnixNano()
 			c.distinct++
+			if c.check != nil && !c.check(int(seq), &d) {
+				c.mismatched++
+			}
 			l := now.Sub(time.Unix(0, due))
 			if l < 0 {
 				c.early++
@@ -259,8 +274,16 @@ func (c *collector) stop(linger time.Duration) (Lateness, time.Time) {
 	l := Summarize(slices.Clone(c.late))
 	l.BySecond = bySecond(c.dues, c.late)
 	l.Expected, l.Received, l.Missing = c.n, c.distinct, c.n-c.distinct
-	l.Early, l.Duplicates, l.Foreign = c.early, c.dups, c.foreign
+	l.Early, l.Duplicates, l.Foreign, l.Mismatched = c.early, c.dups, c.foreign, c.mismatched
 	return l, c.last
+}
+
+// samples returns, after stop, the lateness of every distinct message
+// received and when each message (by seq) arrived.
+func (c *collector) samples() (late []time.Duration, arrived []int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.late), slices.Clone(c.arrived)
 }
 
 func (c *collector) received() int {
@@ -362,6 +385,52 @@ func (b *bencher) declareQueue(name string, args amqp.Table) error {
 		return fmt.Errorf("declare queue %s: %w", name, err)
 	}
 	b.reg.queue(name)
+	return nil
+}
+
+// declareExchange declares a durable exchange and registers it.
+func (b *bencher) declareExchange(name, kind string) error {
+	b.adminMu.Lock()
+	defer b.adminMu.Unlock()
+	ch, err := b.adminChannel()
+	if err != nil {
+		return err
+	}
+	if err := ch.ExchangeDeclare(name, kind, true, false, false, false, nil); err != nil {
+		b.admin = nil
+		return fmt.Errorf("declare exchange %s: %w", name, err)
+	}
+	b.reg.exchange(name)
+	return nil
+}
+
+// bindQueue binds queue to exchange with key.
+func (b *bencher) bindQueue(queue, key, exchange string) error {
+	b.adminMu.Lock()
+	defer b.adminMu.Unlock()
+	ch, err := b.adminChannel()
+	if err != nil {
+		return err
+	}
+	if err := ch.QueueBind(queue, key, exchange, false, nil); err != nil {
+		b.admin = nil
+		return fmt.Errorf("bind %s to %s: %w", queue, exchange, err)
+	}
+	return nil
+}
+
+// deleteQueue deletes a queue of the run before the teardown does.
+func (b *bencher) deleteQueue(name string) error {
+	b.adminMu.Lock()
+	defer b.adminMu.Unlock()
+	ch, err := b.adminChannel()
+	if err != nil {
+		return err
+	}
+	if _, err := ch.QueueDelete(name, false, false, false); err != nil {
+		b.admin = nil
+		return fmt.Errorf("delete queue %s: %w", name, err)
+	}
 	return nil
 }
 

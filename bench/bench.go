@@ -46,6 +46,7 @@ const (
 	StepPunctuality = "punctuality"
 	StepBurst       = "burst"
 	StepTTL         = "ttl"
+	StepExchange    = "exchange"
 	StepScale       = "scale"
 	StepScaleOut    = "scaleout"
 	StepRebus       = "rebus"
@@ -53,7 +54,7 @@ const (
 )
 
 // AllSteps lists every step in run order.
-var AllSteps = []string{StepCeiling, StepIngest, StepPunctuality, StepBurst, StepTTL, StepScale, StepScaleOut, StepRebus, StepNSB}
+var AllSteps = []string{StepCeiling, StepIngest, StepPunctuality, StepBurst, StepTTL, StepExchange, StepScale, StepScaleOut, StepRebus, StepNSB}
 
 // Options configure a run. Zero values take the defaults of DefaultOptions.
 type Options struct {
@@ -83,6 +84,9 @@ type Options struct {
 	// the step.
 	ScaleOutN   int
 	PostgresURL string
+	// ExchangeRounds is how many times the exchange step runs the
+	// punctuality workload through each kind of destination.
+	ExchangeRounds int
 	// Lead is how far ahead the first due time lies when a timed workload
 	// starts publishing; 0 picks it from the measured ingest rate (at least
 	// 3 s), so every message is stored before the first is due.
@@ -117,6 +121,7 @@ func DefaultOptions() Options {
 		ScaleN:         1000000,
 		ScalePunctualN: 20000,
 		ScaleOutN:      20000,
+		ExchangeRounds: 2,
 		Steps:          []string{StepCeiling, StepIngest, StepPunctuality, StepBurst, StepTTL},
 		TTLQueueType:   "quorum",
 		Publishers:     4,
@@ -152,6 +157,7 @@ type Results struct {
 	Punctuality *Punctual `json:"punctuality,omitempty"`
 	Burst       *Burst    `json:"burst,omitempty"`
 	TTL         *TTL      `json:"ttl,omitempty"`
+	Exchange    *Exchange `json:"exchange,omitempty"`
 	Scale       *Scale    `json:"scale,omitempty"`
 	ScaleOut    *ScaleOut `json:"scaleout,omitempty"`
 	Rebus       *Punctual `json:"rebus,omitempty"` // the punctuality workload as Rebus endpoints defer
@@ -186,6 +192,7 @@ type Params struct {
 	ScaleN         int      `json:"scale_n"`
 	ScalePunctualN int      `json:"scale_punctual_n"`
 	ScaleOutN      int      `json:"scaleout_n,omitempty"`
+	ExchangeRounds int      `json:"exchange_rounds,omitempty"`
 	Steps          []string `json:"steps"`
 	TTLQueueType   string   `json:"ttl_queue_type"`
 	Publishers     int      `json:"publishers"`
@@ -319,7 +326,7 @@ func Run(ctx context.Context, opts Options) (*Results, error) {
 	if len(opts.BridgeCmd) == 0 {
 		return nil, errors.New("bench: no bridge command")
 	}
-	for _, p := range []*int{&opts.Size, &opts.CeilingN, &opts.IngestN, &opts.PunctualN, &opts.BurstN, &opts.ScaleN, &opts.ScalePunctualN, &opts.ScaleOutN, &opts.Publishers, &opts.ConfirmWindow} {
+	for _, p := range []*int{&opts.Size, &opts.CeilingN, &opts.IngestN, &opts.PunctualN, &opts.BurstN, &opts.ScaleN, &opts.ScalePunctualN, &opts.ScaleOutN, &opts.ExchangeRounds, &opts.Publishers, &opts.ConfirmWindow} {
 		if *p < 0 {
 			return nil, errors.New("bench: negative count")
 		}
@@ -337,6 +344,7 @@ func Run(ctx context.Context, opts Options) (*Results, error) {
 	fill(&opts.ScaleN, def.ScaleN)
 	fill(&opts.ScalePunctualN, def.ScalePunctualN)
 	fill(&opts.ScaleOutN, def.ScaleOutN)
+	fill(&opts.ExchangeRounds, def.ExchangeRounds)
 	fill(&opts.Publishers, def.Publishers)
 	fill(&opts.ConfirmWindow, def.ConfirmWindow)
 	if opts.Window <= 0 {
@@ -373,6 +381,9 @@ func Run(ctx context.Context, opts Options) (*Results, error) {
 	if slices.Contains(opts.Steps, StepScaleOut) {
 		b.res.Params.ScaleOutN = opts.ScaleOutN
 	}
+	if slices.Contains(opts.Steps, StepExchange) {
+		b.res.Params.ExchangeRounds = opts.ExchangeRounds
+	}
 	for _, s := range AllSteps { // run order, whatever order they were given in
 		if slices.Contains(opts.Steps, s) {
 			b.res.Params.Steps = append(b.res.Params.Steps, s)
@@ -405,8 +416,8 @@ func Run(ctx context.Context, opts Options) (*Results, error) {
 			}
 			return b.stepThroughput(ctx, false, true)
 		},
-		StepPunctuality: b.stepPunctuality, StepBurst: b.stepBurst, StepTTL: b.stepTTL, StepScale: b.stepScale,
-		StepScaleOut: b.stepScaleOut, StepRebus: b.stepRebus, StepNSB: b.stepNSB,
+		StepPunctuality: b.stepPunctuality, StepBurst: b.stepBurst, StepTTL: b.stepTTL, StepExchange: b.stepExchange,
+		StepScale: b.stepScale, StepScaleOut: b.stepScaleOut, StepRebus: b.stepRebus, StepNSB: b.stepNSB,
 	}
 	for _, s := range b.res.Params.Steps {
 		if ctx.Err() != nil {
@@ -443,23 +454,25 @@ func (b *bencher) warnf(format string, a ...any) {
 	b.logf("WARNING: %s", msg)
 }
 
-func (b *bencher) connect() error {
-	dial := func(role string) (*amqp.Connection, error) {
-		props := amqp.NewConnectionProperties()
-		props.SetClientConnectionName("delaybridge bench " + role)
-		conn, err := amqp.DialConfig(b.opts.AMQPURL, amqp.Config{
-			Properties: props, Heartbeat: 10 * time.Second, Locale: "en_US", Dial: amqp.DefaultDial(10 * time.Second),
-		})
-		if err != nil {
-			return nil, fmt.Errorf("bench: connect to the broker: %s", redactErr(err, b.opts.AMQPURL))
-		}
-		return conn, nil
+// dial opens a connection to the broker named for its role.
+func (b *bencher) dial(role string) (*amqp.Connection, error) {
+	props := amqp.NewConnectionProperties()
+	props.SetClientConnectionName("delaybridge bench " + role)
+	conn, err := amqp.DialConfig(b.opts.AMQPURL, amqp.Config{
+		Properties: props, Heartbeat: 10 * time.Second, Locale: "en_US", Dial: amqp.DefaultDial(10 * time.Second),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("bench: connect to the broker: %s", redactErr(err, b.opts.AMQPURL))
 	}
+	return conn, nil
+}
+
+func (b *bencher) connect() error {
 	var err error
-	if b.adminConn, err = dial("admin"); err != nil {
+	if b.adminConn, err = b.dial("admin"); err != nil {
 		return err
 	}
-	if b.consConn, err = dial("consume"); err != nil {
+	if b.consConn, err = b.dial("consume"); err != nil {
 		b.closeConns()
 		return err
 	}
@@ -467,7 +480,7 @@ func (b *bencher) connect() error {
 	// share a connection, and the broker's per-connection reader is not the
 	// single funnel for all publishers.
 	for i := 0; i < 2; i++ {
-		c, err := dial(fmt.Sprintf("publish-%d", i))
+		c, err := b.dial(fmt.Sprintf("publish-%d", i))
 		if err != nil {
 			b.closeConns()
 			return err
@@ -485,10 +498,23 @@ func (b *bencher) closeConns() {
 	}
 }
 
-// teardown deletes every queue and exchange of the run.
+// teardown deletes every queue and exchange of the run. When the admin
+// connection was lost (a step may fail that way), it opens another, so
+// that the run leaves nothing on a shared broker.
 func (b *bencher) teardown() {
 	b.adminMu.Lock()
 	defer b.adminMu.Unlock()
+	if b.adminConn == nil || b.adminConn.IsClosed() {
+		conn, err := b.dial("teardown")
+		if err != nil {
+			b.warnf("teardown: %v", err)
+		} else {
+			if b.adminConn != nil {
+				_ = b.adminConn.Close()
+			}
+			b.adminConn, b.admin = conn, nil
+		}
+	}
 	var failed []string
 	del := func(kind, name string, f func(*amqp.Channel) error) {
 		ch, err := b.adminChannel()
@@ -869,34 +895,92 @@ func (b *bencher) punctual(ctx context.Context, p *bridgeProc, label string, n i
 	if err := b.declareQueue(dest, nil); err != nil {
 		return nil, err
 	}
-	return b.punctualVia(ctx, p, label, dest, n, window, func(seq int, due time.Time) outgoing {
-		return outgoing{key: p.timeoutsQueue(), msg: b.message(dest, seq, due, dest)}
-	})
+	run, err := b.timed(ctx, p, timedWorkload{label: label, n: n, window: window, dest: dest,
+		build: func(seq int, due, _ time.Time) outgoing {
+			return outgoing{key: p.timeoutsQueue(), msg: b.message(dest, seq, due, dest)}
+		}})
+	if run == nil {
+		return nil, err
+	}
+	return run.Punctual, err
 }
 
 // punctualVia is punctual with the messages of another intake: build(seq,
 // due) is message seq, which the bridge delivers to the existing queue dest.
 func (b *bencher) punctualVia(ctx context.Context, p *bridgeProc, label, dest string, n int, window time.Duration, build func(seq int, due time.Time) outgoing) (*Punctual, error) {
-	col, err := b.collect(dest, n)
+	run, err := b.timed(ctx, p, timedWorkload{label: label, n: n, window: window, dest: dest,
+		build: func(seq int, due, _ time.Time) outgoing { return build(seq, due) }})
+	if run == nil {
+		return nil, err
+	}
+	return run.Punctual, err
+}
+
+// timedWorkload is n messages due evenly over window, published in random
+// order so that all are stored before the first is due, and consumed from
+// dest.
+type timedWorkload struct {
+	label  string
+	n      int
+	window time.Duration
+	lead   time.Duration // publish start to the first due time; 0: b.lead(n)
+	dest   string        // the queue consumed, declared (and bound) by the caller
+	// build returns message seq, due at due; now is the clock read just
+	// before it is published.
+	build func(seq int, due, now time.Time) outgoing
+	// check, when set, tells whether a message came as it should; the
+	// others count as mismatched.
+	check func(seq int, d *amqp.Delivery) bool
+	// stored, when set, runs once the bridge has stored the workload before
+	// its first due time, which it is given.
+	stored func(ctx context.Context, first time.Time)
+	// cpu samples the CPU used at the first due time and after the last
+	// delivery.
+	cpu bool
+}
+
+// timedRun is what a timed workload measured, with its samples.
+type timedRun struct {
+	*Punctual
+	pubAt   []time.Time     // by seq: the clock read just before publishing it
+	arrived []int64         // by seq: when it arrived (unix ns), 0 if never
+	late    []time.Duration // lateness of every distinct message received
+	// cpu0 and cpu1 are the CPU samples of w.cpu.
+	cpu0, cpu1 cpuSample
+}
+
+// timed runs w through bridge p and measures the lateness of its messages at
+// the consumer of w.dest.
+func (b *bencher) timed(ctx context.Context, p *bridgeProc, w timedWorkload) (*timedRun, error) {
+	n, label := w.n, w.label
+	col, err := b.collectChecked(w.dest, n, w.check)
 	if err != nil {
 		return nil, err
 	}
 	base, _ := pendingOf(p)
-	lead := b.lead(n)
+	lead := w.lead
+	if lead <= 0 {
+		lead = b.lead(n)
+	}
 	first := time.Now().Add(lead)
-	dues := spread(first, window, n)
+	dues := spread(first, w.window, n)
 	perm := mrand.Perm(n)
-	b.logf("   %s: %d messages due over %v from %v ahead", label, n, window, lead)
-	pub, err := b.publishAll(ctx, n, func(i int) outgoing { return build(perm[i], dues[perm[i]]) })
+	pubAt := make([]time.Time, n)
+	b.logf("   %s: %d messages due over %v from %v ahead", label, n, w.window, lead)
+	pub, err := b.publishAll(ctx, n, func(i int) outgoing {
+		seq := perm[i]
+		pubAt[seq] = time.Now()
+		return w.build(seq, dues[seq], pubAt[seq])
+	})
 	if err != nil {
 		col.stop(0)
 		return nil, err
 	}
-	res := &Punctual{N: n, WindowMs: ms(window), LeadMs: ms(lead), PublishSeconds: pub.End.Sub(pub.Start).Seconds()}
+	res := &Punctual{N: n, WindowMs: ms(w.window), LeadMs: ms(lead), PublishSeconds: pub.End.Sub(pub.Start).Seconds()}
 	if pub.End.After(first) {
 		b.warnf("%s: publishing ended %.0f ms after the first due time; raise --lead", label, ms(pub.End.Sub(first)))
 	}
-	at, method, err := b.waitStored(ctx, p, base+int64(n), first.Add(window))
+	at, method, err := b.waitStored(ctx, p, base+int64(n), first.Add(w.window))
 	res.Method = method
 	switch {
 	case err == nil:
@@ -904,6 +988,8 @@ func (b *bencher) punctualVia(ctx context.Context, p *bridgeProc, label, dest st
 		res.Stored = !at.After(first)
 		if !res.Stored {
 			b.warnf("%s: the bridge finished storing %.0f ms after the first due time", label, -res.StoredMarginMs)
+		} else if w.stored != nil {
+			w.stored(ctx, first)
 		}
 	case errors.Is(err, errNotStored):
 		b.warnf("%s: could not confirm (%s) that the bridge stored all %d before the first due time", label, method, n)
@@ -911,9 +997,16 @@ func (b *bencher) punctualVia(ctx context.Context, p *bridgeProc, label, dest st
 		col.stop(0)
 		return nil, err
 	}
+	run := &timedRun{Punctual: res, pubAt: pubAt}
+	if w.cpu {
+		run.cpu0 = b.cpuAt(ctx, []*bridgeProc{p}, nil, first)
+	}
 	last := dues[n-1]
 	if !col.wait(ctx, last.Add(collectGrace)) && ctx.Err() == nil {
 		b.warnf("%s: %d of %d delivered %v after the last due time", label, col.received(), n, collectGrace)
+	}
+	if w.cpu {
+		run.cpu1 = cpuNow(ctx, []*bridgeProc{p}, nil)
 	}
 	l, _ := col.stop(duplicateLinger)
 	if ctx.Err() != nil {
@@ -922,7 +1015,8 @@ func (b *bencher) punctualVia(ctx context.Context, p *bridgeProc, label, dest st
 	res.Lateness = l
 	b.logf("   %s: p50 %.1f ms, p99 %.1f ms, max %.1f ms, early %d, dups %d, missing %d",
 		label, l.P50Ms, l.P99Ms, l.MaxMs, l.Early, l.Duplicates, l.Missing)
-	return res, ctx.Err()
+	run.late, run.arrived = col.samples()
+	return run, ctx.Err()
 }
 
 // ---------------------------------------------------------------------------

@@ -80,6 +80,9 @@ func BuildRows(r *Results) []Row {
 		rows = append(rows, latenessRows(StepNSB, "NServiceBus v2 chain alone, "+label, x.Chain.Lateness, false)...)
 		rows = append(rows, latenessRows(StepNSB, "bridge consuming the chain, "+label, x.Bridge.Lateness, false)...)
 	}
+	if x := r.Exchange; x != nil {
+		rows = append(rows, exchangeRows(x)...)
+	}
 	if s := r.Scale; s != nil {
 		add(StepScale, fmt.Sprintf("fill %d pending (due in 30 days), stored/s", s.N), FmtRate(s.FillRate), "", "")
 		if s.FillRateFirst > 0 || s.FillRateLast > 0 {

@@ -57,11 +57,11 @@ func TestBuildRowsVerdicts(t *testing.T) {
 	r := &Results{
 		Ceiling:     &Ceiling{N: 10, Rate: 10000},
 		Ingest:      &Ingest{N: 10, Rate: 7900},
-		Punctuality: &Punctual{N: 10, WindowMs: 10000, Lateness: Lateness{Expected: 10, Received: 10, P99Ms: 20, MaxMs: 100.5}},
+		Punctuality: &Punctual{N: 10, WindowMs: 10000, Lateness: Lateness{Expected: 10, Received: 10, Percentiles: Percentiles{P99Ms: 20, MaxMs: 100.5}}},
 		Burst:       &Burst{N: 10, LastAfterDueMs: 2999, Lateness: Lateness{Expected: 10, Received: 9, Missing: 1}},
 		Scale: &Scale{N: 100, HeapAvailable: true, HeapPeak: 65 << 20, RestartReadyMs: 999, PendingRestart: -1,
 			Punctual: &Punctual{N: 10, Lateness: Lateness{Expected: 10, Received: 10, Early: 1}}},
-		Rebus: &Punctual{N: 10, WindowMs: 10000, Lateness: Lateness{Expected: 10, Received: 10, P99Ms: 25, MaxMs: 50}},
+		Rebus: &Punctual{N: 10, WindowMs: 10000, Lateness: Lateness{Expected: 10, Received: 10, Percentiles: Percentiles{P99Ms: 25, MaxMs: 50}}},
 	}
 	r.Ingest.Ratio = r.Ingest.Rate / r.Ceiling.Rate
 	rows := BuildRows(r)

@@ -119,6 +119,9 @@ func withAppName(conn, name string) string {
 // background processes (autovacuum, WAL writer, checkpointer, ...), not
 // other clients' backends.
 func (pg *scaleOutPg) pids(ctx context.Context) []int {
+	if pg == nil { // no PostgreSQL in the step
+		return nil
+	}
 	rows, err := pg.conn.Query(ctx, `SELECT pid FROM pg_stat_activity WHERE application_name = $1 OR backend_type <> 'client backend'`, pg.appName)
 	if err != nil {
 		return nil

@@ -14,16 +14,16 @@ func scaleOutFixture() *ScaleOut {
 				BridgeCPUSeconds: []float64{2.5}, MachineCPUSeconds: 9.5, PostgresCPUSeconds: 3, BrokerCPUSeconds: 2.25, BenchCPUSeconds: 1},
 			Burst: &ScaleOutPhase{N: 20000, Seconds: 2, Rate: 10000, PerInstance: []int64{20000}, MachineBusy: 0.9,
 				BridgeCPUSeconds: []float64{1.2},
-				Lateness:         &Lateness{Expected: 20000, Received: 20000, P50Ms: 900, P99Ms: 1950, MaxMs: 2000}},
+				Lateness:         &Lateness{Expected: 20000, Received: 20000, Percentiles: Percentiles{P50Ms: 900, P99Ms: 1950, MaxMs: 2000}}},
 			Punctual: &ScaleOutPhase{N: 20000, Seconds: 10, PerInstance: []int64{20000}, MachineBusy: 0.3,
-				Lateness: &Lateness{Expected: 20000, Received: 20000, P50Ms: 0.8, P99Ms: 5.25, MaxMs: 12}}},
+				Lateness: &Lateness{Expected: 20000, Received: 20000, Percentiles: Percentiles{P50Ms: 0.8, P99Ms: 5.25, MaxMs: 12}}}},
 		{Instances: 2, RowsLeft: 3,
 			Ingest: &ScaleOutPhase{N: 20000, Rate: 3000, PerInstance: []int64{10200, 9800}, MachineBusy: 1,
 				BridgeCPUSeconds: []float64{2, -1}},
 			Burst: &ScaleOutPhase{N: 20000, Seconds: -1, PerInstance: []int64{-1, 9000}, MachineBusy: 0.99,
-				Lateness: &Lateness{Expected: 20000, Received: 19999, Missing: 1, P50Ms: 1000, P99Ms: 2500, MaxMs: 2600}},
+				Lateness: &Lateness{Expected: 20000, Received: 19999, Missing: 1, Percentiles: Percentiles{P50Ms: 1000, P99Ms: 2500, MaxMs: 2600}}},
 			Punctual: &ScaleOutPhase{N: 20000, Seconds: 10, PerInstance: []int64{15000, 5000}, MachineBusy: 0.4,
-				Lateness: &Lateness{Expected: 20000, Received: 20000, Duplicates: 2, P50Ms: 1.5, P99Ms: 9, MaxMs: 30}}},
+				Lateness: &Lateness{Expected: 20000, Received: 20000, Duplicates: 2, Percentiles: Percentiles{P50Ms: 1.5, P99Ms: 9, MaxMs: 30}}}},
 	}}
 	s.IngestRatio, s.BurstRatio = s.ratios()
 	return s

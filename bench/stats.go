@@ -15,7 +15,19 @@ type Lateness struct {
 	Early      int `json:"early"`      // received before their due time
 	Duplicates int `json:"duplicates"` // deliveries of a message already received
 	Foreign    int `json:"foreign"`    // deliveries that were not this workload's
+	// Mismatched are messages that came with another exchange, routing key
+	// or header than the workload expects (only checked where it says).
+	Mismatched int `json:"mismatched,omitempty"`
 
+	Percentiles
+
+	// BySecond breaks the lateness down by due time, one entry per second
+	// from the first due time: where in the run the late ones were.
+	BySecond []SecondStats `json:"by_second,omitempty"`
+}
+
+// Percentiles summarize a set of durations, in milliseconds.
+type Percentiles struct {
 	MinMs  float64 `json:"min_ms"`
 	MeanMs float64 `json:"mean_ms"`
 	P50Ms  float64 `json:"p50_ms"`
@@ -23,10 +35,6 @@ type Lateness struct {
 	P99Ms  float64 `json:"p99_ms"`
 	P999Ms float64 `json:"p999_ms"`
 	MaxMs  float64 `json:"max_ms"`
-
-	// BySecond breaks the lateness down by due time, one entry per second
-	// from the first due time: where in the run the late ones were.
-	BySecond []SecondStats `json:"by_second,omitempty"`
 }
 
 // SecondStats is the lateness of the messages due in one second.
@@ -87,23 +95,28 @@ func Percentile(sorted []time.Duration, p float64) time.Duration {
 // message received; it is sorted in place). The counters are left to the
 // caller.
 func Summarize(late []time.Duration) Lateness {
-	var l Lateness
-	if len(late) == 0 {
-		return l
+	return Lateness{Percentiles: summarize(late)}
+}
+
+// summarize computes the percentiles of d, which it sorts in place.
+func summarize(d []time.Duration) Percentiles {
+	var p Percentiles
+	if len(d) == 0 {
+		return p
 	}
-	slices.Sort(late)
+	slices.Sort(d)
 	var sum float64
-	for _, d := range late {
-		sum += float64(d)
+	for _, v := range d {
+		sum += float64(v)
 	}
-	l.MinMs = ms(late[0])
-	l.MeanMs = sum / float64(len(late)) / float64(time.Millisecond)
-	l.P50Ms = ms(Percentile(late, 50))
-	l.P90Ms = ms(Percentile(late, 90))
-	l.P99Ms = ms(Percentile(late, 99))
-	l.P999Ms = ms(Percentile(late, 99.9))
-	l.MaxMs = ms(late[len(late)-1])
-	return l
+	p.MinMs = ms(d[0])
+	p.MeanMs = sum / float64(len(d)) / float64(time.Millisecond)
+	p.P50Ms = ms(Percentile(d, 50))
+	p.P90Ms = ms(Percentile(d, 90))
+	p.P99Ms = ms(Percentile(d, 99))
+	p.P999Ms = ms(Percentile(d, 99.9))
+	p.MaxMs = ms(d[len(d)-1])
+	return p
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

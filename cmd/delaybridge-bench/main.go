@@ -48,6 +48,8 @@ func run(args []string) int {
 	scaleOut := fs.Bool("scaleout", false, "also run the scaleout step: one vs two bridges sharing the PostgreSQL store at --postgres-url (about a minute)")
 	scaleOutN := fs.Int("scaleout-n", def.ScaleOutN, "messages of each scaleout workload (ingest, burst, spread over --window)")
 	postgresURL := fs.String("postgres-url", os.Getenv("DELAYBRIDGE_TEST_POSTGRES_URL"), "PostgreSQL database for the scaleout step (schemas are created and dropped); $DELAYBRIDGE_TEST_POSTGRES_URL when set; empty skips the step")
+	exchange := fs.Bool("exchange", false, "also run the exchange step: the punctuality workload to a queue, to an exchange and through a delayed exchange, alternating (about 2 minutes)")
+	exchangeRounds := fs.Int("exchange-rounds", def.ExchangeRounds, "rounds of the exchange step (each runs every path once)")
 	ttl := fs.Bool("ttl", true, "run the TTL + dead-letter topology comparison (--ttl=false to skip)")
 	nsb := fs.Bool("nsb", false, "also run the nsb step: the punctuality workload sent as NServiceBus sends into its delay chain, alone and with a bridge consuming it (uses the transport's real queue names)")
 	ttlQueueType := fs.String("ttl-queue-type", def.TTLQueueType, "queue type of the TTL levels: quorum (NServiceBus v2) or classic (v1)")
@@ -71,6 +73,9 @@ Measures the bridge against a real broker and prints a table (and writes JSON):
   punctuality  lateness at the destination's consumer of messages due uniformly over --window
   burst        time from a shared due instant until the last of --burst-n is delivered
   ttl          the punctuality workload through a 28-level TTL + dead-letter topology (no bridge)
+  exchange     (--exchange) the punctuality workload to a queue (x-destination), to a topic exchange
+               (x-destination-exchange) and through a delayed topic exchange (x-delay), in
+               alternating rounds on one bridge (--exchange-rounds)
   scale        (--scale) ingest while filling --scale-n pending, punctuality, memory, store size
                and restart-to-ready with them pending
   nsb          (--nsb) the punctuality workload sent as NServiceBus endpoints send delayed
@@ -106,7 +111,7 @@ the end.
 		AMQPURL: *amqpURL, BridgeCmd: []string{exe, "run"}, BridgeEnv: env, Dir: *dir, Keep: *keep,
 		Size: *size, CeilingN: *ceilingN, IngestN: *ingestN, PunctualN: *punctualN, Window: *window,
 		BurstN: *burstN, ScaleN: *scaleN, ScalePunctualN: *scalePunctualN, Lead: *lead,
-		ScaleOutN: *scaleOutN, PostgresURL: *postgresURL,
+		ScaleOutN: *scaleOutN, PostgresURL: *postgresURL, ExchangeRounds: *exchangeRounds,
 		TTLQueueType: *ttlQueueType, Publishers: *publishers, ConfirmWindow: *confirmWindow,
 		SentinelOnly: *sentinel, Log: os.Stderr,
 	}
@@ -125,6 +130,9 @@ the end.
 		opts.Steps = []string{bench.StepCeiling, bench.StepIngest, bench.StepPunctuality, bench.StepBurst}
 		if *ttl {
 			opts.Steps = append(opts.Steps, bench.StepTTL)
+		}
+		if *exchange {
+			opts.Steps = append(opts.Steps, bench.StepExchange)
 		}
 		if *scale {
 			opts.Steps = append(opts.Steps, bench.StepScale)
@@ -151,6 +159,9 @@ the end.
 	fmt.Print(bench.FormatTable(res.Rows))
 	if cmp := bench.FormatComparison(res); cmp != "" {
 		fmt.Print("\n", cmp)
+	}
+	if x := bench.FormatExchange(res); x != "" {
+		fmt.Print("\n", x)
 	}
 	if so := bench.FormatScaleOut(res); so != "" {
 		fmt.Print("\n", so)
