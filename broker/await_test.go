@@ -9,7 +9,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/rs/zerolog"
 
-	"github.com/delaybridge/delaybridge/internal/testlog"
+	"github.com/delaybridge/delaybridge/internal/logtest"
 )
 
 // oneConn is a Waiter that always hands out c.
@@ -60,7 +60,7 @@ func TestAwaitQueueWaitsForTheQueue(t *testing.T) {
 	conn := testConn(t)
 	q := "await-test-" + uuid.NewString()[:8]
 	t.Cleanup(func() { dropQueue(q) })
-	logs := &testlog.Buffer{}
+	logs := &logtest.Buffer{}
 	done := make(chan bool, 1)
 	go func() {
 		done <- AwaitQueue(context.Background(), oneConn{conn}, AwaitOptions{Queue: q, Name: "test",
@@ -98,7 +98,7 @@ func TestAwaitQueueWaitsForTheQueue(t *testing.T) {
 	}
 
 	// An existing queue: no line at all.
-	quiet := &testlog.Buffer{}
+	quiet := &logtest.Buffer{}
 	if !AwaitQueue(context.Background(), oneConn{conn}, AwaitOptions{Queue: q, Logger: zerolog.New(quiet)}) || quiet.String() != "" {
 		t.Errorf("existing queue: logged %q", quiet.String())
 	}

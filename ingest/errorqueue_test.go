@@ -231,10 +231,10 @@ func TestIngestWhileTheErrorQueueIsFull(t *testing.T) {
 			t.Fatalf("call %d published %d copies after the queue refused; want one probe per try (%v)", i, c.sent, calls)
 		}
 	}
-	if n := e.logs.Count(firstRefusal); n != 1 {
+	if n := e.logs.CountMessage(firstRefusal); n != 1 {
 		t.Errorf("%d lines saying the error queue refuses copies, want 1", n)
 	}
-	if n := e.logs.Count("could not move invalid message to the error queue; requeued"); n != 0 {
+	if n := e.logs.CountMessage("could not move invalid message to the error queue; requeued"); n != 0 {
 		t.Errorf("%d lines, one per refused copy; want none", n)
 	}
 	if refusing, _, _ := e.gate.Refusing(); !refusing {
@@ -256,7 +256,7 @@ func TestIngestWhileTheErrorQueueIsFull(t *testing.T) {
 	if n := e.depth(e.timeouts); n != 0 {
 		t.Errorf("E.Timeouts holds %d messages after the error queue took them all", n)
 	}
-	if n := e.logs.Count("the error queue takes copies again"); n != 1 {
+	if n := e.logs.CountMessage("the error queue takes copies again"); n != 1 {
 		t.Errorf("%d lines saying the error queue takes copies again, want 1", n)
 	}
 }
@@ -294,10 +294,10 @@ func TestIngestDeclaresADeletedErrorQueueAgain(t *testing.T) {
 	if n := e.depth(e.timeouts); n != 0 {
 		t.Errorf("E.Timeouts holds %d messages", n)
 	}
-	if n := e.logs.Count("the error queue was missing (a copy came back as unroutable); declared it again"); n != 1 {
+	if n := e.logs.CountMessage("the error queue was missing (a copy came back as unroutable); declared it again"); n != 1 {
 		t.Errorf("%d lines saying the error queue was declared again, want 1", n)
 	}
-	if n := e.logs.Count("could not move invalid message to the error queue; requeued"); n != 0 {
+	if n := e.logs.CountMessage("could not move invalid message to the error queue; requeued"); n != 0 {
 		t.Errorf("%d lines, one per refused copy; want none", n)
 	}
 }

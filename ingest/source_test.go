@@ -15,8 +15,8 @@ import (
 
 	"github.com/delaybridge/delaybridge/broker"
 	"github.com/delaybridge/delaybridge/internal/amqptest"
+	"github.com/delaybridge/delaybridge/internal/logtest"
 	"github.com/delaybridge/delaybridge/internal/testenv"
-	"github.com/delaybridge/delaybridge/internal/testlog"
 	"github.com/delaybridge/delaybridge/wire"
 )
 
@@ -171,7 +171,7 @@ func TestSourcesWaitForTheirGate(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	store, logs := &fakeStore{}, &testlog.Buffer{}
+	store, logs := &fakeStore{}, &logtest.Buffer{}
 	var srcs []Source
 	for _, q := range []string{qa, qb} {
 		srcs = append(srcs, Source{Name: "gated", Queue: q, MustExist: true, Gate: gate, Parser: ParserFunc(parseToy)})

@@ -1,5 +1,5 @@
-// Package logtest collects the JSON lines a zerolog logger writes, from
-// any number of goroutines, for tests to count and inspect.
+// Package logtest collects the log lines a logger writes, from any number
+// of goroutines, for tests to count and inspect.
 package logtest
 
 import (
@@ -9,7 +9,7 @@ import (
 	"sync"
 )
 
-// Buffer is an io.Writer for zerolog.New.
+// Buffer is an io.Writer for zerolog.New that tests read while it writes.
 type Buffer struct {
 	mu  sync.Mutex
 	buf strings.Builder
@@ -21,13 +21,17 @@ func (b *Buffer) Write(p []byte) (int, error) {
 	return b.buf.Write(p)
 }
 
+// String is everything written so far.
+func (b *Buffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
 // Lines returns every JSON line written so far, decoded.
 func (b *Buffer) Lines() []map[string]any {
-	b.mu.Lock()
-	text := b.buf.String()
-	b.mu.Unlock()
 	var out []map[string]any
-	sc := bufio.NewScanner(strings.NewReader(text))
+	sc := bufio.NewScanner(strings.NewReader(b.String()))
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
 		var m map[string]any
@@ -38,11 +42,29 @@ func (b *Buffer) Lines() []map[string]any {
 	return out
 }
 
-// Count returns how many lines have this message.
-func (b *Buffer) Count(msg string) int {
+// CountMessage returns how many JSON lines have exactly this message.
+func (b *Buffer) CountMessage(msg string) int {
 	n := 0
 	for _, l := range b.Lines() {
 		if l["message"] == msg {
+			n++
+		}
+	}
+	return n
+}
+
+// Count is CountLines of what was written so far.
+func (b *Buffer) Count(parts ...string) int { return CountLines(b.String(), parts...) }
+
+// CountLines is the number of lines of logs that contain every one of parts.
+func CountLines(logs string, parts ...string) int {
+	n := 0
+	for _, line := range strings.Split(logs, "\n") {
+		all := line != ""
+		for _, p := range parts {
+			all = all && strings.Contains(line, p)
+		}
+		if all {
 			n++
 		}
 	}

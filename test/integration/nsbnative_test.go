@@ -12,8 +12,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/delaybridge/delaybridge/internal/logtest"
 	"github.com/delaybridge/delaybridge/internal/nsbendpoint"
-	"github.com/delaybridge/delaybridge/internal/testlog"
 	"github.com/delaybridge/delaybridge/wire/nsbdelay"
 )
 
@@ -345,14 +345,14 @@ func testNSBNativeWaitsForTheLevelQueues(t *testing.T) {
 	sendOne(t, conn, got, nsbdelay.V2, nsbMessage("nsb-late", dest, 2, time.Now()))
 	logs := b.Stderr()
 	for _, q := range []string{nsbdelay.V2.Level(0), nsbdelay.V1.Level(0)} {
-		if n := testlog.CountLines(logs, `"level":"info"`, q, "waiting for the queue"); n != 1 {
+		if n := logtest.CountLines(logs, `"level":"info"`, q, "waiting for the queue"); n != 1 {
 			t.Errorf("%d info lines waiting for %s, want 1", n, q)
 		}
 	}
-	if n := testlog.CountLines(logs, nsbdelay.V2.Level(0), "queue found"); n != 1 {
+	if n := logtest.CountLines(logs, nsbdelay.V2.Level(0), "queue found"); n != 1 {
 		t.Errorf("%d lines saying %s was found, want 1", n, nsbdelay.V2.Level(0))
 	}
-	if n := testlog.CountLines(logs, `"level":"warn"`); n != 0 {
+	if n := logtest.CountLines(logs, `"level":"warn"`); n != 0 {
 		t.Errorf("%d warnings in the log", n)
 	}
 }
@@ -361,7 +361,7 @@ func testNSBNativeWaitsForTheLevelQueues(t *testing.T) {
 func waitLog(t *testing.T, b *bridgeProc, parts ...string) {
 	t.Helper()
 	deadline := time.Now().Add(livenessBound)
-	for testlog.CountLines(b.Stderr(), parts...) == 0 {
+	for logtest.CountLines(b.Stderr(), parts...) == 0 {
 		if time.Now().After(deadline) {
 			t.Fatalf("no log line with %q", parts)
 		}
