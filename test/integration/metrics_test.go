@@ -133,8 +133,13 @@ func TestMetrics(t *testing.T) {
 	})
 	// The duplicate must find its id pending: publish it once the first
 	// copy is stored, while it waits for its due time.
-	m = waitMetrics(t, b, livenessBound, "4 messages stored and 1 refused", func(m map[string]float64) bool {
-		return m["delaybridge_messages_ingested_total"] == 4 && m[`delaybridge_error_queue_messages_total{stage="ingest"}`] == 1
+	// One scrape reads its series concurrently: the counter can see the
+	// commit that a store read begun a moment earlier did not, so the
+	// next-due series is waited for too, not taken from the first scrape
+	// that counts the commit.
+	m = waitMetrics(t, b, livenessBound, "4 messages stored and 1 refused, next due known", func(m map[string]float64) bool {
+		_, due := m["delaybridge_next_due_seconds"]
+		return m["delaybridge_messages_ingested_total"] == 4 && m[`delaybridge_error_queue_messages_total{stage="ingest"}`] == 1 && due
 	})
 	if v, ok := m["delaybridge_next_due_seconds"]; !ok || v > 2 {
 		t.Errorf("with 'dup' due within 2 s, delaybridge_next_due_seconds = %v (present %v)", v, ok)
