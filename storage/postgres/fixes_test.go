@@ -196,7 +196,12 @@ func TestCallTimeoutWhenTheDatabaseGoesSilent(t *testing.T) {
 		began := time.Now()
 		err := call()
 		took := time.Since(began)
-		if err == nil || errors.Is(err, storage.ErrNotFound) || !strings.Contains(err.Error(), "no answer within") ||
+		// Either limit of quietWatch ends it: the quiet one, or, when a
+		// few bytes got through just after the call began (a busy machine
+		// delays the stall), the call's upper bound, which then comes a
+		// moment sooner. Both are CallTimeout for a call that moves nothing.
+		if err == nil || errors.Is(err, storage.ErrNotFound) ||
+			!(strings.Contains(err.Error(), "no answer within") || strings.Contains(err.Error(), "not done within")) ||
 			!errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("%s against a silent database: %v; want a timeout error", what, err)
 		}
