@@ -1091,14 +1091,8 @@ func (b *bencher) stepTTL(ctx context.Context) error {
 	if err := b.declareQueue(dest, nil); err != nil {
 		return err
 	}
-	b.adminMu.Lock()
-	ch, err := b.adminChannel()
-	if err == nil {
-		err = ch.QueueBind(dest, nsbdelay.DeliveryBinding(dest), topo.chain.Delivery, false, nil)
-	}
-	b.adminMu.Unlock()
-	if err != nil {
-		return fmt.Errorf("bind %s to %s: %w", dest, topo.chain.Delivery, err)
+	if err := b.bindQueue(dest, nsbdelay.DeliveryBinding(dest), topo.chain.Delivery); err != nil {
+		return err
 	}
 	col, err := b.collect(dest, n)
 	if err != nil {

@@ -33,7 +33,7 @@ func (b *bencher) stepRebus(ctx context.Context) error {
 	if err := b.declareQueue(dest, nil); err != nil {
 		return err
 	}
-	if err := b.bind(dest, directX, dest); err != nil {
+	if err := b.bindQueue(dest, dest, directX); err != nil {
 		return err
 	}
 	at := time.FixedZone("", 3600) // the senders' offset: Rebus writes local time
@@ -53,19 +53,4 @@ func (b *bencher) stepRebus(ctx context.Context) error {
 		b.res.Rebus = res
 	}
 	return err
-}
-
-// bind binds queue to exchange with key.
-func (b *bencher) bind(queue, exchange, key string) error {
-	b.adminMu.Lock()
-	defer b.adminMu.Unlock()
-	ch, err := b.adminChannel()
-	if err != nil {
-		return err
-	}
-	if err := ch.QueueBind(queue, key, exchange, false, nil); err != nil {
-		b.admin = nil
-		return err
-	}
-	return nil
 }
