@@ -86,6 +86,9 @@ type Store struct {
 
 	recovered int
 
+	ops      chan *op      // writes for commitLoop (group.go)
+	loopDone chan struct{} // closed when commitLoop has returned
+
 	// steps counts index entries visited by Lease and NextDue (tests assert
 	// that due work is found without scanning).
 	steps atomic.Int64
@@ -126,7 +129,9 @@ func Open(path string, opts Options) (*Store, error) {
 		}
 		return nil, fmt.Errorf("boltstore: open %s: %w", path, err)
 	}
-	s := &Store{db: db, now: opts.Now, path: path, window: opts.CancelWindow}
+	s := &Store{db: db, now: opts.Now, path: path, window: opts.CancelWindow,
+		ops: make(chan *op, maxGroup), loopDone: make(chan struct{})}
+	go s.commitLoop()
 	err = db.Update(func(tx *bolt.Tx) error {
 		meta, err := tx.CreateBucketIfNotExists(bucketMeta)
 		if err != nil {
@@ -178,6 +183,7 @@ func Open(path string, opts Options) (*Store, error) {
 		})
 	}
 	if err != nil {
+		s.stopLoop()
 		_ = db.Close()
 		return nil, fmt.Errorf("boltstore: open %s: %w", path, err)
 	}
@@ -199,10 +205,16 @@ func (s *Store) Close() error {
 		return nil
 	}
 	s.closed = true
+	s.stopLoop() // no write is in flight: they hold s.mu
 	if err := s.db.Close(); err != nil {
 		return fmt.Errorf("boltstore: close: %w", err)
 	}
 	return nil
+}
+
+func (s *Store) stopLoop() {
+	close(s.ops)
+	<-s.loopDone
 }
 
 // enter starts a call: it holds the read lock until the returned func runs.
@@ -256,23 +268,6 @@ func buckets(tx *bolt.Tx, c *counts) (txb, error) {
 }
 
 const indexFillPercent = 0.9
-
-// update runs fn in a write transaction and commits the row counts it
-// changed along with it.
-func (s *Store) update(fn func(tx *bolt.Tx, c *counts) error) error {
-	return s.db.Update(func(tx *bolt.Tx) error {
-		var c counts
-		if err := fn(tx, &c); err != nil {
-			return err
-		}
-		if c == (counts{}) {
-			return nil
-		}
-		meta := tx.Bucket(bucketMeta)
-		cur := readCounts(meta)
-		return writeCounts(meta, counts{pending: cur.pending + c.pending, leased: cur.leased + c.leased})
-	})
-}
 
 var keyPending, keyLeased = []byte("pending"), []byte("leased")
 
@@ -505,6 +500,7 @@ func (s *Store) Insert(ctx context.Context, ts []storage.Timeout) ([]bool, error
 	}
 	now := s.now()
 	err = s.update(func(tx *bolt.Tx, c *counts) error {
+		clear(inserted)
 		b, err := buckets(tx, c)
 		if err != nil {
 			return err
@@ -894,6 +890,7 @@ func (s *Store) Cancel(ctx context.Context, id string) error {
 	now := s.now()
 	missing := false
 	err = s.update(func(tx *bolt.Tx, c *counts) error {
+		missing = false
 		b, err := buckets(tx, c)
 		if err != nil {
 			return err
