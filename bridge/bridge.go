@@ -22,7 +22,13 @@ import (
 )
 
 // dispatchWorkers overlap the confirms of one forwarded batch with the next.
-const dispatchWorkers = 4
+// A worker holds a dispatcher message from its arrival, up to a lookahead
+// before its first due time, until its last forward is confirmed and removed:
+// about a lookahead each. The poller hands one over per poll, every quarter
+// lookahead or sooner, so four workers were all busy under steady load and
+// hand-overs queued (issue 14); sixteen leave room for slow commits. Each
+// has its own channel.
+const dispatchWorkers = 16
 
 // lookahead is how far ahead of their due time timeouts are leased and handed
 // to the dispatcher, which holds each forward until it is due: the hand-over
