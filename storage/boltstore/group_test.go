@@ -185,3 +185,53 @@ func closeAndVerify(t *testing.T, s *Store) {
 	}
 	verifyFile(t, s.Path())
 }
+
+// TestCancelNeverLosesToALease races Cancel (and Reschedule) against Lease
+// on the same due row: a row Lease hands out must not also be reported
+// cancelled or rescheduled. Leases live in memory and Lease reads a
+// snapshot, so without the pin a Lease could take a row from a snapshot
+// older than the cancel's commit.
+func TestCancelNeverLosesToALease(t *testing.T) {
+	s := open(t, filepath.Join(t.TempDir(), "db"), nil)
+	for i := range 300 {
+		id := fmt.Sprint("row-", i)
+		if _, err := s.Insert(ctx, []storage.Timeout{{ID: id, Destination: "q", DueAt: time.Now().Add(-time.Second)}}); err != nil {
+			t.Fatal(err)
+		}
+		var leased bool
+		var changeErr error
+		var wg sync.WaitGroup
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			ls, err := s.Lease(ctx, "o", time.Time{}, 10, time.Minute)
+			if err != nil {
+				t.Error(err)
+			}
+			for _, l := range ls {
+				leased = leased || l.ID == id
+			}
+		}()
+		go func() {
+			defer wg.Done()
+			if i%2 == 0 {
+				changeErr = s.Cancel(ctx, id)
+			} else {
+				changeErr = s.Reschedule(ctx, id, time.Now().Add(time.Hour))
+			}
+		}()
+		wg.Wait()
+		switch {
+		case leased && changeErr == nil:
+			t.Fatalf("round %d: %s was leased and also cancelled or rescheduled", i, id)
+		case !leased && changeErr != nil:
+			t.Fatalf("round %d: not leased, yet the change failed: %v", i, changeErr)
+		case leased && !errors.Is(changeErr, storage.ErrLeased):
+			t.Fatalf("round %d: leased, change returned %v, want ErrLeased", i, changeErr)
+		}
+		// Clean up for the next round.
+		if _, err := s.Remove(ctx, []storage.Ref{{ID: id}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
