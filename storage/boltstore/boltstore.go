@@ -1,23 +1,30 @@
 // Package boltstore is the embedded storage.Store: one bbolt file owned by one
 // process (DELAYBRIDGE_STORE=bbolt).
 //
-// Layout (all buckets at the top level):
+// Layout, format 2 (all buckets at the top level):
 //
-//	timeouts  id -> record (see codec.go); its sequence numbers index keys and locks
-//	ready     visible-at (8 bytes) + seq (8 bytes) -> id, rows not leased,
+//	rows      seq (8 bytes) -> record (see codec.go, version 4)
+//	ids       id -> seq
+//	ready     visible-at (8 bytes) + id -> seq, every row,
 //	          visible-at = max(DueAt, NotBefore)
-//	leased    lock expiry (8 bytes) + seq (8 bytes) -> id, rows leased
+//	held      due (8 bytes) + id -> seq, only the rows a retry holds back
+//	          past their due time (NotBefore after DueAt)
+//	sagas     saga id, NUL, id -> nothing
 //	cancelled id -> expiry (8 bytes, Unix ns), cancel tombstones (see Cancel)
-//	meta      "format" -> file format version
+//	meta      "format" -> file format version, "pending" -> row count
 //
-// Every row is in exactly one of ready and leased, and its record names the
-// key it occupies there, so leasing, releasing and removing a row cost
-// O(log n). Lease walks both indexes from the start and stops at the first
-// key in the future; NextDue reads the first key of each. Nothing ever scans
-// the pending rows to find due work.
+// Records are keyed by a sequence that only grows, so they are appended and
+// their pages fill (bucket rows has FillPercent 1); the indexes, whose keys
+// arrive in any order, hold only short keys and an 8-byte seq. Every index
+// key follows from the record, so moving or deleting a row costs O(log n).
+// Lease walks ready from the start and stops at the first key in the
+// future; NextDue reads its first keys. List merges ready (in which a row
+// that is not held sits at its due time) with held, in due order, ties by
+// id. Nothing ever scans the pending rows to find due work, and Open reads
+// nothing per row (docs/scaling.md).
 //
-// The file belongs to one process: Open frees every lease it finds, since a
-// lease in the file was left by a predecessor that died.
+// Leases live in memory (leases.go). Open converts a file of format 1 (rows
+// keyed by id) once, by copying it (migrate.go).
 package boltstore
 
 import (
@@ -41,23 +48,19 @@ import (
 )
 
 var (
-	bucketTimeouts = []byte("timeouts")
-	bucketReady    = []byte("ready")
-	bucketLeased   = []byte("leased")
-	bucketDue      = []byte("due")
-	// bucketCancelled came after format 1 without changing it: Open adds
-	// it to older files, and older builds ignore it.
+	bucketRows      = []byte("rows")
+	bucketIDs       = []byte("ids")
+	bucketReady     = []byte("ready")
+	bucketHeld      = []byte("held")
 	bucketCancelled = []byte("cancelled")
-	// bucketSagas indexes the rows that have a saga id (sagaKey), for
-	// CancelSaga. It came with record version 3, like bucketCancelled
-	// without a new format: older records have no saga id to index.
-	bucketSagas = []byte("sagas")
-	bucketMeta  = []byte("meta")
-	keyFormat   = []byte("format")
+	bucketSagas     = []byte("sagas")
+	bucketMeta      = []byte("meta")
+	keyFormat       = []byte("format")
 )
 
-// fileFormat is the layout version stored in bucket meta.
-const fileFormat = "1"
+// fileFormat is the layout version stored in bucket meta. Format 1 (rows
+// keyed by id) is converted at Open (migrate.go).
+const fileFormat = "2"
 
 // DefaultOpenTimeout is how long Open waits for the file lock by default.
 const DefaultOpenTimeout = time.Second
@@ -103,7 +106,8 @@ var (
 )
 
 // Open opens or creates the store file at path, creating its parent
-// directories, and frees every lease left in it (see RecoveredLeases).
+// directories. A file of format 1 is converted first, once (migrate.go);
+// the leases it held are freed (see RecoveredLeases).
 func Open(path string, opts Options) (*Store, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
@@ -119,75 +123,83 @@ func Open(path string, opts Options) (*Store, error) {
 			return nil, fmt.Errorf("boltstore: create directory for %s: %w", path, err)
 		}
 	}
-	// A generous initial mmap (address space, not memory) spares the
-	// remaps that block every reader while the file grows.
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: opts.OpenTimeout, InitialMmapSize: 1 << 30})
+	db, err := openDB(path, opts.OpenTimeout)
 	if err != nil {
-		if errors.Is(err, bolterrors.ErrTimeout) {
-			return nil, fmt.Errorf("boltstore: %s is in use by another process (file lock not acquired within %s): %w",
-				path, opts.OpenTimeout, err)
-		}
-		return nil, fmt.Errorf("boltstore: open %s: %w", path, err)
+		return nil, err
 	}
-	s := &Store{db: db, now: opts.Now, path: path, window: opts.CancelWindow,
-		ops: make(chan *op, maxGroup), loopDone: make(chan struct{}), leases: newLeaseTable()}
-	go s.commitLoop()
-	err = db.Update(func(tx *bolt.Tx) error {
-		meta, err := tx.CreateBucketIfNotExists(bucketMeta)
-		if err != nil {
-			return err
-		}
-		switch f := meta.Get(keyFormat); {
-		case f == nil:
-			if err := meta.Put(keyFormat, []byte(fileFormat)); err != nil {
-				return err
-			}
-		case string(f) != fileFormat:
-			return fmt.Errorf("unsupported file format %q (this build reads %q)", f, fileFormat)
-		}
-		for _, name := range [][]byte{bucketTimeouts, bucketReady, bucketLeased, bucketCancelled, bucketSagas} {
-			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
-				return err
-			}
-		}
-		if tx.Bucket(bucketDue) == nil {
-			// A file from before the due-time index: build it once.
-			due, err := tx.CreateBucket(bucketDue)
-			if err != nil {
-				return err
-			}
-			err = tx.Bucket(bucketTimeouts).ForEach(func(k, v []byte) error {
-				r, err := decodeRecord(v)
-				if err != nil {
-					return fmt.Errorf("record %q: %w", k, err)
-				}
-				return due.Put(dueKey(&r.Timeout), []byte{})
-			})
-			if err != nil {
-				return err
-			}
-		}
-		if meta.Get(keyPending) == nil {
-			// A file from before the counts were kept: count once.
-			leased := tx.Bucket(bucketLeased).Stats().KeyN
-			pending := tx.Bucket(bucketReady).Stats().KeyN + leased
-			return writeCounts(meta, counts{pending: int64(pending), leased: int64(leased)})
+	var format []byte
+	err = db.View(func(tx *bolt.Tx) error {
+		if meta := tx.Bucket(bucketMeta); meta != nil {
+			format = bytes.Clone(meta.Get(keyFormat))
 		}
 		return nil
 	})
+	recovered := 0
+	if err == nil && string(format) == "1" {
+		recovered, err = migrate1(db, path)
+		_ = db.Close()
+		db = nil
+		if err == nil {
+			db, err = openDB(path, opts.OpenTimeout)
+			if err != nil {
+				return nil, err
+			}
+		}
+	}
 	if err == nil {
-		err = s.update(func(tx *bolt.Tx, c *counts) error {
-			n, err := s.freeLeases(tx, c, nil, -1)
-			s.recovered = n
-			return err
+		err = db.Update(func(tx *bolt.Tx) error {
+			var f []byte
+			if meta := tx.Bucket(bucketMeta); meta != nil {
+				f = meta.Get(keyFormat)
+			}
+			switch {
+			case f == nil:
+				return createLayout(tx)
+			case string(f) != fileFormat:
+				return fmt.Errorf("unsupported file format %q (this build reads %q, and converts %q)", f, fileFormat, "1")
+			}
+			return nil
 		})
 	}
 	if err != nil {
-		s.stopLoop()
-		_ = db.Close()
+		if db != nil {
+			_ = db.Close()
+		}
 		return nil, fmt.Errorf("boltstore: open %s: %w", path, err)
 	}
+	s := &Store{db: db, now: opts.Now, path: path, window: opts.CancelWindow, recovered: recovered,
+		ops: make(chan *op, maxGroup), loopDone: make(chan struct{}), leases: newLeaseTable()}
+	go s.commitLoop()
 	return s, nil
+}
+
+// openDB opens the bbolt file at path.
+func openDB(path string, timeout time.Duration) (*bolt.DB, error) {
+	// A generous initial mmap (address space, not memory) spares the
+	// remaps that block every reader while the file grows.
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: timeout, InitialMmapSize: 1 << 30})
+	if err != nil {
+		if errors.Is(err, bolterrors.ErrTimeout) {
+			return nil, fmt.Errorf("boltstore: %s is in use by another process (file lock not acquired within %s): %w",
+				path, timeout, err)
+		}
+		return nil, fmt.Errorf("boltstore: open %s: %w", path, err)
+	}
+	return db, nil
+}
+
+// createLayout makes the buckets of an empty file and marks its format.
+func createLayout(tx *bolt.Tx) error {
+	for _, name := range [][]byte{bucketMeta, bucketRows, bucketIDs, bucketReady, bucketHeld, bucketSagas, bucketCancelled} {
+		if _, err := tx.CreateBucketIfNotExists(name); err != nil {
+			return err
+		}
+	}
+	meta := tx.Bucket(bucketMeta)
+	if err := meta.Put(keyFormat, []byte(fileFormat)); err != nil {
+		return err
+	}
+	return writeCounts(meta, counts{})
 }
 
 // RecoveredLeases is the number of leases Open found in the file and freed.
@@ -231,12 +243,10 @@ func (s *Store) enter(ctx context.Context) (func(), error) {
 	return s.mu.RUnlock, nil
 }
 
-// buckets of one transaction, and the changes it makes to the row counts
+// buckets of one transaction, and the changes it makes to the row count
 // (nil in read-only transactions).
 type txb struct {
-	timeouts, ready, leased *bolt.Bucket
-	// due orders every pending row by due time and id, for List.
-	due *bolt.Bucket
+	rows, ids, ready, held *bolt.Bucket
 	// cancels holds the cancel tombstones.
 	cancels *bolt.Bucket
 	// sagas indexes rows by saga id.
@@ -246,62 +256,60 @@ type txb struct {
 
 // counts are kept in bucket meta so Stats costs nothing and Open scans
 // nothing, whatever the number pending.
-type counts struct{ pending, leased int64 }
+type counts struct{ pending int64 }
 
 func buckets(tx *bolt.Tx, c *counts) (txb, error) {
 	b := txb{
-		timeouts: tx.Bucket(bucketTimeouts),
-		ready:    tx.Bucket(bucketReady),
-		leased:   tx.Bucket(bucketLeased),
-		due:      tx.Bucket(bucketDue),
-		cancels:  tx.Bucket(bucketCancelled),
-		sagas:    tx.Bucket(bucketSagas),
-		c:        c,
+		rows:    tx.Bucket(bucketRows),
+		ids:     tx.Bucket(bucketIDs),
+		ready:   tx.Bucket(bucketReady),
+		held:    tx.Bucket(bucketHeld),
+		cancels: tx.Bucket(bucketCancelled),
+		sagas:   tx.Bucket(bucketSagas),
+		c:       c,
 	}
-	if b.timeouts == nil || b.ready == nil || b.leased == nil || b.due == nil || b.cancels == nil || b.sagas == nil {
+	if b.rows == nil || b.ids == nil || b.ready == nil || b.held == nil || b.cancels == nil || b.sagas == nil {
 		return b, errors.New("buckets missing")
 	}
-	// Index keys mostly arrive in ascending order (due times, sequences):
-	// fuller pages halve the file without costing splits.
-	b.ready.FillPercent, b.leased.FillPercent = indexFillPercent, indexFillPercent
+	// Records are appended (their keys only grow): full pages cost no
+	// splits. Index keys often arrive in ascending order too (due times,
+	// ids that grow); when they do, fuller pages shrink the file.
+	b.rows.FillPercent = 1
+	b.ids.FillPercent, b.ready.FillPercent, b.held.FillPercent = indexFillPercent, indexFillPercent, indexFillPercent
 	return b, nil
 }
 
 const indexFillPercent = 0.9
 
-var keyPending, keyLeased = []byte("pending"), []byte("leased")
+// maxIDLen is the longest id: an index key is 8 bytes and the id.
+const maxIDLen = bolt.MaxKeySize - 8
+
+var keyPending = []byte("pending")
 
 func readCounts(meta *bolt.Bucket) counts {
-	get := func(k []byte) int64 {
-		if v := meta.Get(k); len(v) == 8 {
-			return int64(binary.BigEndian.Uint64(v))
-		}
-		return 0
+	if v := meta.Get(keyPending); len(v) == 8 {
+		return counts{pending: int64(binary.BigEndian.Uint64(v))}
 	}
-	return counts{pending: get(keyPending), leased: get(keyLeased)}
+	return counts{}
 }
 
 func writeCounts(meta *bolt.Bucket, c counts) error {
-	if err := meta.Put(keyPending, binary.BigEndian.AppendUint64(nil, uint64(c.pending))); err != nil {
-		return err
-	}
-	return meta.Put(keyLeased, binary.BigEndian.AppendUint64(nil, uint64(c.leased)))
+	return meta.Put(keyPending, binary.BigEndian.AppendUint64(nil, uint64(c.pending)))
 }
 
-func (b txb) index(idx byte) *bolt.Bucket {
-	if idx == idxLeased {
-		return b.leased
-	}
-	return b.ready
+// row is a pending timeout and the sequence its record is stored under.
+type row struct {
+	storage.Timeout
+	seq [8]byte
 }
 
-// load returns the record of id, or nil when there is none.
-func (b txb) load(id string) (*record, error) {
-	v := b.timeouts.Get([]byte(id))
-	if v == nil {
+// load returns the row of id, or nil when there is none.
+func (b txb) load(id string) (*row, error) {
+	seq := b.ids.Get([]byte(id))
+	if seq == nil {
 		return nil, nil
 	}
-	r, err := decodeRecord(v)
+	r, err := b.loadSeq(seq, true)
 	if err != nil {
 		return nil, fmt.Errorf("record %q: %w", id, err)
 	}
@@ -311,53 +319,110 @@ func (b txb) load(id string) (*record, error) {
 	return r, nil
 }
 
-func (b txb) save(r *record) error {
-	return b.timeouts.Put([]byte(r.ID), encodeRecord(r))
+// loadSeq returns the row stored under seq; without withMessage its Message
+// is nil.
+func (b txb) loadSeq(seq []byte, withMessage bool) (*row, error) {
+	if len(seq) != 8 {
+		return nil, fmt.Errorf("%w: sequence %x", errCorrupt, seq)
+	}
+	v := b.rows.Get(seq)
+	if v == nil {
+		return nil, fmt.Errorf("%w: no record under sequence %x", errCorrupt, seq)
+	}
+	t, err := decodeRow(v, withMessage)
+	if err != nil {
+		return nil, err
+	}
+	r := &row{Timeout: *t}
+	copy(r.seq[:], seq)
+	return r, nil
 }
 
-// place puts r into index idx at time at, removing it from the index it was
-// in (unless fresh), and saves it.
-func (b txb) place(r *record, fresh bool, idx byte, at time.Time, seq uint64) error {
-	wasLeased := !fresh && r.index == idxLeased
-	if !fresh {
-		if err := b.index(r.index).Delete(r.key[:]); err != nil {
+// indexed loads the row of the index entry k -> seq whose key ends in the
+// row's id, and checks that the row's own key there is k.
+func (b txb) indexed(k, seq []byte, key func(*storage.Timeout) []byte, withMessage bool) (*row, error) {
+	r, err := b.loadSeq(seq, withMessage)
+	if err != nil {
+		return nil, fmt.Errorf("index entry %x: %w", k, err)
+	}
+	if !bytes.Equal(key(&r.Timeout), k) {
+		return nil, fmt.Errorf("%w: index entry %x does not match its record %q", errCorrupt, k, r.ID)
+	}
+	return r, nil
+}
+
+// save writes r's record.
+func (b txb) save(r *row) error {
+	return b.rows.Put(r.seq[:], encodeRow(&r.Timeout))
+}
+
+// add stores t as a new row.
+func (b txb) add(t *storage.Timeout) error {
+	n, err := b.rows.NextSequence()
+	if err != nil {
+		return err
+	}
+	r := &row{Timeout: *t}
+	r.Lock, r.LockExpiresAt = "", time.Time{}
+	binary.BigEndian.PutUint64(r.seq[:], n)
+	if err := b.ids.Put([]byte(r.ID), r.seq[:]); err != nil {
+		return err
+	}
+	if r.SagaID != "" {
+		if err := b.sagas.Put(sagaKey(r.SagaID, r.ID), []byte{}); err != nil {
 			return err
 		}
 	}
-	if fresh {
-		b.c.pending++
-		if err := b.due.Put(dueKey(&r.Timeout), []byte{}); err != nil {
-			return err
-		}
-		if r.SagaID != "" {
-			if err := b.sagas.Put(sagaKey(r.SagaID, r.ID), []byte{}); err != nil {
-				return err
-			}
-		}
+	b.c.pending++
+	if err := b.index(r); err != nil {
+		return err
 	}
-	switch {
-	case wasLeased && idx != idxLeased:
-		b.c.leased--
-	case !wasLeased && idx == idxLeased:
-		b.c.leased++
+	return b.save(r)
+}
+
+// index puts r's entries into ready and, when it is held, into held.
+func (b txb) index(r *row) error {
+	if err := b.ready.Put(readyKey(&r.Timeout), r.seq[:]); err != nil {
+		return err
 	}
-	r.index = idx
-	r.key = indexKey(at, seq)
-	if err := b.index(idx).Put(r.key[:], []byte(r.ID)); err != nil {
+	if held(&r.Timeout) {
+		return b.held.Put(dueKey(&r.Timeout), r.seq[:])
+	}
+	return nil
+}
+
+// unindex deletes r's entries from ready and held.
+func (b txb) unindex(r *row) error {
+	if err := b.ready.Delete(readyKey(&r.Timeout)); err != nil {
+		return err
+	}
+	if held(&r.Timeout) {
+		return b.held.Delete(dueKey(&r.Timeout))
+	}
+	return nil
+}
+
+// reindex applies change to r, which moves it in the indexes, and saves it.
+func (b txb) reindex(r *row, change func(*storage.Timeout)) error {
+	if err := b.unindex(r); err != nil {
+		return err
+	}
+	change(&r.Timeout)
+	if err := b.index(r); err != nil {
 		return err
 	}
 	return b.save(r)
 }
 
 // forget deletes r: its record and its entries in the indexes.
-func (b txb) forget(r *record) error {
-	if err := b.index(r.index).Delete(r.key[:]); err != nil {
+func (b txb) forget(r *row) error {
+	if err := b.unindex(r); err != nil {
 		return err
 	}
-	if err := b.due.Delete(dueKey(&r.Timeout)); err != nil {
+	if err := b.ids.Delete([]byte(r.ID)); err != nil {
 		return err
 	}
-	if err := b.timeouts.Delete([]byte(r.ID)); err != nil {
+	if err := b.rows.Delete(r.seq[:]); err != nil {
 		return err
 	}
 	if r.SagaID != "" {
@@ -366,18 +431,24 @@ func (b txb) forget(r *record) error {
 		}
 	}
 	b.c.pending--
-	if r.index == idxLeased {
-		b.c.leased--
-	}
 	return nil
 }
 
-// dueKey is a row's key in the due index: its due time, then its id, so the
-// key follows from the record and needs no storing.
-func dueKey(t *storage.Timeout) []byte {
-	k := binary.BigEndian.AppendUint64(make([]byte, 0, 8+len(t.ID)), keyTime(t.DueAt))
-	return append(k, t.ID...)
+// held reports whether a retry holds t back past its due time: such a row
+// sits in ready at its NotBefore and in held at its due time.
+func held(t *storage.Timeout) bool { return t.NotBefore.After(t.DueAt) }
+
+// timeKey is an index key: the time (see keyTime), then the id.
+func timeKey(at time.Time, id string) []byte {
+	k := binary.BigEndian.AppendUint64(make([]byte, 0, 8+len(id)), keyTime(at))
+	return append(k, id...)
 }
+
+// readyKey is a row's key in ready.
+func readyKey(t *storage.Timeout) []byte { return timeKey(visibleAt(t), t.ID) }
+
+// dueKey is a row's key in held, and List's cursor.
+func dueKey(t *storage.Timeout) []byte { return timeKey(t.DueAt, t.ID) }
 
 // sagaKey is a row's key in the saga index: saga id, NUL, id. Neither may
 // hold a NUL (Insert refuses a saga id with one; ids are checked by
@@ -390,88 +461,13 @@ func sagaKey(saga, id string) []byte {
 	return append(k, id...)
 }
 
-// makeReady clears r's lease and moves it to the ready index.
-func (b txb) makeReady(r *record) error {
-	seq, err := b.timeouts.NextSequence()
-	if err != nil {
-		return err
-	}
-	r.Lock = ""
-	r.LockExpiresAt = time.Time{}
-	return b.place(r, false, idxReady, visibleAt(&r.Timeout), seq)
+// keyDue reports whether index key k's time part is at or before now's.
+func keyDue(k []byte, now uint64) bool {
+	return len(k) >= 8 && binary.BigEndian.Uint64(k[:8]) <= now
 }
 
-// dueRecords walks index idx from its start while the key time is at or
-// before now and returns up to limit records (limit < 0: all) whose exact
-// time when(r) is at or before now; now nil takes every record of the index.
-// The walk stops at the first key in the future. Records are decoded copies,
-// so the caller may modify the buckets afterwards.
-func (s *Store) dueRecords(b txb, idx byte, now *time.Time, limit int, when func(*record) time.Time) ([]*record, error) {
-	var nowKey uint64
-	if now != nil {
-		nowKey = keyTime(*now)
-	}
-	var out []*record
-	c := b.index(idx).Cursor()
-	for k, v := c.First(); k != nil && limit != 0; k, v = c.Next() {
-		s.steps.Add(1)
-		if now != nil && !keyDue(k, nowKey) {
-			break
-		}
-		r, err := b.indexed(idx, k, v)
-		if err != nil {
-			return nil, err
-		}
-		if now != nil && when(r).After(*now) {
-			// Only in a clamped key range (before 1678 or after 2262),
-			// where keys order by sequence, not by time.
-			continue
-		}
-		out = append(out, r)
-		limit--
-	}
-	return out, nil
-}
-
-// indexed loads the record of index idx's entry k -> v and checks that it
-// names that entry.
-func (b txb) indexed(idx byte, k, v []byte) (*record, error) {
-	r, err := b.load(string(v))
-	if err != nil {
-		return nil, err
-	}
-	if r == nil {
-		return nil, fmt.Errorf("%w: index entry for %q has no record", errCorrupt, v)
-	}
-	if r.index != idx || !bytes.Equal(r.key[:], k) {
-		return nil, fmt.Errorf("%w: index entry for %q does not match its record", errCorrupt, v)
-	}
-	return r, nil
-}
-
-func leaseExpiry(r *record) time.Time { return r.LockExpiresAt }
-
-func readyAt(r *record) time.Time { return visibleAt(&r.Timeout) }
-
-// freeLeases moves leased rows back to ready: those whose lease expired by
-// *now (at most limit of them; limit < 0: all), or all of them when now is
-// nil. It returns how many it moved.
-func (s *Store) freeLeases(tx *bolt.Tx, c *counts, now *time.Time, limit int) (int, error) {
-	b, err := buckets(tx, c)
-	if err != nil {
-		return 0, err
-	}
-	rs, err := s.dueRecords(b, idxLeased, now, limit, leaseExpiry)
-	if err != nil {
-		return 0, err
-	}
-	for _, r := range rs {
-		if err := b.makeReady(r); err != nil {
-			return 0, err
-		}
-	}
-	return len(rs), nil
-}
+// readyAt is when a row that is not leased becomes leasable.
+func readyAt(r *row) time.Time { return visibleAt(&r.Timeout) }
 
 // Insert stores ts in one commit; see storage.Store. Lock and LockExpiresAt
 // of the input are ignored: a new row is never leased.
@@ -485,8 +481,8 @@ func (s *Store) Insert(ctx context.Context, ts []storage.Timeout) ([]bool, error
 		switch t := &ts[i]; {
 		case t.ID == "":
 			return nil, fmt.Errorf("boltstore: insert: timeout %d has an empty id", i)
-		case len(t.ID) > bolt.MaxKeySize:
-			return nil, fmt.Errorf("boltstore: insert: timeout %d: id is %d bytes, longer than %d", i, len(t.ID), bolt.MaxKeySize)
+		case len(t.ID) > maxIDLen:
+			return nil, fmt.Errorf("boltstore: insert: timeout %d: id is %d bytes, longer than %d", i, len(t.ID), maxIDLen)
 		case t.Destination == "" && t.Exchange == "":
 			return nil, fmt.Errorf("boltstore: insert: timeout %q has an empty destination", t.ID)
 		case strings.IndexByte(t.SagaID, 0) >= 0 || len(t.SagaID)+1+len(t.ID) > bolt.MaxKeySize:
@@ -507,18 +503,11 @@ func (s *Store) Insert(ctx context.Context, ts []storage.Timeout) ([]bool, error
 		for i := range ts {
 			// Get sees this transaction's own puts, so a repeated id in ts
 			// is caught here too.
-			if b.timeouts.Get([]byte(ts[i].ID)) != nil || b.cancelled(ts[i].ID, now) {
+			if b.ids.Get([]byte(ts[i].ID)) != nil || b.cancelled(ts[i].ID, now) {
 				continue
 			}
-			r := &record{Timeout: ts[i]}
-			r.Lock = ""
-			r.LockExpiresAt = time.Time{}
-			seq, err := b.timeouts.NextSequence()
-			if err != nil {
-				return err
-			}
-			if err := b.place(r, true, idxReady, visibleAt(&r.Timeout), seq); err != nil {
-				return fmt.Errorf("timeout %q: %w", r.ID, err)
+			if err := b.add(&ts[i]); err != nil {
+				return fmt.Errorf("timeout %q: %w", ts[i].ID, err)
 			}
 			inserted[i] = true
 		}
@@ -566,10 +555,10 @@ func (s *Store) Lease(ctx context.Context, owner string, dueBy time.Time, limit 
 			if !keyDue(k, byKey) {
 				break
 			}
-			if !t.available(string(v), now) {
+			if !t.available(string(k[8:]), now) {
 				continue
 			}
-			r, err := b.indexed(idxReady, k, v)
+			r, err := b.indexed(k, v, readyKey, false)
 			if err != nil {
 				return err
 			}
@@ -598,7 +587,7 @@ func (s *Store) Get(ctx context.Context, id string) (storage.Timeout, error) {
 		return storage.Timeout{}, err
 	}
 	defer exit()
-	var r *record
+	var r *row
 	err = s.db.View(func(tx *bolt.Tx) error {
 		b, err := buckets(tx, nil)
 		if err != nil {
@@ -674,12 +663,11 @@ func (s *Store) Remove(ctx context.Context, refs []storage.Ref) ([]error, error)
 
 // Release ends the lease of id; see storage.Store.
 func (s *Store) Release(ctx context.Context, id, lock string, notBefore time.Time) error {
-	err := s.updateRow(ctx, "release", id, func(b txb, r *record, now time.Time) error {
+	err := s.updateRow(ctx, "release", id, func(b txb, r *row, now time.Time) error {
 		if err := s.leases.check(id, lock, now); err != nil {
 			return err
 		}
-		r.NotBefore = notBefore
-		return b.makeReady(r)
+		return b.reindex(r, func(t *storage.Timeout) { t.NotBefore = notBefore })
 	})
 	if err == nil {
 		s.leases.end(id, lock)
@@ -690,7 +678,7 @@ func (s *Store) Release(ctx context.Context, id, lock string, notBefore time.Tim
 // IncrementFailureCount records a dispatch failure of id; the lease is kept.
 func (s *Store) IncrementFailureCount(ctx context.Context, id, lock, reason string) (int, error) {
 	var attempts int
-	err := s.updateRow(ctx, "increment failure count", id, func(b txb, r *record, now time.Time) error {
+	err := s.updateRow(ctx, "increment failure count", id, func(b txb, r *row, now time.Time) error {
 		if err := s.leases.check(id, lock, now); err != nil {
 			return err
 		}
@@ -728,10 +716,10 @@ func (s *Store) NextDue(ctx context.Context) (time.Time, bool, error) {
 		c := b.ready.Cursor()
 		for k, v := c.First(); k != nil; k, v = c.Next() {
 			s.steps.Add(1)
-			if !t.available(string(v), now) {
+			if !t.available(string(k[8:]), now) {
 				continue
 			}
-			r, err := b.indexed(idxReady, k, v)
+			r, err := b.indexed(k, v, readyKey, false)
 			if err != nil {
 				return err
 			}
@@ -820,25 +808,43 @@ func (s *Store) List(ctx context.Context, f storage.ListFilter) ([]storage.Timeo
 		if err != nil {
 			return err
 		}
-		c := b.due.Cursor()
-		var k []byte
-		switch {
-		case after != nil:
-			if k, _ = c.Seek(after); k != nil && bytes.Equal(k, after) {
-				k, _ = c.Next()
+		// A row that is not held sits in ready at its due time; a held one
+		// is listed from held and skipped in ready. Both are keyed by time
+		// and id: merged, they give due order, ties by id.
+		start := func(c *bolt.Cursor) (k, v []byte) {
+			switch {
+			case after != nil:
+				if k, v = c.Seek(after); k != nil && bytes.Equal(k, after) {
+					k, v = c.Next()
+				}
+			case !f.DueFrom.IsZero():
+				k, v = c.Seek(binary.BigEndian.AppendUint64(nil, keyTime(f.DueFrom)))
+			default:
+				k, v = c.First()
 			}
-		case !f.DueFrom.IsZero():
-			k, _ = c.Seek(binary.BigEndian.AppendUint64(nil, keyTime(f.DueFrom)))
-		default:
-			k, _ = c.First()
+			return k, v
 		}
-		for ; k != nil; k, _ = c.Next() {
-			r, err := b.load(string(k[8:]))
+		rc, hc := b.ready.Cursor(), b.held.Cursor()
+		rk, rv := start(rc)
+		hk, hv := start(hc)
+		for rk != nil || hk != nil {
+			k, v, fromHeld := rk, rv, false
+			if hk != nil && (rk == nil || bytes.Compare(hk, rk) < 0) {
+				k, v, fromHeld = hk, hv, true
+				hk, hv = hc.Next()
+			} else {
+				rk, rv = rc.Next()
+			}
+			key := readyKey
+			if fromHeld {
+				key = dueKey
+			}
+			r, err := b.indexed(k, v, key, false)
 			if err != nil {
 				return err
 			}
-			if r == nil {
-				return fmt.Errorf("%w: due index entry %x has no record", errCorrupt, k)
+			if !fromHeld && held(&r.Timeout) {
+				continue
 			}
 			if !f.DueTo.IsZero() && !r.DueAt.Before(f.DueTo) {
 				if keyTime(r.DueAt) > keyTime(f.DueTo) {
@@ -853,7 +859,6 @@ func (s *Store) List(ctx context.Context, f storage.ListFilter) ([]storage.Timeo
 				next = hex.EncodeToString(dueKey(&rows[len(rows)-1]))
 				return nil
 			}
-			r.Message = nil
 			s.leases.annotate(&r.Timeout)
 			rows = append(rows, r.Timeout)
 		}
@@ -899,7 +904,7 @@ func (s *Store) Cancel(ctx context.Context, id string) error {
 			return err
 		case r == nil:
 			missing = true
-			if len(id) == 0 || len(id) > bolt.MaxKeySize {
+			if len(id) == 0 || len(id) > maxIDLen {
 				return nil // no row can have it; nothing to remember
 			}
 		default:
@@ -1005,29 +1010,17 @@ func (s *Store) Reschedule(ctx context.Context, id string, dueAt time.Time) erro
 	if err := storage.CheckDueAt(dueAt); err != nil {
 		return fmt.Errorf("boltstore: reschedule %q: %w", id, err)
 	}
-	return s.changeUnleased(ctx, "reschedule", id, func(b txb, r *record) error {
-		if err := b.due.Delete(dueKey(&r.Timeout)); err != nil {
-			return err
-		}
-		r.DueAt, r.NotBefore = dueAt, time.Time{}
-		r.Lock, r.LockExpiresAt = "", time.Time{} // an expired lease ends here
-		if err := b.due.Put(dueKey(&r.Timeout), []byte{}); err != nil {
-			return err
-		}
-		seq, err := b.timeouts.NextSequence()
-		if err != nil {
-			return err
-		}
-		return b.place(r, false, idxReady, visibleAt(&r.Timeout), seq)
+	return s.changeUnleased(ctx, "reschedule", id, func(b txb, r *row) error {
+		return b.reindex(r, func(t *storage.Timeout) { t.DueAt, t.NotBefore = dueAt, time.Time{} })
 	})
 }
 
 // changeUnleased applies change to row id unless it is leased and its lease
 // still valid (ErrLeased).
-func (s *Store) changeUnleased(ctx context.Context, op, id string, change func(txb, *record) error) error {
+func (s *Store) changeUnleased(ctx context.Context, op, id string, change func(txb, *row) error) error {
 	pins := pinSet{t: s.leases}
 	defer pins.release()
-	return s.updateRow(ctx, op, id, func(b txb, r *record, now time.Time) error {
+	return s.updateRow(ctx, op, id, func(b txb, r *row, now time.Time) error {
 		if err := pins.pin(id, now); err != nil {
 			return err // storage.ErrLeased
 		}
@@ -1037,7 +1030,7 @@ func (s *Store) changeUnleased(ctx context.Context, op, id string, change func(t
 
 // updateRow runs fn on row id in a write transaction, with the store's now;
 // a missing row is ErrNotFound. Errors name op and id.
-func (s *Store) updateRow(ctx context.Context, op, id string, fn func(b txb, r *record, now time.Time) error) error {
+func (s *Store) updateRow(ctx context.Context, op, id string, fn func(b txb, r *row, now time.Time) error) error {
 	exit, err := s.enter(ctx)
 	if err != nil {
 		return err

@@ -41,8 +41,9 @@ func TestConformance(t *testing.T) {
 }
 
 // verifyFile checks bbolt's own consistency and the store's invariants:
-// every record decodes, sits under its own id, and is in exactly the index
-// entry it names, keyed by the right time; no index entry is left over.
+// every record decodes and has exactly the index entries that follow from
+// it, each holding its sequence; no index entry is left over; the kept
+// count matches.
 func verifyFile(t *testing.T, path string) {
 	t.Helper()
 	db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, Timeout: time.Second})
@@ -54,51 +55,52 @@ func verifyFile(t *testing.T, path string) {
 		for err := range tx.Check() {
 			return fmt.Errorf("bbolt check: %w", err)
 		}
+		if f := tx.Bucket(bucketMeta).Get(keyFormat); string(f) != fileFormat {
+			return fmt.Errorf("format %q, want %q", f, fileFormat)
+		}
 		b, err := buckets(tx, nil)
 		if err != nil {
 			return err
 		}
-		rows := 0
-		err = b.timeouts.ForEach(func(k, v []byte) error {
+		rows, nheld, sagas := 0, 0, 0
+		err = b.rows.ForEach(func(k, v []byte) error {
 			rows++
-			r, err := decodeRecord(v)
+			r, err := decodeRow(v, true)
 			if err != nil {
-				return fmt.Errorf("record %q: %w", k, err)
+				return fmt.Errorf("record %x: %w", k, err)
 			}
-			if r.ID != string(k) {
-				return fmt.Errorf("record under %q has id %q", k, r.ID)
+			entries := map[string][]byte{"ids": b.ids.Get([]byte(r.ID)), "ready": b.ready.Get(readyKey(r))}
+			if held(r) {
+				nheld++
+				entries["held"] = b.held.Get(dueKey(r))
 			}
-			if b.due.Get(dueKey(&r.Timeout)) == nil {
-				return fmt.Errorf("record %q: no due-index entry", k)
+			for name, seq := range entries {
+				if !bytes.Equal(seq, k) {
+					return fmt.Errorf("record %x (%q): %s entry holds %x", k, r.ID, name, seq)
+				}
 			}
-			if got := b.index(r.index).Get(r.key[:]); string(got) != r.ID {
-				return fmt.Errorf("record %q: index %d entry %x holds %q", k, r.index, r.key, got)
-			}
-			want := visibleAt(&r.Timeout)
-			if r.index == idxLeased {
-				want = r.LockExpiresAt
-			}
-			if (r.index == idxLeased) != (r.Lock != "") {
-				return fmt.Errorf("record %q: index %d with lock %q", k, r.index, r.Lock)
-			}
-			if !bytes.Equal(r.key[:8], func() []byte { k := indexKey(want, 0); return k[:8] }()) {
-				return fmt.Errorf("record %q: index key %x not at time %s", k, r.key, want)
+			if r.SagaID != "" {
+				sagas++
+				if b.sagas.Get(sagaKey(r.SagaID, r.ID)) == nil {
+					return fmt.Errorf("record %q: no saga entry", r.ID)
+				}
 			}
 			return nil
 		})
 		if err != nil {
 			return err
 		}
-		if n := b.ready.Stats().KeyN + b.leased.Stats().KeyN; n != rows {
-			return fmt.Errorf("%d index entries for %d records", n, rows)
+		for name, n := range map[string][2]int{
+			"ids": {b.ids.Stats().KeyN, rows}, "ready": {b.ready.Stats().KeyN, rows},
+			"held": {b.held.Stats().KeyN, nheld}, "sagas": {b.sagas.Stats().KeyN, sagas},
+		} {
+			if n[0] != n[1] {
+				return fmt.Errorf("%d %s entries, want %d (%d records)", n[0], name, n[1], rows)
+			}
 		}
-		if n := b.due.Stats().KeyN; n != rows {
-			return fmt.Errorf("%d due-index entries for %d records", n, rows)
-		}
-		// The kept counts must match what the file holds.
-		c := readCounts(tx.Bucket(bucketMeta))
-		if c.pending != int64(rows) || c.leased != int64(b.leased.Stats().KeyN) {
-			return fmt.Errorf("kept counts %+v, file holds %d rows, %d leased", c, rows, b.leased.Stats().KeyN)
+		// The kept count must match what the file holds.
+		if c := readCounts(tx.Bucket(bucketMeta)); c.pending != int64(rows) {
+			return fmt.Errorf("kept count %d, file holds %d rows", c.pending, rows)
 		}
 		return nil
 	})
@@ -210,23 +212,21 @@ func TestOpenFreesLeasesOfPredecessor(t *testing.T) {
 	if n := s.RecoveredLeases(); n != 0 {
 		t.Fatalf("fresh file: RecoveredLeases = %d", n)
 	}
-	var ts []storage.Timeout
+	_ = s.Close()
+	// Builds before in-memory leases wrote them to the file (format 1):
+	// an upgrade may find the leases of a predecessor that died there.
+	path = filepath.Join(t.TempDir(), "db")
+	var rs []*record
+	var old []storage.Lease
 	for i := range 5 {
-		ts = append(ts, storage.Timeout{ID: fmt.Sprint("r", i), Destination: "d", DueAt: t0.Add(-time.Duration(i) * time.Second)})
+		r := &record{Timeout: storage.Timeout{ID: fmt.Sprint("r", i), Destination: "d", DueAt: t0.Add(-time.Duration(i) * time.Second)}}
+		if i >= 2 {
+			r.Lock, r.LockExpiresAt = fmt.Sprint("gone:", i), t0.Add(time.Hour)
+			old = append(old, storage.Lease{ID: r.ID, Lock: r.Lock, DueAt: r.DueAt})
+		}
+		rs = append(rs, r)
 	}
-	if _, err := s.Insert(ctx, ts); err != nil {
-		t.Fatal(err)
-	}
-	old, err := s.Lease(ctx, "dead", time.Time{}, 3, time.Hour)
-	if err != nil || len(old) != 3 {
-		t.Fatalf("Lease = %v, %v", old, err)
-	}
-	if err := s.Close(); err != nil { // the process "dies" holding 3 leases
-		t.Fatal(err)
-	}
-	// Builds before in-memory leases wrote them to the file: an upgrade
-	// may find such leases of a predecessor there.
-	leaseInFile(t, path, t0.Add(time.Hour), old[0].ID, old[1].ID, old[2].ID)
+	writeFormat1(t, path, rs...)
 
 	s2 := open(t, path, clock.Now) // same instant: no lease has expired
 	if n := s2.RecoveredLeases(); n != 3 {
@@ -262,44 +262,6 @@ func TestOpenFreesLeasesOfPredecessor(t *testing.T) {
 	}
 	_ = s3.Close()
 	verifyFile(t, path)
-}
-
-// leaseInFile leases rows as builds before in-memory leases did: in the
-// file, under the lock of an owner that is gone. The store must be closed.
-func leaseInFile(t *testing.T, path string, expires time.Time, ids ...string) {
-	t.Helper()
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	err = db.Update(func(tx *bolt.Tx) error {
-		var c counts
-		b, err := buckets(tx, &c)
-		if err != nil {
-			return err
-		}
-		for _, id := range ids {
-			r, err := b.load(id)
-			if err != nil || r == nil {
-				return fmt.Errorf("load %q: %v", id, err)
-			}
-			seq, err := b.timeouts.NextSequence()
-			if err != nil {
-				return err
-			}
-			r.Lock, r.LockExpiresAt = fmt.Sprint("gone:", seq), expires
-			if err := b.place(r, false, idxLeased, expires, seq); err != nil {
-				return err
-			}
-		}
-		meta := tx.Bucket(bucketMeta)
-		cur := readCounts(meta)
-		return writeCounts(meta, counts{pending: cur.pending + c.pending, leased: cur.leased + c.leased})
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
 }
 
 func TestOpenWhileInUse(t *testing.T) {
@@ -342,35 +304,12 @@ func TestOpenCreatesDirectories(t *testing.T) {
 }
 
 // TestVersion1Records: the records of a file written before exchange
-// destinations read as rows for a queue, and a change rewrites them in the
-// current version.
+// destinations read as rows for a queue once converted.
 func TestVersion1Records(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "db")
 	v1 := recordV1Decoded()
 	clock := storetest.NewClock(v1.DueAt)
-	_ = open(t, path, clock.Now).Close()
-	// The row as an earlier build left it: its record, index entries, count.
-	db, err := bolt.Open(path, 0o600, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = db.Update(func(tx *bolt.Tx) error {
-		b, err := buckets(tx, nil)
-		if err != nil {
-			return err
-		}
-		return errors.Join(
-			b.timeouts.Put([]byte(v1.ID), recordV1),
-			b.ready.Put(v1.key[:], []byte(v1.ID)),
-			b.due.Put(dueKey(&v1.Timeout), []byte{}),
-			writeCounts(tx.Bucket(bucketMeta), counts{pending: 1}))
-	})
-	if cerr := db.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	writeFormat1Raw(t, path, []*record{v1}, func(*record) []byte { return recordV1 })
 
 	s := open(t, path, clock.Now)
 	got, err := s.Get(ctx, v1.ID)
@@ -383,6 +322,9 @@ func TestVersion1Records(t *testing.T) {
 	if rows, _, err := s.List(ctx, storage.ListFilter{Destination: "orders", Limit: 10}); err != nil || len(rows) != 1 || rows[0].ID != v1.ID {
 		t.Fatalf("List of queue orders = %v, %v; want the version 1 row", rows, err)
 	}
+	if at, ok, err := s.NextDue(ctx); err != nil || !ok || !at.Equal(v1.NotBefore) {
+		t.Fatalf("NextDue = %s, %v, %v; want the row's NotBefore %s", at, ok, err, v1.NotBefore)
+	}
 	clock.Set(v1.NotBefore)
 	ls, err := s.Lease(ctx, "me", time.Time{}, 10, time.Minute)
 	if err != nil || len(ls) != 1 || ls[0].ID != v1.ID {
@@ -394,23 +336,12 @@ func TestVersion1Records(t *testing.T) {
 	if diff := cmp.Diff(want, got); err != nil || diff != "" {
 		t.Fatalf("leased row: %v (-want +got):\n%s", err, diff)
 	}
-	// A lease writes nothing (leases.go); the first write to the row
-	// rewrites its record in the current version.
 	if err := s.Release(ctx, v1.ID, ls[0].Lock, v1.NotBefore); err != nil {
-		t.Fatal(err)
-	}
-	err = s.db.View(func(tx *bolt.Tx) error {
-		if v := tx.Bucket(bucketTimeouts).Get([]byte(v1.ID)); len(v) == 0 || v[0] != recordVersion {
-			return fmt.Errorf("released row's record is %x, want version %d", v, recordVersion)
-		}
-		return nil
-	})
-	if err != nil {
 		t.Fatal(err)
 	}
 	got, err = s.Get(ctx, v1.ID)
 	if diff := cmp.Diff(v1.Timeout, got); err != nil || diff != "" {
-		t.Fatalf("rewritten row: %v (-want +got):\n%s", err, diff)
+		t.Fatalf("released row: %v (-want +got):\n%s", err, diff)
 	}
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
@@ -620,7 +551,11 @@ func TestCorruptRecord(t *testing.T) {
 		t.Fatal(err)
 	}
 	err := s.db.Update(func(tx *bolt.Tx) error {
-		return tx.Bucket(bucketTimeouts).Put([]byte("x"), []byte{recordVersion, idxReady, 1, 2, 3})
+		b, err := buckets(tx, nil)
+		if err != nil {
+			return err
+		}
+		return b.rows.Put(b.ids.Get([]byte("x")), []byte{rowVersion, 1, 2, 3})
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -13,18 +13,11 @@ import (
 	"github.com/delaybridge/delaybridge/storage/storetest"
 )
 
-// A file written before cancel tombstones has no bucket for them: it opens,
-// gains the bucket, and Cancel records tombstones in it.
+// A file written before cancel tombstones (format 1) has no bucket for
+// them: it converts, gains the bucket, and Cancel records tombstones in it.
 func TestOpenAddsTheCancelBucket(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "old.db")
-	s, err := Open(path, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.Insert(ctx, []storage.Timeout{{ID: "kept", Destination: "d", DueAt: time.Now().Add(time.Hour)}}); err != nil {
-		t.Fatal(err)
-	}
-	s.Close()
+	writeFormat1(t, path, &record{Timeout: storage.Timeout{ID: "kept", Destination: "d", DueAt: time.Now().Add(time.Hour)}})
 	db, err := bolt.Open(path, 0o600, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -34,7 +27,7 @@ func TestOpenAddsTheCancelBucket(t *testing.T) {
 	}
 	db.Close()
 
-	s, err = Open(path, Options{})
+	s, err := Open(path, Options{})
 	if err != nil {
 		t.Fatalf("Open of a file without the cancel bucket: %v", err)
 	}

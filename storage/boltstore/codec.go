@@ -74,24 +74,10 @@ func encodeRecord(r *record) []byte {
 	b := make([]byte, 0, n)
 	b = append(b, recordVersion, r.index)
 	b = append(b, r.key[:]...)
-	b = appendString(b, r.ID)
-	b = appendString(b, r.Destination)
-	b = appendString(b, r.Exchange)
-	b = appendString(b, r.SagaID)
-	b = appendTime(b, r.DueAt)
-	b = appendTime(b, r.ReceivedAt)
-	if r.Message == nil {
-		b = binary.AppendUvarint(b, 0)
-	} else {
-		b = binary.AppendUvarint(b, uint64(len(r.Message))+1)
-		b = append(b, r.Message...)
-	}
-	b = binary.AppendVarint(b, int64(r.Attempts))
-	b = appendString(b, r.LastError)
+	b = appendHead(b, &r.Timeout)
 	b = appendString(b, r.Lock)
 	b = appendTime(b, r.LockExpiresAt)
-	b = appendTime(b, r.NotBefore)
-	return b
+	return appendTime(b, r.NotBefore)
 }
 
 func appendString(b []byte, s string) []byte {
@@ -107,8 +93,9 @@ func appendTime(b []byte, t time.Time) []byte {
 	return binary.AppendUvarint(b, uint64(t.Nanosecond()))
 }
 
-// decodeRecord decodes v into a record that shares no memory with v (v may
-// be bbolt's mmap, valid only inside the transaction).
+// decodeRecord decodes v, a record of versions 1 to 3 (format 1), into a
+// record that shares no memory with v (v may be bbolt's mmap, valid only
+// inside the transaction).
 func decodeRecord(v []byte) (*record, error) {
 	d := decoder{b: v}
 	version := d.byte()
@@ -121,38 +108,101 @@ func decodeRecord(v []byte) (*record, error) {
 		return nil, fmt.Errorf("%w: unknown index %d", errCorrupt, r.index)
 	}
 	copy(r.key[:], d.next(keyLen))
-	r.ID = d.string()
-	r.Destination = d.string()
+	d.head(&r.Timeout, version, true)
+	r.Lock = d.string()
+	r.LockExpiresAt = d.time()
+	r.NotBefore = d.time()
+	if err := d.end(); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// rowVersion is the version of the records of format 2 (bucket rows): those
+// of version 3 without the index entry, which follows from the record, and
+// without the lock, which lives in memory (leases.go).
+//
+//	version     byte   = 4
+//	ID, Destination, Exchange, SagaID, DueAt, ReceivedAt, Message,
+//	Attempts, LastError as in version 3
+//	NotBefore   time
+const rowVersion = 4
+
+func encodeRow(t *storage.Timeout) []byte {
+	b := make([]byte, 0, 1+7*binary.MaxVarintLen64+len(t.ID)+len(t.Destination)+len(t.Exchange)+len(t.SagaID)+
+		len(t.LastError)+len(t.Message)+6*binary.MaxVarintLen64)
+	b = append(b, rowVersion)
+	b = appendHead(b, t)
+	return appendTime(b, t.NotBefore)
+}
+
+// appendHead appends the fields versions 3 and 4 share, ID to LastError.
+func appendHead(b []byte, t *storage.Timeout) []byte {
+	b = appendString(b, t.ID)
+	b = appendString(b, t.Destination)
+	b = appendString(b, t.Exchange)
+	b = appendString(b, t.SagaID)
+	b = appendTime(b, t.DueAt)
+	b = appendTime(b, t.ReceivedAt)
+	if t.Message == nil {
+		b = binary.AppendUvarint(b, 0)
+	} else {
+		b = binary.AppendUvarint(b, uint64(len(t.Message))+1)
+		b = append(b, t.Message...)
+	}
+	b = binary.AppendVarint(b, int64(t.Attempts))
+	return appendString(b, t.LastError)
+}
+
+// decodeRow decodes a record of version 4 into a timeout that shares no
+// memory with v; without withMessage it leaves Message nil and copies
+// nothing of it.
+func decodeRow(v []byte, withMessage bool) (*storage.Timeout, error) {
+	d := decoder{b: v}
+	if version := d.byte(); d.err == nil && version != rowVersion {
+		return nil, fmt.Errorf("%w: unknown version %d", errCorrupt, version)
+	}
+	t := &storage.Timeout{}
+	d.head(t, rowVersion, withMessage)
+	t.NotBefore = d.time()
+	if err := d.end(); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// head decodes the fields from ID to LastError of a record of version.
+func (d *decoder) head(t *storage.Timeout, version byte, withMessage bool) {
+	t.ID = d.string()
+	t.Destination = d.string()
 	if version >= 2 {
-		r.Exchange = d.string()
+		t.Exchange = d.string()
 	}
 	if version >= 3 {
-		r.SagaID = d.string()
+		t.SagaID = d.string()
 	}
-	r.DueAt = d.time()
-	r.ReceivedAt = d.time()
+	t.DueAt = d.time()
+	t.ReceivedAt = d.time()
 	if n := d.uvarint(); n > 0 {
-		if msg := d.next(n - 1); msg != nil {
-			r.Message = make([]byte, len(msg))
-			copy(r.Message, msg)
+		if msg := d.next(n - 1); msg != nil && withMessage {
+			t.Message = make([]byte, len(msg))
+			copy(t.Message, msg)
 		}
 	}
 	attempts := d.varint()
 	if d.err == nil && (attempts < math.MinInt || attempts > math.MaxInt) {
 		d.fail("attempts out of range")
 	}
-	r.Attempts = int(attempts)
-	r.LastError = d.string()
-	r.Lock = d.string()
-	r.LockExpiresAt = d.time()
-	r.NotBefore = d.time()
+	t.Attempts = int(attempts)
+	t.LastError = d.string()
+}
+
+// end fails on trailing bytes and returns the first error.
+func (d *decoder) end() error {
 	if d.err == nil && len(d.b) != 0 {
 		d.fail(fmt.Sprintf("%d trailing bytes", len(d.b)))
 	}
-	if d.err != nil {
-		return nil, d.err
-	}
-	return r, nil
+	return d.err
 }
 
 // decoder consumes v; after the first error every read returns zero values.
@@ -269,11 +319,6 @@ func indexKey(t time.Time, seq uint64) [keyLen]byte {
 	binary.BigEndian.PutUint64(k[:8], keyTime(t))
 	binary.BigEndian.PutUint64(k[8:], seq)
 	return k
-}
-
-// keyDue reports whether index key k's time part is at or before now's.
-func keyDue(k []byte, now uint64) bool {
-	return len(k) == keyLen && binary.BigEndian.Uint64(k[:8]) <= now
 }
 
 // visibleAt is when a row that is not leased becomes leasable.

@@ -85,14 +85,13 @@ func (s *Store) commit(group []*op) {
 				return o.err
 			}
 			sum.pending += c.pending
-			sum.leased += c.leased
 		}
 		if sum == (counts{}) {
 			return nil
 		}
 		meta := tx.Bucket(bucketMeta)
 		cur := readCounts(meta)
-		return writeCounts(meta, counts{pending: cur.pending + sum.pending, leased: cur.leased + sum.leased})
+		return writeCounts(meta, counts{pending: cur.pending + sum.pending})
 	})
 	if err != nil && len(group) > 1 {
 		for i := range group {
