@@ -272,14 +272,16 @@ func buckets(tx *bolt.Tx, c *counts) (txb, error) {
 		return b, errors.New("buckets missing")
 	}
 	// Records are appended (their keys only grow): full pages cost no
-	// splits. Index keys often arrive in ascending order too (due times,
-	// ids that grow); when they do, fuller pages shrink the file.
+	// splits. Index keys arrive in any order (random ids, due times); there
+	// a split that leaves 90% in one page makes pages a third full on
+	// average, against two thirds at bbolt's default of half (measured with
+	// TestScaleFile).
 	b.rows.FillPercent = 1
 	b.ids.FillPercent, b.ready.FillPercent, b.held.FillPercent = indexFillPercent, indexFillPercent, indexFillPercent
 	return b, nil
 }
 
-const indexFillPercent = 0.9
+const indexFillPercent = 0.5
 
 // maxIDLen is the longest id: an index key is 8 bytes and the id.
 const maxIDLen = bolt.MaxKeySize - 8
