@@ -34,7 +34,7 @@ func openStore(ctx context.Context, cfg config.Config, owner string, now func() 
 		log.Info().Str("store", "postgres").Msg("store open")
 		return ps, nil
 	default:
-		bs, err := boltstore.Open(cfg.StorePath, boltstore.Options{Now: now})
+		bs, err := boltstore.Open(cfg.StorePath, boltstore.Options{Now: now, Logger: log.With().Str("component", "store").Logger()})
 		if err != nil {
 			return nil, fmt.Errorf("open store: %w", err)
 		}

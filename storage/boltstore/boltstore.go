@@ -41,6 +41,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/rs/zerolog"
 	bolt "go.etcd.io/bbolt"
 	bolterrors "go.etcd.io/bbolt/errors"
 
@@ -75,6 +76,9 @@ type Options struct {
 	// CancelWindow is how long a Cancel that was not too late keeps its id
 	// cancelled; zero or negative means storage.DefaultCancelWindow.
 	CancelWindow time.Duration
+	// Logger receives the progress of a conversion from format 1; the
+	// zero value logs nothing.
+	Logger zerolog.Logger
 }
 
 // Store is a storage.Store on a bbolt file.
@@ -136,7 +140,7 @@ func Open(path string, opts Options) (*Store, error) {
 	})
 	recovered := 0
 	if err == nil && string(format) == "1" {
-		recovered, err = migrate1(db, path)
+		recovered, err = migrate1(db, path, opts.Logger)
 		_ = db.Close()
 		db = nil
 		if err == nil {

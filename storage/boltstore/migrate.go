@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/rs/zerolog"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -29,7 +30,8 @@ const migrateChunk = 10000
 
 var bucketTimeoutsV1 = []byte("timeouts")
 
-func migrate1(old *bolt.DB, path string) (recovered int, err error) {
+func migrate1(old *bolt.DB, path string, log zerolog.Logger) (recovered int, err error) {
+	start := time.Now()
 	tmp := path + ".format2"
 	if err := os.Remove(tmp); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return 0, fmt.Errorf("convert format 1: %w", err)
@@ -50,7 +52,10 @@ func migrate1(old *bolt.DB, path string) (recovered int, err error) {
 			return err
 		}
 		if src := otx.Bucket(bucketTimeoutsV1); src != nil {
+			log.Warn().Str("path", path).Str("copy", tmp).Int("rows", src.Stats().KeyN).
+				Msg("converting the store file from format 1 to 2, once; it is not ready until this is done")
 			cur := src.Cursor()
+			lastLog := time.Now()
 			k, v := cur.First()
 			for k != nil {
 				err := nw.Update(func(tx *bolt.Tx) error {
@@ -75,6 +80,10 @@ func migrate1(old *bolt.DB, path string) (recovered int, err error) {
 				})
 				if err != nil {
 					return err
+				}
+				if time.Since(lastLog) >= 10*time.Second {
+					lastLog = time.Now()
+					log.Info().Int64("rows", c.pending).Dur("elapsed", time.Since(start)).Msg("converting the store file")
 				}
 			}
 		}
@@ -105,6 +114,8 @@ func migrate1(old *bolt.DB, path string) (recovered int, err error) {
 		_ = os.Remove(tmp)
 		return 0, fmt.Errorf("convert format 1: %w", err)
 	}
+	log.Warn().Str("path", path).Int64("rows", c.pending).Int("leases_freed", recovered).Dur("took", time.Since(start)).
+		Msg("store file converted to format 2; older builds cannot read it")
 	return recovered, nil
 }
 
