@@ -26,7 +26,7 @@ import (
 // to a predecessor that died: the rows come over free, and migrate1 returns
 // how many were leased. The old file stays open (and locked) throughout;
 // the caller closes it and opens path again.
-const migrateChunk = 10000
+const migrateChunk = 2000
 
 var bucketTimeoutsV1 = []byte("timeouts")
 
@@ -63,6 +63,7 @@ func migrate1(old *bolt.DB, path string, log zerolog.Logger) (recovered int, err
 					if err != nil {
 						return err
 					}
+					b.ids.FillPercent = 1 // the rows come in id order
 					for n := 0; k != nil && n < migrateChunk; n++ {
 						r, err := decodeRecord(v)
 						if err != nil {

@@ -108,3 +108,52 @@ func TestScaleFile(t *testing.T) {
 	t.Logf("insert %.0f rows/s (%s); Open on the full file %s; Go heap after Open %s",
 		float64(n)/took.Seconds(), took.Round(time.Millisecond), openTook.Round(time.Microsecond), fmt.Sprintf("%.1f MiB", float64(ms.HeapAlloc)/(1<<20)))
 }
+
+// TestConvertFile times the conversion of the format-1 file at
+// BOLTSTORE_CONVERT_PATH (made, say, by TestScaleFile of an earlier build)
+// and samples the Go heap while it runs. Skipped unless the variable is set.
+func TestConvertFile(t *testing.T) {
+	path := os.Getenv("BOLTSTORE_CONVERT_PATH")
+	if path == "" {
+		t.Skip("BOLTSTORE_CONVERT_PATH not set")
+	}
+	before, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	peak := make(chan uint64)
+	go func() {
+		var top uint64
+		var ms runtime.MemStats
+		for {
+			runtime.ReadMemStats(&ms)
+			top = max(top, ms.HeapAlloc)
+			select {
+			case <-done:
+				peak <- top
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}()
+	start := time.Now()
+	s, err := Open(path, Options{})
+	took := time.Since(start)
+	close(done)
+	top := <-peak
+	if err != nil {
+		t.Fatal(err)
+	}
+	pending, _, err := s.Stats(ctx)
+	_ = s.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	after, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("converted %d rows in %s (%.0f rows/s); file %d -> %d bytes; Go heap peak %.1f MiB",
+		pending, took.Round(time.Millisecond), float64(pending)/took.Seconds(), before.Size(), after.Size(), float64(top)/(1<<20))
+}
