@@ -32,24 +32,43 @@
 //     MassTransit.QuartzIntegration/QuartzIntegration/ScheduleMessageConsumer.cs
 //     wraps the payload in the ScheduleMessage's own envelope (its ids,
 //     addresses, sentTime, expirationTime, headers and host) with messageType
-//     = payloadType; ScheduledMessageJob.cs and JobDataMessageContext.cs send
-//     it to destination, with the envelope's message id, and the headers
-//     MT-Quartz-Sent (fire time), MT-Quartz-Scheduled (scheduled fire time),
-//     MT-Scheduling-TokenId (the token, Guid "N" format), MT-Quartz-ScheduleId
-//     (the trigger's name: the token in "N" format) and MT-Quartz-ScheduleGroup
-//     (the trigger's group, Quartz's "DEFAULT") added; the header names are in
-//     src/MassTransit.Abstractions/MessageHeaders.cs. The send sets the
-//     envelope's destinationAddress (JsonMessageEnvelope.Update).
+//     = payloadType, and keeps the ScheduleMessage's message id, correlation
+//     id, expiration time, headers and RabbitMQ transport properties in the
+//     job data. ScheduledMessageJob.cs sends it to destination with those
+//     (ForwardScheduledMessagePipe; the envelope is updated by
+//     JsonMessageEnvelope.Update in src/MassTransit/Serialization/
+//     JsonMessageEnvelope.cs: destinationAddress, ids, expirationTime,
+//     headers), time to live = expirationTime - now. JobDataMessageContext.cs
+//     adds MT-Quartz-Sent (FireTimeUtc: when the trigger fired),
+//     MT-Quartz-Scheduled (ScheduledFireTimeUtc), MT-Quartz-NextScheduled
+//     and MT-Quartz-PreviousSent only when the trigger has them (a one-shot
+//     trigger has neither: quartznet src/Quartz/Impl/RAMJobStore.cs
+//     TriggersFired, Impl/Triggers/SimpleTriggerImpl.cs Triggered),
+//     MT-Scheduling-TokenId (the token, Guid "N"), MT-Quartz-ScheduleId (the
+//     trigger's name: the token, "N") and MT-Quartz-ScheduleGroup (Quartz's
+//     "DEFAULT"), as DateTimeOffset and string values; the names are in
+//     src/MassTransit.Abstractions/MessageHeaders.cs.
+//   - The RabbitMQ send (src/Transports/MassTransit.RabbitMqTransport/
+//     RabbitMqTransport/RabbitMqSendTransportContext.cs): content type,
+//     headers (DateTimeOffset as an AMQP timestamp in whole seconds,
+//     AmqpTimestampExtensions.cs), persistent, message id and correlation id
+//     (Guid "D"), expiration in milliseconds (1 s when not positive); no
+//     timestamp property. App id, priority, reply-to, type, user id and a
+//     non-empty routing key of the ScheduleMessage come along
+//     (RabbitMqReceiveContext.GetTransportProperties,
+//     RabbitMqMessageSendContext.ReadPropertiesFrom); the bridge drops the
+//     user id, which the broker checks against its own user.
 //   - A schedule whose token is scheduled already replaces it (the trigger
 //     keyed by the token is unscheduled first: ScheduleMessageConsumer), and
 //     a cancel unschedules the token's trigger (CancelScheduledMessageConsumer.cs).
-//   - On RabbitMQ, the send puts the headers in the AMQP headers too, times
-//     as AMQP timestamps, and the message id and correlation id in the
-//     properties (RabbitMqSendTransportContext.cs, SetHeaders).
 //   - Addresses: rabbitmq://host[:port]/[vhost/]name (the last path
 //     segment, QueryStringExtensions.ParseHostPathAndEntityName),
 //     queue:name and exchange:name, query options after ?
-//     (RabbitMqEndpointAddress.cs). Each names the exchange a send goes to.
+//     (RabbitMqEndpointAddress.cs). Each names the exchange a send goes to;
+//     the name "*" asks for a made-up temporary name, which is refused.
+//     MassTransit writes the normalised address as destinationAddress and
+//     declares what the query options ask for; the bridge keeps the address
+//     as written and declares nothing (docs/contract.md §2.10).
 package masstransit
 
 import (
