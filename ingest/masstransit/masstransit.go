@@ -430,6 +430,11 @@ func headers(raw json.RawMessage, add []header) (json.RawMessage, error) {
 		}
 		fs[i].raw = json.RawMessage(h.json)
 	}
+	return object(fs), nil
+}
+
+// object writes fs as a JSON object, in order.
+func object(fs []field) []byte {
 	var b bytes.Buffer
 	b.WriteByte('{')
 	for i, f := range fs {
@@ -441,7 +446,7 @@ func headers(raw json.RawMessage, add []header) (json.RawMessage, error) {
 		b.Write(f.raw)
 	}
 	b.WriteByte('}')
-	return b.Bytes(), nil
+	return b.Bytes()
 }
 
 // guid reads the Guid member name.
@@ -579,21 +584,12 @@ func stampBody(body []byte, h header) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	var b bytes.Buffer
-	b.WriteByte('{')
 	for i, f := range fs {
 		if strings.EqualFold(f.name, "headers") {
-			if f.raw, err = headers(f.raw, []header{h}); err != nil {
+			if fs[i].raw, err = headers(f.raw, []header{h}); err != nil {
 				return nil, err
 			}
 		}
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteString(quote(f.name))
-		b.WriteByte(':')
-		b.Write(f.raw)
 	}
-	b.WriteByte('}')
-	return b.Bytes(), nil
+	return object(fs), nil
 }
