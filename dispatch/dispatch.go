@@ -120,8 +120,19 @@ type Options struct {
 	Breaker *circuit.Breaker
 	// Metrics, when set, is told what the dispatcher did.
 	Metrics Metrics
-	Now     func() time.Time
-	Logger  zerolog.Logger
+	// Stamp, when set, finishes each forward as it is built, with the time
+	// it is sent: a protocol whose scheduler stamps its fire time on what it
+	// sends (MassTransit's Quartz) does so there. Nil: sent as stored.
+	Stamp  Stamper
+	Now    func() time.Time
+	Logger zerolog.Logger
+}
+
+// Stamper finishes a forward at the time it is sent. It returns msg
+// unchanged when msg is not its protocol's, and must not change where msg
+// goes.
+type Stamper interface {
+	Stamp(msg amqp.Publishing, sentAt time.Time) amqp.Publishing
 }
 
 // Dispatcher forwards due timeouts.
@@ -482,9 +493,16 @@ func (d *Dispatcher) forward(wctx, ctx context.Context, pub Publisher, items []i
 	// arrive while later forwards of it are still held for their due time.
 	confirmedAt := make([]time.Time, len(items))
 	_, unmeasured := d.opts.Metrics.(noMetrics)
+	now := d.opts.Now()
 	for i, it := range items {
-		out[i] = broker.Outgoing{Exchange: it.row.Exchange, RoutingKey: it.row.Destination, Mandatory: true, Msg: it.msg,
-			NotBefore: latest(it.row.DueAt, it.row.NotBefore)} // a retry waits out its hold too
+		notBefore := latest(it.row.DueAt, it.row.NotBefore) // a retry waits out its hold too
+		msg := it.msg
+		if d.opts.Stamp != nil {
+			// The publisher holds it until notBefore at the latest.
+			msg = d.opts.Stamp.Stamp(msg, latest(now, notBefore))
+		}
+		out[i] = broker.Outgoing{Exchange: it.row.Exchange, RoutingKey: it.row.Destination, Mandatory: true, Msg: msg,
+			NotBefore: notBefore}
 		if !unmeasured {
 			out[i].Confirmed = func(latency time.Duration) {
 				confirmedAt[i] = d.opts.Now()
