@@ -51,10 +51,12 @@ const (
 	StepScaleOut    = "scaleout"
 	StepRebus       = "rebus"
 	StepNSB         = "nsb"
+	StepMassTransit = "masstransit"
+	StepNSBTimeouts = "nsbtm"
 )
 
 // AllSteps lists every step in run order.
-var AllSteps = []string{StepCeiling, StepIngest, StepPunctuality, StepBurst, StepTTL, StepExchange, StepScale, StepScaleOut, StepRebus, StepNSB}
+var AllSteps = []string{StepCeiling, StepIngest, StepPunctuality, StepBurst, StepTTL, StepExchange, StepScale, StepScaleOut, StepRebus, StepNSB, StepMassTransit, StepNSBTimeouts}
 
 // Options configure a run. Zero values take the defaults of DefaultOptions.
 type Options struct {
@@ -162,6 +164,8 @@ type Results struct {
 	ScaleOut    *ScaleOut `json:"scaleout,omitempty"`
 	Rebus       *Punctual `json:"rebus,omitempty"` // the punctuality workload as Rebus endpoints defer
 	NSB         *NSB      `json:"nsb,omitempty"`
+	MassTransit *Protocol `json:"masstransit,omitempty"` // as MassTransit endpoints schedule, and plain
+	NSBTimeouts *Protocol `json:"nsbtm,omitempty"`       // as NServiceBus endpoints defer to the timeout manager, and plain
 
 	BridgeLogs []BridgeLog `json:"bridge_logs,omitempty"`
 	Warnings   []string    `json:"warnings,omitempty"`
@@ -418,6 +422,7 @@ func Run(ctx context.Context, opts Options) (*Results, error) {
 		},
 		StepPunctuality: b.stepPunctuality, StepBurst: b.stepBurst, StepTTL: b.stepTTL, StepExchange: b.stepExchange,
 		StepScale: b.stepScale, StepScaleOut: b.stepScaleOut, StepRebus: b.stepRebus, StepNSB: b.stepNSB,
+		StepMassTransit: b.stepMassTransit, StepNSBTimeouts: b.stepNSBTimeouts,
 	}
 	for _, s := range b.res.Params.Steps {
 		if ctx.Err() != nil {

@@ -81,6 +81,12 @@ Measures the bridge against a real broker and prints a table (and writes JSON):
   nsb          (--nsb) the punctuality workload sent as NServiceBus endpoints send delayed
                messages into the transport's v2 chain (its real names): the chain alone,
                then a bridge with DELAYBRIDGE_NSB_NATIVE_DELAYS consuming its level queues
+  rebus        (--only rebus) the punctuality workload as Rebus endpoints defer it to a bridge
+               serving as their external timeout manager (DELAYBRIDGE_REBUS_QUEUE)
+  masstransit  (--only masstransit) the plain punctuality workload, then as MassTransit
+               ScheduleMessages to a bridge serving as their scheduler (DELAYBRIDGE_MASSTRANSIT_QUEUE)
+  nsbtm        (--only nsbtm) the plain punctuality workload, then as NServiceBus 3-7 endpoints
+               defer to their timeout manager (NServiceBus.Timeout.Expire on E.Timeouts)
   scaleout     (--scaleout) one, then two bridges sharing a PostgreSQL store (--postgres-url):
                ingest rate, burst delivery rate and lateness, and what each instance did
 
