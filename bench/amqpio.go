@@ -190,6 +190,8 @@ type collector struct {
 
 	mu         sync.Mutex
 	n          int
+	want       int  // distinct messages that close done (n unless expect lowered it)
+	doneClosed bool // done is closed
 	got        []bool
 	arrived    []int64 // by seq: when it first arrived (unix ns), 0 if not
 	late       []time.Duration
@@ -220,7 +222,7 @@ func (b *bencher) collectQueues(queues []string, n int, check func(seq int, d *a
 	}
 	c := &collector{
 		ch: ch, done: make(chan struct{}), exit: make(chan struct{}), check: check,
-		n: n, got: make([]bool, n), arrived: make([]int64, n), late: make([]time.Duration, 0, n),
+		n: n, want: n, got: make([]bool, n), arrived: make([]int64, n), late: make([]time.Duration, 0, n),
 	}
 	var loops sync.WaitGroup
 	for _, queue := range queues {
@@ -270,12 +272,27 @@ func (c *collector) loop(deliveries <-chan amqp.Delivery) {
 			c.late = append(c.late, l)
 			c.dues = append(c.dues, due)
 			c.last = now
-			if c.distinct == c.n {
-				close(c.done)
-			}
+			c.checkDone()
 		}
 		c.mu.Unlock()
 	}
+}
+
+// checkDone closes done once want messages arrived; callers hold mu.
+func (c *collector) checkDone() {
+	if !c.doneClosed && c.distinct >= c.want {
+		c.doneClosed = true
+		close(c.done)
+	}
+}
+
+// expect lowers the messages wait waits for to m (of n), when only m were
+// published.
+func (c *collector) expect(m int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.want = min(m, c.n)
+	c.checkDone()
 }
 
 // wait returns true when every message arrived before deadline.
