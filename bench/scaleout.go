@@ -468,10 +468,10 @@ func (b *bencher) dropSchema(ctx context.Context, pg *scaleOutPg) {
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	if _, err := pg.conn.Exec(dctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{pg.schema}.Sanitize()+" CASCADE"); err != nil {
-		b.warnf("scaleout: could not drop schema %s: %v", pg.schema, err)
+		b.warnf("PostgreSQL: could not drop schema %s: %v", pg.schema, err)
 		return
 	}
-	b.logf("   scaleout: dropped schema %s", pg.schema)
+	b.logf("   PostgreSQL: dropped schema %s", pg.schema)
 }
 
 // ---------------------------------------------------------------------------
