@@ -123,6 +123,9 @@ func BuildRows(r *Results) []Row {
 	if s := r.ScaleOut; s != nil {
 		rows = append(rows, scaleOutRows(s)...)
 	}
+	if s := r.Steady; s != nil {
+		rows = append(rows, steadyRows(s)...)
+	}
 	for _, e := range r.Errors {
 		add(e.Step, "step failed (error below)", "error", "", Miss)
 	}

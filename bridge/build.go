@@ -293,7 +293,7 @@ func (b *Bridge) serveHTTP(c *components) error {
 	c.http = httpapi.New(httpapi.Options{Addr: cfg.HTTPAddr, Admin: adm, Status: statusPage,
 		Vars:    func(ctx context.Context) map[string]any { return b.vars(ctx, c) },
 		Ready:   func() error { return b.readiness(c) },
-		Metrics: b.deps.Metrics.Handler(), Logger: log})
+		Metrics: b.deps.Metrics.Handler(), Pprof: cfg.Pprof, Logger: log})
 	return c.http.Listen()
 }
 

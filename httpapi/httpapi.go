@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"runtime"
 	"time"
 
@@ -30,6 +31,9 @@ type Options struct {
 	Admin http.Handler
 	// Status, when set, serves the status page at GET /.
 	Status http.Handler
+	// Pprof serves net/http/pprof under /debug/pprof/ (off by default: a
+	// profile costs the bridge CPU and shows its internals).
+	Pprof  bool
 	Logger zerolog.Logger
 }
 
@@ -76,6 +80,14 @@ func New(opts Options) *Server {
 	}
 	if opts.Status != nil {
 		mux.Handle("GET /{$}", opts.Status)
+	}
+	if opts.Pprof {
+		// Registered on this mux, not http.DefaultServeMux.
+		mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+		mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
 	}
 	return &Server{opts: opts, srv: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}}
 }
