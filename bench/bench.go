@@ -81,6 +81,9 @@ type Options struct {
 	BurstN         int
 	ScaleN         int // messages pending far in the future in the scale step
 	ScalePunctualN int // the due stream run while ScaleN are pending
+	// ScaleSteadyRate is the rate (msgs/s) of the steady workload (see the
+	// steady step) run for SteadyDuration while ScaleN are pending.
+	ScaleSteadyRate int
 	// ScaleOutN is the size of each workload of the scaleout step (ingest,
 	// burst and spread over Window), run with one and then two bridges
 	// sharing the PostgreSQL store at PostgresURL; empty PostgresURL skips
@@ -125,41 +128,46 @@ type Options struct {
 // step, a 10 s punctuality window and 1,000,000 pending for the scale step.
 func DefaultOptions() Options {
 	return Options{
-		AMQPURL:        "amqp://guest:guest@localhost:5672/",
-		Size:           256,
-		CeilingN:       20000,
-		IngestN:        20000,
-		PunctualN:      20000,
-		Window:         10 * time.Second,
-		BurstN:         20000,
-		ScaleN:         1000000,
-		ScalePunctualN: 20000,
-		ScaleOutN:      20000,
-		ExchangeRounds: 2,
-		Steps:          []string{StepCeiling, StepIngest, StepPunctuality, StepBurst, StepTTL},
-		TTLQueueType:   "quorum",
-		Publishers:     4,
-		ConfirmWindow:  500,
-		SteadyRates:    []int{1000, 2000, 3000},
-		SteadyDuration: 20 * time.Second,
-		SteadyStores:   []string{"bbolt"},
+		AMQPURL:         "amqp://guest:guest@localhost:5672/",
+		Size:            256,
+		CeilingN:        20000,
+		IngestN:         20000,
+		PunctualN:       20000,
+		Window:          10 * time.Second,
+		BurstN:          20000,
+		ScaleN:          1000000,
+		ScalePunctualN:  20000,
+		ScaleSteadyRate: 1000,
+		ScaleOutN:       20000,
+		ExchangeRounds:  2,
+		Steps:           []string{StepCeiling, StepIngest, StepPunctuality, StepBurst, StepTTL},
+		TTLQueueType:    "quorum",
+		Publishers:      4,
+		ConfirmWindow:   500,
+		SteadyRates:     []int{1000, 2000, 3000},
+		SteadyDuration:  20 * time.Second,
+		SteadyStores:    []string{"bbolt"},
 	}
 }
 
 // Targets of the issue, for 256-byte messages on a 2-core machine.
 var (
-	TargetIngestRatio   = 0.8
-	TargetP99           = 20 * time.Millisecond
-	TargetMax           = 100 * time.Millisecond
-	TargetBurst         = 3 * time.Second
-	TargetHeap          = uint64(64 << 20)
-	TargetRestartReady  = time.Second
-	defaultLeadMin      = 3 * time.Second
-	scaleDueOffset      = 30 * 24 * time.Hour
-	ingestDueOffset     = time.Hour
-	collectGrace        = 30 * time.Second
-	duplicateLinger     = 300 * time.Millisecond
-	storedWaitUnbounded = 30 * time.Minute
+	TargetIngestRatio  = 0.8
+	TargetP99          = 20 * time.Millisecond
+	TargetMax          = 100 * time.Millisecond
+	TargetBurst        = 3 * time.Second
+	TargetHeap         = uint64(64 << 20)
+	TargetRestartReady = time.Second
+	// Issue 14, item 3: the fill against an empty store's ingest, and the
+	// steady p99 with N pending against an empty store's at the same rate.
+	TargetScaleFillRatio   = 0.7
+	TargetScaleSteadyRatio = 1.5
+	defaultLeadMin         = 3 * time.Second
+	scaleDueOffset         = 30 * 24 * time.Hour
+	ingestDueOffset        = time.Hour
+	collectGrace           = 30 * time.Second
+	duplicateLinger        = 300 * time.Millisecond
+	storedWaitUnbounded    = 30 * time.Minute
 )
 
 // Results of a run; every step that did not run (or failed) is nil.
@@ -203,25 +211,26 @@ type Machine struct {
 
 // Params are the workloads of the run.
 type Params struct {
-	Size           int      `json:"message_bytes"`
-	CeilingN       int      `json:"ceiling_n"`
-	IngestN        int      `json:"ingest_n"`
-	PunctualN      int      `json:"punctual_n"`
-	WindowMs       float64  `json:"window_ms"`
-	BurstN         int      `json:"burst_n"`
-	ScaleN         int      `json:"scale_n"`
-	ScalePunctualN int      `json:"scale_punctual_n"`
-	ScaleOutN      int      `json:"scaleout_n,omitempty"`
-	ExchangeRounds int      `json:"exchange_rounds,omitempty"`
-	Steps          []string `json:"steps"`
-	TTLQueueType   string   `json:"ttl_queue_type"`
-	Publishers     int      `json:"publishers"`
-	ConfirmWindow  int      `json:"confirm_window"`
-	BridgeEnv      []string `json:"bridge_env,omitempty"`
-	SteadyRates    []int    `json:"steady_rates,omitempty"`
-	SteadyDurS     float64  `json:"steady_duration_s,omitempty"`
-	SteadyStores   []string `json:"steady_stores,omitempty"`
-	SteadySearch   bool     `json:"steady_search,omitempty"`
+	Size            int      `json:"message_bytes"`
+	CeilingN        int      `json:"ceiling_n"`
+	IngestN         int      `json:"ingest_n"`
+	PunctualN       int      `json:"punctual_n"`
+	WindowMs        float64  `json:"window_ms"`
+	BurstN          int      `json:"burst_n"`
+	ScaleN          int      `json:"scale_n"`
+	ScalePunctualN  int      `json:"scale_punctual_n"`
+	ScaleSteadyRate int      `json:"scale_steady_rate,omitempty"`
+	ScaleOutN       int      `json:"scaleout_n,omitempty"`
+	ExchangeRounds  int      `json:"exchange_rounds,omitempty"`
+	Steps           []string `json:"steps"`
+	TTLQueueType    string   `json:"ttl_queue_type"`
+	Publishers      int      `json:"publishers"`
+	ConfirmWindow   int      `json:"confirm_window"`
+	BridgeEnv       []string `json:"bridge_env,omitempty"`
+	SteadyRates     []int    `json:"steady_rates,omitempty"`
+	SteadyDurS      float64  `json:"steady_duration_s,omitempty"`
+	SteadyStores    []string `json:"steady_stores,omitempty"`
+	SteadySearch    bool     `json:"steady_search,omitempty"`
 }
 
 // StepError is a step that failed; the other steps still run.
@@ -301,22 +310,27 @@ type Scale struct {
 	FillRateLast    float64   `json:"fill_rate_last_10pct,omitempty"`
 	Method          string    `json:"method"`
 	Punctual        *Punctual `json:"punctuality,omitempty"`
-	RSS             int64     `json:"rss_bytes"`
-	RSSAnon         int64     `json:"rss_anon_bytes"`
-	RSSFile         int64     `json:"rss_file_bytes"` // mostly the store's mmap
-	HWM             int64     `json:"rss_peak_bytes"`
-	HeapAvailable   bool      `json:"heap_available"`
-	HeapAlloc       uint64    `json:"heap_alloc_bytes,omitempty"`      // at the end of the due stream
-	HeapPeak        uint64    `json:"heap_alloc_peak_bytes,omitempty"` // sampled during the due stream
-	HeapFillPeak    uint64    `json:"heap_alloc_fill_peak_bytes,omitempty"`
-	HeapInuse       uint64    `json:"heap_inuse_bytes,omitempty"`
-	Sys             uint64    `json:"go_sys_bytes,omitempty"`
-	StoreBytes      int64     `json:"store_bytes"`
-	StoreOnDisk     int64     `json:"store_on_disk_bytes"`
-	VarsMs          float64   `json:"debug_vars_max_ms,omitempty"` // slowest GET /debug/vars sampled
-	StopMs          float64   `json:"stop_ms"`
-	RestartReadyMs  float64   `json:"restart_ready_ms"`
-	PendingRestart  int64     `json:"pending_after_restart"` // -1: unknown
+	// Steady is the steady workload at SteadyRate while N are pending
+	// (issue 14: its p99 within 1.5× of the same rate on an empty store,
+	// which the steady step measures when it runs too).
+	SteadyRate     int        `json:"steady_rate,omitempty"`
+	Steady         *SteadyLeg `json:"steady,omitempty"`
+	RSS            int64      `json:"rss_bytes"`
+	RSSAnon        int64      `json:"rss_anon_bytes"`
+	RSSFile        int64      `json:"rss_file_bytes"` // mostly the store's mmap
+	HWM            int64      `json:"rss_peak_bytes"`
+	HeapAvailable  bool       `json:"heap_available"`
+	HeapAlloc      uint64     `json:"heap_alloc_bytes,omitempty"`      // at the end of the due stream
+	HeapPeak       uint64     `json:"heap_alloc_peak_bytes,omitempty"` // sampled during the due stream
+	HeapFillPeak   uint64     `json:"heap_alloc_fill_peak_bytes,omitempty"`
+	HeapInuse      uint64     `json:"heap_inuse_bytes,omitempty"`
+	Sys            uint64     `json:"go_sys_bytes,omitempty"`
+	StoreBytes     int64      `json:"store_bytes"`
+	StoreOnDisk    int64      `json:"store_on_disk_bytes"`
+	VarsMs         float64    `json:"debug_vars_max_ms,omitempty"` // slowest GET /debug/vars sampled
+	StopMs         float64    `json:"stop_ms"`
+	RestartReadyMs float64    `json:"restart_ready_ms"`
+	PendingRestart int64      `json:"pending_after_restart"` // -1: unknown
 }
 
 // bencher is one run's state.
@@ -350,7 +364,7 @@ func Run(ctx context.Context, opts Options) (*Results, error) {
 	if len(opts.BridgeCmd) == 0 {
 		return nil, errors.New("bench: no bridge command")
 	}
-	for _, p := range []*int{&opts.Size, &opts.CeilingN, &opts.IngestN, &opts.PunctualN, &opts.BurstN, &opts.ScaleN, &opts.ScalePunctualN, &opts.ScaleOutN, &opts.ExchangeRounds, &opts.Publishers, &opts.ConfirmWindow} {
+	for _, p := range []*int{&opts.Size, &opts.CeilingN, &opts.IngestN, &opts.PunctualN, &opts.BurstN, &opts.ScaleN, &opts.ScalePunctualN, &opts.ScaleSteadyRate, &opts.ScaleOutN, &opts.ExchangeRounds, &opts.Publishers, &opts.ConfirmWindow} {
 		if *p < 0 {
 			return nil, errors.New("bench: negative count")
 		}
@@ -367,6 +381,7 @@ func Run(ctx context.Context, opts Options) (*Results, error) {
 	fill(&opts.BurstN, def.BurstN)
 	fill(&opts.ScaleN, def.ScaleN)
 	fill(&opts.ScalePunctualN, def.ScalePunctualN)
+	fill(&opts.ScaleSteadyRate, def.ScaleSteadyRate)
 	fill(&opts.ScaleOutN, def.ScaleOutN)
 	fill(&opts.ExchangeRounds, def.ExchangeRounds)
 	fill(&opts.Publishers, def.Publishers)
@@ -417,7 +432,7 @@ func Run(ctx context.Context, opts Options) (*Results, error) {
 	_, _ = rand.Read(b.body)
 	b.res = &Results{StartedAt: time.Now(), Params: Params{
 		Size: opts.Size, CeilingN: opts.CeilingN, IngestN: opts.IngestN, PunctualN: opts.PunctualN,
-		WindowMs: ms(opts.Window), BurstN: opts.BurstN, ScaleN: opts.ScaleN, ScalePunctualN: opts.ScalePunctualN,
+		WindowMs: ms(opts.Window), BurstN: opts.BurstN, ScaleN: opts.ScaleN, ScalePunctualN: opts.ScalePunctualN, ScaleSteadyRate: opts.ScaleSteadyRate,
 		TTLQueueType: opts.TTLQueueType, Publishers: opts.Publishers, ConfirmWindow: opts.ConfirmWindow,
 		BridgeEnv: opts.BridgeEnv,
 	}}
@@ -1321,10 +1336,15 @@ func (b *bencher) stepScale(ctx context.Context) error {
 	// its store, which must not disturb the due stream being measured.
 	s := startSampler(p, time.Second)
 	pres, err := b.punctual(ctx, p, "scale-punctual", b.opts.ScalePunctualN, b.opts.Window)
+	res.Punctual = pres
+	if err == nil {
+		// Intake and delivery at once, with n pending.
+		res.SteadyRate = b.opts.ScaleSteadyRate
+		res.Steady, err = b.steadyBridge(ctx, p, &SteadyStore{Store: "bbolt-scale"}, res.SteadyRate)
+	}
 	var varsTook time.Duration
 	_, res.HeapPeak, res.HeapAvailable, varsTook = s.finish()
 	res.VarsMs = ms(varsTook)
-	res.Punctual = pres
 	if err != nil {
 		return err
 	}

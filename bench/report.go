@@ -96,6 +96,7 @@ func BuildRows(r *Results) []Row {
 		if p := s.Punctual; p != nil {
 			rows = append(rows, latenessRows(StepScale, fmt.Sprintf("%d over %s with %d pending", p.N, FmtMs(p.WindowMs), s.N), p.Lateness, true)...)
 		}
+		rows = append(rows, scaleIssue14Rows(r, s)...)
 		if s.HeapAvailable {
 			add(StepScale, "Go heap (HeapAlloc peak during due stream)", FmtBytes(int64(s.HeapPeak)), "≤ "+FmtBytes(int64(TargetHeap)), verdict(s.HeapPeak <= TargetHeap))
 			add(StepScale, "Go heap at end / HeapInuse / Go Sys", FmtBytes(int64(s.HeapAlloc))+" / "+FmtBytes(int64(s.HeapInuse))+" / "+FmtBytes(int64(s.Sys)), "", "")
@@ -325,4 +326,47 @@ func jsonSafe(r *Results) *Results {
 	b.LastAfterDueMs = -1
 	c.Burst = &b
 	return &c
+}
+
+// scaleIssue14Rows are the scale step's figures against issue 14's targets
+// that need another step's: the steady workload while N are pending against
+// the same rate on an empty store (steady step), and the fill rate against
+// the empty store's ingest rate (ingest step).
+func scaleIssue14Rows(r *Results, s *Scale) []Row {
+	var rows []Row
+	add := func(metric, value, target, result string) {
+		rows = append(rows, Row{Step: StepScale, Metric: metric, Value: value, Target: target, Result: result})
+	}
+	if r.Ingest != nil && r.Ingest.Rate > 0 && s.FillRate > 0 {
+		ratio := s.FillRate / r.Ingest.Rate
+		add("fill rate / empty-store ingest rate", FmtRatio(ratio), "≥ "+FmtRatio(TargetScaleFillRatio), verdict(ratio >= TargetScaleFillRatio))
+	}
+	if l := s.Steady; l != nil {
+		add(fmt.Sprintf("steady %d/s with %d pending: p50 / p99 / max", s.SteadyRate, s.N),
+			FmtMs(l.P50Ms)+" / "+FmtMs(l.P99Ms)+" / "+FmtMs(l.MaxMs), "", "")
+		add("steady: early / duplicates / missing", fmt.Sprintf("%d / %d / %d", l.Early, l.Duplicates, l.Missing), "0", verdict(l.Early+l.Duplicates+l.Missing == 0))
+		if empty := emptySteadyP99(r, s.SteadyRate); empty > 0 {
+			ratio := l.P99Ms / empty
+			add("steady p99 / empty-store p99 at the same rate", FmtRatio(ratio), "≤ "+FmtRatio(TargetScaleSteadyRatio), verdict(ratio <= TargetScaleSteadyRatio))
+		}
+	}
+	return rows
+}
+
+// emptySteadyP99 is the steady step's bbolt p99 at rate (0: not run).
+func emptySteadyP99(r *Results, rate int) float64 {
+	if r.Steady == nil {
+		return 0
+	}
+	for _, st := range r.Steady.Stores {
+		if st.Store != "bbolt" {
+			continue
+		}
+		for _, x := range st.Rates {
+			if x.Rate == rate && x.Bridge != nil {
+				return x.Bridge.P99Ms
+			}
+		}
+	}
+	return 0
 }

@@ -117,3 +117,35 @@ func TestBridgeEnv(t *testing.T) {
 		t.Errorf("bridgeEnv = %q, want %q", env, want)
 	}
 }
+
+// TestScaleIssue14Rows: the fill is judged against the empty store's ingest
+// and the steady p99 with N pending against the steady step's bbolt p99 at
+// the same rate; without those steps the ratios are left out.
+func TestScaleIssue14Rows(t *testing.T) {
+	s := &Scale{N: 1000, FillRate: 700, SteadyRate: 1000, Steady: &SteadyLeg{Lateness: Lateness{Percentiles: Percentiles{P50Ms: 2, P99Ms: 16, MaxMs: 30}}}}
+	verdicts := func(r *Results) map[string]string {
+		m := map[string]string{}
+		for _, row := range scaleIssue14Rows(r, s) {
+			m[row.Metric] = row.Result
+		}
+		return m
+	}
+	alone := verdicts(&Results{})
+	if _, ok := alone["fill rate / empty-store ingest rate"]; ok {
+		t.Error("fill ratio without an ingest step")
+	}
+	if _, ok := alone["steady p99 / empty-store p99 at the same rate"]; ok {
+		t.Error("steady ratio without a steady step")
+	}
+	r := &Results{Ingest: &Ingest{Rate: 1000}, Steady: &Steady{Stores: []*SteadyStore{
+		{Store: "postgres", Rates: []*SteadyRate{{Rate: 1000, Bridge: &SteadyLeg{Lateness: Lateness{Percentiles: Percentiles{P99Ms: 100}}}}}},
+		{Store: "bbolt", Rates: []*SteadyRate{{Rate: 1000, Bridge: &SteadyLeg{Lateness: Lateness{Percentiles: Percentiles{P99Ms: 10}}}}}},
+	}}}
+	got := verdicts(r)
+	if got["fill rate / empty-store ingest rate"] != Pass {
+		t.Errorf("fill 0.70× of ingest: %q, want PASS", got["fill rate / empty-store ingest rate"])
+	}
+	if got["steady p99 / empty-store p99 at the same rate"] != Miss {
+		t.Errorf("steady p99 1.6× the bbolt figure: %q, want MISS", got["steady p99 / empty-store p99 at the same rate"])
+	}
+}

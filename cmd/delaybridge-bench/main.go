@@ -46,6 +46,7 @@ func run(args []string) int {
 	scale := fs.Bool("scale", false, "also run the scale step (fills --scale-n pending messages; takes minutes)")
 	scaleN := fs.Int("scale-n", def.ScaleN, "messages pending far in the future in the scale step")
 	scalePunctualN := fs.Int("scale-punctual-n", def.ScalePunctualN, "messages of the due stream run while --scale-n are pending")
+	scaleSteadyRate := fs.Int("scale-steady-rate", def.ScaleSteadyRate, "rate (msgs/s) of the steady workload run for --steady-duration while --scale-n are pending")
 	scaleOut := fs.Bool("scaleout", false, "also run the scaleout step: one vs two bridges sharing the PostgreSQL store at --postgres-url (about a minute)")
 	scaleOutN := fs.Int("scaleout-n", def.ScaleOutN, "messages of each scaleout workload (ingest, burst, spread over --window)")
 	postgresURL := fs.String("postgres-url", os.Getenv("DELAYBRIDGE_TEST_POSTGRES_URL"), "PostgreSQL database for the scaleout step (schemas are created and dropped); $DELAYBRIDGE_TEST_POSTGRES_URL when set; empty skips the step")
@@ -82,8 +83,8 @@ Measures the bridge against a real broker and prints a table (and writes JSON):
   exchange     (--exchange) the punctuality workload to a queue (x-destination), to a topic exchange
                (x-destination-exchange) and through a delayed topic exchange (x-delay), in
                alternating rounds on one bridge (--exchange-rounds)
-  scale        (--scale) ingest while filling --scale-n pending, punctuality, memory, store size
-               and restart-to-ready with them pending
+  scale        (--scale) ingest while filling --scale-n pending, punctuality and the steady workload
+               (--scale-steady-rate), memory, store size and restart-to-ready with them pending
   nsb          (--nsb) the punctuality workload sent as NServiceBus endpoints send delayed
                messages into the transport's v2 chain (its real names): the chain alone,
                then a bridge with DELAYBRIDGE_NSB_NATIVE_DELAYS consuming its level queues
@@ -125,7 +126,7 @@ the end.
 	opts := bench.Options{
 		AMQPURL: *amqpURL, BridgeCmd: []string{exe, "run"}, BridgeEnv: env, Dir: *dir, Keep: *keep,
 		Size: *size, CeilingN: *ceilingN, IngestN: *ingestN, PunctualN: *punctualN, Window: *window,
-		BurstN: *burstN, ScaleN: *scaleN, ScalePunctualN: *scalePunctualN, Lead: *lead,
+		BurstN: *burstN, ScaleN: *scaleN, ScalePunctualN: *scalePunctualN, ScaleSteadyRate: *scaleSteadyRate, Lead: *lead,
 		ScaleOutN: *scaleOutN, PostgresURL: *postgresURL, ExchangeRounds: *exchangeRounds,
 		TTLQueueType: *ttlQueueType, Publishers: *publishers, ConfirmWindow: *confirmWindow,
 		SentinelOnly: *sentinel, Log: os.Stderr,
