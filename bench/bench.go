@@ -51,10 +51,11 @@ const (
 	StepScaleOut    = "scaleout"
 	StepRebus       = "rebus"
 	StepNSB         = "nsb"
+	StepBigMsg      = "bigmsg"
 )
 
 // AllSteps lists every step in run order.
-var AllSteps = []string{StepCeiling, StepIngest, StepPunctuality, StepBurst, StepTTL, StepExchange, StepScale, StepScaleOut, StepRebus, StepNSB}
+var AllSteps = []string{StepCeiling, StepIngest, StepPunctuality, StepBurst, StepTTL, StepExchange, StepScale, StepScaleOut, StepRebus, StepNSB, StepBigMsg}
 
 // Options configure a run. Zero values take the defaults of DefaultOptions.
 type Options struct {
@@ -162,6 +163,7 @@ type Results struct {
 	ScaleOut    *ScaleOut `json:"scaleout,omitempty"`
 	Rebus       *Punctual `json:"rebus,omitempty"` // the punctuality workload as Rebus endpoints defer
 	NSB         *NSB      `json:"nsb,omitempty"`
+	BigMsg      *BigMsg   `json:"bigmsg,omitempty"`
 
 	BridgeLogs []BridgeLog `json:"bridge_logs,omitempty"`
 	Warnings   []string    `json:"warnings,omitempty"`
@@ -417,7 +419,7 @@ func Run(ctx context.Context, opts Options) (*Results, error) {
 			return b.stepThroughput(ctx, false, true)
 		},
 		StepPunctuality: b.stepPunctuality, StepBurst: b.stepBurst, StepTTL: b.stepTTL, StepExchange: b.stepExchange,
-		StepScale: b.stepScale, StepScaleOut: b.stepScaleOut, StepRebus: b.stepRebus, StepNSB: b.stepNSB,
+		StepScale: b.stepScale, StepScaleOut: b.stepScaleOut, StepRebus: b.stepRebus, StepNSB: b.stepNSB, StepBigMsg: b.stepBigMsg,
 	}
 	for _, s := range b.res.Params.Steps {
 		if ctx.Err() != nil {
@@ -1165,6 +1167,7 @@ type sampler struct {
 	stopc, done chan struct{}
 	mu          sync.Mutex
 	maxRSS      int64
+	maxAnon     int64 // RssAnon: the RSS that is not file-backed (the store's mmap)
 	maxHeap     uint64
 	haveHeap    bool
 	maxVars     time.Duration // slowest GET /debug/vars
@@ -1198,6 +1201,7 @@ func (s *sampler) sample(p *bridgeProc) {
 	defer s.mu.Unlock()
 	if merr == nil {
 		s.maxRSS = max(s.maxRSS, m.RSS)
+		s.maxAnon = max(s.maxAnon, m.Anon)
 	}
 	if time.Now().Before(s.nextVars) {
 		return
