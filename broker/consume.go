@@ -259,7 +259,10 @@ func consumeOn(ctx context.Context, c *amqp.Connection, opts ConsumeOptions, han
 	s := &Session{Deliveries: deliveries, Closed: closed, Channel: ch, tag: tag}
 	if budgeted {
 		f := &flow{b: opts.Budget, ch: ch, opts: opts, held: map[uint64]int64{}, tag: tag, prefetch: prefetch}
-		out := make(chan amqp.Delivery)
+		// Buffered, so that the hand-over costs no rendezvous per delivery
+		// (a group commit gathers what arrives within a short linger): what
+		// waits in it is counted already.
+		out := make(chan amqp.Delivery, opts.Prefetch)
 		fctx, stop := context.WithCancel(ctx)
 		done := make(chan struct{})
 		go func() {
