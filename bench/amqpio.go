@@ -71,9 +71,19 @@ func (p pubResult) rate() float64 { return rate(p.Published, p.End.Sub(p.Start))
 // called for i = 0..n-1 just before message i is published (so it can read
 // the clock). Messages are mandatory; returns are counted.
 func (b *bencher) publishAll(ctx context.Context, n int, build func(i int) outgoing) (pubResult, error) {
+	var next atomic.Int64
+	return b.publishFrom(ctx, n, func() (int, bool) {
+		i := int(next.Add(1) - 1)
+		return i, i < n
+	}, build)
+}
+
+// publishFrom is publishAll with the indexes handed out by take, which
+// blocks until the next may go (a pacer) and returns false when there is
+// none left.
+func (b *bencher) publishFrom(ctx context.Context, n int, take func() (int, bool), build func(i int) outgoing) (pubResult, error) {
 	workers := max(b.opts.Publishers, 1)
 	window := max(b.opts.ConfirmWindow, 1)
-	var next atomic.Int64
 	var nacked, returned, published atomic.Int64
 	res := pubResult{Start: time.Now()}
 	errc := make(chan error, workers)
@@ -113,8 +123,8 @@ func (b *bencher) publishAll(ctx context.Context, n int, build func(i int) outgo
 					return nil
 				}
 				for {
-					i := int(next.Add(1) - 1)
-					if i >= n || ctx.Err() != nil {
+					i, ok := take()
+					if !ok || ctx.Err() != nil {
 						break
 					}
 					o := build(i)
@@ -170,7 +180,7 @@ func (b *bencher) publishAll(ctx context.Context, n int, build func(i int) outgo
 // lost by autoAck here: the bench only records timestamps.
 type collector struct {
 	ch   *amqp.Channel
-	tag  string
+	tags []string
 	done chan struct{} // closed when every expected message arrived
 	exit chan struct{} // closed when the consume loop ended
 
@@ -180,6 +190,8 @@ type collector struct {
 
 	mu         sync.Mutex
 	n          int
+	want       int  // distinct messages that close done (n unless expect lowered it)
+	doneClosed bool // done is closed
 	got        []bool
 	arrived    []int64 // by seq: when it first arrived (unix ns), 0 if not
 	late       []time.Duration
@@ -198,25 +210,44 @@ func (b *bencher) collect(queue string, n int) (*collector, error) {
 
 // collectChecked is collect with a check of every message's first delivery.
 func (b *bencher) collectChecked(queue string, n int, check func(seq int, d *amqp.Delivery) bool) (*collector, error) {
+	return b.collectQueues([]string{queue}, n, check)
+}
+
+// collectQueues is collectChecked over several queues, one consumer each on
+// one channel: the n messages of the workload may come from any of them.
+func (b *bencher) collectQueues(queues []string, n int, check func(seq int, d *amqp.Delivery) bool) (*collector, error) {
 	ch, err := b.consConn.Channel()
 	if err != nil {
 		return nil, fmt.Errorf("open consume channel: %w", err)
 	}
 	c := &collector{
-		ch: ch, tag: "bench-" + queue, done: make(chan struct{}), exit: make(chan struct{}), check: check,
-		n: n, got: make([]bool, n), arrived: make([]int64, n), late: make([]time.Duration, 0, n),
+		ch: ch, done: make(chan struct{}), exit: make(chan struct{}), check: check,
+		n: n, want: n, got: make([]bool, n), arrived: make([]int64, n), late: make([]time.Duration, 0, n),
 	}
-	deliveries, err := ch.Consume(queue, c.tag, true, false, false, false, nil)
-	if err != nil {
-		_ = ch.Close()
-		return nil, fmt.Errorf("consume %s: %w", queue, err)
+	var loops sync.WaitGroup
+	for _, queue := range queues {
+		tag := "bench-" + queue
+		deliveries, err := ch.Consume(queue, tag, true, false, false, false, nil)
+		if err != nil {
+			_ = ch.Close()
+			loops.Wait()
+			return nil, fmt.Errorf("consume %s: %w", queue, err)
+		}
+		c.tags = append(c.tags, tag)
+		loops.Add(1)
+		go func() {
+			defer loops.Done()
+			c.loop(deliveries)
+		}()
 	}
-	go c.loop(deliveries)
+	go func() {
+		loops.Wait()
+		close(c.exit)
+	}()
 	return c, nil
 }
 
 func (c *collector) loop(deliveries <-chan amqp.Delivery) {
-	defer close(c.exit)
 	for d := range deliveries {
 		now := time.Now()
 		due, okDue := headerInt(d.Headers, hdrDue)
@@ -241,12 +272,27 @@ func (c *collector) loop(deliveries <-chan amqp.Delivery) {
 			c.late = append(c.late, l)
 			c.dues = append(c.dues, due)
 			c.last = now
-			if c.distinct == c.n {
-				close(c.done)
-			}
+			c.checkDone()
 		}
 		c.mu.Unlock()
 	}
+}
+
+// checkDone closes done once want messages arrived; callers hold mu.
+func (c *collector) checkDone() {
+	if !c.doneClosed && c.distinct >= c.want {
+		c.doneClosed = true
+		close(c.done)
+	}
+}
+
+// expect lowers the messages wait waits for to m (of n), when only m were
+// published.
+func (c *collector) expect(m int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.want = min(m, c.n)
+	c.checkDone()
 }
 
 // wait returns true when every message arrived before deadline.
@@ -266,7 +312,9 @@ func (c *collector) wait(ctx context.Context, deadline time.Time) bool {
 // catches duplicates that arrive right after the last message.
 func (c *collector) stop(linger time.Duration) (Lateness, time.Time) {
 	time.Sleep(linger)
-	_ = c.ch.Cancel(c.tag, false)
+	for _, tag := range c.tags {
+		_ = c.ch.Cancel(tag, false)
+	}
 	_ = c.ch.Close()
 	<-c.exit
 	c.mu.Lock()

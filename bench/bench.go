@@ -51,11 +51,14 @@ const (
 	StepScaleOut    = "scaleout"
 	StepRebus       = "rebus"
 	StepNSB         = "nsb"
+	StepMassTransit = "masstransit"
+	StepNSBTimeouts = "nsbtm"
+	StepSteady      = "steady"
 	StepBigMsg      = "bigmsg"
 )
 
 // AllSteps lists every step in run order.
-var AllSteps = []string{StepCeiling, StepIngest, StepPunctuality, StepBurst, StepTTL, StepExchange, StepScale, StepScaleOut, StepRebus, StepNSB, StepBigMsg}
+var AllSteps = []string{StepCeiling, StepIngest, StepPunctuality, StepBurst, StepTTL, StepExchange, StepScale, StepScaleOut, StepRebus, StepNSB, StepMassTransit, StepNSBTimeouts, StepSteady, StepBigMsg}
 
 // Options configure a run. Zero values take the defaults of DefaultOptions.
 type Options struct {
@@ -101,6 +104,17 @@ type Options struct {
 	Publishers    int
 	ConfirmWindow int
 
+	// SteadyRates are the rates (msgs/s) of the steady step, each run for
+	// SteadyDuration through a bridge on each of SteadyStores (bbolt,
+	// postgres). SteadySearch also steps the rate up from 1,000 by 500 until
+	// the bridge's p99 exceeds 10 ms. SteadyProfile, when set, is a directory
+	// for a CPU profile of the bridge at every rate.
+	SteadyRates    []int
+	SteadyDuration time.Duration
+	SteadyStores   []string
+	SteadySearch   bool
+	SteadyProfile  string
+
 	// SentinelOnly makes the bench tell when a workload is stored by a
 	// sentinel message even when the bridge serves delaybridge.pending.
 	SentinelOnly bool
@@ -127,6 +141,9 @@ func DefaultOptions() Options {
 		TTLQueueType:   "quorum",
 		Publishers:     4,
 		ConfirmWindow:  500,
+		SteadyRates:    []int{1000, 2000, 3000},
+		SteadyDuration: 20 * time.Second,
+		SteadyStores:   []string{"bbolt"},
 	}
 }
 
@@ -163,6 +180,9 @@ type Results struct {
 	ScaleOut    *ScaleOut `json:"scaleout,omitempty"`
 	Rebus       *Punctual `json:"rebus,omitempty"` // the punctuality workload as Rebus endpoints defer
 	NSB         *NSB      `json:"nsb,omitempty"`
+	MassTransit *Protocol `json:"masstransit,omitempty"` // as MassTransit endpoints schedule, and plain
+	NSBTimeouts *Protocol `json:"nsbtm,omitempty"`       // as NServiceBus endpoints defer to the timeout manager, and plain
+	Steady      *Steady   `json:"steady,omitempty"`
 	BigMsg      *BigMsg   `json:"bigmsg,omitempty"`
 
 	BridgeLogs []BridgeLog `json:"bridge_logs,omitempty"`
@@ -200,6 +220,10 @@ type Params struct {
 	Publishers     int      `json:"publishers"`
 	ConfirmWindow  int      `json:"confirm_window"`
 	BridgeEnv      []string `json:"bridge_env,omitempty"`
+	SteadyRates    []int    `json:"steady_rates,omitempty"`
+	SteadyDurS     float64  `json:"steady_duration_s,omitempty"`
+	SteadyStores   []string `json:"steady_stores,omitempty"`
+	SteadySearch   bool     `json:"steady_search,omitempty"`
 }
 
 // StepError is a step that failed; the other steps still run.
@@ -360,6 +384,25 @@ func Run(ctx context.Context, opts Options) (*Results, error) {
 			return nil, fmt.Errorf("bench: unknown step %q (steps: %s)", s, strings.Join(AllSteps, ", "))
 		}
 	}
+	if len(opts.SteadyRates) == 0 {
+		opts.SteadyRates = def.SteadyRates
+	}
+	for _, r := range opts.SteadyRates {
+		if r <= 0 {
+			return nil, fmt.Errorf("bench: steady rate %d: want > 0", r)
+		}
+	}
+	if opts.SteadyDuration <= 0 {
+		opts.SteadyDuration = def.SteadyDuration
+	}
+	if len(opts.SteadyStores) == 0 {
+		opts.SteadyStores = def.SteadyStores
+	}
+	for _, s := range opts.SteadyStores {
+		if s != "bbolt" && s != "postgres" {
+			return nil, fmt.Errorf("bench: steady store %q: want bbolt or postgres", s)
+		}
+	}
 	if opts.TTLQueueType == "" {
 		opts.TTLQueueType = def.TTLQueueType
 	}
@@ -385,6 +428,10 @@ func Run(ctx context.Context, opts Options) (*Results, error) {
 	}
 	if slices.Contains(opts.Steps, StepExchange) {
 		b.res.Params.ExchangeRounds = opts.ExchangeRounds
+	}
+	if slices.Contains(opts.Steps, StepSteady) {
+		b.res.Params.SteadyRates, b.res.Params.SteadyDurS = opts.SteadyRates, opts.SteadyDuration.Seconds()
+		b.res.Params.SteadyStores, b.res.Params.SteadySearch = opts.SteadyStores, opts.SteadySearch
 	}
 	for _, s := range AllSteps { // run order, whatever order they were given in
 		if slices.Contains(opts.Steps, s) {
@@ -419,7 +466,9 @@ func Run(ctx context.Context, opts Options) (*Results, error) {
 			return b.stepThroughput(ctx, false, true)
 		},
 		StepPunctuality: b.stepPunctuality, StepBurst: b.stepBurst, StepTTL: b.stepTTL, StepExchange: b.stepExchange,
-		StepScale: b.stepScale, StepScaleOut: b.stepScaleOut, StepRebus: b.stepRebus, StepNSB: b.stepNSB, StepBigMsg: b.stepBigMsg,
+		StepScale: b.stepScale, StepScaleOut: b.stepScaleOut, StepRebus: b.stepRebus, StepNSB: b.stepNSB,
+		StepMassTransit: b.stepMassTransit, StepNSBTimeouts: b.stepNSBTimeouts,
+		StepSteady: b.stepSteady, StepBigMsg: b.stepBigMsg,
 	}
 	for _, s := range b.res.Params.Steps {
 		if ctx.Err() != nil {

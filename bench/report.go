@@ -80,6 +80,8 @@ func BuildRows(r *Results) []Row {
 		rows = append(rows, latenessRows(StepNSB, "NServiceBus v2 chain alone, "+label, x.Chain.Lateness, false)...)
 		rows = append(rows, latenessRows(StepNSB, "bridge consuming the chain, "+label, x.Bridge.Lateness, false)...)
 	}
+	rows = append(rows, protocolRows(StepMassTransit, "MassTransit ScheduleMessages", "MassTransit's scheduler (Quartz, Hangfire)", r.MassTransit)...)
+	rows = append(rows, protocolRows(StepNSBTimeouts, "NServiceBus timeouts", "NServiceBus's timeout manager", r.NSBTimeouts)...)
 	if x := r.Exchange; x != nil {
 		rows = append(rows, exchangeRows(x)...)
 	}
@@ -121,6 +123,9 @@ func BuildRows(r *Results) []Row {
 	if s := r.ScaleOut; s != nil {
 		rows = append(rows, scaleOutRows(s)...)
 	}
+	if s := r.Steady; s != nil {
+		rows = append(rows, steadyRows(s)...)
+	}
 	if m := r.BigMsg; m != nil {
 		label := fmt.Sprintf("%d × %d MiB due over %s", m.N, m.Bytes>>20, FmtMs(m.WindowMs))
 		add(StepBigMsg, "bridge peak RSS (VmHWM), "+label, FmtBytes(m.PeakRSS), "≤ "+FmtBytes(TargetBigMsgRSS),
@@ -152,6 +157,27 @@ func latenessRows(step, label string, l Lateness, targets bool) []Row {
 		rows[4].Target, rows[4].Result = "≤ "+FmtMs(ms(TargetMax)), verdict(ok && l.MaxMs <= ms(TargetMax))
 	}
 	return append(rows, countRows(step, l)...)
+}
+
+// protocolRows are the lateness figures of a protocol step: the plain
+// workload and the protocol's, both checked against the targets, and why the
+// framework's own mechanism has none.
+func protocolRows(step, what, own string, x *Protocol) []Row {
+	if x == nil {
+		return nil
+	}
+	var rows []Row
+	for _, r := range []struct {
+		label string
+		p     *Punctual
+	}{{"plain x-due-at", x.Plain}, {what, x.Via}} {
+		if r.p == nil {
+			continue
+		}
+		rows = append(rows, latenessRows(step, fmt.Sprintf("%d %s over %s", r.p.N, r.label, FmtMs(r.p.WindowMs)), r.p.Lateness, true)...)
+		rows = append(rows, Row{Step: step, Metric: "all stored before first due", Value: storedValue(r.p.Stored, r.p.StoredMarginMs, r.p.Method)})
+	}
+	return append(rows, Row{Step: step, Metric: own, Value: x.Framework})
 }
 
 // countRows are the early, duplicate and missing counts, which must be 0.

@@ -145,12 +145,9 @@ func (b *bencher) stepScaleOut(ctx context.Context) error {
 		b.logf("   scaleout: SKIPPED: %s", res.Skipped)
 		return nil
 	}
-	appName := "delaybridge-bench-" + b.runID
-	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	conn, err := pgx.Connect(cctx, withAppName(b.opts.PostgresURL, appName))
-	cancel()
+	conn, appName, err := b.pgConnect(ctx)
 	if err != nil {
-		return fmt.Errorf("connect to PostgreSQL: %s", redactErr(err, b.opts.PostgresURL))
+		return err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	for _, k := range []int{1, 2} {
@@ -162,6 +159,19 @@ func (b *bencher) stepScaleOut(ctx context.Context) error {
 	}
 	res.IngestRatio, res.BurstRatio = res.ratios()
 	return nil
+}
+
+// pgConnect connects to --postgres-url under the run's application_name,
+// which its bridges use too, so the bench can tell its backends from others'.
+func (b *bencher) pgConnect(ctx context.Context) (*pgx.Conn, string, error) {
+	appName := "delaybridge-bench-" + b.runID
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(cctx, withAppName(b.opts.PostgresURL, appName))
+	if err != nil {
+		return nil, "", fmt.Errorf("connect to PostgreSQL: %s", redactErr(err, b.opts.PostgresURL))
+	}
+	return conn, appName, nil
 }
 
 // ratios are two instances' ingest rate and burst delivery rate divided by
@@ -458,10 +468,10 @@ func (b *bencher) dropSchema(ctx context.Context, pg *scaleOutPg) {
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	if _, err := pg.conn.Exec(dctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{pg.schema}.Sanitize()+" CASCADE"); err != nil {
-		b.warnf("scaleout: could not drop schema %s: %v", pg.schema, err)
+		b.warnf("PostgreSQL: could not drop schema %s: %v", pg.schema, err)
 		return
 	}
-	b.logf("   scaleout: dropped schema %s", pg.schema)
+	b.logf("   PostgreSQL: dropped schema %s", pg.schema)
 }
 
 // ---------------------------------------------------------------------------

@@ -168,7 +168,10 @@ func (b *Bridge) build(ctx context.Context) (_ *components, err error) {
 		// PostgreSQL every instance sees every row, so any may dispatch.
 		Exclusive:   cfg.Store != "postgres",
 		OnConsuming: func() { once.Do(func() { close(c.dispatching) }) },
-		Prefetch:    cfg.Prefetch, Workers: dispatchWorkers, LeaseDuration: cfg.LockLeaseDuration, NumberOfRetries: cfg.NumberOfRetries, Allowed: allowed,
+		// Always: rows stored while the MassTransit intake was on are
+		// stamped even after it is turned off.
+		Stamp:    masstransit.Stamper{},
+		Prefetch: cfg.Prefetch, Workers: dispatchWorkers, LeaseDuration: cfg.LockLeaseDuration, NumberOfRetries: cfg.NumberOfRetries, Allowed: allowed,
 		Budget: dispatchBudget, ExpectedRowBytes: cfg.MaxMessageBytes,
 		// Failure handling that itself keeps failing is a critical error.
 		RecoveryFailuresPerSecond: cfg.MaxRecoveryFailuresPerSecond,
@@ -296,7 +299,7 @@ func (b *Bridge) serveHTTP(c *components) error {
 	c.http = httpapi.New(httpapi.Options{Addr: cfg.HTTPAddr, Admin: adm, Status: statusPage,
 		Vars:    func(ctx context.Context) map[string]any { return b.vars(ctx, c) },
 		Ready:   func() error { return b.readiness(c) },
-		Metrics: b.deps.Metrics.Handler(), Logger: log})
+		Metrics: b.deps.Metrics.Handler(), Pprof: cfg.Pprof, Logger: log})
 	return c.http.Listen()
 }
 

@@ -71,6 +71,7 @@ type Config struct {
 	MassTransitQueue                 string        `envconfig:"DELAYBRIDGE_MASSTRANSIT_QUEUE"`
 	LogLevel                         string        `envconfig:"DELAYBRIDGE_LOG_LEVEL" default:"info"`
 	LogFormat                        string        `envconfig:"DELAYBRIDGE_LOG_FORMAT" default:"json"`
+	Pprof                            bool          `envconfig:"DELAYBRIDGE_PPROF" default:"false"`
 }
 
 // Prefix is the environment variable prefix.

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"runtime"
 	"time"
 
@@ -30,6 +31,9 @@ type Options struct {
 	Admin http.Handler
 	// Status, when set, serves the status page at GET /.
 	Status http.Handler
+	// Pprof serves net/http/pprof under /debug/pprof/ (off by default: a
+	// profile costs the bridge CPU and shows its internals).
+	Pprof  bool
 	Logger zerolog.Logger
 }
 
@@ -77,6 +81,14 @@ func New(opts Options) *Server {
 	if opts.Status != nil {
 		mux.Handle("GET /{$}", opts.Status)
 	}
+	if opts.Pprof {
+		// Registered on this mux, not http.DefaultServeMux.
+		mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+		mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+	}
 	return &Server{opts: opts, srv: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}}
 }
 
@@ -93,6 +105,10 @@ func (s *Server) Listen() error {
 // Addr is the bound address (useful with port 0).
 func (s *Server) Addr() string { return s.ln.Addr().String() }
 
+// ShutdownTimeout bounds the graceful shutdown of Run; the bridge stops its
+// HTTP server after its drain, so a supervisor's grace period covers both.
+const ShutdownTimeout = 5 * time.Second
+
 // Run serves until ctx ends, then shuts down gracefully.
 func (s *Server) Run(ctx context.Context) error {
 	errc := make(chan error, 1)
@@ -102,7 +118,7 @@ func (s *Server) Run(ctx context.Context) error {
 		return fmt.Errorf("http: %w", err)
 	case <-ctx.Done():
 	}
-	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	sctx, cancel := context.WithTimeout(context.Background(), ShutdownTimeout)
 	defer cancel()
 	if err := s.srv.Shutdown(sctx); err != nil {
 		return fmt.Errorf("http: shutdown: %w", err)

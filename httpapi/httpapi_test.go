@@ -78,3 +78,18 @@ func TestNoMetrics(t *testing.T) {
 		t.Errorf("GET /metrics without metrics: %d, want 404", code)
 	}
 }
+
+func TestPprofOnlyWhenOn(t *testing.T) {
+	off := serve(t, Options{})
+	if code, _, _ := get(t, off+"/debug/pprof/"); code != http.StatusNotFound {
+		t.Errorf("GET /debug/pprof/ with pprof off: %d, want 404", code)
+	}
+	on := serve(t, Options{Pprof: true})
+	code, _, body := get(t, on+"/debug/pprof/")
+	if code != http.StatusOK || !strings.Contains(body, "goroutine") {
+		t.Errorf("GET /debug/pprof/ with pprof on: %d, %.200q", code, body)
+	}
+	if code, _, _ := get(t, on+"/debug/pprof/goroutine?debug=1"); code != http.StatusOK {
+		t.Errorf("GET /debug/pprof/goroutine: %d", code)
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -53,6 +54,11 @@ func run(args []string) int {
 	ttl := fs.Bool("ttl", true, "run the TTL + dead-letter topology comparison (--ttl=false to skip)")
 	nsb := fs.Bool("nsb", false, "also run the nsb step: the punctuality workload sent as NServiceBus sends into its delay chain, alone and with a bridge consuming it (uses the transport's real queue names)")
 	ttlQueueType := fs.String("ttl-queue-type", def.TTLQueueType, "queue type of the TTL levels: quorum (NServiceBus v2) or classic (v1)")
+	steadyRates := fs.String("steady-rates", joinInts(def.SteadyRates), "publish rates (msgs/s) of the steady step, comma-separated")
+	steadyDuration := fs.Duration("steady-duration", def.SteadyDuration, "how long the steady step publishes at each rate")
+	steadyStore := fs.String("steady-store", strings.Join(def.SteadyStores, ","), "stores of the steady step's bridge, comma-separated: bbolt, postgres (postgres uses --postgres-url)")
+	steadySearch := fs.Bool("steady-search", false, "steady step: also step the rate up from 1000 by 500 until the bridge's p99 exceeds 10 ms or the publisher falls behind, and report the highest as a ratio to the ceiling (measured if not run)")
+	steadyProfile := fs.String("steady-profile", "", "steady step: directory for a CPU profile of the bridge (DELAYBRIDGE_PPROF) over the steady window of every rate, saved as steady-R.pprof")
 	only := fs.String("only", "", "run only these steps, comma-separated: "+strings.Join(bench.AllSteps, ","))
 	lead := fs.Duration("lead", 0, "time from publishing to the first due time (0: from the measured ingest rate, at least 3s)")
 	publishers := fs.Int("publishers", def.Publishers, "publishing goroutines, each with its own confirm-mode channel")
@@ -81,6 +87,15 @@ Measures the bridge against a real broker and prints a table (and writes JSON):
   nsb          (--nsb) the punctuality workload sent as NServiceBus endpoints send delayed
                messages into the transport's v2 chain (its real names): the chain alone,
                then a bridge with DELAYBRIDGE_NSB_NATIVE_DELAYS consuming its level queues
+  rebus        (--only rebus) the punctuality workload as Rebus endpoints defer it to a bridge
+               serving as their external timeout manager (DELAYBRIDGE_REBUS_QUEUE)
+  masstransit  (--only masstransit) the plain punctuality workload, then as MassTransit
+               ScheduleMessages to a bridge serving as their scheduler (DELAYBRIDGE_MASSTRANSIT_QUEUE)
+  nsbtm        (--only nsbtm) the plain punctuality workload, then as NServiceBus 3-7 endpoints
+               defer to their timeout manager (NServiceBus.Timeout.Expire on E.Timeouts)
+  steady       (--only steady) messages published at a constant rate R for --steady-duration, each
+               due 1–5 s after its send, to 4 destination queues, so intake and delivery overlap:
+               lateness p50/p99/p99.9/max per rate, and the broker's own hop at R and 2R
   scaleout     (--scaleout) one, then two bridges sharing a PostgreSQL store (--postgres-url):
                ingest rate, burst delivery rate and lateness, and what each instance did
 
@@ -114,6 +129,16 @@ the end.
 		ScaleOutN: *scaleOutN, PostgresURL: *postgresURL, ExchangeRounds: *exchangeRounds,
 		TTLQueueType: *ttlQueueType, Publishers: *publishers, ConfirmWindow: *confirmWindow,
 		SentinelOnly: *sentinel, Log: os.Stderr,
+		SteadyDuration: *steadyDuration, SteadySearch: *steadySearch, SteadyProfile: *steadyProfile,
+	}
+	if opts.SteadyRates, err = parseInts(*steadyRates); err != nil {
+		fmt.Fprintln(os.Stderr, "delaybridge-bench: --steady-rates:", err)
+		return exitConfig
+	}
+	for _, s := range strings.Split(*steadyStore, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			opts.SteadyStores = append(opts.SteadyStores, s)
+		}
 	}
 	if *quiet {
 		opts.Log = nil
@@ -165,6 +190,9 @@ the end.
 	}
 	if so := bench.FormatScaleOut(res); so != "" {
 		fmt.Print("\n", so)
+	}
+	if st := bench.FormatSteady(res); st != "" {
+		fmt.Print("\n", st)
 	}
 	for _, e := range res.Errors {
 		fmt.Printf("error (%s): %s\n", e.Step, e.Error)
@@ -231,6 +259,30 @@ func orDash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// parseInts parses comma-separated positive integers.
+func parseInts(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		n, err := strconv.Atoi(f)
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("%q is not a positive integer", f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+func joinInts(v []int) string {
+	s := make([]string, len(v))
+	for i, n := range v {
+		s[i] = strconv.Itoa(n)
+	}
+	return strings.Join(s, ",")
 }
 
 type envFlags []string

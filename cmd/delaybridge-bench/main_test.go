@@ -29,3 +29,18 @@ func TestFindBridge(t *testing.T) {
 		t.Errorf("none: %v", err)
 	}
 }
+
+func TestParseInts(t *testing.T) {
+	got, err := parseInts(" 1000, 2000,,3000 ")
+	if err != nil || len(got) != 3 || got[0] != 1000 || got[2] != 3000 {
+		t.Errorf("parseInts: %v, %v; want [1000 2000 3000]", got, err)
+	}
+	for _, bad := range []string{"1000,x", "0", "-5"} {
+		if _, err := parseInts(bad); err == nil {
+			t.Errorf("parseInts(%q): no error", bad)
+		}
+	}
+	if got := joinInts([]int{1000, 2000}); got != "1000,2000" {
+		t.Errorf("joinInts = %q", got)
+	}
+}

@@ -32,24 +32,43 @@
 //     MassTransit.QuartzIntegration/QuartzIntegration/ScheduleMessageConsumer.cs
 //     wraps the payload in the ScheduleMessage's own envelope (its ids,
 //     addresses, sentTime, expirationTime, headers and host) with messageType
-//     = payloadType; ScheduledMessageJob.cs and JobDataMessageContext.cs send
-//     it to destination, with the envelope's message id, and the headers
-//     MT-Quartz-Sent (fire time), MT-Quartz-Scheduled (scheduled fire time),
-//     MT-Scheduling-TokenId (the token, Guid "N" format), MT-Quartz-ScheduleId
-//     (the trigger's name: the token in "N" format) and MT-Quartz-ScheduleGroup
-//     (the trigger's group, Quartz's "DEFAULT") added; the header names are in
-//     src/MassTransit.Abstractions/MessageHeaders.cs. The send sets the
-//     envelope's destinationAddress (JsonMessageEnvelope.Update).
+//     = payloadType, and keeps the ScheduleMessage's message id, correlation
+//     id, expiration time, headers and RabbitMQ transport properties in the
+//     job data. ScheduledMessageJob.cs sends it to destination with those
+//     (ForwardScheduledMessagePipe; the envelope is updated by
+//     JsonMessageEnvelope.Update in src/MassTransit/Serialization/
+//     JsonMessageEnvelope.cs: destinationAddress, ids, expirationTime,
+//     headers), time to live = expirationTime - now. JobDataMessageContext.cs
+//     adds MT-Quartz-Sent (FireTimeUtc: when the trigger fired),
+//     MT-Quartz-Scheduled (ScheduledFireTimeUtc), MT-Quartz-NextScheduled
+//     and MT-Quartz-PreviousSent only when the trigger has them (a one-shot
+//     trigger has neither: quartznet src/Quartz/Impl/RAMJobStore.cs
+//     TriggersFired, Impl/Triggers/SimpleTriggerImpl.cs Triggered),
+//     MT-Scheduling-TokenId (the token, Guid "N"), MT-Quartz-ScheduleId (the
+//     trigger's name: the token, "N") and MT-Quartz-ScheduleGroup (Quartz's
+//     "DEFAULT"), as DateTimeOffset and string values; the names are in
+//     src/MassTransit.Abstractions/MessageHeaders.cs.
+//   - The RabbitMQ send (src/Transports/MassTransit.RabbitMqTransport/
+//     RabbitMqTransport/RabbitMqSendTransportContext.cs): content type,
+//     headers (DateTimeOffset as an AMQP timestamp in whole seconds,
+//     AmqpTimestampExtensions.cs), persistent, message id and correlation id
+//     (Guid "D"), expiration in milliseconds (1 s when not positive); no
+//     timestamp property. App id, priority, reply-to, type, user id and a
+//     non-empty routing key of the ScheduleMessage come along
+//     (RabbitMqReceiveContext.GetTransportProperties,
+//     RabbitMqMessageSendContext.ReadPropertiesFrom); the bridge drops the
+//     user id, which the broker checks against its own user.
 //   - A schedule whose token is scheduled already replaces it (the trigger
 //     keyed by the token is unscheduled first: ScheduleMessageConsumer), and
 //     a cancel unschedules the token's trigger (CancelScheduledMessageConsumer.cs).
-//   - On RabbitMQ, the send puts the headers in the AMQP headers too, times
-//     as AMQP timestamps, and the message id and correlation id in the
-//     properties (RabbitMqSendTransportContext.cs, SetHeaders).
 //   - Addresses: rabbitmq://host[:port]/[vhost/]name (the last path
 //     segment, QueryStringExtensions.ParseHostPathAndEntityName),
 //     queue:name and exchange:name, query options after ?
-//     (RabbitMqEndpointAddress.cs). Each names the exchange a send goes to.
+//     (RabbitMqEndpointAddress.cs). Each names the exchange a send goes to;
+//     the name "*" asks for a made-up temporary name, which is refused.
+//     MassTransit writes the normalised address as destinationAddress and
+//     declares what the query options ask for; the bridge keeps the address
+//     as written and declares nothing (docs/contract.md §2.10).
 package masstransit
 
 import (
@@ -269,21 +288,45 @@ func (o Options) schedule(d *amqp.Delivery, env, msg []field) ingest.Intake {
 	if err != nil {
 		return ingest.Reject(fmt.Errorf("ScheduleMessage: %w", err))
 	}
-	out := broker.Forwardable(message.FromDelivery(d), nil)
+	// The job's send (ScheduledMessageJob.ForwardScheduledMessagePipe,
+	// RabbitMqSendTransportContext.Send): the envelope's ids as message and
+	// correlation id, persistent, the content type of the serializer, the
+	// ScheduleMessage's app id, priority, reply-to, type and routing key
+	// carried over (RabbitMqReceiveContext.GetTransportProperties,
+	// RabbitMqMessageSendContext.ReadPropertiesFrom); its user id is not
+	// (the broker checks it against the bridge's user).
+	in := message.FromDelivery(d)
+	out := broker.Forwardable(amqp.Publishing{Headers: in.Headers, AppId: in.AppId, Priority: in.Priority, ReplyTo: in.ReplyTo,
+		Type: in.Type, MessageId: in.MessageId, ContentType: ContentType, DeliveryMode: amqp.Persistent}, nil)
+	if id, err := guid(env, "messageId"); err == nil {
+		out.MessageId = id.String()
+	}
+	if id, err := guid(env, "correlationId"); err == nil {
+		out.CorrelationId = id.String()
+	}
 	if out.Headers == nil {
 		out.Headers = amqp.Table{}
 	}
 	for _, h := range scheduledHeaders(token, due) {
 		out.Headers[h.name] = h.amqp
 	}
-	// The remaining time to live is the envelope's expirationTime; the
-	// ScheduleMessage's own AMQP expiration was for reaching the scheduler.
-	out.Expiration = ""
+	// Stamper finishes it when it is sent: the fire time, and the time to
+	// live left of the envelope's expirationTime.
+	var exp string
+	if raw := get(env, "expirationTime"); raw != nil {
+		if json.Unmarshal(raw, &exp) != nil {
+			return ingest.Reject(errors.New("ScheduleMessage: the envelope's expirationTime is not a string"))
+		}
+		if _, err := ParseTime(exp); err != nil {
+			return ingest.Reject(fmt.Errorf("ScheduleMessage: the envelope's expirationTime: %w", err))
+		}
+	}
+	out.Headers[stampHeader] = exp
 	out.Body = body
 	// A new id each time: the group (the token) is what repeats, and
 	// OpReplace needs an id the group's cancel did not tombstone.
 	return ingest.Intake{Op: ingest.OpReplace, ID: token.String() + "/" + uuid.NewString(), SagaID: token.String(),
-		Exchange: x, Destination: "", DueAt: due, Msg: out}
+		Exchange: x, Destination: d.RoutingKey, DueAt: due, Msg: out}
 }
 
 // header is one header the scheduler adds, as JSON in the envelope and as
@@ -294,22 +337,33 @@ type header struct {
 	amqp any
 }
 
-// scheduledHeaders are the headers ScheduledMessageJob adds
-// (JobDataMessageContext.GetHeaders), in its order. The fire time is the
-// scheduled time: the message is built when it is stored. System.Text.Json
+// scheduledHeaders are the headers ScheduledMessageJob adds to a one-shot
+// schedule's send (JobDataMessageContext.GetHeaders), in its order. The
+// fire time is the scheduled time until Stamper sets the time of the send.
+// A one-shot trigger has neither a previous nor a next fire time, so
+// MT-Quartz-PreviousSent and MT-Quartz-NextScheduled are absent. System.Text.Json
 // writes a DateTimeOffset as ISO 8601 with trailing zeros of the fraction
 // dropped; RabbitMQ's send writes it as an AMQP timestamp (seconds).
 func scheduledHeaders(token uuid.UUID, due time.Time) []header {
 	n := strings.ReplaceAll(token.String(), "-", "")
-	at := due.UTC().Format("2006-01-02T15:04:05.9999999") + "+00:00"
-	ts := due.UTC().Truncate(time.Second)
+	at := timeHeader(HeaderScheduled, due)
 	return []header{
-		{HeaderSent, quote(at), ts},
-		{HeaderScheduled, quote(at), ts},
+		sentHeader(due),
+		at,
 		{HeaderTokenID, quote(n), n},
 		{HeaderScheduleID, quote(n), n},
 		{HeaderScheduleGroup, quote(scheduleGroup), scheduleGroup},
 	}
+}
+
+func sentHeader(at time.Time) header { return timeHeader(HeaderSent, at) }
+
+// timeHeader is a DateTimeOffset header: ISO 8601 in UTC with a +00:00
+// offset and 100 ns ticks, trailing zeros dropped, in JSON; whole seconds
+// since the epoch as an AMQP timestamp (AmqpTimestampExtensions).
+func timeHeader(name string, at time.Time) header {
+	at = at.UTC().Truncate(100)
+	return header{name, quote(at.Format("2006-01-02T15:04:05.9999999") + "+00:00"), at.Truncate(time.Second)}
 }
 
 func quote(s string) string {
@@ -376,6 +430,11 @@ func headers(raw json.RawMessage, add []header) (json.RawMessage, error) {
 		}
 		fs[i].raw = json.RawMessage(h.json)
 	}
+	return object(fs), nil
+}
+
+// object writes fs as a JSON object, in order.
+func object(fs []field) []byte {
 	var b bytes.Buffer
 	b.WriteByte('{')
 	for i, f := range fs {
@@ -387,7 +446,7 @@ func headers(raw json.RawMessage, add []header) (json.RawMessage, error) {
 		b.Write(f.raw)
 	}
 	b.WriteByte('}')
-	return b.Bytes(), nil
+	return b.Bytes()
 }
 
 // guid reads the Guid member name.
@@ -436,6 +495,11 @@ func (o Options) Exchange(a string) (string, error) {
 	if name == "" {
 		return "", fmt.Errorf("%q names no queue or exchange", clip(a))
 	}
+	if name == "*" {
+		// RabbitMqEndpointAddress: a new name for each address, an entity
+		// only the sending bus would declare.
+		return "", fmt.Errorf("%q asks for a temporary entity named by the sender; the bridge cannot create it", clip(a))
+	}
 	if err := (wire.Destination{Exchange: name}).Validate(fmt.Sprintf("%q", clip(a))); err != nil {
 		return "", err
 	}
@@ -466,4 +530,66 @@ func clip(s string) string {
 		return s
 	}
 	return s[:n] + "…"
+}
+
+// stampHeader marks a stored forward as this package's until it is sent;
+// its value is the envelope's expirationTime as written, or empty.
+const stampHeader = "x-delaybridge-masstransit-stamp"
+
+// Stamper sets what MassTransit's Quartz job sets when its trigger fires
+// (dispatch.Stamper): MT-Quartz-Sent to the time of the send
+// (IJobExecutionContext.FireTimeUtc), in the envelope's headers and the
+// AMQP headers, and the AMQP expiration to the time left until the
+// envelope's expirationTime, at least a second
+// (ScheduledMessageJob: TimeToLive = ExpirationTime - now;
+// RabbitMqSendTransportContext: milliseconds, 1 s when not positive).
+// Messages not marked by Parse are returned as they are.
+type Stamper struct{}
+
+// Stamp implements dispatch.Stamper.
+func (Stamper) Stamp(msg amqp.Publishing, sentAt time.Time) amqp.Publishing {
+	exp, ok := msg.Headers[stampHeader].(string)
+	if !ok {
+		return msg
+	}
+	hs := make(amqp.Table, len(msg.Headers))
+	for k, v := range msg.Headers {
+		if k != stampHeader {
+			hs[k] = v
+		}
+	}
+	sent := sentHeader(sentAt)
+	if body, err := stampBody(msg.Body, sent); err == nil {
+		// Parse wrote the body: it parses. Should it not, the scheduled
+		// time it carries stands.
+		hs[sent.name] = sent.amqp
+		msg.Body = body
+	}
+	msg.Headers = hs
+	msg.Expiration = ""
+	if t, err := ParseTime(exp); exp != "" && err == nil {
+		ttl := t.Sub(sentAt)
+		if ttl <= 0 {
+			ttl = time.Second
+		}
+		msg.Expiration = fmt.Sprint(ttl.Round(time.Millisecond).Milliseconds())
+	}
+	return msg
+}
+
+// stampBody sets the header h in the envelope body, its members kept in
+// order.
+func stampBody(body []byte, h header) ([]byte, error) {
+	fs, err := members(body)
+	if err != nil {
+		return nil, err
+	}
+	for i, f := range fs {
+		if strings.EqualFold(f.name, "headers") {
+			if fs[i].raw, err = headers(f.raw, []header{h}); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return object(fs), nil
 }

@@ -60,17 +60,22 @@ func TestParseSchedule(t *testing.T) {
 	if again := opts.Parse(d, time.Now()); again.ID == it.ID {
 		t.Fatal("a redelivery got the same id: the replace's own tombstone would drop it")
 	}
-	if want := read(t, "scheduled.json"); string(it.Msg.Body) != string(want) {
-		t.Fatalf("forwarded envelope:\n%s\nwant:\n%s", it.Msg.Body, want)
+	if v, ok := it.Msg.Headers[stampHeader]; !ok || v != "" {
+		t.Fatalf("stored without the stamp mark: %v", it.Msg.Headers)
+	}
+	// Sent exactly at its due time.
+	m := Stamper{}.Stamp(it.Msg, fixtureDue)
+	if want := read(t, "scheduled.json"); string(m.Body) != string(want) {
+		t.Fatalf("forwarded envelope:\n%s\nwant:\n%s", m.Body, want)
 	}
 	ts := time.Date(2026, 11, 24, 12, 45, 30, 0, time.UTC)
 	want := amqp.Table{"Tenant": "eu-1", HeaderSent: ts, HeaderScheduled: ts, HeaderTokenID: fixtureTokenN,
 		HeaderScheduleID: fixtureTokenN, HeaderScheduleGroup: "DEFAULT"}
-	if diff := cmp.Diff(want, it.Msg.Headers); diff != "" {
+	if diff := cmp.Diff(want, m.Headers); diff != "" {
 		t.Fatalf("AMQP headers (-want +got):\n%s", diff)
 	}
-	if it.Msg.MessageId != fixtureMsgID || it.Msg.ContentType != ContentType || it.Msg.DeliveryMode != amqp.Persistent || it.Msg.Expiration != "" {
-		t.Fatalf("properties: %+v", it.Msg)
+	if m.MessageId != fixtureMsgID || m.ContentType != ContentType || m.DeliveryMode != amqp.Persistent || m.Expiration != "" {
+		t.Fatalf("properties: %+v", m)
 	}
 	if len(d.Headers) != 1 {
 		t.Fatal("the delivery's own headers were changed")
@@ -222,5 +227,45 @@ func TestTopology(t *testing.T) {
 	want := []string{"quartz", ExchangeSchedule, ExchangeCancel, ExchangeRecurring, ExchangeCancelRecurring}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Fatal(diff)
+	}
+}
+
+// Stamper sets MT-Quartz-Sent to the time of the send (JobDataMessageContext:
+// the trigger's FireTimeUtc), in the envelope and the AMQP headers, leaves
+// MT-Quartz-Scheduled at the scheduled time, and sets the AMQP expiration to
+// what is left of expirationTime (ScheduledMessageJob), 1 s once it passed.
+func TestStamp(t *testing.T) {
+	body := strings.Replace(string(read(t, "schedule.json")), `"expirationTime": null`, `"expirationTime": "2026-11-24T12:46:00.1234567Z"`, 1)
+	it := opts.Parse(delivery([]byte(body)), time.Now())
+	if it.Op != ingest.OpReplace {
+		t.Fatalf("op %d, reason %q", it.Op, it.Reason)
+	}
+	late := fixtureDue.Add(1500 * time.Millisecond)
+	m := Stamper{}.Stamp(it.Msg, late)
+	want := strings.Replace(string(read(t, "scheduled.json")), `"MT-Quartz-Sent":"2026-11-24T12:45:30.1234567+00:00"`,
+		`"MT-Quartz-Sent":"2026-11-24T12:45:31.6234567+00:00"`, 1)
+	want = strings.Replace(want, `"expirationTime":null`, `"expirationTime":"2026-11-24T12:46:00.1234567Z"`, 1)
+	if string(m.Body) != want {
+		t.Fatalf("envelope:\n%s\nwant:\n%s", m.Body, want)
+	}
+	if got := m.Headers[HeaderSent]; got != time.Date(2026, 11, 24, 12, 45, 31, 0, time.UTC) {
+		t.Fatalf("%s = %v", HeaderSent, got)
+	}
+	if got := m.Headers[HeaderScheduled]; got != time.Date(2026, 11, 24, 12, 45, 30, 0, time.UTC) {
+		t.Fatalf("%s = %v", HeaderScheduled, got)
+	}
+	if _, ok := m.Headers[stampHeader]; ok || m.Expiration != "28500" {
+		t.Fatalf("headers %v, expiration %q", m.Headers, m.Expiration)
+	}
+	if _, ok := it.Msg.Headers[stampHeader]; !ok {
+		t.Fatal("Stamp changed the stored message's headers")
+	}
+	if m := (Stamper{}).Stamp(it.Msg, fixtureDue.Add(time.Hour)); m.Expiration != "1000" {
+		t.Fatalf("expired: expiration %q", m.Expiration)
+	}
+	// Not this package's: untouched.
+	other := amqp.Publishing{Headers: amqp.Table{HeaderSent: "x"}, Body: []byte("{}"), Expiration: "5"}
+	if got := (Stamper{}).Stamp(other, late); got.Headers[HeaderSent] != "x" || got.Expiration != "5" {
+		t.Fatalf("foreign message changed: %+v", got)
 	}
 }

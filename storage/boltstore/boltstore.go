@@ -29,7 +29,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -85,6 +84,10 @@ type Store struct {
 	window time.Duration // cancel window
 
 	recovered int
+	leases    *leaseTable // see leases.go
+
+	ops      chan *op      // writes for commitLoop (group.go)
+	loopDone chan struct{} // closed when commitLoop has returned
 
 	// steps counts index entries visited by Lease and NextDue (tests assert
 	// that due work is found without scanning).
@@ -126,7 +129,9 @@ func Open(path string, opts Options) (*Store, error) {
 		}
 		return nil, fmt.Errorf("boltstore: open %s: %w", path, err)
 	}
-	s := &Store{db: db, now: opts.Now, path: path, window: opts.CancelWindow}
+	s := &Store{db: db, now: opts.Now, path: path, window: opts.CancelWindow,
+		ops: make(chan *op, maxGroup), loopDone: make(chan struct{}), leases: newLeaseTable()}
+	go s.commitLoop()
 	err = db.Update(func(tx *bolt.Tx) error {
 		meta, err := tx.CreateBucketIfNotExists(bucketMeta)
 		if err != nil {
@@ -178,6 +183,7 @@ func Open(path string, opts Options) (*Store, error) {
 		})
 	}
 	if err != nil {
+		s.stopLoop()
 		_ = db.Close()
 		return nil, fmt.Errorf("boltstore: open %s: %w", path, err)
 	}
@@ -199,10 +205,16 @@ func (s *Store) Close() error {
 		return nil
 	}
 	s.closed = true
+	s.stopLoop() // no write is in flight: they hold s.mu
 	if err := s.db.Close(); err != nil {
 		return fmt.Errorf("boltstore: close: %w", err)
 	}
 	return nil
+}
+
+func (s *Store) stopLoop() {
+	close(s.ops)
+	<-s.loopDone
 }
 
 // enter starts a call: it holds the read lock until the returned func runs.
@@ -256,23 +268,6 @@ func buckets(tx *bolt.Tx, c *counts) (txb, error) {
 }
 
 const indexFillPercent = 0.9
-
-// update runs fn in a write transaction and commits the row counts it
-// changed along with it.
-func (s *Store) update(fn func(tx *bolt.Tx, c *counts) error) error {
-	return s.db.Update(func(tx *bolt.Tx) error {
-		var c counts
-		if err := fn(tx, &c); err != nil {
-			return err
-		}
-		if c == (counts{}) {
-			return nil
-		}
-		meta := tx.Bucket(bucketMeta)
-		cur := readCounts(meta)
-		return writeCounts(meta, counts{pending: cur.pending + c.pending, leased: cur.leased + c.leased})
-	})
-}
 
 var keyPending, keyLeased = []byte("pending"), []byte("leased")
 
@@ -423,15 +418,9 @@ func (s *Store) dueRecords(b txb, idx byte, now *time.Time, limit int, when func
 		if now != nil && !keyDue(k, nowKey) {
 			break
 		}
-		r, err := b.load(string(v))
+		r, err := b.indexed(idx, k, v)
 		if err != nil {
 			return nil, err
-		}
-		if r == nil {
-			return nil, fmt.Errorf("%w: index entry for %q has no record", errCorrupt, v)
-		}
-		if r.index != idx || !bytes.Equal(r.key[:], k) {
-			return nil, fmt.Errorf("%w: index entry for %q does not match its record", errCorrupt, v)
 		}
 		if now != nil && when(r).After(*now) {
 			// Only in a clamped key range (before 1678 or after 2262),
@@ -442,6 +431,22 @@ func (s *Store) dueRecords(b txb, idx byte, now *time.Time, limit int, when func
 		limit--
 	}
 	return out, nil
+}
+
+// indexed loads the record of index idx's entry k -> v and checks that it
+// names that entry.
+func (b txb) indexed(idx byte, k, v []byte) (*record, error) {
+	r, err := b.load(string(v))
+	if err != nil {
+		return nil, err
+	}
+	if r == nil {
+		return nil, fmt.Errorf("%w: index entry for %q has no record", errCorrupt, v)
+	}
+	if r.index != idx || !bytes.Equal(r.key[:], k) {
+		return nil, fmt.Errorf("%w: index entry for %q does not match its record", errCorrupt, v)
+	}
+	return r, nil
 }
 
 func leaseExpiry(r *record) time.Time { return r.LockExpiresAt }
@@ -466,17 +471,6 @@ func (s *Store) freeLeases(tx *bolt.Tx, c *counts, now *time.Time, limit int) (i
 		}
 	}
 	return len(rs), nil
-}
-
-// lockErr checks that lock (unless empty) holds r's lease at now.
-func lockErr(r *record, lock string, now time.Time) error {
-	if lock == "" {
-		return nil
-	}
-	if r.Lock != lock || !now.Before(r.LockExpiresAt) {
-		return storage.ErrConcurrency
-	}
-	return nil
 }
 
 // Insert stores ts in one commit; see storage.Store. Lock and LockExpiresAt
@@ -505,6 +499,7 @@ func (s *Store) Insert(ctx context.Context, ts []storage.Timeout) ([]bool, error
 	}
 	now := s.now()
 	err = s.update(func(tx *bolt.Tx, c *counts) error {
+		clear(inserted)
 		b, err := buckets(tx, c)
 		if err != nil {
 			return err
@@ -535,10 +530,10 @@ func (s *Store) Insert(ctx context.Context, ts []storage.Timeout) ([]bool, error
 	return inserted, nil
 }
 
-// Lease leases up to limit due rows to owner for d; see storage.Store. Rows
-// whose lease expired are first returned to the ready index (up to limit of
-// them per call), then rows are taken from the ready index in order of
-// max(DueAt, NotBefore).
+// Lease leases up to limit due rows to owner for d; see storage.Store. It
+// is a read: the leases are kept in memory (leases.go). Rows are taken from
+// the ready index in order of max(DueAt, NotBefore), those leased skipped,
+// those whose lease expired taken again.
 func (s *Store) Lease(ctx context.Context, owner string, dueBy time.Time, limit int, d time.Duration) ([]storage.Lease, error) {
 	exit, err := s.enter(ctx)
 	if err != nil {
@@ -555,63 +550,43 @@ func (s *Store) Lease(ctx context.Context, owner string, dueBy time.Time, limit 
 	if dueBy.IsZero() {
 		dueBy = now
 	}
-	// An idle poll should not cost a write transaction and an fsync: look
-	// first, in a read transaction, whether anything may be due. A row that
-	// becomes due right after the look is found by the next poll.
-	var maybeDue bool
+	t := s.leases
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	leases := []storage.Lease{}
 	err = s.db.View(func(tx *bolt.Tx) error {
 		b, err := buckets(tx, nil)
 		if err != nil {
 			return err
 		}
-		// Leases expire by the store's clock; rows are due by dueBy.
-		for idx, by := range map[byte]time.Time{idxLeased: now, idxReady: dueBy} {
-			k, _ := b.index(idx).Cursor().First()
-			if k != nil {
-				s.steps.Add(1)
-				maybeDue = maybeDue || keyDue(k, keyTime(by))
+		byKey := keyTime(dueBy)
+		c := b.ready.Cursor()
+		for k, v := c.First(); k != nil && len(leases) < limit; k, v = c.Next() {
+			s.steps.Add(1)
+			if !keyDue(k, byKey) {
+				break
 			}
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("boltstore: lease: %w", err)
-	}
-	if !maybeDue {
-		return []storage.Lease{}, nil
-	}
-	var leases []storage.Lease
-	err = s.update(func(tx *bolt.Tx, c *counts) error {
-		// Expired leases go back to ready first, so that they are taken in
-		// the same order as everything else.
-		if _, err := s.freeLeases(tx, c, &now, limit); err != nil {
-			return err
-		}
-		b, err := buckets(tx, c)
-		if err != nil {
-			return err
-		}
-		rs, err := s.dueRecords(b, idxReady, &dueBy, limit, readyAt)
-		if err != nil {
-			return err
-		}
-		leases = make([]storage.Lease, 0, len(rs))
-		for _, r := range rs {
-			seq, err := b.timeouts.NextSequence()
+			if !t.available(string(v), now) {
+				continue
+			}
+			r, err := b.indexed(idxReady, k, v)
 			if err != nil {
 				return err
 			}
-			r.Lock = owner + ":" + strconv.FormatUint(seq, 10)
-			r.LockExpiresAt = now.Add(d)
-			if err := b.place(r, false, idxLeased, r.LockExpiresAt, seq); err != nil {
-				return err
+			if readyAt(r).After(dueBy) {
+				// Only in a clamped key range (before 1678 or after 2262),
+				// where keys order by sequence, not by time.
+				continue
 			}
-			leases = append(leases, storage.Lease{ID: r.ID, Lock: r.Lock, DueAt: r.DueAt})
+			leases = append(leases, storage.Lease{ID: r.ID, DueAt: r.DueAt})
 		}
 		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("boltstore: lease: %w", err)
+	}
+	for i := range leases {
+		leases[i].Lock = t.take(leases[i].ID, owner, now.Add(d))
 	}
 	return leases, nil
 }
@@ -638,6 +613,7 @@ func (s *Store) Get(ctx context.Context, id string) (storage.Timeout, error) {
 	if r == nil {
 		return storage.Timeout{}, fmt.Errorf("boltstore: get %q: %w", id, storage.ErrNotFound)
 	}
+	s.leases.annotate(&r.Timeout)
 	return r.Timeout, nil
 }
 
@@ -653,8 +629,12 @@ func (s *Store) Remove(ctx context.Context, refs []storage.Ref) ([]error, error)
 		return results, nil
 	}
 	now := s.now()
+	pins := pinSet{t: s.leases}
+	defer pins.release()
+	var removed []storage.Ref
 	err = s.update(func(tx *bolt.Tx, c *counts) error {
 		clear(results)
+		removed = removed[:0]
 		b, err := buckets(tx, c)
 		if err != nil {
 			return err
@@ -670,38 +650,48 @@ func (s *Store) Remove(ctx context.Context, refs []storage.Ref) ([]error, error)
 				}
 				continue
 			}
-			if err := lockErr(r, ref.Lock, now); err != nil {
+			if ref.Lock == "" {
+				pins.pinAny(ref.ID)
+			} else if err := s.leases.check(ref.ID, ref.Lock, now); err != nil {
 				results[i] = fmt.Errorf("boltstore: remove %q: %w", ref.ID, err)
 				continue
 			}
 			if err := b.forget(r); err != nil {
 				return err
 			}
+			removed = append(removed, ref)
 		}
 		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("boltstore: remove: %w", err)
 	}
+	for _, ref := range removed {
+		s.leases.end(ref.ID, ref.Lock)
+	}
 	return results, nil
 }
 
 // Release ends the lease of id; see storage.Store.
 func (s *Store) Release(ctx context.Context, id, lock string, notBefore time.Time) error {
-	return s.updateRow(ctx, "release", id, func(b txb, r *record, now time.Time) error {
-		if err := lockErr(r, lock, now); err != nil {
+	err := s.updateRow(ctx, "release", id, func(b txb, r *record, now time.Time) error {
+		if err := s.leases.check(id, lock, now); err != nil {
 			return err
 		}
 		r.NotBefore = notBefore
 		return b.makeReady(r)
 	})
+	if err == nil {
+		s.leases.end(id, lock)
+	}
+	return err
 }
 
 // IncrementFailureCount records a dispatch failure of id; the lease is kept.
 func (s *Store) IncrementFailureCount(ctx context.Context, id, lock, reason string) (int, error) {
 	var attempts int
 	err := s.updateRow(ctx, "increment failure count", id, func(b txb, r *record, now time.Time) error {
-		if err := lockErr(r, lock, now); err != nil {
+		if err := s.leases.check(id, lock, now); err != nil {
 			return err
 		}
 		r.Attempts++
@@ -716,13 +706,18 @@ func (s *Store) IncrementFailureCount(ctx context.Context, id, lock, reason stri
 }
 
 // NextDue returns the earliest time a row becomes leasable; see
-// storage.Store. It reads the first entry of each index and its record.
+// storage.Store: the first entry of the ready index that is not leased, or
+// the earliest lease expiry if sooner.
 func (s *Store) NextDue(ctx context.Context) (time.Time, bool, error) {
 	exit, err := s.enter(ctx)
 	if err != nil {
 		return time.Time{}, false, err
 	}
 	defer exit()
+	now := s.now()
+	t := s.leases
+	t.mu.Lock()
+	defer t.mu.Unlock()
 	var at time.Time
 	var ok bool
 	err = s.db.View(func(tx *bolt.Tx) error {
@@ -730,31 +725,31 @@ func (s *Store) NextDue(ctx context.Context) (time.Time, bool, error) {
 		if err != nil {
 			return err
 		}
-		for _, idx := range []byte{idxReady, idxLeased} {
-			k, v := b.index(idx).Cursor().First()
-			if k == nil {
+		c := b.ready.Cursor()
+		for k, v := c.First(); k != nil; k, v = c.Next() {
+			s.steps.Add(1)
+			if !t.available(string(v), now) {
 				continue
 			}
-			s.steps.Add(1)
-			r, err := b.load(string(v))
+			r, err := b.indexed(idxReady, k, v)
 			if err != nil {
 				return err
 			}
-			if r == nil || r.index != idx || !bytes.Equal(r.key[:], k) {
-				return fmt.Errorf("%w: index entry for %q does not match its record", errCorrupt, v)
-			}
-			t := r.LockExpiresAt
-			if idx == idxReady {
-				t = visibleAt(&r.Timeout)
-			}
-			if !ok || t.Before(at) {
-				at, ok = t, true
-			}
+			at, ok = visibleAt(&r.Timeout), true
+			return nil
 		}
 		return nil
 	})
 	if err != nil {
 		return time.Time{}, false, fmt.Errorf("boltstore: next due: %w", err)
+	}
+	exp, leased := t.nextExpiry()
+	if leased && !exp.After(now) {
+		t.refreshMin() // minExpiry may be that of a lease that ended
+		exp, leased = t.nextExpiry()
+	}
+	if leased && (!ok || exp.Before(at)) {
+		at, ok = exp, true
 	}
 	return at, ok, nil
 }
@@ -767,12 +762,8 @@ func (s *Store) Reap(ctx context.Context) (int, error) {
 	}
 	defer exit()
 	now := s.now()
-	var n int
+	n := s.leases.reap(now)
 	err = s.update(func(tx *bolt.Tx, c *counts) error {
-		var err error
-		if n, err = s.freeLeases(tx, c, &now, -1); err != nil {
-			return err
-		}
 		b, err := buckets(tx, c)
 		if err != nil {
 			return err
@@ -780,7 +771,7 @@ func (s *Store) Reap(ctx context.Context) (int, error) {
 		return b.purgeCancels(now)
 	})
 	if err != nil {
-		return 0, fmt.Errorf("boltstore: reap: %w", err)
+		return n, fmt.Errorf("boltstore: reap: %w", err)
 	}
 	return n, nil
 }
@@ -796,13 +787,13 @@ func (s *Store) Stats(ctx context.Context) (pending, leased int, err error) {
 	defer exit()
 	err = s.db.View(func(tx *bolt.Tx) error {
 		c := readCounts(tx.Bucket(bucketMeta))
-		pending, leased = int(c.pending), int(c.leased)
+		pending = int(c.pending)
 		return nil
 	})
 	if err != nil {
 		return 0, 0, fmt.Errorf("boltstore: stats: %w", err)
 	}
-	return pending, leased, nil
+	return pending, s.leases.count(), nil
 }
 
 // List returns pending rows in due order from the due index; see
@@ -863,6 +854,7 @@ func (s *Store) List(ctx context.Context, f storage.ListFilter) ([]storage.Timeo
 				return nil
 			}
 			r.Message = nil
+			s.leases.annotate(&r.Timeout)
 			rows = append(rows, r.Timeout)
 		}
 		return nil
@@ -893,7 +885,10 @@ func (s *Store) Cancel(ctx context.Context, id string) error {
 	defer exit()
 	now := s.now()
 	missing := false
+	pins := pinSet{t: s.leases}
+	defer pins.release()
 	err = s.update(func(tx *bolt.Tx, c *counts) error {
+		missing = false
 		b, err := buckets(tx, c)
 		if err != nil {
 			return err
@@ -907,9 +902,10 @@ func (s *Store) Cancel(ctx context.Context, id string) error {
 			if len(id) == 0 || len(id) > bolt.MaxKeySize {
 				return nil // no row can have it; nothing to remember
 			}
-		case r.Lock != "" && now.Before(r.LockExpiresAt):
-			return storage.ErrLeased
 		default:
+			if err := pins.pin(id, now); err != nil {
+				return err // storage.ErrLeased
+			}
 			if err := b.forget(r); err != nil {
 				return err
 			}
@@ -937,6 +933,8 @@ func (s *Store) CancelSaga(ctx context.Context, sagaID string) (cancelled, lease
 	}
 	defer exit()
 	now := s.now()
+	pins := pinSet{t: s.leases}
+	defer pins.release()
 	err = s.update(func(tx *bolt.Tx, c *counts) error {
 		cancelled, leased = 0, 0
 		b, err := buckets(tx, c)
@@ -956,7 +954,8 @@ func (s *Store) CancelSaga(ctx context.Context, sagaID string) (cancelled, lease
 				return err
 			case r == nil || r.SagaID != sagaID:
 				return fmt.Errorf("%w: saga index entry for %q does not match its record", errCorrupt, id)
-			case r.Lock != "" && now.Before(r.LockExpiresAt):
+			}
+			if err := pins.pin(id, now); err != nil {
 				leased++
 				continue
 			}
@@ -1026,9 +1025,11 @@ func (s *Store) Reschedule(ctx context.Context, id string, dueAt time.Time) erro
 // changeUnleased applies change to row id unless it is leased and its lease
 // still valid (ErrLeased).
 func (s *Store) changeUnleased(ctx context.Context, op, id string, change func(txb, *record) error) error {
+	pins := pinSet{t: s.leases}
+	defer pins.release()
 	return s.updateRow(ctx, op, id, func(b txb, r *record, now time.Time) error {
-		if r.Lock != "" && now.Before(r.LockExpiresAt) {
-			return storage.ErrLeased
+		if err := pins.pin(id, now); err != nil {
+			return err // storage.ErrLeased
 		}
 		return change(b, r)
 	})

@@ -2,6 +2,8 @@ package integration
 
 import (
 	"fmt"
+	"maps"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -113,6 +115,19 @@ func mtScheduled(t *testing.T, a arrival, sent amqp.Publishing, forwarded string
 	if a.Exchange != exchange || a.RoutingKey != "" {
 		t.Errorf("%s came through exchange %q with key %q, want %q and none", id, a.Exchange, a.RoutingKey, exchange)
 	}
+	// MT-Quartz-Sent is the time of the send (the trigger's fire time),
+	// between the due time and the arrival; the rest is exact.
+	m := regexp.MustCompile(`"MT-Quartz-Sent":"([^"]*)"`).FindSubmatch(a.Body)
+	if m == nil {
+		t.Fatalf("%s: no MT-Quartz-Sent in %s", id, a.Body)
+	}
+	sentAt, err := time.Parse(time.RFC3339Nano, string(m[1]))
+	if err != nil || sentAt.Before(due) || sentAt.After(a.At) {
+		t.Errorf("%s: MT-Quartz-Sent %s (%v), want between %s and %s", id, m[1], err, due, a.At)
+	}
+	forwarded = strings.Replace(forwarded, `"MT-Quartz-Sent":"`+stjTime(due, "+00:00")+`"`, string(m[0]), 1)
+	headers = maps.Clone(headers)
+	headers["MT-Quartz-Sent"] = sentAt.UTC().Truncate(time.Second)
 	if string(a.Body) != forwarded {
 		t.Errorf("%s envelope:\n%s\nwant:\n%s", id, a.Body, forwarded)
 	}
