@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 	"time"
 
@@ -142,6 +143,10 @@ func runBridge() int {
 		return exitConfig
 	}
 	log := newLogger(cfg)
+	if limit, ok := memoryLimit(cfg, os.Getenv("GOMEMLIMIT")); ok {
+		debug.SetMemoryLimit(limit)
+		log.Debug().Int64("bytes", limit).Msg("Go soft memory limit set from DELAYBRIDGE_MAX_INFLIGHT_BYTES")
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	go func() {
@@ -169,4 +174,19 @@ func newLogger(cfg config.Config) zerolog.Logger {
 		w = zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr, TimeFormat: time.RFC3339Nano})
 	}
 	return w.Level(level).With().Timestamp().Logger()
+}
+
+// memoryLimit is the Go soft memory limit the bridge sets when the operator
+// set none (GOMEMLIMIT): room for the messages the byte budget admits, each
+// about three times over (the delivery, the stored record, the store's or
+// the decoder's copy), and 128 MiB for the rest. With the default GOGC the
+// heap may otherwise grow to twice what is live before a collection, so
+// large messages passing through would double the bridge's footprint. It is
+// soft: a bridge that needs more gets more, at the cost of more frequent
+// collections. No budget (0), no limit.
+func memoryLimit(cfg config.Config, gomemlimit string) (int64, bool) {
+	if gomemlimit != "" || cfg.MaxInflightBytes <= 0 {
+		return 0, false
+	}
+	return 128<<20 + 3*cfg.MaxInflightBytes, true
 }

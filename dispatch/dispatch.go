@@ -12,12 +12,14 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/rs/zerolog"
 
 	"github.com/delaybridge/delaybridge/broker"
+	"github.com/delaybridge/delaybridge/budget"
 	"github.com/delaybridge/delaybridge/circuit"
 	"github.com/delaybridge/delaybridge/message"
 	"github.com/delaybridge/delaybridge/storage"
@@ -118,6 +120,14 @@ type Options struct {
 	// arm it, a confirmed forward disarms it. A lost connection does not
 	// count: reconnecting handles that. Nil: never triggers.
 	Breaker *circuit.Breaker
+	// Budget, when set, bounds the bytes of the stored messages the workers
+	// hold at once: the tokens of a dispatcher message are forwarded in
+	// groups whose rows fit it (a row larger than the budget alone). Nil:
+	// all of a message's tokens at once.
+	Budget *budget.Budget
+	// ExpectedRowBytes is the row size the first group is sized for, until
+	// the rows read tell (say, the largest message the bridge stores).
+	ExpectedRowBytes int
 	// Metrics, when set, is told what the dispatcher did.
 	Metrics Metrics
 	// Stamp, when set, finishes each forward as it is built, with the time
@@ -150,6 +160,9 @@ type Dispatcher struct {
 	recovery *recoveryBreaker
 	// removeWait is the first pause before a failed removal is tried again.
 	removeWait time.Duration
+	// rowBytes is the largest row of the last group read: the size the
+	// next group is planned for (Options.Budget).
+	rowBytes atomic.Int64
 }
 
 // Stats count what the dispatcher did.
@@ -195,6 +208,7 @@ func New(conn broker.Waiter, newPub NewPublisher, store Store, opts Options) *Di
 		failures:   newFailureLog(opts.WarnInterval, opts.Logger),
 		recovery:   &recoveryBreaker{perSecond: opts.RecoveryFailuresPerSecond, now: opts.Now, onTrigger: opts.OnCritical},
 		removeWait: 100 * time.Millisecond}
+	d.rowBytes.Store(int64(opts.ExpectedRowBytes))
 	d.dests = newDestinations(opts.ProbeInterval, d.confirmWait()+opts.MaxHold,
 		func(it item) bool { return it.row.Attempts >= opts.NumberOfRetries })
 	return d
@@ -425,7 +439,10 @@ func (d *Dispatcher) handle(ctx context.Context, del *amqp.Delivery, pub Publish
 // forwardAll forwards the tokens of one dispatcher message and decides its
 // outcome. When every forward was confirmed and nothing else is owed, it
 // leaves the removal to the caller (rm); otherwise it removes, and rm is
-// nil.
+// nil. The tokens are forwarded in groups that fit the byte budget; each
+// group but the last removes its rows itself, while their leases are fresh.
+// When the broker fails under a group, the message is requeued, and the
+// tokens of the groups done by then are stale when it comes back.
 func (d *Dispatcher) forwardAll(ctx context.Context, del *amqp.Delivery, pub Publisher) (_ outcome, rm *removal, _ error) {
 	toks, err := wire.DecodeTokens(del.Body)
 	if err != nil {
@@ -433,15 +450,77 @@ func (d *Dispatcher) forwardAll(ctx context.Context, del *amqp.Delivery, pub Pub
 		d.log.Error().Err(err).Msg("unreadable dispatcher message dropped")
 		return ack, nil, nil
 	}
+	for len(toks) > 0 {
+		n := d.groupSize(len(toks))
+		o, rm, err := d.handleGroup(ctx, toks[:n], pub)
+		toks = toks[n:]
+		if err != nil || len(toks) == 0 {
+			return o, rm, err
+		}
+		if rm != nil {
+			d.removeAll(ctx, []*removal{rm})
+		}
+	}
+	return ack, nil, nil
+}
+
+// groupSize is how many of n tokens the next group takes: as many rows of
+// the size last seen as fill half the budget (two workers overlap), at
+// least one.
+func (d *Dispatcher) groupSize(n int) int {
+	total, size := d.opts.Budget.Total(), d.rowBytes.Load()
+	if total == 0 || size <= 0 {
+		return n
+	}
+	return int(max(1, min(total/2/size, int64(n))))
+}
+
+// handleGroup forwards one group of a dispatcher message's tokens. Their
+// rows' bytes are acquired, at the size planned, before they are read, so a
+// worker never waits for the budget while holding any; the estimate is then
+// corrected to the rows read (given back, or taken if they fit).
+func (d *Dispatcher) handleGroup(ctx context.Context, toks []wire.Token, pub Publisher) (_ outcome, rm *removal, _ error) {
+	b := d.opts.Budget
+	planned := min(d.rowBytes.Load()*int64(len(toks)), b.Total())
+	_ = b.Acquire(ctx, planned) // ctx is not cancelled: handle runs to the end
+	acquired := []int64{planned}
+	defer func() {
+		for _, n := range acquired {
+			b.Release(n)
+		}
+	}()
 	items := make([]item, 0, len(toks))
 	rows := d.prefetch(ctx, toks)
+	var read, largest int64
+	for _, r := range rows {
+		read += int64(len(r.Message))
+		largest = max(largest, int64(len(r.Message)))
+	}
 	for _, tok := range toks {
 		// Judged after the read: the lease left must be measured from now,
 		// not from before a slow store call.
 		it, ok := d.load(ctx, pub, tok, rows, d.opts.Now())
 		if ok {
 			items = append(items, it)
+			if rows == nil {
+				read += int64(len(it.row.Message))
+				largest = max(largest, int64(len(it.row.Message)))
+			}
 		}
+	}
+	if largest > 0 {
+		d.rowBytes.Store(largest)
+	}
+	switch {
+	case read < planned:
+		acquired[0] = read
+		b.Release(planned - read)
+	case read > planned && b.TryAcquire(min(read-planned, b.Total()-planned)):
+		// Not Acquire: waiting while holding could wait for another worker
+		// that waits for this one. Rows larger than planned that do not fit
+		// are forwarded anyway (they are read), and the next group is
+		// planned for their size.
+		acquired = append(acquired, min(read-planned, b.Total()-planned))
 	}
 	if len(items) == 0 {
 		return ack, nil, nil

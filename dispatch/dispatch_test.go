@@ -427,6 +427,7 @@ func TestRetryIsHeldUntilItsNotBefore(t *testing.T) {
 type batchStore struct {
 	*boltstore.Store
 	gets, getManys int
+	maxIDs         int // the most ids one GetMany asked for
 	failMany       error
 }
 
@@ -437,6 +438,7 @@ func (s *batchStore) Get(ctx context.Context, id string) (storage.Timeout, error
 
 func (s *batchStore) GetMany(ctx context.Context, ids []string) (map[string]storage.Timeout, error) {
 	s.getManys++
+	s.maxIDs = max(s.maxIDs, len(ids))
 	if s.failMany != nil {
 		return nil, s.failMany
 	}
