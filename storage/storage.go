@@ -72,6 +72,12 @@ type ListFilter struct {
 	DueTo       time.Time // exclusive; zero: unbounded
 	After       string    // cursor from the previous page; empty: from the start
 	Limit       int       // at most this many rows (required, > 0)
+
+	// SagaID, when set, selects the rows of that saga (Timeout.SagaID)
+	// exactly, and with the other fields those of them that match too. A
+	// store finds a saga's rows in an index, without scanning the others;
+	// the order and the cursor are List's as for any filter.
+	SagaID string
 }
 
 // Timeout is one pending message. Message is opaque to the store: the encoded

@@ -29,6 +29,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -820,6 +821,10 @@ func (s *Store) List(ctx context.Context, f storage.ListFilter) ([]storage.Timeo
 		if err != nil {
 			return err
 		}
+		if f.SagaID != "" {
+			rows, next, err = s.listSaga(b, f, after)
+			return err
+		}
 		c := b.due.Cursor()
 		var k []byte
 		switch {
@@ -863,6 +868,39 @@ func (s *Store) List(ctx context.Context, f storage.ListFilter) ([]storage.Timeo
 		return nil, "", fmt.Errorf("boltstore: list: %w", err)
 	}
 	return rows, next, nil
+}
+
+// listSaga is List for a filter with a SagaID. It reads the saga's rows
+// from the saga index, whose keys are not in due order, and sorts them by
+// their due-index keys: pages and cursors are those of the due index, at
+// the cost of reading the saga's rows on every page (a saga has a few).
+func (s *Store) listSaga(b txb, f storage.ListFilter, after []byte) ([]storage.Timeout, string, error) {
+	rs, err := b.sagaRecords(f.SagaID)
+	if err != nil {
+		return nil, "", err
+	}
+	var found []storage.Timeout
+	for _, r := range rs {
+		switch {
+		case after != nil && bytes.Compare(dueKey(&r.Timeout), after) <= 0,
+			!f.DueFrom.IsZero() && r.DueAt.Before(f.DueFrom),
+			!f.DueTo.IsZero() && !r.DueAt.Before(f.DueTo),
+			!selects(f, &r.Timeout):
+			continue
+		}
+		r.Message = nil
+		found = append(found, r.Timeout)
+	}
+	slices.SortFunc(found, func(x, y storage.Timeout) int { return bytes.Compare(dueKey(&x), dueKey(&y)) })
+	var next string
+	if len(found) > f.Limit {
+		found = found[:f.Limit]
+		next = hex.EncodeToString(dueKey(&found[len(found)-1]))
+	}
+	for i := range found {
+		s.leases.annotate(&found[i])
+	}
+	return found, next, nil
 }
 
 // selects reports whether f's Destination and Exchange select t; see
@@ -941,20 +979,12 @@ func (s *Store) CancelSaga(ctx context.Context, sagaID string) (cancelled, lease
 		if err != nil {
 			return err
 		}
-		prefix := sagaKey(sagaID, "")
-		var ids []string
-		cur := b.sagas.Cursor()
-		for k, _ := cur.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = cur.Next() {
-			ids = append(ids, string(k[len(prefix):]))
+		rs, err := b.sagaRecords(sagaID)
+		if err != nil {
+			return err
 		}
-		for _, id := range ids {
-			r, err := b.load(id)
-			switch {
-			case err != nil:
-				return err
-			case r == nil || r.SagaID != sagaID:
-				return fmt.Errorf("%w: saga index entry for %q does not match its record", errCorrupt, id)
-			}
+		for _, r := range rs {
+			id := r.ID
 			if err := pins.pin(id, now); err != nil {
 				leased++
 				continue
@@ -975,6 +1005,29 @@ func (s *Store) CancelSaga(ctx context.Context, sagaID string) (cancelled, lease
 		return 0, 0, fmt.Errorf("boltstore: cancel saga %q: %w", sagaID, err)
 	}
 	return cancelled, leased, nil
+}
+
+// sagaRecords returns the records of saga's rows, in id order, from the
+// saga index. They are decoded copies: the caller may change the buckets.
+func (b txb) sagaRecords(saga string) ([]*record, error) {
+	prefix := sagaKey(saga, "")
+	var ids []string
+	cur := b.sagas.Cursor()
+	for k, _ := cur.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = cur.Next() {
+		ids = append(ids, string(k[len(prefix):]))
+	}
+	rs := make([]*record, 0, len(ids))
+	for _, id := range ids {
+		r, err := b.load(id)
+		switch {
+		case err != nil:
+			return nil, err
+		case r == nil || r.SagaID != saga:
+			return nil, fmt.Errorf("%w: saga index entry for %q does not match its record", errCorrupt, id)
+		}
+		rs = append(rs, r)
+	}
+	return rs, nil
 }
 
 // cancelled reports whether id has a tombstone that is live at now.

@@ -551,7 +551,7 @@ WITH cur AS (
 SELECT busy FROM cur`),
 
 		// $1 saga id, $2 now, $3 tombstone expiry. The saga's rows, locked
-		// in id order (index timeouts_saga); those not under a live lease
+		// in id order (index timeouts_saga_due); those not under a live lease
 		// are deleted and leave tombstones, as Cancel's do.
 		cancelSaga: r.Replace(`
 WITH cur AS (
@@ -1287,6 +1287,10 @@ func (s *Store) List(ctx context.Context, f storage.ListFilter) ([]storage.Timeo
 		}
 	case f.Destination != "":
 		conds = append(conds, "exchange = ''", "destination = "+arg(f.Destination))
+	}
+	if f.SagaID != "" {
+		// Index timeouts_saga_due.
+		conds = append(conds, "saga_id = "+arg(f.SagaID))
 	}
 	if !f.DueFrom.IsZero() {
 		conds = append(conds, "due_at >= "+arg(ts(f.DueFrom)))
