@@ -99,6 +99,7 @@ var (
 	_ storage.Store         = (*Store)(nil)
 	_ storage.Stater        = (*Store)(nil)
 	_ storage.SagaCanceller = (*Store)(nil)
+	_ storage.GroupReplacer = (*Store)(nil)
 	// No LeaseCounter: the file has one owner, so Stats counts its leases.
 	// No MultiGetter: a Get is a local read, not a round trip.
 )
@@ -482,17 +483,8 @@ func (s *Store) Insert(ctx context.Context, ts []storage.Timeout) ([]bool, error
 		return nil, err
 	}
 	defer exit()
-	for i := range ts {
-		switch t := &ts[i]; {
-		case t.ID == "":
-			return nil, fmt.Errorf("boltstore: insert: timeout %d has an empty id", i)
-		case len(t.ID) > bolt.MaxKeySize:
-			return nil, fmt.Errorf("boltstore: insert: timeout %d: id is %d bytes, longer than %d", i, len(t.ID), bolt.MaxKeySize)
-		case t.Destination == "" && t.Exchange == "":
-			return nil, fmt.Errorf("boltstore: insert: timeout %q has an empty destination", t.ID)
-		case strings.IndexByte(t.SagaID, 0) >= 0 || len(t.SagaID)+1+len(t.ID) > bolt.MaxKeySize:
-			return nil, fmt.Errorf("boltstore: insert: timeout %q: saga id holds a NUL or is too long", t.ID)
-		}
+	if err := checkInsert(ts); err != nil {
+		return nil, fmt.Errorf("boltstore: insert: %w", err)
 	}
 	inserted := make([]bool, len(ts))
 	if len(ts) == 0 {
@@ -500,35 +492,58 @@ func (s *Store) Insert(ctx context.Context, ts []storage.Timeout) ([]bool, error
 	}
 	now := s.now()
 	err = s.update(func(tx *bolt.Tx, c *counts) error {
-		clear(inserted)
 		b, err := buckets(tx, c)
 		if err != nil {
 			return err
 		}
-		for i := range ts {
-			// Get sees this transaction's own puts, so a repeated id in ts
-			// is caught here too.
-			if b.timeouts.Get([]byte(ts[i].ID)) != nil || b.cancelled(ts[i].ID, now) {
-				continue
-			}
-			r := &record{Timeout: ts[i]}
-			r.Lock = ""
-			r.LockExpiresAt = time.Time{}
-			seq, err := b.timeouts.NextSequence()
-			if err != nil {
-				return err
-			}
-			if err := b.place(r, true, idxReady, visibleAt(&r.Timeout), seq); err != nil {
-				return fmt.Errorf("timeout %q: %w", r.ID, err)
-			}
-			inserted[i] = true
-		}
-		return nil
+		return b.insert(ts, inserted, now)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("boltstore: insert: %w", err)
 	}
 	return inserted, nil
+}
+
+// checkInsert refuses the timeouts no record or index key can hold.
+func checkInsert(ts []storage.Timeout) error {
+	for i := range ts {
+		switch t := &ts[i]; {
+		case t.ID == "":
+			return fmt.Errorf("timeout %d has an empty id", i)
+		case len(t.ID) > bolt.MaxKeySize:
+			return fmt.Errorf("timeout %d: id is %d bytes, longer than %d", i, len(t.ID), bolt.MaxKeySize)
+		case t.Destination == "" && t.Exchange == "":
+			return fmt.Errorf("timeout %q has an empty destination", t.ID)
+		case strings.IndexByte(t.SagaID, 0) >= 0 || len(t.SagaID)+1+len(t.ID) > bolt.MaxKeySize:
+			return fmt.Errorf("timeout %q: saga id holds a NUL or is too long", t.ID)
+		}
+	}
+	return nil
+}
+
+// insert stores the rows of ts whose id is neither pending nor cancelled
+// at now and marks them in inserted, which it sets afresh.
+func (b txb) insert(ts []storage.Timeout, inserted []bool, now time.Time) error {
+	clear(inserted)
+	for i := range ts {
+		// Get sees this transaction's own puts, so a repeated id in ts
+		// is caught here too.
+		if b.timeouts.Get([]byte(ts[i].ID)) != nil || b.cancelled(ts[i].ID, now) {
+			continue
+		}
+		r := &record{Timeout: ts[i]}
+		r.Lock = ""
+		r.LockExpiresAt = time.Time{}
+		seq, err := b.timeouts.NextSequence()
+		if err != nil {
+			return err
+		}
+		if err := b.place(r, true, idxReady, visibleAt(&r.Timeout), seq); err != nil {
+			return fmt.Errorf("timeout %q: %w", r.ID, err)
+		}
+		inserted[i] = true
+	}
+	return nil
 }
 
 // Lease leases up to limit due rows to owner for d; see storage.Store. It
@@ -974,35 +989,86 @@ func (s *Store) CancelSaga(ctx context.Context, sagaID string) (cancelled, lease
 	pins := pinSet{t: s.leases}
 	defer pins.release()
 	err = s.update(func(tx *bolt.Tx, c *counts) error {
+		b, err := buckets(tx, c)
+		if err != nil {
+			return err
+		}
+		cancelled, leased, err = s.cancelSaga(b, &pins, sagaID, nil, now)
+		return err
+	})
+	if err != nil {
+		return 0, 0, fmt.Errorf("boltstore: cancel saga %q: %w", sagaID, err)
+	}
+	return cancelled, leased, nil
+}
+
+// ReplaceGroups cancels the groups' rows and inserts ts in one
+// transaction; see storage.GroupReplacer.
+func (s *Store) ReplaceGroups(ctx context.Context, groups []string, ts []storage.Timeout) (inserted []bool, cancelled, leased int, err error) {
+	if slices.Contains(groups, "") {
+		return nil, 0, 0, errors.New("boltstore: replace groups: empty group")
+	}
+	exit, err := s.enter(ctx)
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	defer exit()
+	if err := checkInsert(ts); err != nil {
+		return nil, 0, 0, fmt.Errorf("boltstore: replace groups: %w", err)
+	}
+	inserted = make([]bool, len(ts))
+	if len(groups) == 0 && len(ts) == 0 {
+		return inserted, 0, 0, nil
+	}
+	spared := storage.Spared(groups, ts)
+	now := s.now()
+	pins := pinSet{t: s.leases}
+	defer pins.release()
+	err = s.update(func(tx *bolt.Tx, c *counts) error {
 		cancelled, leased = 0, 0
 		b, err := buckets(tx, c)
 		if err != nil {
 			return err
 		}
-		rs, err := b.sagaRecords(sagaID)
-		if err != nil {
-			return err
-		}
-		for _, r := range rs {
-			id := r.ID
-			if err := pins.pin(id, now); err != nil {
-				leased++
-				continue
-			}
-			if err := b.forget(r); err != nil {
+		for _, g := range groups {
+			n, l, err := s.cancelSaga(b, &pins, g, spared, now)
+			if err != nil {
 				return err
 			}
-			// A tombstone, as Cancel leaves: a copy of a cancelled timeout
-			// stored again (a requeue) must not bring it back.
-			if err := b.cancels.Put([]byte(id), binary.BigEndian.AppendUint64(nil, uint64(now.Add(s.window).UnixNano()))); err != nil {
-				return err
-			}
-			cancelled++
+			cancelled, leased = cancelled+n, leased+l
 		}
-		return nil
+		return b.insert(ts, inserted, now)
 	})
 	if err != nil {
-		return 0, 0, fmt.Errorf("boltstore: cancel saga %q: %w", sagaID, err)
+		return nil, 0, 0, fmt.Errorf("boltstore: replace groups: %w", err)
+	}
+	return inserted, cancelled, leased, nil
+}
+
+// cancelSaga removes the rows of saga that are not leased and not spared,
+// leaving a tombstone for each, and counts them and the leased ones.
+func (s *Store) cancelSaga(b txb, pins *pinSet, saga string, spared map[string]bool, now time.Time) (cancelled, leased int, err error) {
+	rs, err := b.sagaRecords(saga)
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, r := range rs {
+		if spared[r.ID] {
+			continue
+		}
+		if err := pins.pin(r.ID, now); err != nil {
+			leased++
+			continue
+		}
+		if err := b.forget(r); err != nil {
+			return 0, 0, err
+		}
+		// A tombstone, as Cancel leaves: a copy of a cancelled timeout
+		// stored again (a requeue) must not bring it back.
+		if err := b.cancels.Put([]byte(r.ID), binary.BigEndian.AppendUint64(nil, uint64(now.Add(s.window).UnixNano()))); err != nil {
+			return 0, 0, err
+		}
+		cancelled++
 	}
 	return cancelled, leased, nil
 }

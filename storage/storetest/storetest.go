@@ -144,6 +144,7 @@ var tests = []struct {
 	{"LeasedBy", testLeasedBy},
 	{"GetMany", testGetMany},
 	{"CancelSaga", testCancelSaga},
+	{"ReplaceGroups", testReplaceGroups},
 	{"Closed", testClosed},
 	{"ContextCancelled", testContextCancelled},
 }
