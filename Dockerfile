@@ -1,6 +1,8 @@
 # delaybridge container image.
 #
-#   docker build -t delaybridge .
+#   docker build -t delaybridge \
+#     --build-arg VERSION=$(git describe --tags --always --dirty) \
+#     --build-arg REVISION=$(git rev-parse HEAD) .
 #   docker run --rm -e DELAYBRIDGE_AMQP_URL=amqp://guest:guest@rabbit:5672/ \
 #     -p 8080:8080 -v delaybridge-data:/data delaybridge
 #
@@ -19,9 +21,21 @@ RUN go mod download && go mod verify
 
 COPY . .
 ARG TARGETOS TARGETARCH
+# The version and revision that `delaybridge version` and the
+# delaybridge_build_info metric report. The build context has no .git
+# (.dockerignore), so go build cannot stamp them: pass them in, as
+# docker-compose.yml does:
+#   docker build --build-arg VERSION=$(git describe --tags --always --dirty) \
+#                --build-arg REVISION=$(git rev-parse HEAD) .
+# Without them the image says "unknown" rather than guess.
+ARG VERSION=""
+ARG REVISION=""
 RUN --mount=type=cache,target=/root/.cache/go-build \
-    CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH \
-    go build -trimpath -ldflags='-s -w' -o /out/delaybridge . \
+    bi=github.com/delaybridge/delaybridge/internal/buildinfo \
+ && CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH \
+    go build -trimpath -buildvcs=false \
+      -ldflags="-s -w -X '$bi.version=${VERSION:-unknown}' -X '$bi.revision=${REVISION:-unknown}'" \
+      -o /out/delaybridge . \
  && mkdir -p /out/data
 
 # ---- runtime -------------------------------------------------------------------

@@ -100,10 +100,37 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
-func (c *adminClient) usageErr(fs *flag.FlagSet, format string, a ...any) int {
-	fmt.Fprintf(c.errOut, "delaybridge %s: %s\n", c.cmd, fmt.Sprintf(format, a...))
+// parseFlags parses args with parseInterspersed. code < 0: go on with the
+// positional arguments. Otherwise return code: exitOK after help asked for
+// (-h, --help), printed to out; exitConfig after a flag error, printed with
+// the usage to errOut.
+func parseFlags(fs *flag.FlagSet, args []string, out, errOut io.Writer) (pos []string, code int) {
+	var buf bytes.Buffer
+	fs.SetOutput(&buf)
+	pos, err := parseInterspersed(fs, args)
+	fs.SetOutput(errOut)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		out.Write(buf.Bytes())
+		return nil, exitOK
+	case err != nil:
+		errOut.Write(buf.Bytes())
+		return nil, exitConfig
+	}
+	return pos, -1
+}
+
+// usageErr reports a usage error of command cmd, with its usage, and
+// returns exitConfig.
+func usageErr(fs *flag.FlagSet, errOut io.Writer, cmd, format string, a ...any) int {
+	fmt.Fprintf(errOut, "delaybridge %s: %s\n", cmd, fmt.Sprintf(format, a...))
+	fs.SetOutput(errOut)
 	fs.Usage()
 	return exitConfig
+}
+
+func (c *adminClient) usageErr(fs *flag.FlagSet, format string, a ...any) int {
+	return usageErr(fs, c.errOut, c.cmd, format, a...)
 }
 
 func (c *adminClient) fail(err error) int {
@@ -218,7 +245,10 @@ func parseWhen(v string, now time.Time) (time.Time, error) {
 	return time.Time{}, fmt.Errorf("%q is neither an RFC 3339 time (2026-11-21T20:00:00Z) nor a duration from now (10m)", v)
 }
 
-func fmtTime(t time.Time) string { return t.Local().Format("2006-01-02 15:04:05.000 Z07:00") }
+// fmtTime prints a time as --at, --from and --to accept it (RFC 3339, every
+// digit kept), so that a printed time can be pasted back and means the same
+// instant.
+func fmtTime(t time.Time) string { return t.Local().Format(time.RFC3339Nano) }
 
 func setUsage(fs *flag.FlagSet, synopsis, text string) {
 	fs.Usage = func() {
@@ -239,9 +269,9 @@ func cliList(c *adminClient, fs *flag.FlagSet, args []string) int {
 	saga := fs.String("saga-id", "", "only timeouts of this saga (NServiceBus saga id, MassTransit schedule token)")
 	setUsage(fs, "ls [--destination Q | --exchange X [--routing-key K]] [--saga-id S] [--from T] [--to T] [--limit N] [--all] [--json]",
 		"Lists pending timeouts in due order.")
-	pos, err := parseInterspersed(fs, args)
-	if err != nil {
-		return exitConfig
+	pos, code := parseFlags(fs, args, c.out, c.errOut)
+	if code >= 0 {
+		return code
 	}
 	if len(pos) > 0 {
 		return c.usageErr(fs, "unexpected argument %q", pos[0])
@@ -349,9 +379,9 @@ func oneLine(s string, n int) string {
 }
 
 func oneID(c *adminClient, fs *flag.FlagSet, args []string) (string, int) {
-	pos, err := parseInterspersed(fs, args)
-	if err != nil {
-		return "", exitConfig
+	pos, code := parseFlags(fs, args, c.out, c.errOut)
+	if code >= 0 {
+		return "", code
 	}
 	if len(pos) != 1 || pos[0] == "" {
 		return "", c.usageErr(fs, "give exactly one timeout ID")
@@ -453,9 +483,9 @@ func isPrintable(b []byte) bool {
 func cliCancel(c *adminClient, fs *flag.FlagSet, args []string) int {
 	saga := fs.String("saga-id", "", "cancel every pending timeout of this saga (NServiceBus.SagaId) instead of one ID")
 	setUsage(fs, "cancel (ID | --saga-id SAGA)", "Cancels a pending timeout (it is deleted and never delivered), or every pending timeout of a saga.")
-	pos, err := parseInterspersed(fs, args)
-	if err != nil {
-		return exitConfig
+	pos, code := parseFlags(fs, args, c.out, c.errOut)
+	if code >= 0 {
+		return code
 	}
 	if *saga != "" {
 		if len(pos) != 0 {
@@ -548,9 +578,9 @@ func cliDispatch(c *adminClient, fs *flag.FlagSet, args []string) int {
 
 func cliStats(c *adminClient, fs *flag.FlagSet, args []string) int {
 	setUsage(fs, "stats [--json]", "Counts pending and leased timeouts and shows the next due time.")
-	pos, err := parseInterspersed(fs, args)
-	if err != nil {
-		return exitConfig
+	pos, code := parseFlags(fs, args, c.out, c.errOut)
+	if code >= 0 {
+		return code
 	}
 	if len(pos) > 0 {
 		return c.usageErr(fs, "unexpected argument %q", pos[0])
@@ -585,9 +615,9 @@ func cliReplay(c *adminClient, fs *flag.FlagSet, args []string) int {
 	setUsage(fs, "replay-errors [--limit N] [--json]",
 		"Moves dispatch failures from the error queue back into the store, due now.\n"+
 			"Ingest failures and messages that cannot be replayed stay on the error queue.")
-	pos, err := parseInterspersed(fs, args)
-	if err != nil {
-		return exitConfig
+	pos, code := parseFlags(fs, args, c.out, c.errOut)
+	if code >= 0 {
+		return code
 	}
 	if len(pos) > 0 {
 		return c.usageErr(fs, "unexpected argument %q", pos[0])

@@ -196,7 +196,7 @@ func TestCLIErrors(t *testing.T) {
 
 func TestBenchMoved(t *testing.T) {
 	var errOut bytes.Buffer
-	code := benchMoved(&errOut)
+	code := benchMoved(&errOut, exitConfig)
 	msg := errOut.String()
 	if code != exitConfig || strings.Count(msg, "\n") != 1 || !strings.Contains(msg, "go build -o delaybridge-bench ./cmd/delaybridge-bench") {
 		t.Fatalf("bench: %d %q", code, msg)

@@ -25,11 +25,15 @@ func TestCLIUsageNeverShowsTheToken(t *testing.T) {
 			if code == 0 && args[0] != "--help" {
 				t.Errorf("%s %v: exit 0, want a usage error", cmd, args)
 			}
+			if code != 0 && args[0] == "--help" {
+				t.Errorf("%s --help: exit %d, want 0", cmd, code)
+			}
 			if all := out.String() + errOut.String(); strings.Contains(all, secret) {
 				t.Errorf("%s %v printed the token:\n%s", cmd, args, all)
 			}
-			if args[0] == "--help" && !strings.Contains(errOut.String(), "DELAYBRIDGE_ADMIN_TOKEN") {
-				t.Errorf("%s --help does not say where the token comes from:\n%s", cmd, errOut.String())
+			// Help asked for goes to stdout.
+			if args[0] == "--help" && !strings.Contains(out.String(), "DELAYBRIDGE_ADMIN_TOKEN") {
+				t.Errorf("%s --help does not say where the token comes from:\n%s", cmd, out.String())
 			}
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 	"time"
 
@@ -27,37 +28,79 @@ const (
 )
 
 func main() {
-	os.Exit(run(os.Args[1:]))
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
-func run(args []string) int {
+// run runs the command args names. Help asked for (help, -h, --help, and
+// after any command) goes to stdout and exits 0; usage errors go to stderr
+// and exit 2.
+func run(args []string, out, errOut io.Writer) int {
 	cmd := "run"
 	if len(args) > 0 {
 		cmd, args = args[0], args[1:]
 	}
 	switch cmd {
 	case "run":
-		return runBridge()
+		return runCommand(args, out, errOut)
 	case "schedule":
-		return runSchedule(args)
+		return runSchedule(args, out, errOut)
+	case "declare-queue":
+		return runDeclareQueue(args, out, errOut)
+	case "version", "--version", "-version":
+		return runVersion(args, out, errOut)
 	case "bench":
-		return benchMoved(os.Stderr)
+		if len(args) > 0 && isHelp(args[0]) {
+			return benchMoved(out, exitOK)
+		}
+		return benchMoved(errOut, exitConfig)
 	case "ls", "show", "cancel", "reschedule", "dispatch", "stats", "replay-errors":
-		return runAdmin(cmd, args, os.Stdout, os.Stderr)
-	case "help", "-h", "--help":
-		fmt.Print(usage)
+		return runAdmin(cmd, args, out, errOut)
+	case "help", "-h", "-help", "--help":
+		if len(args) > 0 && !isHelp(args[0]) {
+			// help CMD: that command's own help.
+			return run([]string{args[0], "--help"}, out, errOut)
+		}
+		fmt.Fprint(out, usage)
 		return exitOK
 	default:
-		fmt.Fprintf(os.Stderr, "delaybridge: unknown command %q\n\n%s", cmd, usage)
+		fmt.Fprintf(errOut, "delaybridge: unknown command %q\n\n%s", cmd, usage)
+		return exitConfig
+	}
+}
+
+// isHelp reports whether a is a request for help.
+func isHelp(a string) bool {
+	switch a {
+	case "help", "-h", "-help", "--help":
+		return true
+	}
+	return false
+}
+
+// runCommand is `delaybridge [run]`: it takes no arguments, only help.
+func runCommand(args []string, out, errOut io.Writer) int {
+	switch {
+	case len(args) == 0:
+		return runBridge()
+	case isHelp(args[0]):
+		fmt.Fprint(out, usage)
+		return exitOK
+	default:
+		fmt.Fprintf(errOut, "delaybridge run: unexpected argument %q (the bridge is configured by DELAYBRIDGE_* variables)\n\n%s", args[0], usage)
 		return exitConfig
 	}
 }
 
 const usage = `usage:
   delaybridge [run]              run the bridge (configured by DELAYBRIDGE_* variables)
-  delaybridge schedule [flags] BODY
-                                 publish BODY to E.Timeouts for delivery later
-                                 (delaybridge schedule --help for flags)
+  delaybridge schedule --to Q (--in DURATION | --at TIME) [flags] (BODY | --empty)
+                                 publish BODY to E.Timeouts for delivery later;
+                                 prints the message id
+  delaybridge declare-queue [--quorum] NAME...
+                                 declare durable queues (e.g. a destination)
+                                 on DELAYBRIDGE_AMQP_URL
+  delaybridge version            version, VCS revision and Go version (also --version)
+  delaybridge help [COMMAND]     this text, or COMMAND's flags (as COMMAND --help)
 
 admin commands (talk to a running bridge's admin API; flags --url, default
 $DELAYBRIDGE_ADMIN_URL or http://127.0.0.1:8080, and --token, default
@@ -74,14 +117,18 @@ $DELAYBRIDGE_ADMIN_TOKEN; --json prints the API's JSON instead of a table):
                                  move dispatch failures from the error queue
                                  back into the store, due now
 
+Times are printed, and --at, --from and --to are given, as RFC 3339
+(2026-11-21T20:00:00.25+01:00); --from and --to also take a duration from now.
+Exit codes: 0 done, 1 runtime or API failure, 2 usage or configuration error.
+
 The bench is its own command, delaybridge-bench: see bench/README.md.
 `
 
 // benchMoved answers the bench subcommand, which is its own command so that
 // the harness is not linked into the bridge.
-func benchMoved(stderr io.Writer) int {
-	fmt.Fprintln(stderr, "delaybridge: the bench is its own command: go build -o delaybridge . && go build -o delaybridge-bench ./cmd/delaybridge-bench && ./delaybridge-bench (see bench/README.md)")
-	return exitConfig
+func benchMoved(w io.Writer, code int) int {
+	fmt.Fprintln(w, "delaybridge: the bench is its own command: go build -o delaybridge . && go build -o delaybridge-bench ./cmd/delaybridge-bench && ./delaybridge-bench (see bench/README.md)")
+	return code
 }
 
 func runBridge() int {
@@ -96,6 +143,10 @@ func runBridge() int {
 		return exitConfig
 	}
 	log := newLogger(cfg)
+	if limit, ok := memoryLimit(cfg, os.Getenv("GOMEMLIMIT")); ok {
+		debug.SetMemoryLimit(limit)
+		log.Debug().Int64("bytes", limit).Msg("Go soft memory limit set from DELAYBRIDGE_MAX_INFLIGHT_BYTES")
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	go func() {
@@ -123,4 +174,19 @@ func newLogger(cfg config.Config) zerolog.Logger {
 		w = zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr, TimeFormat: time.RFC3339Nano})
 	}
 	return w.Level(level).With().Timestamp().Logger()
+}
+
+// memoryLimit is the Go soft memory limit the bridge sets when the operator
+// set none (GOMEMLIMIT): room for the messages the byte budget admits, each
+// about three times over (the delivery, the stored record, the store's or
+// the decoder's copy), and 128 MiB for the rest. With the default GOGC the
+// heap may otherwise grow to twice what is live before a collection, so
+// large messages passing through would double the bridge's footprint. It is
+// soft: a bridge that needs more gets more, at the cost of more frequent
+// collections. No budget (0), no limit.
+func memoryLimit(cfg config.Config, gomemlimit string) (int64, bool) {
+	if gomemlimit != "" || cfg.MaxInflightBytes <= 0 {
+		return 0, false
+	}
+	return 128<<20 + 3*cfg.MaxInflightBytes, true
 }

@@ -2,12 +2,14 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
-	"os"
+	"io"
 	"strings"
 	"time"
 
+	"github.com/google/uuid"
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/delaybridge/delaybridge/broker"
@@ -17,78 +19,74 @@ import (
 
 // runSchedule publishes one message to E.Timeouts: the quickest way to see
 // the bridge work, and a reference for what clients send.
-func runSchedule(args []string) int {
+func runSchedule(args []string, out, errOut io.Writer) int {
 	fs := flag.NewFlagSet("schedule", flag.ContinueOnError)
 	to := fs.String("to", "", "destination queue (required)")
-	in := fs.Duration("in", 0, "deliver after this long, e.g. 10s (sent as x-delay)")
-	at := fs.String("at", "", "deliver at this RFC 3339 time (sent as x-due-at)")
-	id := fs.String("id", "", "message-id (default: assigned by the bridge)")
+	in := fs.Duration("in", 0, "deliver after this long from now, e.g. 10s (0 or more; sent as the absolute time x-due-at)")
+	at := fs.String("at", "", "deliver at this RFC 3339 time, e.g. 2026-11-21T20:00:00Z (sent as x-due-at)")
+	id := fs.String("id", "", "message-id (default: a new UUID)")
 	contentType := fs.String("content-type", "text/plain", "content-type of the message")
+	empty := fs.Bool("empty", false, "send an empty body (without it a missing BODY is an error)")
 	var headers headerFlags
 	fs.Var(&headers, "header", "extra header name=value (repeatable)")
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), `usage: delaybridge schedule --to QUEUE (--in DURATION | --at TIME) [flags] BODY
-
-Publishes BODY to E.Timeouts of the endpoint named by DELAYBRIDGE_ENDPOINT on the
-broker at DELAYBRIDGE_AMQP_URL; the bridge delivers it to QUEUE when due.
-
-`)
-		fs.PrintDefaults()
+	setUsage(fs, "schedule --to QUEUE (--in DURATION | --at TIME) [flags] (BODY | --empty)",
+		`Publishes BODY to E.Timeouts of the endpoint named by DELAYBRIDGE_ENDPOINT on the
+broker at DELAYBRIDGE_AMQP_URL, with its due time as an absolute x-due-at, and
+waits for the broker's confirm; the bridge delivers it to QUEUE when due.
+Prints the message id on stdout (and what was scheduled on stderr).
+The destination queue must exist: delaybridge declare-queue QUEUE declares it.`)
+	pos, code := parseFlags(fs, args, out, errOut)
+	if code >= 0 {
+		return code
 	}
-	if err := fs.Parse(args); err != nil {
-		return exitConfig
-	}
-	fail := func(format string, a ...any) int {
-		fmt.Fprintf(os.Stderr, "delaybridge schedule: "+format+"\n", a...)
-		return exitConfig
-	}
-	if *to == "" {
+	fail := func(format string, a ...any) int { return usageErr(fs, errOut, "schedule", format, a...) }
+	inSet := false
+	fs.Visit(func(f *flag.Flag) { inSet = inSet || f.Name == "in" })
+	switch {
+	case *to == "":
 		return fail("--to is required")
-	}
-	if (*in == 0) == (*at == "") {
+	case inSet == (*at != ""):
 		return fail("give exactly one of --in or --at")
-	}
-	if fs.NArg() > 1 {
+	case *in < 0:
+		return fail("--in %s is negative: give how long from now (0 for now), or --at for a time", *in)
+	case len(pos) > 1:
 		return fail("give the body as one argument (quote it)")
+	case len(pos) == 0 && !*empty:
+		return fail("no BODY: give one, or --empty to send an empty body")
+	case len(pos) == 1 && *empty:
+		return fail("--empty and a BODY: give one or the other")
 	}
-	body := strings.Join(fs.Args(), "")
+	body := strings.Join(pos, "")
 
-	h := amqp.Table{wire.HeaderDestination: *to}
-	var due time.Time
+	// An absolute due time, computed here: an x-delay would count from when
+	// the bridge takes the message in, so time spent queued on E.Timeouts
+	// (a bridge that is down or behind) would push the delivery later.
+	due := time.Now().Add(*in)
 	if *at != "" {
 		t, err := time.Parse(time.RFC3339Nano, *at)
 		if err != nil {
 			return fail("--at %q is not an RFC 3339 time like 2026-11-21T20:00:00Z", *at)
 		}
-		h[wire.HeaderDueAt] = *at
 		due = t
-	} else {
-		h[wire.HeaderDelay] = in.Milliseconds()
-		due = time.Now().Add(*in)
 	}
+	h := amqp.Table{}
 	for k, v := range headers {
 		h[k] = v
 	}
+	h[wire.HeaderDestination] = *to
+	h[wire.HeaderDueAt] = due.Format(time.RFC3339Nano)
+	if *id == "" {
+		*id = uuid.NewString()
+	}
 
-	cfg, err := config.Load()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "delaybridge: configuration:", err)
-		return exitConfig
-	}
-	tlsCfg, err := cfg.TLSFiles().Config()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "delaybridge: configuration:", err)
-		return exitConfig
-	}
-	conn, err := broker.Dial(cfg.AMQPURL, "delaybridge schedule", amqp.Config{TLSClientConfig: tlsCfg})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "delaybridge schedule:", err)
-		return exitCritical
+	cfg, conn, code := dialBroker("schedule", errOut)
+	if code >= 0 {
+		return code
 	}
 	defer conn.Close()
 	pub, err := broker.NewPublisher(conn, 1)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "delaybridge schedule:", err)
+		fmt.Fprintln(errOut, "delaybridge schedule:", err)
 		return exitCritical
 	}
 	queue := broker.Topology{Endpoint: cfg.Endpoint}.TimeoutsQueue()
@@ -99,11 +97,103 @@ broker at DELAYBRIDGE_AMQP_URL; the bridge delivers it to QUEUE when due.
 		Timestamp: time.Now(), Body: []byte(body),
 	}}})
 	if res[0] != nil {
-		fmt.Fprintf(os.Stderr, "delaybridge schedule: publish to %s: %v (is the bridge running? it declares the queue)\n", queue, res[0])
+		fmt.Fprintf(errOut, "delaybridge schedule: publish to %s: %v (is the bridge running? it declares the queue)\n", queue, res[0])
 		return exitCritical
 	}
-	fmt.Printf("scheduled for %s at %s via %s\n", *to, due.Local().Format(time.RFC3339Nano), queue)
+	fmt.Fprintln(out, *id)
+	fmt.Fprintf(errOut, "scheduled %s for %s at %s via %s\n", *id, *to, fmtTime(due), queue)
 	return exitOK
+}
+
+// dialBroker connects to the broker of DELAYBRIDGE_AMQP_URL (TLS variables
+// honoured) for client command cmd. code < 0: go on; otherwise the error is
+// printed and code is the exit code.
+func dialBroker(cmd string, errOut io.Writer) (cfg config.Config, conn *amqp.Connection, code int) {
+	cfg, err := config.Load()
+	if err != nil {
+		fmt.Fprintln(errOut, "delaybridge: configuration:", err)
+		return cfg, nil, exitConfig
+	}
+	tlsCfg, err := cfg.TLSFiles().Config()
+	if err != nil {
+		fmt.Fprintln(errOut, "delaybridge: configuration:", err)
+		return cfg, nil, exitConfig
+	}
+	conn, err = broker.Dial(cfg.AMQPURL, "delaybridge "+cmd, amqp.Config{TLSClientConfig: tlsCfg})
+	if err != nil {
+		fmt.Fprintf(errOut, "delaybridge %s: %v\n", cmd, err)
+		return cfg, nil, exitCritical
+	}
+	return cfg, conn, -1
+}
+
+// runDeclareQueue declares durable queues, so that "Try it in a minute"
+// needs no management UI. A queue that exists already is left as it is,
+// whatever its type and arguments.
+func runDeclareQueue(args []string, out, errOut io.Writer) int {
+	fs := flag.NewFlagSet("declare-queue", flag.ContinueOnError)
+	quorum := fs.Bool("quorum", false, "declare quorum queues (default: classic)")
+	setUsage(fs, "declare-queue [--quorum] NAME...",
+		`Declares each NAME as a durable queue on the broker at DELAYBRIDGE_AMQP_URL
+(a destination for schedule, say). A queue that exists is left unchanged.`)
+	pos, code := parseFlags(fs, args, out, errOut)
+	if code >= 0 {
+		return code
+	}
+	if len(pos) == 0 {
+		return usageErr(fs, errOut, "declare-queue", "give at least one queue NAME")
+	}
+	for _, name := range pos {
+		if err := wire.ValidateDestination("queue name", name); err != nil {
+			return usageErr(fs, errOut, "declare-queue", "%v", err)
+		}
+	}
+	_, conn, code := dialBroker("declare-queue", errOut)
+	if code >= 0 {
+		return code
+	}
+	defer conn.Close()
+	var qargs amqp.Table
+	if *quorum {
+		qargs = amqp.Table{"x-queue-type": "quorum"}
+	}
+	for _, name := range pos {
+		verb, err := declareQueue(conn, name, qargs)
+		if err != nil {
+			fmt.Fprintf(errOut, "delaybridge declare-queue: %s: %v\n", name, err)
+			return exitCritical
+		}
+		fmt.Fprintf(out, "%s %s\n", verb, name)
+	}
+	return exitOK
+}
+
+// declareQueue declares queue name unless it exists; verb says which. A
+// passive declare first, on a channel of its own (a missing queue closes
+// it), so that an existing queue of another type or with other arguments is
+// not an error.
+func declareQueue(conn *amqp.Connection, name string, args amqp.Table) (verb string, err error) {
+	ch, err := conn.Channel()
+	if err != nil {
+		return "", err
+	}
+	_, perr := ch.QueueDeclarePassive(name, false, false, false, false, nil)
+	if perr == nil {
+		ch.Close()
+		return "exists", nil
+	}
+	var ae *amqp.Error
+	if !errors.As(perr, &ae) || ae.Code != amqp.NotFound {
+		return "", perr
+	}
+	if ch, err = conn.Channel(); err != nil {
+		return "", err
+	}
+	defer ch.Close()
+	if _, err := ch.QueueDeclare(name, true, false, false, false, args); err != nil {
+		return "", err
+	}
+	return "declared", nil
 }
 
 type headerFlags map[string]any

@@ -54,10 +54,11 @@ const (
 	StepMassTransit = "masstransit"
 	StepNSBTimeouts = "nsbtm"
 	StepSteady      = "steady"
+	StepBigMsg      = "bigmsg"
 )
 
 // AllSteps lists every step in run order.
-var AllSteps = []string{StepCeiling, StepIngest, StepPunctuality, StepBurst, StepTTL, StepExchange, StepScale, StepScaleOut, StepRebus, StepNSB, StepMassTransit, StepNSBTimeouts, StepSteady}
+var AllSteps = []string{StepCeiling, StepIngest, StepPunctuality, StepBurst, StepTTL, StepExchange, StepScale, StepScaleOut, StepRebus, StepNSB, StepMassTransit, StepNSBTimeouts, StepSteady, StepBigMsg}
 
 // Options configure a run. Zero values take the defaults of DefaultOptions.
 type Options struct {
@@ -182,6 +183,7 @@ type Results struct {
 	MassTransit *Protocol `json:"masstransit,omitempty"` // as MassTransit endpoints schedule, and plain
 	NSBTimeouts *Protocol `json:"nsbtm,omitempty"`       // as NServiceBus endpoints defer to the timeout manager, and plain
 	Steady      *Steady   `json:"steady,omitempty"`
+	BigMsg      *BigMsg   `json:"bigmsg,omitempty"`
 
 	BridgeLogs []BridgeLog `json:"bridge_logs,omitempty"`
 	Warnings   []string    `json:"warnings,omitempty"`
@@ -466,7 +468,7 @@ func Run(ctx context.Context, opts Options) (*Results, error) {
 		StepPunctuality: b.stepPunctuality, StepBurst: b.stepBurst, StepTTL: b.stepTTL, StepExchange: b.stepExchange,
 		StepScale: b.stepScale, StepScaleOut: b.stepScaleOut, StepRebus: b.stepRebus, StepNSB: b.stepNSB,
 		StepMassTransit: b.stepMassTransit, StepNSBTimeouts: b.stepNSBTimeouts,
-		StepSteady: b.stepSteady,
+		StepSteady: b.stepSteady, StepBigMsg: b.stepBigMsg,
 	}
 	for _, s := range b.res.Params.Steps {
 		if ctx.Err() != nil {
@@ -1214,6 +1216,7 @@ type sampler struct {
 	stopc, done chan struct{}
 	mu          sync.Mutex
 	maxRSS      int64
+	maxAnon     int64 // RssAnon: the RSS that is not file-backed (the store's mmap)
 	maxHeap     uint64
 	haveHeap    bool
 	maxVars     time.Duration // slowest GET /debug/vars
@@ -1247,6 +1250,7 @@ func (s *sampler) sample(p *bridgeProc) {
 	defer s.mu.Unlock()
 	if merr == nil {
 		s.maxRSS = max(s.maxRSS, m.RSS)
+		s.maxAnon = max(s.maxAnon, m.Anon)
 	}
 	if time.Now().Before(s.nextVars) {
 		return

@@ -126,6 +126,15 @@ func BuildRows(r *Results) []Row {
 	if s := r.Steady; s != nil {
 		rows = append(rows, steadyRows(s)...)
 	}
+	if m := r.BigMsg; m != nil {
+		label := fmt.Sprintf("%d × %d MiB due over %s", m.N, m.Bytes>>20, FmtMs(m.WindowMs))
+		add(StepBigMsg, "bridge peak RSS (VmHWM), "+label, FmtBytes(m.PeakRSS), "≤ "+FmtBytes(TargetBigMsgRSS),
+			verdict(m.PeakRSS > 0 && m.PeakRSS <= TargetBigMsgRSS))
+		add(StepBigMsg, "highest RSS / RssAnon sampled / Go heap peak", FmtBytes(m.SampledRSS)+" / "+FmtBytes(m.AnonRSS)+" / "+FmtBytes(int64(m.HeapPeak)), "", "")
+		add(StepBigMsg, "missing / duplicates / early", fmt.Sprintf("%d / %d / %d", m.Lateness.Missing, m.Lateness.Duplicates, m.Lateness.Early), "0 / 0 / 0",
+			verdict(m.Lateness.Missing == 0 && m.Lateness.Duplicates == 0 && m.Lateness.Early == 0))
+		add(StepBigMsg, "lateness p50 / p99 / max", FmtMs(m.Lateness.P50Ms)+" / "+FmtMs(m.Lateness.P99Ms)+" / "+FmtMs(m.Lateness.MaxMs), "", "")
+	}
 	for _, e := range r.Errors {
 		add(e.Step, "step failed (error below)", "error", "", Miss)
 	}

@@ -35,9 +35,10 @@ const dispatchWorkers = 16
 // (a store commit and a confirmed publish) then costs no lateness.
 const lookahead = 50 * time.Millisecond
 
-// shutdownDrain bounds how long shutdown waits for in-flight work (a forward
+// ShutdownDrain bounds how long shutdown waits for in-flight work (a forward
 // window's confirms take at most 31 s) before cutting the connections.
-const shutdownDrain = 45 * time.Second
+// The Helm chart's terminationGracePeriodSeconds covers it (deploy/chart_test.go).
+const ShutdownDrain = 45 * time.Second
 
 // ErrCritical marks errors after which the process should exit 1 so that a
 // supervisor restarts it.
@@ -126,7 +127,7 @@ func (b *Bridge) Run(ctx context.Context) error {
 	// channel call forever; past the deadline the connections are closed
 	// under the stuck calls, which fails them (their work is released or
 	// requeued, nothing is lost).
-	deadline := time.After(shutdownDrain)
+	deadline := time.After(ShutdownDrain)
 	cut := func() { c.publishConn.Close(); c.consumeConn.Close(); c.ingestConn.Close() }
 	for _, s := range []*stage{sampler, intake, reaper, poller, dispatcher} {
 		st.drain(s, deadline, cut)
@@ -209,7 +210,7 @@ func (ss *stages) drain(s *stage, deadline <-chan time.Time, cut func()) {
 	select {
 	case <-s.done:
 	case <-deadline:
-		ss.log.Error().Str("stage", s.name).Dur("after", shutdownDrain).Msg("stage did not stop in time; closing the broker connections under it")
+		ss.log.Error().Str("stage", s.name).Dur("after", ShutdownDrain).Msg("stage did not stop in time; closing the broker connections under it")
 		cut()
 		<-s.done
 	}

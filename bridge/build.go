@@ -11,6 +11,7 @@ import (
 
 	"github.com/delaybridge/delaybridge/admin"
 	"github.com/delaybridge/delaybridge/broker"
+	"github.com/delaybridge/delaybridge/budget"
 	"github.com/delaybridge/delaybridge/circuit"
 	"github.com/delaybridge/delaybridge/dispatch"
 	"github.com/delaybridge/delaybridge/httpapi"
@@ -147,9 +148,13 @@ func (b *Bridge) build(ctx context.Context) (_ *components, err error) {
 	})
 	c.reaper = &poller.Reaper{Store: c.store, Interval: cfg.LockLeaseDuration / 4,
 		Logger: log.With().Str("component", "reaper").Logger()}
+	// Half the byte budget for what is being taken in, half for what is
+	// being forwarded: neither can starve the other.
+	intakeBudget, dispatchBudget := budget.New(cfg.MaxInflightBytes/2), budget.New(cfg.MaxInflightBytes-cfg.MaxInflightBytes/2)
 	c.ingester = ingest.New(c.ingestConn, func(ctx context.Context) (ingest.Publisher, error) { return ingestPub(ctx) }, c.store, ingest.Options{
 		Sources:    sources,
 		ErrorQueue: cfg.ErrorQueue, ErrorGate: c.errorGate, Prefetch: cfg.Prefetch, MaxBatch: min(cfg.Prefetch, 500), Wake: c.poller.Wake, Now: now,
+		Budget: intakeBudget, ExpectedBytes: cfg.MaxMessageBytes,
 		Rules:        c.rules,
 		StoreBreaker: b.breaker(c, "store", cfg.TimeToTriggerStoreCircuitBreaker),
 		Metrics:      met,
@@ -167,6 +172,7 @@ func (b *Bridge) build(ctx context.Context) (_ *components, err error) {
 		// stamped even after it is turned off.
 		Stamp:    masstransit.Stamper{},
 		Prefetch: cfg.Prefetch, Workers: dispatchWorkers, LeaseDuration: cfg.LockLeaseDuration, NumberOfRetries: cfg.NumberOfRetries, Allowed: allowed,
+		Budget: dispatchBudget, ExpectedRowBytes: cfg.MaxMessageBytes,
 		// Failure handling that itself keeps failing is a critical error.
 		RecoveryFailuresPerSecond: cfg.MaxRecoveryFailuresPerSecond,
 		OnCritical: func(err error) {

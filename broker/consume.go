@@ -10,6 +10,8 @@ import (
 	"github.com/google/uuid"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/rs/zerolog"
+
+	"github.com/delaybridge/delaybridge/budget"
 )
 
 // Waiter hands out the current connection, waiting while the broker is
@@ -46,7 +48,17 @@ type ConsumeOptions struct {
 	// grows to MissingMaxBackoff (default 1m), which counts as no failure.
 	MustExist         bool
 	MissingMaxBackoff time.Duration
-	Logger            zerolog.Logger
+	// Budget, when set, bounds the body bytes of the deliveries handed over
+	// and not yet settled, with the budget's other holders; the prefetch
+	// then follows the size of the bodies, up to Prefetch (see flow). Not
+	// with Exclusive: resizing takes a new consumer, and another instance
+	// could take the queue in between.
+	Budget *budget.Budget
+	// ExpectedBytes sizes the first consumer's prefetch under a Budget: the
+	// largest body to expect until the bodies seen tell (say, the largest
+	// message the bridge accepts). 0: Prefetch.
+	ExpectedBytes int
+	Logger        zerolog.Logger
 }
 
 // Session is one consumer on one channel.
@@ -60,11 +72,18 @@ type Session struct {
 	// which returns every unsettled delivery to the queue.
 	Channel *amqp.Channel
 	tag     string
+	flow    *flow // a budgeted session's consumer, which may change
 }
 
 // Cancel stops the flow of deliveries. Those already received and not yet
 // settled go back to the queue when the channel closes.
-func (s *Session) Cancel() { _ = s.Channel.Cancel(s.tag, false) }
+func (s *Session) Cancel() {
+	if s.flow != nil {
+		s.flow.cancel()
+		return
+	}
+	_ = s.Channel.Cancel(s.tag, false)
+}
 
 // Consume consumes opts.Queue until ctx ends, calling handle once per
 // session: a channel with its prefetch set and its consumer in place. When
@@ -217,7 +236,11 @@ func consumeOn(ctx context.Context, c *amqp.Connection, opts ConsumeOptions, han
 			return false, fmt.Errorf("%s: set up channel: %w", opts.Name, err)
 		}
 	}
-	if err := ch.Qos(opts.Prefetch, 0, false); err != nil {
+	prefetch, budgeted := opts.Prefetch, opts.Budget != nil && !opts.Exclusive
+	if budgeted {
+		prefetch = initialPrefetch(opts)
+	}
+	if err := ch.Qos(prefetch, 0, false); err != nil {
 		return false, fmt.Errorf("%s: set prefetch: %w", opts.Name, err)
 	}
 	tag := "delaybridge-" + opts.Name + "-" + uuid.NewString()
@@ -233,7 +256,29 @@ func consumeOn(ctx context.Context, c *amqp.Connection, opts ConsumeOptions, han
 		opts.OnConsuming()
 	}
 	opts.Logger.Info().Str("queue", opts.Queue).Msg(opts.Name + " consuming")
-	return true, handle(ctx, &Session{Deliveries: deliveries, Closed: closed, Channel: ch, tag: tag})
+	s := &Session{Deliveries: deliveries, Closed: closed, Channel: ch, tag: tag}
+	if budgeted {
+		f := &flow{b: opts.Budget, ch: ch, opts: opts, held: map[uint64]int64{}, tag: tag, prefetch: prefetch}
+		// Buffered, so that the hand-over costs no rendezvous per delivery
+		// (a group commit gathers what arrives within a short linger): what
+		// waits in it is counted already.
+		out := make(chan amqp.Delivery, opts.Prefetch)
+		fctx, stop := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			f.run(fctx, deliveries, out)
+		}()
+		// What the session holds is given back when it ends: the
+		// channel's close returns the unsettled deliveries to the queue.
+		defer func() {
+			stop()
+			<-done
+			f.releaseAll()
+		}()
+		s.Deliveries, s.flow = out, f
+	}
+	return true, handle(ctx, s)
 }
 
 // backoff doubles from lo to hi with full jitter over the upper half, so a

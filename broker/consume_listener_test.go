@@ -23,21 +23,12 @@ func closeListeners(c *amqp.Connection) int {
 // consumer, a channel error) do not each leave a close listener behind.
 func TestSessionsOnOneConnectionShareOneCloseListener(t *testing.T) {
 	conn := testConn(t)
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Not auto-delete: the queue must outlive each session's consumer.
-	q, err := ch.QueueDeclare("", false, false, false, false, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _, _ = ch.QueueDelete(q.Name, false, false, false) })
+	_, queue := sessionQueue(t, conn)
 	before := closeListeners(conn)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	sessions := 0
-	err = Consume(ctx, fixedConn{conn}, ConsumeOptions{Queue: q.Name, Prefetch: 1, Name: "test",
+	err := Consume(ctx, fixedConn{conn}, ConsumeOptions{Queue: queue, Prefetch: 1, Name: "test",
 		MinBackoff: time.Millisecond, MaxBackoff: 2 * time.Millisecond},
 		func(_ context.Context, s *Session) error {
 			sessions++
@@ -55,4 +46,21 @@ func TestSessionsOnOneConnectionShareOneCloseListener(t *testing.T) {
 	if n := closeListeners(conn) - before; n > 1 {
 		t.Fatalf("%d close listeners added by 20 sessions on one connection, want at most 1", n)
 	}
+}
+
+// sessionQueue declares a server-named queue on a channel of its own; both
+// go when the test ends. Not auto-delete: the queue must outlive each
+// session's consumer.
+func sessionQueue(t *testing.T, conn *amqp.Connection) (*amqp.Channel, string) {
+	t.Helper()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, err := ch.QueueDeclare("", false, false, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = ch.QueueDelete(q.Name, false, false, false) })
+	return ch, q.Name
 }

@@ -60,6 +60,7 @@ type Config struct {
 	MaxRecoveryFailuresPerSecond     int           `envconfig:"DELAYBRIDGE_MAXIMUM_RECOVERY_FAILURES_PER_SECOND" default:"1"`
 	MaxDelay                         time.Duration `envconfig:"DELAYBRIDGE_MAX_DELAY" default:"0"`
 	MaxMessageBytes                  int           `envconfig:"DELAYBRIDGE_MAX_MESSAGE_BYTES" default:"16777216"`
+	MaxInflightBytes                 int64         `envconfig:"DELAYBRIDGE_MAX_INFLIGHT_BYTES" default:"67108864"`
 	AllowedDestinations              []string      `envconfig:"DELAYBRIDGE_ALLOWED_DESTINATIONS" default:"*"`
 	DelayedExchanges                 []string      `envconfig:"DELAYBRIDGE_DELAYED_EXCHANGES"`
 	NSBNativeDelays                  bool          `envconfig:"DELAYBRIDGE_NSB_NATIVE_DELAYS" default:"false"`
@@ -214,6 +215,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxMessageBytes < 1 {
 		return bad("MAX_MESSAGE_BYTES", "must be positive, got %d", c.MaxMessageBytes)
+	}
+	if c.MaxInflightBytes < 0 {
+		return bad("MAX_INFLIGHT_BYTES", "must not be negative (0: no byte limit), got %d", c.MaxInflightBytes)
 	}
 	if len(c.AllowedDestinations) == 0 {
 		return bad("ALLOWED_DESTINATIONS", "must name at least one pattern (use * for any)")

@@ -22,7 +22,7 @@ func TestDefaultsMatchTheContract(t *testing.T) {
 		BatchSize: 1000, LockLeaseDuration: 5 * time.Minute, Prefetch: 500, NumberOfRetries: 5,
 		TimeToTriggerStoreCircuitBreaker: 30 * time.Second, TimeToTriggerFetchCircuitBreaker: 30 * time.Second,
 		TimeToTriggerDispatchBreaker: 30 * time.Second, MaxRecoveryFailuresPerSecond: 1,
-		MaxMessageBytes: 16777216, AllowedDestinations: []string{"*"}, QueueType: "classic",
+		MaxMessageBytes: 16777216, MaxInflightBytes: 64 << 20, AllowedDestinations: []string{"*"}, QueueType: "classic",
 		LogLevel: "info", LogFormat: "json", RebusDirectExchange: "RebusDirect",
 	}
 	if diff := cmp.Diff(want, c); diff != "" {
@@ -52,7 +52,7 @@ var allNames = []string{
 	"DELAYBRIDGE_NUMBER_OF_RETRIES", "DELAYBRIDGE_TIME_TO_TRIGGER_STORE_CIRCUIT_BREAKER",
 	"DELAYBRIDGE_TIME_TO_TRIGGER_FETCH_CIRCUIT_BREAKER", "DELAYBRIDGE_TIME_TO_TRIGGER_DISPATCH_CIRCUIT_BREAKER",
 	"DELAYBRIDGE_MAXIMUM_RECOVERY_FAILURES_PER_SECOND", "DELAYBRIDGE_MAX_DELAY", "DELAYBRIDGE_MAX_MESSAGE_BYTES",
-	"DELAYBRIDGE_ALLOWED_DESTINATIONS", "DELAYBRIDGE_ADMIN_TOKEN", "DELAYBRIDGE_QUEUE_TYPE",
+	"DELAYBRIDGE_MAX_INFLIGHT_BYTES", "DELAYBRIDGE_ALLOWED_DESTINATIONS", "DELAYBRIDGE_ADMIN_TOKEN", "DELAYBRIDGE_QUEUE_TYPE",
 	"DELAYBRIDGE_LOG_LEVEL", "DELAYBRIDGE_LOG_FORMAT", "DELAYBRIDGE_AMQP_FAILOVER_URLS",
 	"DELAYBRIDGE_POSTGRES_SCHEMA", "DELAYBRIDGE_DELAYED_EXCHANGES",
 	"DELAYBRIDGE_REBUS_QUEUE", "DELAYBRIDGE_REBUS_DIRECT_EXCHANGE",
@@ -70,7 +70,8 @@ func TestEveryContractVariableIsRead(t *testing.T) {
 		"DELAYBRIDGE_TIME_TO_TRIGGER_FETCH_CIRCUIT_BREAKER": "2s", "DELAYBRIDGE_TIME_TO_TRIGGER_DISPATCH_CIRCUIT_BREAKER": "3s",
 		"DELAYBRIDGE_MAXIMUM_RECOVERY_FAILURES_PER_SECOND": "4", "DELAYBRIDGE_MAX_DELAY": "48h",
 		"DELAYBRIDGE_MAX_MESSAGE_BYTES": "1024", "DELAYBRIDGE_ALLOWED_DESTINATIONS": "orders.*,billing",
-		"DELAYBRIDGE_ADMIN_TOKEN": "tok", "DELAYBRIDGE_QUEUE_TYPE": "quorum", "DELAYBRIDGE_LOG_LEVEL": "debug",
+		"DELAYBRIDGE_MAX_INFLIGHT_BYTES": "2048",
+		"DELAYBRIDGE_ADMIN_TOKEN":        "tok", "DELAYBRIDGE_QUEUE_TYPE": "quorum", "DELAYBRIDGE_LOG_LEVEL": "debug",
 		"DELAYBRIDGE_LOG_FORMAT": "console", "DELAYBRIDGE_DELAYED_EXCHANGES": "orders:topic",
 		"DELAYBRIDGE_REBUS_QUEUE": "timeouts", "DELAYBRIDGE_REBUS_DIRECT_EXCHANGE": "BusDirect",
 	})
@@ -82,7 +83,7 @@ func TestEveryContractVariableIsRead(t *testing.T) {
 		c.PollInterval != 250*time.Millisecond || c.BatchSize != 10 || c.LockLeaseDuration != time.Minute ||
 		c.Prefetch != 7 || c.NumberOfRetries != 0 || c.TimeToTriggerStoreCircuitBreaker != time.Second ||
 		c.TimeToTriggerFetchCircuitBreaker != 2*time.Second || c.TimeToTriggerDispatchBreaker != 3*time.Second ||
-		c.MaxRecoveryFailuresPerSecond != 4 || c.MaxDelay != 48*time.Hour || c.MaxMessageBytes != 1024 ||
+		c.MaxRecoveryFailuresPerSecond != 4 || c.MaxDelay != 48*time.Hour || c.MaxMessageBytes != 1024 || c.MaxInflightBytes != 2048 ||
 		strings.Join(c.AllowedDestinations, "|") != "orders.*|billing" || c.AdminToken != "tok" ||
 		c.QueueType != "quorum" || c.LogLevel != "debug" || c.LogFormat != "console" ||
 		strings.Join(c.DelayedExchanges, "|") != "orders:topic" || c.RebusQueue != "timeouts" || c.RebusDirectExchange != "BusDirect" {
@@ -99,6 +100,7 @@ func TestBadValuesNameTheVariable(t *testing.T) {
 		"DELAYBRIDGE_NUMBER_OF_RETRIES":                     "-1",
 		"DELAYBRIDGE_MAX_DELAY":                             "-1h",
 		"DELAYBRIDGE_MAX_MESSAGE_BYTES":                     "0",
+		"DELAYBRIDGE_MAX_INFLIGHT_BYTES":                    "-1",
 		"DELAYBRIDGE_QUEUE_TYPE":                            "fancy",
 		"DELAYBRIDGE_LOG_FORMAT":                            "xml",
 		"DELAYBRIDGE_LOG_LEVEL":                             "loud",

@@ -12,12 +12,14 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/rs/zerolog"
 
 	"github.com/delaybridge/delaybridge/broker"
+	"github.com/delaybridge/delaybridge/budget"
 	"github.com/delaybridge/delaybridge/circuit"
 	"github.com/delaybridge/delaybridge/message"
 	"github.com/delaybridge/delaybridge/storage"
@@ -118,6 +120,14 @@ type Options struct {
 	// arm it, a confirmed forward disarms it. A lost connection does not
 	// count: reconnecting handles that. Nil: never triggers.
 	Breaker *circuit.Breaker
+	// Budget, when set, bounds the bytes of the stored messages the workers
+	// hold at once: the tokens of a dispatcher message are forwarded in
+	// groups whose rows fit it (a row larger than the budget alone). Nil:
+	// all of a message's tokens at once.
+	Budget *budget.Budget
+	// ExpectedRowBytes is the row size the first group is sized for, until
+	// the rows read tell (say, the largest message the bridge stores).
+	ExpectedRowBytes int
 	// Metrics, when set, is told what the dispatcher did.
 	Metrics Metrics
 	// Stamp, when set, finishes each forward as it is built, with the time
@@ -150,6 +160,9 @@ type Dispatcher struct {
 	recovery *recoveryBreaker
 	// removeWait is the first pause before a failed removal is tried again.
 	removeWait time.Duration
+	// rowBytes is the largest row of the last group read: the size the
+	// next group is planned for (Options.Budget).
+	rowBytes atomic.Int64
 }
 
 // Stats count what the dispatcher did.
@@ -195,6 +208,7 @@ func New(conn broker.Waiter, newPub NewPublisher, store Store, opts Options) *Di
 		failures:   newFailureLog(opts.WarnInterval, opts.Logger),
 		recovery:   &recoveryBreaker{perSecond: opts.RecoveryFailuresPerSecond, now: opts.Now, onTrigger: opts.OnCritical},
 		removeWait: 100 * time.Millisecond}
+	d.rowBytes.Store(int64(opts.ExpectedRowBytes))
 	d.dests = newDestinations(opts.ProbeInterval, d.confirmWait()+opts.MaxHold,
 		func(it item) bool { return it.row.Attempts >= opts.NumberOfRetries })
 	return d
@@ -305,13 +319,23 @@ func (d *Dispatcher) session(ctx context.Context, s *broker.Session) error {
 	// Workers stop taking new messages when stop closes; the message in hand
 	// is finished with a context that shutdown does not cancel.
 	stop := make(chan struct{})
-	errs := make(chan error, len(pubs))
+	errs := make(chan error, len(pubs)+1)
+	// The removals, and so the acks, of the workers' messages; it outlives
+	// the workers, so every message they forwarded is settled.
+	removals := make(chan owed, max(d.opts.Prefetch, 1))
+	removed := make(chan struct{})
+	go func() {
+		defer close(removed)
+		if err := d.removeLoop(context.WithoutCancel(ctx), removals); err != nil {
+			errs <- err
+		}
+	}()
 	var wg sync.WaitGroup
 	for _, pub := range pubs {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs <- d.work(ctx, stop, s.Deliveries, pub)
+			errs <- d.work(ctx, stop, s.Deliveries, pub, removals)
 		}()
 	}
 	var runErr error
@@ -324,6 +348,8 @@ func (d *Dispatcher) session(ctx context.Context, s *broker.Session) error {
 	s.Cancel()
 	close(stop)
 	wg.Wait()
+	close(removals)
+	<-removed
 	close(errs)
 	for err := range errs {
 		if runErr == nil {
@@ -333,7 +359,7 @@ func (d *Dispatcher) session(ctx context.Context, s *broker.Session) error {
 	return runErr
 }
 
-func (d *Dispatcher) work(ctx context.Context, stop <-chan struct{}, deliveries <-chan amqp.Delivery, pub Publisher) error {
+func (d *Dispatcher) work(ctx context.Context, stop <-chan struct{}, deliveries <-chan amqp.Delivery, pub Publisher, removals chan<- owed) error {
 	for {
 		select {
 		case <-stop:
@@ -342,7 +368,11 @@ func (d *Dispatcher) work(ctx context.Context, stop <-chan struct{}, deliveries 
 			if !ok {
 				return nil
 			}
-			settled, err := d.handle(context.WithoutCancel(ctx), &del, pub)
+			settled, rm, err := d.forwardAll(context.WithoutCancel(ctx), &del, pub)
+			if rm != nil {
+				removals <- owed{del: del, rm: rm} // settled by removeLoop
+				continue
+			}
 			if serr := settle(&del, settled); serr != nil && err == nil {
 				err = serr
 			}
@@ -388,28 +418,112 @@ type item struct {
 	probe bool
 }
 
-// handle processes one dispatcher message and decides its outcome; the
-// caller settles it. It returns an error only when the broker connection
-// failed; per-token problems are dealt with here.
+// removal is what a dispatcher message still owes once its forwards are
+// confirmed: the removal of their rows, after which it is acked.
+type removal struct {
+	refs     []storage.Ref
+	leaseEnd time.Time // the earliest lease among refs
+}
+
+// handle processes one dispatcher message, its removal included, and
+// decides its outcome; the caller settles it. It returns an error only when
+// the broker connection failed; per-token problems are dealt with here.
 func (d *Dispatcher) handle(ctx context.Context, del *amqp.Delivery, pub Publisher) (outcome, error) {
+	o, rm, err := d.forwardAll(ctx, del, pub)
+	if rm != nil {
+		d.removeAll(ctx, []*removal{rm})
+	}
+	return o, err
+}
+
+// forwardAll forwards the tokens of one dispatcher message and decides its
+// outcome. When every forward was confirmed and nothing else is owed, it
+// leaves the removal to the caller (rm); otherwise it removes, and rm is
+// nil. The tokens are forwarded in groups that fit the byte budget; each
+// group but the last removes its rows itself, while their leases are fresh.
+// When the broker fails under a group, the message is requeued, and the
+// tokens of the groups done by then are stale when it comes back.
+func (d *Dispatcher) forwardAll(ctx context.Context, del *amqp.Delivery, pub Publisher) (_ outcome, rm *removal, _ error) {
 	toks, err := wire.DecodeTokens(del.Body)
 	if err != nil {
 		// Not ours or corrupt: nobody else can read it either.
 		d.log.Error().Err(err).Msg("unreadable dispatcher message dropped")
-		return ack, nil
+		return ack, nil, nil
 	}
+	for len(toks) > 0 {
+		n := d.groupSize(len(toks))
+		o, rm, err := d.handleGroup(ctx, toks[:n], pub)
+		toks = toks[n:]
+		if err != nil || len(toks) == 0 {
+			return o, rm, err
+		}
+		if rm != nil {
+			d.removeAll(ctx, []*removal{rm})
+		}
+	}
+	return ack, nil, nil
+}
+
+// groupSize is how many of n tokens the next group takes: as many rows of
+// the size last seen as fill half the budget (two workers overlap), at
+// least one.
+func (d *Dispatcher) groupSize(n int) int {
+	total, size := d.opts.Budget.Total(), d.rowBytes.Load()
+	if total == 0 || size <= 0 {
+		return n
+	}
+	return int(max(1, min(total/2/size, int64(n))))
+}
+
+// handleGroup forwards one group of a dispatcher message's tokens. Their
+// rows' bytes are acquired, at the size planned, before they are read, so a
+// worker never waits for the budget while holding any; the estimate is then
+// corrected to the rows read (given back, or taken if they fit).
+func (d *Dispatcher) handleGroup(ctx context.Context, toks []wire.Token, pub Publisher) (_ outcome, rm *removal, _ error) {
+	b := d.opts.Budget
+	planned := min(d.rowBytes.Load()*int64(len(toks)), b.Total())
+	_ = b.Acquire(ctx, planned) // ctx is not cancelled: handle runs to the end
+	acquired := []int64{planned}
+	defer func() {
+		for _, n := range acquired {
+			b.Release(n)
+		}
+	}()
 	items := make([]item, 0, len(toks))
 	rows := d.prefetch(ctx, toks)
+	var read, largest int64
+	for _, r := range rows {
+		read += int64(len(r.Message))
+		largest = max(largest, int64(len(r.Message)))
+	}
 	for _, tok := range toks {
 		// Judged after the read: the lease left must be measured from now,
 		// not from before a slow store call.
 		it, ok := d.load(ctx, pub, tok, rows, d.opts.Now())
 		if ok {
 			items = append(items, it)
+			if rows == nil {
+				read += int64(len(it.row.Message))
+				largest = max(largest, int64(len(it.row.Message)))
+			}
 		}
 	}
+	if largest > 0 {
+		d.rowBytes.Store(largest)
+	}
+	switch {
+	case read < planned:
+		acquired[0] = read
+		b.Release(planned - read)
+	case read > planned && b.TryAcquire(min(read-planned, b.Total()-planned)):
+		// Not Acquire: waiting while holding could wait for another worker
+		// that waits for this one. Rows larger than planned that do not fit
+		// are forwarded anyway (they are read), and the next group is
+		// planned for their size.
+		acquired = append(acquired, min(read-planned, b.Total()-planned))
+	}
 	if len(items) == 0 {
-		return ack, nil
+		return ack, nil, nil
 	}
 
 	// A destination that refused a forward within the probe interval gets
@@ -445,15 +559,17 @@ func (d *Dispatcher) handle(ctx context.Context, del *amqp.Delivery, pub Publish
 		d.forward(actx, ctx, pub, again, &r)
 		acancel()
 	}
+	rm = &removal{refs: r.done, leaseEnd: r.leaseEnd}
+	if r.brokerErr == nil && len(blocked) == 0 {
+		return ack, rm, nil
+	}
 	// Remove what was forwarded first, while its lease is fresh; then count
 	// the blocked ones: two store commits each must not eat the lease the
 	// removals need (a removal refused after the forward is a duplicate).
-	n, removeErr := d.remove(ctx, r.done, r.leaseEnd)
+	d.removeAll(ctx, []*removal{rm})
 	for _, b := range blocked {
 		d.fail(ctx, pub, b.it, b.reason)
 	}
-	d.count(func(s *Stats) { s.Forwarded += int64(n) })
-	d.opts.Metrics.Dispatched(n)
 	if r.brokerErr != nil {
 		if errors.Is(r.brokerErr, context.DeadlineExceeded) {
 			// Connected but not confirming (flow control, alarms): this
@@ -461,12 +577,78 @@ func (d *Dispatcher) handle(ctx context.Context, del *amqp.Delivery, pub Publish
 			// not; reconnecting handles it.
 			d.opts.Breaker.Failure(r.brokerErr)
 		}
-		return requeue, fmt.Errorf("dispatch: forward: %w", r.brokerErr)
+		return requeue, nil, fmt.Errorf("dispatch: forward: %w", r.brokerErr)
 	}
-	if removeErr == nil && len(r.done) > 0 {
+	return ack, nil, nil
+}
+
+// removeAll removes the rows of several dispatcher messages' forwards in
+// one commit and counts them as dispatched.
+func (d *Dispatcher) removeAll(ctx context.Context, rms []*removal) {
+	var refs []storage.Ref
+	var leaseEnd time.Time
+	for _, rm := range rms {
+		refs = append(refs, rm.refs...)
+		if !rm.leaseEnd.IsZero() && (leaseEnd.IsZero() || rm.leaseEnd.Before(leaseEnd)) {
+			leaseEnd = rm.leaseEnd
+		}
+	}
+	n, err := d.remove(ctx, refs, leaseEnd)
+	d.count(func(s *Stats) { s.Forwarded += int64(n) })
+	d.opts.Metrics.Dispatched(n)
+	if err == nil && len(refs) > 0 {
 		d.opts.Breaker.Success()
 	}
-	return ack, nil
+}
+
+// owed is a dispatcher message whose removal is still to be done; it is
+// acked after it.
+type owed struct {
+	del amqp.Delivery
+	rm  *removal
+}
+
+// maxRemovalBatch bounds the dispatcher messages whose removals share one
+// commit.
+const maxRemovalBatch = 64
+
+// removeLoop removes and then acks what the workers leave it, until in is
+// closed: the removals of whatever queued meanwhile share a commit. A
+// worker moves on to its next message as soon as its forwards are
+// confirmed, so a slow commit (an fsync behind the store's other writes)
+// no longer holds up forwards that fall due meanwhile (issue 14). It
+// returns the first error settling a message.
+func (d *Dispatcher) removeLoop(ctx context.Context, in <-chan owed) error {
+	var firstErr error
+	batch := make([]owed, 0, maxRemovalBatch)
+	rms := make([]*removal, 0, maxRemovalBatch)
+	for o := range in {
+		batch = append(batch[:0], o)
+	more:
+		for len(batch) < maxRemovalBatch {
+			select {
+			case o, ok := <-in:
+				if !ok {
+					break more
+				}
+				batch = append(batch, o)
+			default:
+				break more
+			}
+		}
+		rms = rms[:0]
+		for _, o := range batch {
+			rms = append(rms, o.rm)
+		}
+		d.removeAll(ctx, rms)
+		for i := range batch {
+			if err := settle(&batch[i].del, ack); err != nil && firstErr == nil {
+				firstErr = err
+			}
+		}
+		clear(batch)
+	}
+	return firstErr
 }
 
 // forwarded gathers the outcome of a window's publishes.

@@ -427,6 +427,7 @@ func TestRetryIsHeldUntilItsNotBefore(t *testing.T) {
 type batchStore struct {
 	*boltstore.Store
 	gets, getManys int
+	maxIDs         int // the most ids one GetMany asked for
 	failMany       error
 }
 
@@ -437,6 +438,7 @@ func (s *batchStore) Get(ctx context.Context, id string) (storage.Timeout, error
 
 func (s *batchStore) GetMany(ctx context.Context, ids []string) (map[string]storage.Timeout, error) {
 	s.getManys++
+	s.maxIDs = max(s.maxIDs, len(ids))
 	if s.failMany != nil {
 		return nil, s.failMany
 	}
@@ -480,5 +482,60 @@ func TestBatchOfTokensIsReadInOneCall(t *testing.T) {
 		if s := f.d.Stats(); s.Stale != 1 {
 			t.Fatalf("failMany=%v: stale = %d, want 1 (the missing row)", failMany, s.Stale)
 		}
+	}
+}
+
+// Forwarding leaves the removal (and so the ack) to removeLoop, which
+// removes the rows of every message queued meanwhile and only then acks
+// each message, once.
+func TestRemoveLoopRemovesThenAcks(t *testing.T) {
+	f := newFixture(t, 3)
+	for i := range 6 {
+		f.insert(fmt.Sprint("r", i), "q", t0, amqp.Publishing{Body: []byte("b")})
+	}
+	toks := f.lease()
+	a := amqptest.New(t)
+	in := make(chan owed, 3)
+	var tags []uint64
+	for i := 0; i < len(toks); i += 2 {
+		body, err := wire.EncodeTokens(toks[i : i+2])
+		if err != nil {
+			t.Fatal(err)
+		}
+		del := a.Deliver(amqp.Delivery{Body: body})
+		o, rm, err := f.d.forwardAll(context.Background(), &del, f.pub)
+		if err != nil || o != ack || rm == nil || len(rm.refs) != 2 {
+			t.Fatalf("forwardAll = %v, %+v, %v; want the removal of 2 rows left to the caller", o, rm, err)
+		}
+		if a.Outcome(del.DeliveryTag) != amqptest.Unsettled {
+			t.Fatalf("message %d settled before its removal", del.DeliveryTag)
+		}
+		in <- owed{del: del, rm: rm}
+		tags = append(tags, del.DeliveryTag)
+	}
+	for _, tok := range toks {
+		if _, ok := f.pending(tok.ID); !ok {
+			t.Fatalf("%s removed by forwardAll; the removal is removeLoop's", tok.ID)
+		}
+	}
+	close(in)
+	if err := f.d.removeLoop(context.Background(), in); err != nil {
+		t.Fatal(err)
+	}
+	for _, tok := range toks {
+		if _, ok := f.pending(tok.ID); ok {
+			t.Errorf("%s still pending after removeLoop", tok.ID)
+		}
+	}
+	for _, tag := range tags {
+		if o := a.Outcome(tag); o != amqptest.Acked {
+			t.Errorf("message %d: %v, want acked", tag, o)
+		}
+	}
+	if got := len(f.pub.to("q")); got != 6 {
+		t.Errorf("%d forwards, want 6", got)
+	}
+	if st := f.d.Stats(); st.Forwarded != 6 {
+		t.Errorf("Stats.Forwarded = %d, want 6", st.Forwarded)
 	}
 }

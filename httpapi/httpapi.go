@@ -105,6 +105,10 @@ func (s *Server) Listen() error {
 // Addr is the bound address (useful with port 0).
 func (s *Server) Addr() string { return s.ln.Addr().String() }
 
+// ShutdownTimeout bounds the graceful shutdown of Run; the bridge stops its
+// HTTP server after its drain, so a supervisor's grace period covers both.
+const ShutdownTimeout = 5 * time.Second
+
 // Run serves until ctx ends, then shuts down gracefully.
 func (s *Server) Run(ctx context.Context) error {
 	errc := make(chan error, 1)
@@ -114,7 +118,7 @@ func (s *Server) Run(ctx context.Context) error {
 		return fmt.Errorf("http: %w", err)
 	case <-ctx.Done():
 	}
-	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	sctx, cancel := context.WithTimeout(context.Background(), ShutdownTimeout)
 	defer cancel()
 	if err := s.srv.Shutdown(sctx); err != nil {
 		return fmt.Errorf("http: shutdown: %w", err)

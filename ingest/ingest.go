@@ -17,6 +17,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/delaybridge/delaybridge/broker"
+	"github.com/delaybridge/delaybridge/budget"
 	"github.com/delaybridge/delaybridge/circuit"
 	"github.com/delaybridge/delaybridge/message"
 	"github.com/delaybridge/delaybridge/storage"
@@ -79,6 +80,13 @@ type Options struct {
 	// StoreBreaker watches commits; while it is armed ingest backs off, and
 	// when it triggers the bridge stops. Nil: a breaker that never triggers.
 	StoreBreaker *circuit.Breaker
+	// Budget, when set, bounds the body bytes of the deliveries the
+	// sources hold (handed over and not yet settled), all sources together;
+	// each source's prefetch follows the size of its messages, up to
+	// Prefetch (broker.ConsumeOptions.Budget). ExpectedBytes sizes the
+	// first prefetch: the largest body to expect (MaxMessageBytes).
+	Budget        *budget.Budget
+	ExpectedBytes int
 	// Metrics, when set, is told what ingest did.
 	Metrics Metrics
 	Now     func() time.Time
@@ -182,6 +190,7 @@ func (in *Ingester) Run(ctx context.Context) error {
 			}
 			errs[i] = broker.Consume(ctx, in.conn, broker.ConsumeOptions{
 				Queue: src.Queue, Prefetch: in.opts.Prefetch, Name: src.Name, Setup: src.Setup, MustExist: src.MustExist, Logger: in.log,
+				Budget: in.opts.Budget, ExpectedBytes: in.opts.ExpectedBytes,
 			}, func(ctx context.Context, s *broker.Session) error { return in.session(ctx, src, s) })
 		}()
 	}

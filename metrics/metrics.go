@@ -8,7 +8,6 @@ import (
 	"context"
 	"math"
 	"net/http"
-	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/delaybridge/delaybridge/circuit"
+	"github.com/delaybridge/delaybridge/internal/buildinfo"
 )
 
 const namespace = "delaybridge"
@@ -118,10 +118,11 @@ func New() *Metrics {
 	for _, b := range Breakers {
 		m.breakers.WithLabelValues(b)
 	}
+	bi := buildinfo.Get()
 	buildInfo := prometheus.NewGauge(prometheus.GaugeOpts{
 		Namespace: namespace, Name: "build_info",
-		Help:        "Always 1; the labels name the build.",
-		ConstLabels: prometheus.Labels{"version": version(), "revision": revision()},
+		Help:        "Always 1; the labels name the build (delaybridge version prints the same).",
+		ConstLabels: prometheus.Labels{"version": bi.Version, "revision": bi.Revision, "goversion": bi.GoVersion},
 	})
 	buildInfo.Set(1)
 	reg.MustRegister(
@@ -386,22 +387,4 @@ func (c *connCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, v, name)
 	}
-}
-
-func version() string {
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
-		return bi.Main.Version
-	}
-	return "unknown"
-}
-
-func revision() string {
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		for _, s := range bi.Settings {
-			if s.Key == "vcs.revision" {
-				return s.Value
-			}
-		}
-	}
-	return "unknown"
 }

@@ -18,7 +18,19 @@ const adminToken = "it-admin-token-0123456789"
 // token is passed through the environment only when withToken is set.
 func runCLI(t *testing.T, b *bridgeProc, withToken bool, args ...string) (int, string, string) {
 	t.Helper()
+	env := map[string]string{"DELAYBRIDGE_ADMIN_URL": "http://" + b.HTTPAddr}
+	if withToken {
+		env["DELAYBRIDGE_ADMIN_TOKEN"] = adminToken
+	}
+	return runBin(t, env, args...)
+}
+
+// runBin runs the built binary with args and exactly the given DELAYBRIDGE_*
+// variables, to its end, and returns its exit code, stdout and stderr.
+func runBin(t *testing.T, env map[string]string, args ...string) (int, string, string) {
+	t.Helper()
 	if bridgeBin == "" {
+		requireBroker(t) // TestMain builds the binary only when the broker is up
 		t.Fatal("the bridge binary was not built (TestMain)")
 	}
 	cmd := exec.Command(bridgeBin, args...)
@@ -27,9 +39,8 @@ func runCLI(t *testing.T, b *bridgeProc, withToken bool, args ...string) (int, s
 			cmd.Env = append(cmd.Env, kv)
 		}
 	}
-	cmd.Env = append(cmd.Env, "DELAYBRIDGE_ADMIN_URL=http://"+b.HTTPAddr)
-	if withToken {
-		cmd.Env = append(cmd.Env, "DELAYBRIDGE_ADMIN_TOKEN="+adminToken)
+	for k, v := range env {
+		cmd.Env = append(cmd.Env, k+"="+v)
 	}
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
