@@ -266,7 +266,8 @@ func cliList(c *adminClient, fs *flag.FlagSet, args []string) int {
 	limit := fs.Int("limit", admin.DefaultLimit, fmt.Sprintf("most rows per page (1..%d)", admin.MaxLimit))
 	all := fs.Bool("all", false, "follow the cursor and list every matching timeout")
 	cursor := fs.String("cursor", "", "start after this cursor (the \"next\" of a previous page)")
-	setUsage(fs, "ls [--destination Q | --exchange X [--routing-key K]] [--from T] [--to T] [--limit N] [--all] [--json]",
+	saga := fs.String("saga-id", "", "only timeouts of this saga (NServiceBus saga id, MassTransit schedule token)")
+	setUsage(fs, "ls [--destination Q | --exchange X [--routing-key K]] [--saga-id S] [--from T] [--to T] [--limit N] [--all] [--json]",
 		"Lists pending timeouts in due order.")
 	pos, code := parseFlags(fs, args, c.out, c.errOut)
 	if code >= 0 {
@@ -296,6 +297,9 @@ func cliList(c *adminClient, fs *flag.FlagSet, args []string) int {
 	}
 	if keySet {
 		q.Set("routing_key", *key)
+	}
+	if *saga != "" {
+		q.Set("saga_id", *saga)
 	}
 	now := time.Now()
 	for name, v := range map[string]string{"due_from": *from, "due_to": *to} {

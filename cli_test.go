@@ -133,7 +133,13 @@ func TestCLICancelSaga(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "saga id:") || !strings.Contains(out, "7d3e") {
 		t.Fatalf("show: %d %s", code, out)
 	}
-	code, out, errOut := cli(t, srv, "cancel", "--saga-id", "7d3e")
+	code, out, errOut := cli(t, srv, "ls", "--json", "--saga-id", "7d3e")
+	var page admin.ListJSON
+	if err := json.Unmarshal([]byte(out), &page); code != 0 || err != nil || len(page.Timeouts) != 2 ||
+		page.Timeouts[0].ID != "t1" || page.Timeouts[1].ID != "t2" {
+		t.Fatalf("ls --saga-id: %d %s %q", code, out, errOut)
+	}
+	code, out, errOut = cli(t, srv, "cancel", "--saga-id", "7d3e")
 	if code != 0 || !strings.Contains(out, "cancelled 2 timeouts of saga 7d3e") {
 		t.Fatalf("cancel --saga-id: %d %q %q", code, out, errOut)
 	}

@@ -273,6 +273,13 @@ func (h *handler) list(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
+	if q.Has("saga_id") {
+		f.SagaID = q.Get("saga_id")
+		if err := wire.ValidateID("saga_id", f.SagaID); err != nil {
+			writeError(w, http.StatusBadRequest, "invalid saga id filter: "+err.Error())
+			return
+		}
+	}
 	if v := q.Get("due_from"); v != "" {
 		if f.DueFrom, err = parseTime("due_from", v); err != nil {
 			writeError(w, http.StatusBadRequest, err.Error())

@@ -175,6 +175,34 @@ func TestDestinationFilters(t *testing.T) {
 	}
 }
 
+// saga_id reaches the store as ListFilter.SagaID, with the other filters;
+// an empty or invalid one is a 400 and no store call.
+func TestSagaFilter(t *testing.T) {
+	rs := &rowsStore{}
+	f := newFixtureOver(t, token, func(s storage.Store) storage.Store { rs.Store = s; return rs })
+	for query, want := range map[string]storage.ListFilter{
+		"saga_id=7d3e":                      {SagaID: "7d3e"},
+		"saga_id=a%2Fb&destination=q":       {SagaID: "a/b", Destination: "q"},
+		"exchange=events&saga_id=s&limit=5": {SagaID: "s", Exchange: "events"},
+	} {
+		f.want("GET", "/api/v1/timeouts?"+query, "", http.StatusOK, nil)
+		got := rs.listed()
+		if g := got[len(got)-1]; g.SagaID != want.SagaID || g.Destination != want.Destination || g.Exchange != want.Exchange {
+			t.Errorf("%q: store got %+v, want %+v", query, g, want)
+		}
+	}
+	calls := len(rs.listed())
+	for _, query := range []string{"saga_id=", "saga_id=a%00b", "saga_id=%FF"} {
+		b := f.want("GET", "/api/v1/timeouts?"+query, "", http.StatusBadRequest, nil)
+		if !strings.Contains(string(b), "invalid saga id filter") {
+			t.Errorf("%q: %s", query, b)
+		}
+	}
+	if n := len(rs.listed()) - calls; n != 0 {
+		t.Errorf("%d List calls for refused saga filters", n)
+	}
+}
+
 // Over a real store: a queue and a routing key of the same name are told
 // apart by every filter, and the item answered by show, reschedule and
 // dispatch names the exchange. (Needs a store that persists Exchange.)

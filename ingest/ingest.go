@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -99,6 +100,9 @@ type Ingester struct {
 	store  Store
 	opts   Options
 	log    zerolog.Logger
+	// replacer is the store when it replaces groups in one commit: then a
+	// batch holds many OpReplace (see fits).
+	replacer storage.GroupReplacer
 }
 
 // New returns an Ingester that consumes on conn and publishes error-queue
@@ -122,7 +126,33 @@ func New(conn broker.Waiter, newPub NewPublisher, store Store, opts Options) *In
 	if opts.Metrics == nil {
 		opts.Metrics = noMetrics{}
 	}
-	return &Ingester{conn: conn, newPub: newPub, store: store, opts: opts, log: opts.Logger}
+	in := &Ingester{conn: conn, newPub: newPub, store: store, opts: opts, log: opts.Logger}
+	in.replacer, _ = store.(storage.GroupReplacer)
+	return in
+}
+
+// endsBatch reports whether e ends its batch: a cancel does (Op.endsBatch),
+// and so does a replace when the store cannot replace groups together,
+// since the replace's cancel and insert are then two commits.
+func (in *Ingester) endsBatch(e *entry) bool {
+	return e.intake.Op.endsBatch() || (e.intake.Op == OpReplace && in.replacer == nil)
+}
+
+// fits reports whether e may join batch. A batch's replaces are applied
+// before its inserts (cancel the groups, then insert every row), so a
+// replace of a group that an earlier message of the batch belongs to must
+// wait for the next batch: it would otherwise spare that message, which
+// it replaces. Messages after a replace, of its group or not, fit.
+func (in *Ingester) fits(batch []entry, e *entry) bool {
+	if e.intake.Op != OpReplace || in.replacer == nil {
+		return true
+	}
+	for i := range batch {
+		if batch[i].intake.Op.stores() && batch[i].intake.SagaID == e.intake.SagaID {
+			return false
+		}
+	}
+	return true
 }
 
 // Run consumes every source until ctx ends, then cancels the consumers,
@@ -188,6 +218,14 @@ func (in *Ingester) session(ctx context.Context, src Source, s *broker.Session) 
 	defer func() { _ = requeueHeld(held) }()
 	retry := time.NewTimer(time.Hour)
 	retry.Stop()
+	// carry is a delivery that did not fit its batch (see fits): it starts
+	// the next one.
+	var carry *entry
+	defer func() {
+		if carry != nil {
+			_ = carry.d.Nack(false, true)
+		}
+	}()
 	for {
 		batch = batch[:0]
 		// Stopping wins over a ready delivery: select picks at random, and
@@ -196,28 +234,33 @@ func (in *Ingester) session(ctx context.Context, src Source, s *broker.Session) 
 			s.Cancel()
 			return nil
 		}
-		select {
-		case <-ctx.Done():
-			// Stop the flow first; deliveries already in the buffer stay
-			// unacked and are requeued when the channel closes.
-			s.Cancel()
-			return nil
-		case e := <-s.Closed:
-			return fmt.Errorf("%s: channel closed: %v", src.Name, e)
-		case <-retry.C:
-			var err error
-			if held, err = in.retryHeld(ctx, src, pub, held); err != nil {
-				return err
+		if carry != nil {
+			batch = append(batch, *carry)
+			carry = nil
+		} else {
+			select {
+			case <-ctx.Done():
+				// Stop the flow first; deliveries already in the buffer stay
+				// unacked and are requeued when the channel closes.
+				s.Cancel()
+				return nil
+			case e := <-s.Closed:
+				return fmt.Errorf("%s: channel closed: %v", src.Name, e)
+			case <-retry.C:
+				var err error
+				if held, err = in.retryHeld(ctx, src, pub, held); err != nil {
+					return err
+				}
+				in.armRetry(retry, held)
+				continue
+			case d, ok := <-s.Deliveries:
+				if !ok {
+					return fmt.Errorf("%s: consumer cancelled by the broker", src.Name)
+				}
+				batch = append(batch, in.classify(src, d))
 			}
-			in.armRetry(retry, held)
-			continue
-		case d, ok := <-s.Deliveries:
-			if !ok {
-				return fmt.Errorf("%s: consumer cancelled by the broker", src.Name)
-			}
-			batch = append(batch, in.classify(src, d))
 		}
-		if !batch[0].intake.Op.endsBatch() {
+		if !in.endsBatch(&batch[0]) {
 			// Group commit: gather what arrives within a short linger. The
 			// library hands deliveries over one at a time, so a
 			// non-blocking drain alone yields batches of one and an fsync
@@ -231,8 +274,13 @@ func (in *Ingester) session(ctx context.Context, src Source, s *broker.Session) 
 					if !ok {
 						break fill
 					}
-					batch = append(batch, in.classify(src, d))
-					if batch[len(batch)-1].intake.Op.endsBatch() {
+					e := in.classify(src, d)
+					if !in.fits(batch, &e) {
+						carry = &e
+						break fill
+					}
+					batch = append(batch, e)
+					if in.endsBatch(&e) {
 						break fill
 					}
 				case <-linger.C:
@@ -349,7 +397,7 @@ func (in *Ingester) classify(src Source, d amqp.Delivery) entry {
 		}
 		return e
 	}
-	if e.intake.Op == OpReplace {
+	if e.intake.Op == OpReplace && in.replacer == nil {
 		if _, ok := in.store.(storage.SagaCanceller); !ok {
 			e.intake = Reject(errors.New("this store cannot replace a scheduled message (it cannot cancel by group)"))
 			return e
@@ -393,7 +441,7 @@ func (in *Ingester) accept(it *Intake, bodyLen int, now time.Time) (storage.Time
 func (in *Ingester) handle(ctx context.Context, src Source, pub Publisher, batch, held []entry) ([]entry, error) {
 	connErr := in.reject(ctx, src, pub, batch)
 	var pause time.Duration
-	if committed, p := in.commit(ctx, batch, OpSchedule); !committed {
+	if committed, p := in.commit(ctx, batch, in.replacer != nil); !committed {
 		pause = p
 	} else if p := in.cancel(ctx, batch); p > 0 {
 		pause = p
@@ -448,17 +496,28 @@ func settle(batch []entry, heldBefore bool) error {
 	return nil
 }
 
-// commit stores the batch's messages of op (a storing one) in one commit and
-// marks them acked. It reports false, and the pause before the next attempt, when
-// the store failed: they are then requeued, and so is the batch's cancel.
-func (in *Ingester) commit(ctx context.Context, batch []entry, op Op) (bool, time.Duration) {
+// commit stores the batch's messages to schedule, and its replaces when
+// replaces is set, in one commit and marks them acked. With the store's
+// GroupReplacer the replaces' groups are cancelled in that commit, before
+// the inserts (fits keeps a group's earlier messages out of the batch).
+// It reports false, and the pause before the next attempt, when the store
+// failed: they are then requeued, and so is the batch's cancel.
+func (in *Ingester) commit(ctx context.Context, batch []entry, replaces bool) (bool, time.Duration) {
 	var rows []storage.Timeout
 	var idx []int
+	var groups []string
 	for i := range batch {
-		if batch[i].intake.Op == op {
-			rows = append(rows, batch[i].row)
-			idx = append(idx, i)
+		switch it := &batch[i].intake; {
+		case it.Op == OpSchedule:
+		case it.Op == OpReplace && replaces:
+			if in.replacer != nil && !slices.Contains(groups, it.SagaID) {
+				groups = append(groups, it.SagaID)
+			}
+		default:
+			continue
 		}
+		rows = append(rows, batch[i].row)
+		idx = append(idx, i)
 	}
 	if len(rows) == 0 {
 		return true, 0
@@ -467,14 +526,25 @@ func (in *Ingester) commit(ctx context.Context, batch []entry, op Op) (bool, tim
 	// commit must not be abandoned half-way by shutdown, so it does not
 	// take ctx.
 	began := time.Now()
-	inserted, err := in.store.Insert(context.WithoutCancel(ctx), rows)
+	var inserted []bool
+	var replaced, leased int
+	var err error
+	if len(groups) > 0 {
+		inserted, replaced, leased, err = in.replacer.ReplaceGroups(context.WithoutCancel(ctx), groups, rows)
+	} else {
+		inserted, err = in.store.Insert(context.WithoutCancel(ctx), rows)
+	}
 	if err != nil {
 		pause := in.opts.StoreBreaker.Failure(err)
-		in.log.Error().Err(err).Int("messages", len(rows)).Dur("retry_in", pause).Msg("store failed; messages requeued")
+		in.log.Error().Err(err).Int("messages", len(rows)).Int("replaced_groups", len(groups)).Dur("retry_in", pause).Msg("store failed; messages requeued")
 		return false, pause // they, and the cancel after them, stay requeue
 	}
 	in.opts.StoreBreaker.Success()
 	in.opts.Metrics.ObserveIngestCommit(time.Since(began))
+	if replaced > 0 || leased > 0 {
+		// leased: too late to replace, being dispatched; both are delivered.
+		in.log.Info().Strs("groups", groups).Int("replaced", replaced).Int("leased", leased).Msg("replace: earlier messages of the groups cancelled")
+	}
 	// Wake for every row, duplicates too: a store that repeated its insert
 	// after a lost connection reports its own rows as duplicates, and a
 	// wake too many costs one poll.
@@ -516,7 +586,7 @@ func (in *Ingester) cancel(ctx context.Context, batch []entry) time.Duration {
 			}
 			continue
 		}
-		if e.intake.Op == OpReplace {
+		if e.intake.Op == OpReplace && in.replacer == nil { // else committed with the batch
 			if p := in.replace(ctx, e); p > 0 {
 				pause = max(pause, p)
 			}
@@ -591,7 +661,7 @@ func (in *Ingester) replace(ctx context.Context, e *entry) time.Duration {
 	if n > 0 || leased > 0 {
 		in.log.Info().Str("group", group).Int("replaced", n).Int("leased", leased).Msg("replace: earlier messages of the group cancelled")
 	}
-	if committed, pause := in.commit(ctx, []entry{*e}, OpReplace); !committed {
+	if committed, pause := in.commit(ctx, []entry{*e}, true); !committed {
 		return pause
 	}
 	e.outcome = ack

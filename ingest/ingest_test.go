@@ -669,14 +669,7 @@ func TestReplace(t *testing.T) {
 	in := newIngester(store, pub, &woke)
 	run := func(in *Ingester, ds ...amqp.Delivery) {
 		t.Helper()
-		batch := make([]entry, len(ds))
-		for i, d := range ds {
-			batch[i] = in.classify(replaceSource, d)
-		}
-		held, err := in.handle(context.Background(), replaceSource, pub, batch, nil)
-		if err != nil || len(held) != 0 {
-			t.Fatalf("handle: %v, %d held", err, len(held))
-		}
+		handleAll(t, in, replaceSource, pub, ds)
 	}
 	run(in, deliveries(s, amqp.Table{})...)
 	if s.Outcome(1) != amqptest.Acked || len(pub.sent) != 0 {
@@ -696,8 +689,8 @@ func TestReplace(t *testing.T) {
 	if len(woke) != 1 {
 		t.Fatalf("%d wakes, want one", len(woke))
 	}
-	if !OpReplace.endsBatch() || !OpReplace.stores() || OpCancelSaga.stores() {
-		t.Fatal("a replace must end its batch, and store")
+	if r := (entry{intake: Intake{Op: OpReplace}}); !in.endsBatch(&r) || !OpReplace.stores() || OpCancelSaga.stores() {
+		t.Fatal("a replace must end its batch (the store has no GroupReplacer), and store")
 	}
 
 	// Store failures requeue it: of the cancel, and of the insert after it.
@@ -721,6 +714,20 @@ func TestReplace(t *testing.T) {
 	run(newIngester(&fakeStore{}, pub, &woke), deliveries(s4, amqp.Table{})...)
 	if len(pub.sent) != 1 || !strings.Contains(pub.sent[0].Msg.Headers[wire.HeaderError].(string), "cannot replace") || s4.Outcome(1) != amqptest.Acked {
 		t.Fatalf("error copies %d, outcome %s; want one saying the store cannot replace, acked", len(pub.sent), s4.Outcome(1))
+	}
+}
+
+// handleAll runs ds through in as one batch of src and fails t when a
+// delivery is held or handle fails.
+func handleAll(t *testing.T, in *Ingester, src Source, pub Publisher, ds []amqp.Delivery) {
+	t.Helper()
+	batch := make([]entry, len(ds))
+	for i, d := range ds {
+		batch[i] = in.classify(src, d)
+	}
+	held, err := in.handle(context.Background(), src, pub, batch, nil)
+	if err != nil || len(held) != 0 {
+		t.Fatalf("handle: %v, %d held", err, len(held))
 	}
 }
 

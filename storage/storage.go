@@ -72,6 +72,12 @@ type ListFilter struct {
 	DueTo       time.Time // exclusive; zero: unbounded
 	After       string    // cursor from the previous page; empty: from the start
 	Limit       int       // at most this many rows (required, > 0)
+
+	// SagaID, when set, selects the rows of that saga (Timeout.SagaID)
+	// exactly, and with the other fields those of them that match too. A
+	// store finds a saga's rows in an index, without scanning the others;
+	// the order and the cursor are List's as for any filter.
+	SagaID string
 }
 
 // Timeout is one pending message. Message is opaque to the store: the encoded
@@ -188,7 +194,8 @@ type Store interface {
 // The optional interfaces below are what a backend may offer beyond Store.
 // Callers find them with a type assertion, do without them when absent, and
 // treat ErrUnsupported from one as its absence. storetest checks each one a
-// store has. boltstore has Stater and SagaCanceller; postgres has all four.
+// store has. boltstore has Stater, SagaCanceller and GroupReplacer; postgres
+// has all five.
 
 // Stater counts the store's rows. The admin API's stats, the status page,
 // /debug/vars and the store metrics show the counts, and the poller's
@@ -238,4 +245,38 @@ type SagaCanceller interface {
 	// timeouts at once. As Cancel, it applies to inserts of other instances
 	// that are under way. An empty sagaID is an error.
 	CancelSaga(ctx context.Context, sagaID string) (cancelled, leased int, err error)
+}
+
+// GroupReplacer replaces the pending timeouts of many groups (saga ids) in
+// one commit: MassTransit's ScheduleMessage replaces whatever its schedule
+// token has pending, and ingest commits a batch of them, of distinct
+// tokens, together instead of one commit each.
+type GroupReplacer interface {
+	// ReplaceGroups does in one commit what CancelSaga of each of groups,
+	// then Insert of ts, would do: it removes every pending timeout whose
+	// SagaID is one of groups and that is not being dispatched, leaving a
+	// tombstone for each, then inserts ts. It spares the pending rows
+	// whose id is that of a row of ts in one of groups: a repeat of a call
+	// whose commit went through but whose answer was lost then finds its
+	// own rows and changes nothing, rather than cancelling them and being
+	// refused by their tombstones. inserted is Insert's answer; cancelled
+	// and leased are CancelSaga's, summed over groups. An empty group is
+	// an error; no groups is an Insert.
+	ReplaceGroups(ctx context.Context, groups []string, ts []Timeout) (inserted []bool, cancelled, leased int, err error)
+}
+
+// Spared is the set of ids that ReplaceGroups spares: those of the rows of
+// ts whose SagaID is one of groups.
+func Spared(groups []string, ts []Timeout) map[string]bool {
+	in := make(map[string]bool, len(groups))
+	for _, g := range groups {
+		in[g] = true
+	}
+	spared := make(map[string]bool)
+	for i := range ts {
+		if ts[i].SagaID != "" && in[ts[i].SagaID] {
+			spared[ts[i].ID] = true
+		}
+	}
+	return spared
 }

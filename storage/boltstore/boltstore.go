@@ -36,6 +36,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -105,6 +106,7 @@ var (
 	_ storage.Store         = (*Store)(nil)
 	_ storage.Stater        = (*Store)(nil)
 	_ storage.SagaCanceller = (*Store)(nil)
+	_ storage.GroupReplacer = (*Store)(nil)
 	// No LeaseCounter: the file has one owner, so Stats counts its leases.
 	// No MultiGetter: a Get is a local read, not a round trip.
 )
@@ -483,17 +485,8 @@ func (s *Store) Insert(ctx context.Context, ts []storage.Timeout) ([]bool, error
 		return nil, err
 	}
 	defer exit()
-	for i := range ts {
-		switch t := &ts[i]; {
-		case t.ID == "":
-			return nil, fmt.Errorf("boltstore: insert: timeout %d has an empty id", i)
-		case len(t.ID) > maxIDLen:
-			return nil, fmt.Errorf("boltstore: insert: timeout %d: id is %d bytes, longer than %d", i, len(t.ID), maxIDLen)
-		case t.Destination == "" && t.Exchange == "":
-			return nil, fmt.Errorf("boltstore: insert: timeout %q has an empty destination", t.ID)
-		case strings.IndexByte(t.SagaID, 0) >= 0 || len(t.SagaID)+1+len(t.ID) > bolt.MaxKeySize:
-			return nil, fmt.Errorf("boltstore: insert: timeout %q: saga id holds a NUL or is too long", t.ID)
-		}
+	if err := checkInsert(ts); err != nil {
+		return nil, fmt.Errorf("boltstore: insert: %w", err)
 	}
 	inserted := make([]bool, len(ts))
 	if len(ts) == 0 {
@@ -501,28 +494,51 @@ func (s *Store) Insert(ctx context.Context, ts []storage.Timeout) ([]bool, error
 	}
 	now := s.now()
 	err = s.update(func(tx *bolt.Tx, c *counts) error {
-		clear(inserted)
 		b, err := buckets(tx, c)
 		if err != nil {
 			return err
 		}
-		for i := range ts {
-			// Get sees this transaction's own puts, so a repeated id in ts
-			// is caught here too.
-			if b.ids.Get([]byte(ts[i].ID)) != nil || b.cancelled(ts[i].ID, now) {
-				continue
-			}
-			if err := b.add(&ts[i]); err != nil {
-				return fmt.Errorf("timeout %q: %w", ts[i].ID, err)
-			}
-			inserted[i] = true
-		}
-		return nil
+		return b.insert(ts, inserted, now)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("boltstore: insert: %w", err)
 	}
 	return inserted, nil
+}
+
+// checkInsert refuses the timeouts no record or index key can hold.
+func checkInsert(ts []storage.Timeout) error {
+	for i := range ts {
+		switch t := &ts[i]; {
+		case t.ID == "":
+			return fmt.Errorf("timeout %d has an empty id", i)
+		case len(t.ID) > maxIDLen:
+			return fmt.Errorf("timeout %d: id is %d bytes, longer than %d", i, len(t.ID), maxIDLen)
+		case t.Destination == "" && t.Exchange == "":
+			return fmt.Errorf("timeout %q has an empty destination", t.ID)
+		case strings.IndexByte(t.SagaID, 0) >= 0 || len(t.SagaID)+1+len(t.ID) > bolt.MaxKeySize:
+			return fmt.Errorf("timeout %q: saga id holds a NUL or is too long", t.ID)
+		}
+	}
+	return nil
+}
+
+// insert stores the rows of ts whose id is neither pending nor cancelled
+// at now and marks them in inserted, which it sets afresh.
+func (b txb) insert(ts []storage.Timeout, inserted []bool, now time.Time) error {
+	clear(inserted)
+	for i := range ts {
+		// Get sees this transaction's own puts, so a repeated id in ts
+		// is caught here too.
+		if b.ids.Get([]byte(ts[i].ID)) != nil || b.cancelled(ts[i].ID, now) {
+			continue
+		}
+		if err := b.add(&ts[i]); err != nil {
+			return fmt.Errorf("timeout %q: %w", ts[i].ID, err)
+		}
+		inserted[i] = true
+	}
+	return nil
 }
 
 // Lease leases up to limit due rows to owner for d; see storage.Store. It
@@ -814,6 +830,10 @@ func (s *Store) List(ctx context.Context, f storage.ListFilter) ([]storage.Timeo
 		if err != nil {
 			return err
 		}
+		if f.SagaID != "" {
+			rows, next, err = s.listSaga(b, f, after)
+			return err
+		}
 		// A row that is not held sits in ready at its due time; a held one
 		// is listed from held and skipped in ready. Both are keyed by time
 		// and id: merged, they give due order, ties by id.
@@ -874,6 +894,39 @@ func (s *Store) List(ctx context.Context, f storage.ListFilter) ([]storage.Timeo
 		return nil, "", fmt.Errorf("boltstore: list: %w", err)
 	}
 	return rows, next, nil
+}
+
+// listSaga is List for a filter with a SagaID. It reads the saga's rows
+// from the saga index, whose keys are not in due order, and sorts them by
+// their due-index keys: pages and cursors are those of the due index, at
+// the cost of reading the saga's rows on every page (a saga has a few).
+func (s *Store) listSaga(b txb, f storage.ListFilter, after []byte) ([]storage.Timeout, string, error) {
+	rs, err := b.sagaRecords(f.SagaID)
+	if err != nil {
+		return nil, "", err
+	}
+	var found []storage.Timeout
+	for _, r := range rs {
+		switch {
+		case after != nil && bytes.Compare(dueKey(&r.Timeout), after) <= 0,
+			!f.DueFrom.IsZero() && r.DueAt.Before(f.DueFrom),
+			!f.DueTo.IsZero() && !r.DueAt.Before(f.DueTo),
+			!selects(f, &r.Timeout):
+			continue
+		}
+		r.Message = nil
+		found = append(found, r.Timeout)
+	}
+	slices.SortFunc(found, func(x, y storage.Timeout) int { return bytes.Compare(dueKey(&x), dueKey(&y)) })
+	var next string
+	if len(found) > f.Limit {
+		found = found[:f.Limit]
+		next = hex.EncodeToString(dueKey(&found[len(found)-1]))
+	}
+	for i := range found {
+		s.leases.annotate(&found[i])
+	}
+	return found, next, nil
 }
 
 // selects reports whether f's Destination and Exchange select t; see
@@ -947,45 +1000,111 @@ func (s *Store) CancelSaga(ctx context.Context, sagaID string) (cancelled, lease
 	pins := pinSet{t: s.leases}
 	defer pins.release()
 	err = s.update(func(tx *bolt.Tx, c *counts) error {
-		cancelled, leased = 0, 0
 		b, err := buckets(tx, c)
 		if err != nil {
 			return err
 		}
-		prefix := sagaKey(sagaID, "")
-		var ids []string
-		cur := b.sagas.Cursor()
-		for k, _ := cur.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = cur.Next() {
-			ids = append(ids, string(k[len(prefix):]))
-		}
-		for _, id := range ids {
-			r, err := b.load(id)
-			switch {
-			case err != nil:
-				return err
-			case r == nil || r.SagaID != sagaID:
-				return fmt.Errorf("%w: saga index entry for %q does not match its record", errCorrupt, id)
-			}
-			if err := pins.pin(id, now); err != nil {
-				leased++
-				continue
-			}
-			if err := b.forget(r); err != nil {
-				return err
-			}
-			// A tombstone, as Cancel leaves: a copy of a cancelled timeout
-			// stored again (a requeue) must not bring it back.
-			if err := b.cancels.Put([]byte(id), binary.BigEndian.AppendUint64(nil, uint64(now.Add(s.window).UnixNano()))); err != nil {
-				return err
-			}
-			cancelled++
-		}
-		return nil
+		cancelled, leased, err = s.cancelSaga(b, &pins, sagaID, nil, now)
+		return err
 	})
 	if err != nil {
 		return 0, 0, fmt.Errorf("boltstore: cancel saga %q: %w", sagaID, err)
 	}
 	return cancelled, leased, nil
+}
+
+// ReplaceGroups cancels the groups' rows and inserts ts in one
+// transaction; see storage.GroupReplacer.
+func (s *Store) ReplaceGroups(ctx context.Context, groups []string, ts []storage.Timeout) (inserted []bool, cancelled, leased int, err error) {
+	if slices.Contains(groups, "") {
+		return nil, 0, 0, errors.New("boltstore: replace groups: empty group")
+	}
+	exit, err := s.enter(ctx)
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	defer exit()
+	if err := checkInsert(ts); err != nil {
+		return nil, 0, 0, fmt.Errorf("boltstore: replace groups: %w", err)
+	}
+	inserted = make([]bool, len(ts))
+	if len(groups) == 0 && len(ts) == 0 {
+		return inserted, 0, 0, nil
+	}
+	spared := storage.Spared(groups, ts)
+	now := s.now()
+	pins := pinSet{t: s.leases}
+	defer pins.release()
+	err = s.update(func(tx *bolt.Tx, c *counts) error {
+		cancelled, leased = 0, 0
+		b, err := buckets(tx, c)
+		if err != nil {
+			return err
+		}
+		for _, g := range groups {
+			n, l, err := s.cancelSaga(b, &pins, g, spared, now)
+			if err != nil {
+				return err
+			}
+			cancelled, leased = cancelled+n, leased+l
+		}
+		return b.insert(ts, inserted, now)
+	})
+	if err != nil {
+		return nil, 0, 0, fmt.Errorf("boltstore: replace groups: %w", err)
+	}
+	return inserted, cancelled, leased, nil
+}
+
+// cancelSaga removes the rows of saga that are not leased and not spared,
+// leaving a tombstone for each, and counts them and the leased ones.
+func (s *Store) cancelSaga(b txb, pins *pinSet, saga string, spared map[string]bool, now time.Time) (cancelled, leased int, err error) {
+	rs, err := b.sagaRecords(saga)
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, r := range rs {
+		if spared[r.ID] {
+			continue
+		}
+		if err := pins.pin(r.ID, now); err != nil {
+			leased++
+			continue
+		}
+		if err := b.forget(r); err != nil {
+			return 0, 0, err
+		}
+		// A tombstone, as Cancel leaves: a copy of a cancelled timeout
+		// stored again (a requeue) must not bring it back.
+		if err := b.cancels.Put([]byte(r.ID), binary.BigEndian.AppendUint64(nil, uint64(now.Add(s.window).UnixNano()))); err != nil {
+			return 0, 0, err
+		}
+		cancelled++
+	}
+	return cancelled, leased, nil
+}
+
+// sagaRecords returns the records of saga's rows, in id order, from the
+// saga index. They are decoded copies: the caller may change the buckets.
+func (b txb) sagaRecords(saga string) ([]*row, error) {
+	prefix := sagaKey(saga, "")
+	var ids []string
+	cur := b.sagas.Cursor()
+	for k, _ := cur.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = cur.Next() {
+		ids = append(ids, string(k[len(prefix):]))
+	}
+	rs := make([]*row, 0, len(ids))
+	for _, id := range ids {
+		r, err := b.load(id)
+		switch {
+		case err != nil:
+			return nil, err
+		case r == nil || r.SagaID != saga:
+			return nil, fmt.Errorf("%w: saga index entry for %q does not match its record", errCorrupt, id)
+		}
+		rs = append(rs, r)
+	}
+	return rs, nil
 }
 
 // cancelled reports whether id has a tombstone that is live at now.

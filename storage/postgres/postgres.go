@@ -137,6 +137,7 @@ var (
 	_ storage.LeaseCounter  = (*Store)(nil)
 	_ storage.MultiGetter   = (*Store)(nil)
 	_ storage.SagaCanceller = (*Store)(nil)
+	_ storage.GroupReplacer = (*Store)(nil)
 )
 
 // Open connects to the database at url (a PostgreSQL URL or key=value
@@ -550,13 +551,14 @@ WITH cur AS (
 )
 SELECT busy FROM cur`),
 
-		// $1 saga id, $2 now, $3 tombstone expiry. The saga's rows, locked
-		// in id order (index timeouts_saga); those not under a live lease
-		// are deleted and leave tombstones, as Cancel's do.
+		// $1 saga ids, $2 now, $3 tombstone expiry, $4 ids spared. The
+		// sagas' rows, locked in id order (index timeouts_saga_due); those
+		// not spared nor under a live lease are deleted and leave
+		// tombstones, as Cancel's do.
 		cancelSaga: r.Replace(`
 WITH cur AS (
 	SELECT id, coalesce(lock_token IS NOT NULL AND lock_expires_at > $2, false) AS busy
-	FROM {{t}} WHERE saga_id = $1
+	FROM {{t}} WHERE saga_id = ANY($1::text[]) AND id <> ALL($4::text[])
 	ORDER BY id
 	FOR UPDATE
 ), del AS (
@@ -613,49 +615,17 @@ SELECT busy FROM cur`),
 // Insert stores the timeouts in one statement (one transaction); see storage.Store.
 // Lock and LockExpiresAt of the input are ignored: a new row is never leased.
 func (s *Store) Insert(ctx context.Context, in []storage.Timeout) ([]bool, error) {
-	for i := range in {
-		switch t := &in[i]; {
-		case t.ID == "":
-			return nil, fmt.Errorf("postgres: insert: timeout %d has an empty id", i)
-		case t.Destination == "" && t.Exchange == "":
-			return nil, fmt.Errorf("postgres: insert: timeout %q has an empty destination", t.ID)
-		}
+	if err := checkInsert(in); err != nil {
+		return nil, fmt.Errorf("postgres: insert: %w", err)
 	}
 	inserted := make([]bool, len(in))
-	var bytes int64
-	for i := range in {
-		bytes += int64(len(in[i].Message))
-	}
+	bytes := messageBytes(in)
 	err := s.runMoving(ctx, "insert", func(ctx context.Context, c *pgxpool.Conn, expect func(int64)) error {
 		clear(inserted)
 		if len(in) == 0 {
 			return nil
 		}
 		expect(bytes)
-		// The first copy of an id wins, as if inserted one by one.
-		first := make(map[string]int, len(in))
-		order := make([]int, 0, len(in))
-		for i := range in {
-			if _, dup := first[in[i].ID]; !dup {
-				first[in[i].ID] = i
-				order = append(order, i)
-			}
-		}
-		// Rows go in id order across statements too (see the insert
-		// statement), and a batch of large messages is split so that no
-		// statement exceeds what the protocol carries; the statements of
-		// one batch share one transaction, so the batch is still one commit.
-		slices.SortFunc(order, func(a, b int) int { return strings.Compare(in[a].ID, in[b].ID) })
-		var chunks [][]int
-		for lo := 0; lo < len(order); {
-			hi, bytes := lo, 0
-			for hi < len(order) && (hi == lo || bytes+len(in[order[hi]].Message) <= maxInsertBytes) {
-				bytes += len(in[order[hi]].Message)
-				hi++
-			}
-			chunks = append(chunks, order[lo:hi])
-			lo = hi
-		}
 		// The shared cancel lock, taken by a statement of its own so that
 		// the inserts' snapshots follow it: a Cancel that records a
 		// tombstone holds the lock exclusively, so either it committed
@@ -669,14 +639,9 @@ func (s *Store) Insert(ctx context.Context, in []storage.Timeout) ([]bool, error
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock_shared($1)`, s.cancelKey); err != nil {
 			return err
 		}
-		now := ts(s.now())
-		count := 0
-		for _, chunk := range chunks {
-			n, err := s.insertChunk(ctx, tx, in, chunk, first, inserted, now)
-			if err != nil {
-				return err
-			}
-			count += n
+		count, err := s.insertRows(ctx, tx, in, inserted, ts(s.now()))
+		if err != nil {
+			return err
 		}
 		if err := tx.Commit(ctx); err != nil {
 			return err
@@ -688,6 +653,62 @@ func (s *Store) Insert(ctx context.Context, in []storage.Timeout) ([]bool, error
 		return nil, err
 	}
 	return inserted, nil
+}
+
+// checkInsert refuses timeouts no row can hold.
+func checkInsert(in []storage.Timeout) error {
+	for i := range in {
+		switch t := &in[i]; {
+		case t.ID == "":
+			return fmt.Errorf("timeout %d has an empty id", i)
+		case t.Destination == "" && t.Exchange == "":
+			return fmt.Errorf("timeout %q has an empty destination", t.ID)
+		}
+	}
+	return nil
+}
+
+func messageBytes(in []storage.Timeout) int64 {
+	var n int64
+	for i := range in {
+		n += int64(len(in[i].Message))
+	}
+	return n
+}
+
+// insertRows inserts in within tx, whose caller holds the cancel lock,
+// marks in inserted (set afresh) what it stored, and returns how many.
+func (s *Store) insertRows(ctx context.Context, tx pgx.Tx, in []storage.Timeout, inserted []bool, now time.Time) (int, error) {
+	clear(inserted)
+	// The first copy of an id wins, as if inserted one by one.
+	first := make(map[string]int, len(in))
+	order := make([]int, 0, len(in))
+	for i := range in {
+		if _, dup := first[in[i].ID]; !dup {
+			first[in[i].ID] = i
+			order = append(order, i)
+		}
+	}
+	// Rows go in id order across statements too (see the insert
+	// statement), and a batch of large messages is split so that no
+	// statement exceeds what the protocol carries; the statements of
+	// one batch share one transaction, so the batch is still one commit.
+	slices.SortFunc(order, func(a, b int) int { return strings.Compare(in[a].ID, in[b].ID) })
+	count := 0
+	for lo := 0; lo < len(order); {
+		hi, bytes := lo, 0
+		for hi < len(order) && (hi == lo || bytes+len(in[order[hi]].Message) <= maxInsertBytes) {
+			bytes += len(in[order[hi]].Message)
+			hi++
+		}
+		n, err := s.insertChunk(ctx, tx, in, order[lo:hi], first, inserted, now)
+		if err != nil {
+			return 0, err
+		}
+		count += n
+		lo = hi
+	}
+	return count, nil
 }
 
 // maxInsertBytes bounds the message bytes of one insert statement: a
@@ -1126,36 +1147,19 @@ func (s *Store) CancelSaga(ctx context.Context, sagaID string) (cancelled, lease
 		return 0, 0, errors.New("postgres: cancel saga: empty saga id")
 	}
 	err = s.run(ctx, fmt.Sprintf("cancel saga %q", sagaID), func(ctx context.Context) error {
-		now := ts(s.now())
 		tx, err := s.pool.Begin(ctx)
 		if err != nil {
 			return err
 		}
 		defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-		b := s.cancelLocked()
-		b.Queue(s.q.cancelSaga, sagaID, now, tsUp(now.Add(s.window)))
-		var c, l int64
-		err = func() (err error) {
-			br := tx.SendBatch(ctx, b)
-			defer func() {
-				if cerr := br.Close(); err == nil {
-					err = cerr
-				}
-			}()
-			for range 2 {
-				if _, err := br.Exec(); err != nil {
-					return err
-				}
-			}
-			return br.QueryRow().Scan(&c, &l)
-		}()
+		c, l, err := s.cancelGroups(ctx, tx, []string{sagaID}, nil, ts(s.now()))
 		if err != nil {
 			return err
 		}
 		if err := tx.Commit(ctx); err != nil {
 			return err
 		}
-		cancelled, leased = int(c), int(l)
+		cancelled, leased = c, l
 		s.stats.addPending(-cancelled)
 		return nil
 	})
@@ -1163,6 +1167,80 @@ func (s *Store) CancelSaga(ctx context.Context, sagaID string) (cancelled, lease
 		return 0, 0, err
 	}
 	return cancelled, leased, nil
+}
+
+// ReplaceGroups cancels the groups' rows and inserts ts in one
+// transaction; see storage.GroupReplacer. It holds the cancel lock
+// exclusively, as CancelSaga, and inserts under it.
+func (s *Store) ReplaceGroups(ctx context.Context, groups []string, in []storage.Timeout) (inserted []bool, cancelled, leased int, err error) {
+	if slices.Contains(groups, "") {
+		return nil, 0, 0, errors.New("postgres: replace groups: empty group")
+	}
+	if len(groups) == 0 {
+		inserted, err = s.Insert(ctx, in)
+		return inserted, 0, 0, err
+	}
+	if err := checkInsert(in); err != nil {
+		return nil, 0, 0, fmt.Errorf("postgres: replace groups: %w", err)
+	}
+	var spared []string
+	for id := range storage.Spared(groups, in) {
+		spared = append(spared, id)
+	}
+	inserted = make([]bool, len(in))
+	err = s.runMoving(ctx, "replace groups", func(ctx context.Context, c *pgxpool.Conn, expect func(int64)) error {
+		expect(messageBytes(in))
+		tx, err := c.Begin(ctx)
+		if err != nil {
+			return err
+		}
+		defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+		now := ts(s.now())
+		n, l, err := s.cancelGroups(ctx, tx, groups, spared, now)
+		if err != nil {
+			return err
+		}
+		count, err := s.insertRows(ctx, tx, in, inserted, now)
+		if err != nil {
+			return err
+		}
+		if err := tx.Commit(ctx); err != nil {
+			return err
+		}
+		cancelled, leased = n, l
+		s.stats.addPending(count - n)
+		return nil
+	})
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	return inserted, cancelled, leased, nil
+}
+
+// cancelGroups runs the cancelSaga statement for groups, sparing the ids
+// of spared, in tx, under the cancel lock taken exclusively.
+func (s *Store) cancelGroups(ctx context.Context, tx pgx.Tx, groups, spared []string, now time.Time) (cancelled, leased int, err error) {
+	if spared == nil {
+		spared = []string{}
+	}
+	b := s.cancelLocked()
+	b.Queue(s.q.cancelSaga, groups, now, tsUp(now.Add(s.window)), spared)
+	var c, l int64
+	err = func() (err error) {
+		br := tx.SendBatch(ctx, b)
+		defer func() {
+			if cerr := br.Close(); err == nil {
+				err = cerr
+			}
+		}()
+		for range 2 {
+			if _, err := br.Exec(); err != nil {
+				return err
+			}
+		}
+		return br.QueryRow().Scan(&c, &l)
+	}()
+	return int(c), int(l), err
 }
 
 // cancelLocked starts the batch of a cancel: it takes the cancel lock
@@ -1287,6 +1365,10 @@ func (s *Store) List(ctx context.Context, f storage.ListFilter) ([]storage.Timeo
 		}
 	case f.Destination != "":
 		conds = append(conds, "exchange = ''", "destination = "+arg(f.Destination))
+	}
+	if f.SagaID != "" {
+		// Index timeouts_saga_due.
+		conds = append(conds, "saga_id = "+arg(f.SagaID))
 	}
 	if !f.DueFrom.IsZero() {
 		conds = append(conds, "due_at >= "+arg(ts(f.DueFrom)))

@@ -256,9 +256,32 @@ func TestMigrateToSagaIDs(t *testing.T) {
 	if _, err := s.Get(ctx, "old"); err != nil {
 		t.Fatalf("a row without a saga went with the saga: %v", err)
 	}
-	var idx bool
-	if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_indexes WHERE schemaname = $1 AND indexname = 'timeouts_saga')`, s.schema).Scan(&idx); err != nil || !idx {
-		t.Fatalf("index timeouts_saga missing (%v)", err)
+	// Version 6 replaced the index version 5 added.
+	checkIndexes(t, s, map[string]bool{"timeouts_saga_due": true})
+}
+
+// TestMigrateToSagaDueIndex: a schema at version 5 gets the saga index in
+// due order in place of the one by saga id alone, and its saga rows list.
+func TestMigrateToSagaDueIndex(t *testing.T) {
+	s := fromOldSchema(t, 6, `DROP INDEX {{s}}.timeouts_saga_due`,
+		`CREATE INDEX timeouts_saga ON {{s}}.timeouts (saga_id) WHERE saga_id IS NOT NULL`)
+	checkIndexes(t, s, map[string]bool{"timeouts_saga_due": true, "timeouts_saga": false})
+	saga := newTimeout("new", t0)
+	saga.SagaID = "s"
+	insert(t, s, saga)
+	if rows, _, err := s.List(ctx, storage.ListFilter{SagaID: "s", Limit: 10}); err != nil || len(rows) != 1 || rows[0].ID != "new" {
+		t.Fatalf("List of saga s = %v, %v; want row new", rows, err)
+	}
+}
+
+// checkIndexes fails t unless each index named exists exactly when want says.
+func checkIndexes(t *testing.T, s *Store, want map[string]bool) {
+	t.Helper()
+	for name, exists := range want {
+		var got bool
+		if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_indexes WHERE schemaname = $1 AND indexname = $2)`, s.schema, name).Scan(&got); err != nil || got != exists {
+			t.Fatalf("index %s exists: %v (%v), want %v", name, got, err, exists)
+		}
 	}
 }
 

@@ -102,6 +102,15 @@ var migrations = []migration{
 		`ALTER TABLE {{s}}.timeouts ADD COLUMN saga_id text COLLATE "C"`,
 		`CREATE INDEX timeouts_saga ON {{s}}.timeouts (saga_id) WHERE saga_id IS NOT NULL`,
 	}},
+	// Version 6: List by saga (storage.ListFilter.SagaID) pages through a
+	// saga's rows in (due_at, id) order straight from this index, where
+	// timeouts_saga left a sort of all the saga's rows on every page, or
+	// a walk of timeouts_due. CancelSaga's saga_id = $1 uses its prefix,
+	// so it replaces timeouts_saga.
+	{6, "saga rows in due order", []string{
+		`CREATE INDEX timeouts_saga_due ON {{s}}.timeouts (saga_id, due_at, id) WHERE saga_id IS NOT NULL`,
+		`DROP INDEX {{s}}.timeouts_saga`,
+	}},
 }
 
 // ErrOtherEndpoint means the schema already serves another endpoint.

@@ -53,6 +53,9 @@ func (e *env) optionalCalls(ctx context.Context) map[string]error {
 	if sc, ok := e.s.(storage.SagaCanceller); ok {
 		_, _, errs["CancelSaga"] = sc.CancelSaga(ctx, "saga")
 	}
+	if gr, ok := e.s.(storage.GroupReplacer); ok {
+		_, _, _, errs["ReplaceGroups"] = gr.ReplaceGroups(ctx, []string{"group"}, []storage.Timeout{newTimeout("r", at(0))})
+	}
 	maps.DeleteFunc(errs, func(_ string, err error) bool { return errors.Is(err, storage.ErrUnsupported) })
 	return errs
 }
@@ -359,6 +362,83 @@ func testCancelSaga(e *env) {
 		e.Fatal("CancelSaga of an empty saga id succeeded")
 	}
 	for _, id := range []string{"s1x-row", "s-row", "plain"} {
+		e.get(id)
+	}
+}
+
+// testReplaceGroups: ReplaceGroups cancels the groups' rows that are not
+// leased (tombstoned, as CancelSaga's), spares the rows it inserts itself
+// (a repeat changes nothing), touches no other row, inserts as Insert
+// does, and does nothing at all when it fails.
+func testReplaceGroups(e *env) {
+	gr := optional[storage.GroupReplacer](e)
+	_, _, _, err := gr.ReplaceGroups(e.ctx, []string{"nothing"}, nil)
+	e.skipUnsupported(err)
+	mk := func(id, group string, due time.Duration) storage.Timeout {
+		t := newTimeout(id, at(due))
+		t.SagaID = group
+		return t
+	}
+	e.insert(mk("g1-leased", "g1", -time.Minute), mk("g1-old", "g1", time.Hour), mk("g2-old", "g2", time.Hour),
+		mk("g10-row", "g10", time.Hour), mk("plain", "", time.Hour))
+	lease := e.leaseOne("g1-leased", time.Minute)
+	replace := func(groups []string, ts []storage.Timeout, wantInserted []bool, wantCancelled, wantLeased int) {
+		e.Helper()
+		got, c, l, err := gr.ReplaceGroups(e.ctx, groups, ts)
+		if err != nil || !slices.Equal(got, wantInserted) || c != wantCancelled || l != wantLeased {
+			e.Fatalf("ReplaceGroups(%v) = %v, %d cancelled, %d leased, %v; want %v, %d, %d",
+				groups, got, c, l, err, wantInserted, wantCancelled, wantLeased)
+		}
+	}
+	batch := []storage.Timeout{mk("g1-new", "g1", 2*time.Hour), mk("g2-new", "g2", 2*time.Hour),
+		mk("other", "", 2*time.Hour), mk("g3-new", "g3", 2*time.Hour)}
+	replace([]string{"g1", "g2", "g3"}, batch, []bool{true, true, true, true}, 2, 1)
+	e.expectMissing("g1-old")
+	e.expectMissing("g2-old")
+	for _, want := range batch {
+		if diff := cmp.Diff(want, e.get(want.ID), cmpOpts); diff != "" {
+			e.Fatalf("Get(%q) after ReplaceGroups differs (-inserted +got):\n%s", want.ID, diff)
+		}
+	}
+	for _, id := range []string{"g1-leased", "g10-row", "plain"} {
+		e.get(id)
+	}
+	if st, ok := e.s.(storage.Stater); ok {
+		if p, l, err := st.Stats(e.ctx); err == nil && (p != 7 || l != 1) {
+			e.Fatalf("Stats after ReplaceGroups = %d pending, %d leased; want 7, 1", p, l)
+		}
+	}
+	// A repeat (its first answer lost) finds its own rows: duplicates.
+	replace([]string{"g1", "g2", "g3"}, batch, []bool{false, false, false, false}, 0, 1)
+	for _, want := range batch {
+		e.get(want.ID)
+	}
+	// The cancelled ids are tombstoned, as CancelSaga leaves them.
+	replace([]string{"g2"}, []storage.Timeout{mk("g2-old", "g2", time.Hour), mk("g2-next", "g2", time.Hour)}, []bool{false, true}, 1, 0)
+	e.expectMissing("g2-new")
+	e.expectMissing("g2-old")
+	// No groups: an Insert.
+	replace(nil, []storage.Timeout{mk("solo", "g1", time.Hour)}, []bool{true}, 0, 0)
+	e.get("g1-new")
+	// A failure changes nothing: the groups' rows stay.
+	bad := newTimeout("bad", at(time.Hour))
+	bad.Destination = ""
+	if _, _, _, err := gr.ReplaceGroups(e.ctx, []string{"g1"}, []storage.Timeout{mk("g1-x", "g1", time.Hour), bad}); err == nil {
+		e.Fatal("ReplaceGroups with a row without destination succeeded")
+	}
+	if _, _, _, err := gr.ReplaceGroups(e.ctx, []string{"g1", ""}, nil); err == nil {
+		e.Fatal("ReplaceGroups of an empty group succeeded")
+	}
+	for _, id := range []string{"g1-new", "solo", "g1-leased"} {
+		e.get(id)
+	}
+	e.expectMissing("g1-x")
+	// The leased row stays its lease's; once removed, the group empties.
+	if res := e.remove(storage.Ref{ID: "g1-leased", Lock: lease.Lock}); res[0] != nil {
+		e.Fatalf("Remove of the leased group row: %v", res[0])
+	}
+	replace([]string{"g1"}, nil, []bool{}, 2, 0)
+	for _, id := range []string{"g10-row", "plain", "other", "g3-new", "g2-next"} {
 		e.get(id)
 	}
 }
