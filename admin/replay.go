@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"strconv"
-	"strings"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -249,54 +247,22 @@ func (rp *Replayer) rebuild(d *amqp.Delivery, now time.Time) (storage.Timeout, s
 	default:
 		return storage.Timeout{}, fmt.Sprintf("no %s header of a delaybridge dispatch failure", wire.HeaderStage)
 	}
-	dest, err := forwardedTo(d.Headers)
-	if err != nil {
-		return storage.Timeout{}, err.Error()
+	it := ingest.ParseRetry(d, now)
+	if it.Op == ingest.OpReject {
+		return storage.Timeout{}, it.Reason
 	}
-	id, err := ingest.ParseID(d)
-	if err != nil {
-		return storage.Timeout{}, err.Error()
-	}
-	if id == "" {
+	if it.ID == "" {
 		// A generated id would make every replay of the copy a new message.
 		return storage.Timeout{}, "no message-id (nor " + wire.HeaderNSBMessageID + " header)"
 	}
-	if err := rp.Rules.Check(ingest.Parsed{ID: id, Destination: dest, DueAt: now}, len(d.Body), now); err != nil {
+	if err := rp.Rules.Check(ingest.Parsed{ID: it.ID, Destination: it.Dest(), DueAt: now}, len(d.Body), now); err != nil {
 		return storage.Timeout{}, err.Error()
 	}
-	p := message.FromDelivery(d)
-	h := make(amqp.Table, len(p.Headers))
-	maps.Copy(h, p.Headers)
-	for k := range h {
-		if strings.HasPrefix(k, wire.HeaderPrefix) || k == wire.HeaderNSBException || k == wire.HeaderNSBFailedQ {
-			delete(h, k)
-		}
-	}
-	p.Headers = h
-	// As ingest stores it: no due-time headers (a forward must not loop
-	// back into a delay) and no user-id.
-	p = broker.Forwardable(p, wire.DueTimeHeaders)
-	enc, err := message.Encode(nil, &p)
+	enc, err := message.Encode(nil, &it.Msg)
 	if err != nil {
 		return storage.Timeout{}, "headers cannot be stored: " + err.Error()
 	}
-	return storage.Timeout{ID: id, Destination: dest.Key, Exchange: dest.Exchange, DueAt: now, ReceivedAt: now, Message: enc}, ""
-}
-
-// forwardedTo reads where a dispatch failure's forward went: the copy's
-// x-delaybridge-exchange and -routing-key headers, or, on copies from
-// before those headers, the destination headers as ingest reads them.
-// Either way the destination passes the checks ingest applies.
-func forwardedTo(h amqp.Table) (wire.Destination, error) {
-	k, ok := h[wire.HeaderForwardRoutingKey]
-	if !ok {
-		return ingest.ParseDestination(h)
-	}
-	d := wire.Destination{Exchange: headerText(h[wire.HeaderForwardExchange]), Key: headerText(k)}
-	if err := d.Validate("header " + wire.HeaderForwardRoutingKey + "'s destination"); err != nil {
-		return wire.Destination{}, err
-	}
-	return d, nil
+	return storage.Timeout{ID: it.ID, Destination: it.Destination, Exchange: it.Exchange, DueAt: now, ReceivedAt: now, Message: enc}, ""
 }
 
 // quoteClip quotes a header value of any type for a reason, kept short.

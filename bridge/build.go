@@ -149,7 +149,7 @@ func (b *Bridge) build(ctx context.Context) (_ *components, err error) {
 		Logger: log.With().Str("component", "reaper").Logger()}
 	c.ingester = ingest.New(c.ingestConn, func(ctx context.Context) (ingest.Publisher, error) { return ingestPub(ctx) }, c.store, ingest.Options{
 		Sources:    sources,
-		ErrorQueue: cfg.ErrorQueue, ErrorGate: c.errorGate, Prefetch: cfg.Prefetch, MaxBatch: min(cfg.Prefetch, 500), Wake: c.poller.Wake, Now: now,
+		ErrorQueue: cfg.ErrorQueue, Processing: b.processing, ErrorGate: c.errorGate, Prefetch: cfg.Prefetch, MaxBatch: min(cfg.Prefetch, 500), Wake: c.poller.Wake, Now: now,
 		Rules:        c.rules,
 		StoreBreaker: b.breaker(c, "store", cfg.TimeToTriggerStoreCircuitBreaker),
 		Metrics:      met,
@@ -157,7 +157,7 @@ func (b *Bridge) build(ctx context.Context) (_ *components, err error) {
 	})
 	var once sync.Once
 	c.dispatcher = dispatch.New(c.consumeConn, func(ctx context.Context) (dispatch.Publisher, error) { return dispatchPub(ctx) }, c.store, dispatch.Options{
-		Queue: topo.DispatcherQueue(), TimeoutsQueue: topo.TimeoutsQueue(), ErrorQueue: cfg.ErrorQueue, ErrorGate: c.errorGate,
+		Queue: topo.DispatcherQueue(), TimeoutsQueue: topo.TimeoutsQueue(), ErrorQueue: cfg.ErrorQueue, Processing: b.processing, ErrorGate: c.errorGate,
 		// A bbolt file serves one instance; a second one on this endpoint
 		// would take tokens for rows it does not have and drop them. With
 		// PostgreSQL every instance sees every row, so any may dispatch.
@@ -211,7 +211,7 @@ func (b *Bridge) connect(c *components, topo broker.Topology) error {
 	// Consumers whose connection died on a message the client cannot read
 	// move it to the error queue with this (docs/contract.md §4.5).
 	sweeper := broker.NewSweeper(broker.SweepOptions{
-		Name: "delaybridge sweep " + b.owner, TLS: b.deps.TLS, ErrorQueue: b.cfg.ErrorQueue,
+		Name: "delaybridge sweep " + b.owner, TLS: b.deps.TLS, ErrorQueue: b.cfg.ErrorQueue, Processing: b.processing,
 		Publish: func(ctx context.Context, msg amqp.Publishing) error {
 			return broker.PublishOne(ctx, c.publishConn, b.cfg.ErrorQueue, msg)
 		},
