@@ -68,7 +68,7 @@ type Bridge struct {
 	owner string
 	// processing names this bridge on its error copies.
 	processing broker.Processing
-	ready atomic.Bool
+	ready      atomic.Bool
 }
 
 // New returns a bridge for cfg; it starts nothing.

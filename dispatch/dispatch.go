@@ -75,7 +75,7 @@ type Options struct {
 	ErrorQueue    string
 	// Processing names the endpoint and host on error copies.
 	Processing broker.Processing
-	Prefetch      int
+	Prefetch   int
 	// Workers process dispatcher messages in parallel, each with its own
 	// publisher, so confirms of one batch overlap the next.
 	Workers         int
