@@ -287,7 +287,7 @@ func (b *Bridge) serveHTTP(c *components) error {
 			return broker.HoldUnreadable(ctx, broker.HoldOptions{URLs: cfg.AMQPURLs(), TLS: b.deps.TLS, Name: "delaybridge replay " + b.owner}, queue, limit)
 		}}
 	adm := admin.New(admin.Options{Store: c.store, Token: cfg.AdminToken, Now: now, Wake: c.poller.Wake,
-		Replay: replayer.Replay, Logger: log.With().Str("component", "admin").Logger()})
+		Replay: replayer.Replay, Errors: replayer.Errors, Logger: log.With().Str("component", "admin").Logger()})
 	statusPage := newStatusPage(cfg.Endpoint, c.store, c.stats, now, b.deps.Metrics, c.consumeConn, c.ingestConn, c.publishConn)
 	c.sampler = statusPage.Run
 	c.http = httpapi.New(httpapi.Options{Addr: cfg.HTTPAddr, Admin: adm, Status: statusPage,

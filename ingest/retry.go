@@ -44,7 +44,7 @@ func IsRetry(h amqp.Table) bool {
 // copy coming back to E.Timeouts (IsRetry) and by the admin API's replay.
 // An empty ID is the caller's to refuse or fill.
 func ParseRetry(d *amqp.Delivery, now time.Time) Intake {
-	dest, err := forwardedTo(d.Headers)
+	dest, err := ForwardedTo(d.Headers)
 	if err != nil {
 		return Reject(err)
 	}
@@ -70,11 +70,11 @@ func failureHeader(k string) bool {
 		k == wire.HeaderNSBFailedQ || k == wire.HeaderNSBTimeOfFailure
 }
 
-// forwardedTo reads where a dispatch failure's forward went: the copy's
+// ForwardedTo reads where a dispatch failure's forward went: the copy's
 // x-delaybridge-exchange and -routing-key headers, or, on copies from
 // before those headers, the destination headers as ingest reads them.
 // Either way the destination passes the checks ingest applies.
-func forwardedTo(h amqp.Table) (wire.Destination, error) {
+func ForwardedTo(h amqp.Table) (wire.Destination, error) {
 	if _, ok := h[wire.HeaderForwardRoutingKey]; !ok {
 		return ParseDestination(h)
 	}
