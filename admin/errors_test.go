@@ -31,7 +31,7 @@ func newErrorsFixture(t *testing.T) (*fixture, *replayEnv) {
 	e.rp.Rules.Allowed = e.rp.Rules.Allowed.WithExchanges("ok.x")
 	f := &fixture{t: t, store: st, now: t0}
 	h := New(Options{Store: st, Token: token, Now: func() time.Time { return t0 },
-		Wake: func(at time.Time) { f.mu.Lock(); f.woken = append(f.woken, at); f.mu.Unlock() },
+		Wake:   func(at time.Time) { f.mu.Lock(); f.woken = append(f.woken, at); f.mu.Unlock() },
 		Errors: e.rp.Errors})
 	mux := http.NewServeMux()
 	mux.Handle("/api/v1/", h)
@@ -125,7 +125,7 @@ func TestErrorQueueView(t *testing.T) {
 		"destination=ok.two":              {"d2"},
 		"exchange=ok.x":                   {"d3"},
 		"exchange=ok.x&routing_key=other": nil,
-		"exception_type=" + url.QueryEscape(wire.ExceptionTypeIngest): {"i1"},
+		"exception_type=" + url.QueryEscape(wire.ExceptionTypeIngest):              {"i1"},
 		"failed_from=" + url.QueryEscape(t0.Add(time.Second).Format(time.RFC3339)): {"d3"},
 		"id=d1": {"d1"},
 	} {
