@@ -37,6 +37,7 @@ var adminCommands = map[string]func(c *adminClient, fs *flag.FlagSet, args []str
 	"dispatch":      cliDispatch,
 	"stats":         cliStats,
 	"replay-errors": cliReplay,
+	"errors":        cliErrors,
 }
 
 // adminClient calls the admin API.
@@ -426,7 +427,14 @@ func cliShow(c *adminClient, fs *flag.FlagSet, args []string) int {
 	if t.NotBefore != nil {
 		row("retry not before", fmtTime(*t.NotBefore))
 	}
-	if p := t.Properties; p != nil {
+	c.printMessage(tw, row, t.Properties, t.Headers, t.BodyBase64)
+	return exitOK
+}
+
+// printMessage prints a message's properties and headers as rows of tw,
+// flushes it, then prints the body.
+func (c *adminClient) printMessage(tw *tabwriter.Writer, row func(string, any), p *admin.PropertiesJSON, h map[string]any, bodyBase64 *string) {
+	if p != nil {
 		b, _ := json.Marshal(p)
 		var m map[string]any
 		_ = json.Unmarshal(b, &m)
@@ -434,8 +442,8 @@ func cliShow(c *adminClient, fs *flag.FlagSet, args []string) int {
 			row("property "+k, m[k])
 		}
 	}
-	for _, k := range sortedKeys(t.Headers) {
-		v := t.Headers[k]
+	for _, k := range sortedKeys(h) {
+		v := h[k]
 		if _, ok := v.(string); !ok {
 			b, _ := json.Marshal(v)
 			v = string(b)
@@ -443,16 +451,15 @@ func cliShow(c *adminClient, fs *flag.FlagSet, args []string) int {
 		row("header "+k, v)
 	}
 	tw.Flush()
-	if t.BodyBase64 != nil {
-		body, _ := base64.StdEncoding.DecodeString(*t.BodyBase64)
+	if bodyBase64 != nil {
+		body, _ := base64.StdEncoding.DecodeString(*bodyBase64)
 		fmt.Fprintf(c.out, "body (%d bytes):\n", len(body))
 		if isPrintable(body) {
 			fmt.Fprintln(c.out, string(body))
 		} else {
-			fmt.Fprintf(c.out, "(binary, base64) %s\n", *t.BodyBase64)
+			fmt.Fprintf(c.out, "(binary, base64) %s\n", *bodyBase64)
 		}
 	}
-	return exitOK
 }
 
 func sortedKeys[V any](m map[string]V) []string {

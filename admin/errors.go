@@ -89,7 +89,8 @@ type ErrorFilter struct {
 	FailedFrom, FailedTo time.Time
 }
 
-func (f *ErrorFilter) empty() bool { return *f == ErrorFilter{} }
+// IsEmpty: the filter selects every copy.
+func (f ErrorFilter) IsEmpty() bool { return f == ErrorFilter{} }
 
 func (f *ErrorFilter) match(c *ErrorCopyJSON) bool {
 	switch {
@@ -343,7 +344,7 @@ func (h *handler) errorsShow(w http.ResponseWriter, r *http.Request) {
 
 func (h *handler) errorsDelete(w http.ResponseWriter, r *http.Request) {
 	req, err := errorsRequest(r, ErrorsDelete)
-	if err == nil && req.Filter.empty() && r.URL.Query().Get("all") != "true" {
+	if err == nil && req.Filter.IsEmpty() && r.URL.Query().Get("all") != "true" {
 		err = errors.New("give a filter (id, stage, destination, exchange, routing_key, exception_type, failed_from, failed_to), or all=true to delete every copy of this endpoint among the messages read")
 	}
 	if err != nil {
