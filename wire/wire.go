@@ -119,17 +119,6 @@ const (
 	ExceptionSource = "delaybridge"
 )
 
-// HeaderRetryUniqueMessageID is set by ServiceControl on a message it
-// retries (Particular/ServiceControl
-// src/ServiceControl/Recoverability/Retrying/RetryProcessor.cs,
-// ToTransportOperation); with HeaderRetryAckQueue (ReturnToSender.cs) the
-// receiving NServiceBus endpoint acknowledges the retry, so the bridge
-// forwards both unchanged.
-const (
-	HeaderRetryUniqueMessageID = "ServiceControl.Retry.UniqueMessageId"
-	HeaderRetryAckQueue        = "ServiceControl.Retry.AcknowledgementQueue"
-)
-
 // Stages named in HeaderStage.
 const (
 	StageIngest   = "ingest"
