@@ -30,6 +30,8 @@ commands:
   rm (ID | filters | --all)                       delete copies
   replay (ID | filters)                           store dispatch failures again, due now
 
+Every command takes --url (default $DELAYBRIDGE_ADMIN_URL or http://127.0.0.1:8080),
+--token (default $DELAYBRIDGE_ADMIN_TOKEN) and --json, after the command.
 Run delaybridge errors COMMAND --help for its flags.
 `
 
@@ -138,35 +140,19 @@ func cliErrorsList(c *adminClient, fs *flag.FlagSet, ff *errorFilterFlags, args 
 	}
 	q.Set("limit", strconv.Itoa(*limit))
 	var out admin.ErrorListJSON
-	next := *cursor
-	var lastRaw []byte
-	for {
-		if next != "" {
-			q.Set("cursor", next)
-		}
+	next, code := c.pages("/api/v1/errors", q, *cursor, *all, func(raw []byte) (string, error) {
 		var page admin.ErrorListJSON
-		raw, err := c.do(http.MethodGet, "/api/v1/errors", q, nil, &page)
-		if err != nil {
-			return c.fail(err)
+		if err := json.Unmarshal(raw, &page); err != nil {
+			return "", err
 		}
-		lastRaw = raw
 		out.Errors = append(out.Errors, page.Errors...)
 		out.Scanned += page.Scanned
 		out.OtherEndpoints += page.OtherEndpoints
 		out.Unreadable = append(out.Unreadable, page.Unreadable...)
-		next = page.Next
-		if !*all || next == "" {
-			break
-		}
-	}
-	if c.json {
-		if !*all {
-			c.printJSON(lastRaw)
-			return exitOK
-		}
-		b, _ := json.MarshalIndent(out, "", "  ")
-		c.printJSON(b)
-		return exitOK
+		return page.Next, nil
+	}, func() any { return out })
+	if code >= 0 {
+		return code
 	}
 	tw := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "POS\tID\tFAILED AT\tSTAGE\tDESTINATION\tEXCEPTION TYPE\tREASON")
@@ -292,30 +278,14 @@ func (c *adminClient) errorsAct(fs *flag.FlagSet, ff *errorFilterFlags, args []s
 		Deleted int `json:"deleted"`
 		Scanned int `json:"scanned"`
 	}
-	raw, err := c.do(method, path, q, nil, &res)
-	if err != nil {
-		var ae *apiError
-		if c.json && errors.As(err, &ae) && len(raw) > 0 {
-			c.printJSON(raw)
-		}
-		return c.fail(err)
-	}
-	if c.json {
-		c.printJSON(raw)
-		return exitOK
+	if code := c.act(method, path, q, &res); code >= 0 {
+		return code
 	}
 	if method == http.MethodDelete {
 		fmt.Fprintf(c.out, "deleted %d (read %d messages)\n", res.Deleted, res.Scanned)
 		return exitOK
 	}
 	fmt.Fprintf(c.out, "replayed %d, skipped %d (read %d messages)\n", res.Replayed, res.Skipped, res.Scanned)
-	if len(res.Details) > 0 {
-		tw := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "SKIPPED MESSAGE-ID\tREASON")
-		for _, d := range res.Details {
-			fmt.Fprintf(tw, "%s\t%s\n", d.MessageID, d.Reason)
-		}
-		tw.Flush()
-	}
+	c.printSkipped(res.Details)
 	return exitOK
 }

@@ -78,6 +78,11 @@ type TimeoutJSON struct {
 	SagaID        string     `json:"saga_id,omitempty"`
 
 	// Show only.
+	MessageJSON
+}
+
+// MessageJSON is a message as show answers it; list items leave it out.
+type MessageJSON struct {
 	Properties *PropertiesJSON `json:"properties,omitempty"`
 	Headers    map[string]any  `json:"headers,omitempty"`
 	BodyBase64 *string         `json:"body_base64,omitempty"`
@@ -394,7 +399,7 @@ func (h *handler) show(w http.ResponseWriter, r *http.Request) {
 		h.storeError(w, "decode stored message", id, err)
 		return
 	}
-	j.Properties, j.Headers, j.BodyBase64, j.BodyBytes = messageDetail(p)
+	j.MessageJSON = messageDetail(p)
 	writeJSON(w, http.StatusOK, j)
 }
 

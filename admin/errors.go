@@ -136,10 +136,7 @@ type ErrorCopyJSON struct {
 	Redelivered bool `json:"redelivered"`
 
 	// Show only.
-	Properties *PropertiesJSON `json:"properties,omitempty"`
-	Headers    map[string]any  `json:"headers,omitempty"`
-	BodyBase64 *string         `json:"body_base64,omitempty"`
-	BodyBytes  *int            `json:"body_bytes,omitempty"`
+	MessageJSON
 }
 
 // ErrorListJSON is the response of GET /api/v1/errors.
@@ -196,13 +193,13 @@ func describe(d *amqp.Delivery, pos int, detail bool) ErrorCopyJSON {
 		}
 	}
 	if detail {
-		c.Properties, c.Headers, c.BodyBase64, c.BodyBytes = messageDetail(message.FromDelivery(d))
+		c.MessageJSON = messageDetail(message.FromDelivery(d))
 	}
 	return c
 }
 
 // messageDetail renders a message's properties, headers and body for show.
-func messageDetail(p amqp.Publishing) (*PropertiesJSON, map[string]any, *string, *int) {
+func messageDetail(p amqp.Publishing) MessageJSON {
 	props := &PropertiesJSON{
 		ContentType: p.ContentType, ContentEncoding: p.ContentEncoding, DeliveryMode: p.DeliveryMode,
 		Priority: p.Priority, CorrelationID: p.CorrelationId, ReplyTo: p.ReplyTo, Expiration: p.Expiration,
@@ -214,7 +211,7 @@ func messageDetail(p amqp.Publishing) (*PropertiesJSON, map[string]any, *string,
 	}
 	body := base64.StdEncoding.EncodeToString(p.Body)
 	n := len(p.Body)
-	return props, headers, &body, &n
+	return MessageJSON{Properties: props, Headers: headers, BodyBase64: &body, BodyBytes: &n}
 }
 
 // errorsRequest reads the query of an error-queue request: the filters,
@@ -284,11 +281,20 @@ func errorsRequest(r *http.Request, op ErrorsOp) (ErrorsRequest, error) {
 	return req, nil
 }
 
-// errorsPass runs req, answering the request itself when it fails.
-func (h *handler) errorsPass(w http.ResponseWriter, r *http.Request, req ErrorsRequest) (ErrorsResult, bool) {
+// errorsPass reads the request (errorsRequest, then check when set) and
+// runs its pass, answering the request itself when either fails.
+func (h *handler) errorsPass(w http.ResponseWriter, r *http.Request, op ErrorsOp, check func(*ErrorsRequest) error) (ErrorsRequest, ErrorsResult, bool) {
+	req, err := errorsRequest(r, op)
+	if err == nil && check != nil {
+		err = check(&req)
+	}
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return req, ErrorsResult{}, false
+	}
 	if h.opts.Errors == nil {
 		writeError(w, http.StatusNotImplemented, "the error queue is not available in this bridge")
-		return ErrorsResult{}, false
+		return req, ErrorsResult{}, false
 	}
 	res, err := h.opts.Errors(r.Context(), req)
 	if err != nil {
@@ -298,18 +304,18 @@ func (h *handler) errorsPass(w http.ResponseWriter, r *http.Request, req ErrorsR
 			ReplayResult
 			Deleted int `json:"deleted,omitempty"`
 		}{ErrorJSON{"error queue: " + err.Error()}, res.ReplayResult, res.Deleted})
-		return res, false
+		return req, res, false
 	}
-	return res, true
+	return req, res, true
+}
+
+// notFound answers that no copy has the id of req's path.
+func notFound(w http.ResponseWriter, req ErrorsRequest) {
+	writeError(w, http.StatusNotFound, fmt.Sprintf("no copy of this endpoint with id %q among the first %d messages of the error queue", req.Filter.ID, req.Skip+req.Scan))
 }
 
 func (h *handler) errorsList(w http.ResponseWriter, r *http.Request) {
-	req, err := errorsRequest(r, ErrorsList)
-	if err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
-		return
-	}
-	res, ok := h.errorsPass(w, r, req)
+	_, res, ok := h.errorsPass(w, r, ErrorsList, nil)
 	if !ok {
 		return
 	}
@@ -324,18 +330,15 @@ func (h *handler) errorsList(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *handler) errorsShow(w http.ResponseWriter, r *http.Request) {
-	req, err := errorsRequest(r, ErrorsList)
-	if err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
-		return
-	}
-	req.Detail, req.Limit = true, MaxLimit
-	res, ok := h.errorsPass(w, r, req)
+	req, res, ok := h.errorsPass(w, r, ErrorsList, func(req *ErrorsRequest) error {
+		req.Detail, req.Limit = true, MaxLimit
+		return nil
+	})
 	if !ok {
 		return
 	}
 	if len(res.Errors) == 0 {
-		writeError(w, http.StatusNotFound, fmt.Sprintf("no copy with id %q among the first %d messages of the error queue that are this endpoint's failures", req.Filter.ID, req.Skip+req.Scan))
+		notFound(w, req)
 		return
 	}
 	// The same id may have failed more than once: every copy is shown.
@@ -343,20 +346,17 @@ func (h *handler) errorsShow(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *handler) errorsDelete(w http.ResponseWriter, r *http.Request) {
-	req, err := errorsRequest(r, ErrorsDelete)
-	if err == nil && req.Filter.IsEmpty() && r.URL.Query().Get("all") != "true" {
-		err = errors.New("give a filter (id, stage, destination, exchange, routing_key, exception_type, failed_from, failed_to), or all=true to delete every copy of this endpoint among the messages read")
-	}
-	if err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
-		return
-	}
-	res, ok := h.errorsPass(w, r, req)
+	req, res, ok := h.errorsPass(w, r, ErrorsDelete, func(req *ErrorsRequest) error {
+		if req.Filter.IsEmpty() && r.URL.Query().Get("all") != "true" {
+			return errors.New("give a filter (id, stage, destination, exchange, routing_key, exception_type, failed_from, failed_to), or all=true to delete every copy of this endpoint among the messages read")
+		}
+		return nil
+	})
 	if !ok {
 		return
 	}
 	if req.Filter.ID != "" && r.PathValue("id") != "" && res.Deleted == 0 {
-		writeError(w, http.StatusNotFound, fmt.Sprintf("no copy with id %q among the first %d messages of the error queue that are this endpoint's failures", req.Filter.ID, req.Scan))
+		notFound(w, req)
 		return
 	}
 	h.opts.Logger.Info().Int("deleted", res.Deleted).Int("scanned", res.Scanned).Msg("admin API: deleted copies from the error queue")
@@ -364,17 +364,12 @@ func (h *handler) errorsDelete(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *handler) errorsReplay(w http.ResponseWriter, r *http.Request) {
-	req, err := errorsRequest(r, ErrorsReplay)
-	if err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
-		return
-	}
-	res, ok := h.errorsPass(w, r, req)
+	req, res, ok := h.errorsPass(w, r, ErrorsReplay, nil)
 	if !ok {
 		return
 	}
 	if req.Filter.ID != "" && r.PathValue("id") != "" && res.Replayed == 0 && res.Skipped == 0 {
-		writeError(w, http.StatusNotFound, fmt.Sprintf("no copy with id %q among the first %d messages of the error queue that are this endpoint's failures", req.Filter.ID, req.Scan))
+		notFound(w, req)
 		return
 	}
 	if res.Replayed > 0 {
