@@ -210,3 +210,23 @@ func withHeader(h amqp.Table, k string, v any) amqp.Table {
 	out[k] = v
 	return out
 }
+
+// A copy the AMQP client cannot read neither ends a list nor a delete: it is
+// reported, held aside during the pass, and left on the queue.
+func TestErrorQueueViewAroundAnUnreadableCopy(t *testing.T) {
+	f, e := newErrorsFixture(t)
+	e.passConns(e.holdOn)
+	e.publish(e.dispatchCopy("a", "ok.q"), unreadableCopy("poison"), e.dispatchCopy("b", "ok.q"))
+	var l ErrorListJSON
+	f.want("GET", "/api/v1/errors", "", 200, &l)
+	if len(l.Errors) != 2 || l.Errors[0].ID != "a" || l.Errors[1].ID != "b" || len(l.Unreadable) != 1 || l.Unreadable[0].MessageID != "poison" {
+		t.Fatalf("list %+v unreadable %+v", l.Errors, l.Unreadable)
+	}
+	e.waitDepth(3)
+	var del ErrorDeleteJSON
+	f.want("DELETE", "/api/v1/errors?stage=dispatch", "", 200, &del)
+	if del.Deleted != 2 {
+		t.Errorf("delete %+v", del)
+	}
+	e.waitDepth(1)
+}
