@@ -149,9 +149,10 @@ func (b *Bridge) build(ctx context.Context) (_ *components, err error) {
 		Logger: log.With().Str("component", "reaper").Logger()}
 	c.ingester = ingest.New(c.ingestConn, func(ctx context.Context) (ingest.Publisher, error) { return ingestPub(ctx) }, c.store, ingest.Options{
 		Sources:    sources,
-		ErrorQueue: cfg.ErrorQueue, Processing: b.processing, ErrorGate: c.errorGate, Prefetch: cfg.Prefetch, MaxBatch: min(cfg.Prefetch, 500), Wake: c.poller.Wake, Now: now,
+		ErrorQueue: cfg.ErrorQueue, ErrorGate: c.errorGate, Prefetch: cfg.Prefetch, MaxBatch: min(cfg.Prefetch, 500), Wake: c.poller.Wake, Now: now,
 		Rules:        c.rules,
 		StoreBreaker: b.breaker(c, "store", cfg.TimeToTriggerStoreCircuitBreaker),
+		Processing:   b.processing,
 		Metrics:      met,
 		Logger:       log.With().Str("component", "ingest").Logger(),
 	})
