@@ -37,6 +37,7 @@ var adminCommands = map[string]func(c *adminClient, fs *flag.FlagSet, args []str
 	"dispatch":      cliDispatch,
 	"stats":         cliStats,
 	"replay-errors": cliReplay,
+	"errors":        cliErrors,
 }
 
 // adminClient calls the admin API.
@@ -313,32 +314,16 @@ func cliList(c *adminClient, fs *flag.FlagSet, args []string) int {
 		q.Set(name, t.UTC().Format(time.RFC3339Nano))
 	}
 	var rows []admin.TimeoutJSON
-	next := *cursor
-	var lastRaw []byte
-	for {
-		if next != "" {
-			q.Set("cursor", next)
-		}
+	next, code := c.pages("/api/v1/timeouts", q, *cursor, *all, func(raw []byte) (string, error) {
 		var page admin.ListJSON
-		raw, err := c.do(http.MethodGet, "/api/v1/timeouts", q, nil, &page)
-		if err != nil {
-			return c.fail(err)
+		if err := json.Unmarshal(raw, &page); err != nil {
+			return "", err
 		}
-		lastRaw = raw
 		rows = append(rows, page.Timeouts...)
-		next = page.Next
-		if !*all || next == "" {
-			break
-		}
-	}
-	if c.json {
-		if !*all {
-			c.printJSON(lastRaw)
-			return exitOK
-		}
-		b, _ := json.MarshalIndent(admin.ListJSON{Timeouts: rows}, "", "  ")
-		c.printJSON(b)
-		return exitOK
+		return page.Next, nil
+	}, func() any { return admin.ListJSON{Timeouts: rows} })
+	if code >= 0 {
+		return code
 	}
 	tw := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tDESTINATION\tDUE\tATTEMPTS\tSTATE\tLAST ERROR")
@@ -356,6 +341,39 @@ func cliList(c *adminClient, fs *flag.FlagSet, args []string) int {
 		fmt.Fprintf(c.errOut, "more: delaybridge ls --cursor %s (or --all)\n", next)
 	}
 	return exitOK
+}
+
+// pages gets the list at path from cursor, and with all the pages after it
+// too; add reads each page and returns its "next". With --json it prints
+// the last page as it came, or with all the whole list, whole(), as one
+// document. code < 0: print the table; next is the cursor when there is
+// more. Otherwise return code.
+func (c *adminClient) pages(path string, q url.Values, cursor string, all bool, add func(raw []byte) (string, error), whole func() any) (next string, code int) {
+	next = cursor
+	var raw []byte
+	for {
+		if next != "" {
+			q.Set("cursor", next)
+		}
+		var err error
+		if raw, err = c.do(http.MethodGet, path, q, nil, nil); err != nil {
+			return "", c.fail(err)
+		}
+		if next, err = add(raw); err != nil {
+			return "", c.fail(fmt.Errorf("unexpected answer from %s: %v", path, err))
+		}
+		if !all || next == "" {
+			break
+		}
+	}
+	if !c.json {
+		return next, -1
+	}
+	if all {
+		raw, _ = json.MarshalIndent(whole(), "", "  ")
+	}
+	c.printJSON(raw)
+	return "", exitOK
 }
 
 // destOf is where t goes, as the status page and the logs word it.
@@ -430,7 +448,14 @@ func cliShow(c *adminClient, fs *flag.FlagSet, args []string) int {
 	if t.NotBefore != nil {
 		row("retry not before", fmtTime(*t.NotBefore))
 	}
-	if p := t.Properties; p != nil {
+	c.printMessage(tw, row, t.Properties, t.Headers, t.BodyBase64)
+	return exitOK
+}
+
+// printMessage prints a message's properties and headers as rows of tw,
+// flushes it, then prints the body.
+func (c *adminClient) printMessage(tw *tabwriter.Writer, row func(string, any), p *admin.PropertiesJSON, h map[string]any, bodyBase64 *string) {
+	if p != nil {
 		b, _ := json.Marshal(p)
 		var m map[string]any
 		_ = json.Unmarshal(b, &m)
@@ -438,8 +463,8 @@ func cliShow(c *adminClient, fs *flag.FlagSet, args []string) int {
 			row("property "+k, m[k])
 		}
 	}
-	for _, k := range sortedKeys(t.Headers) {
-		v := t.Headers[k]
+	for _, k := range sortedKeys(h) {
+		v := h[k]
 		if _, ok := v.(string); !ok {
 			b, _ := json.Marshal(v)
 			v = string(b)
@@ -447,16 +472,15 @@ func cliShow(c *adminClient, fs *flag.FlagSet, args []string) int {
 		row("header "+k, v)
 	}
 	tw.Flush()
-	if t.BodyBase64 != nil {
-		body, _ := base64.StdEncoding.DecodeString(*t.BodyBase64)
+	if bodyBase64 != nil {
+		body, _ := base64.StdEncoding.DecodeString(*bodyBase64)
 		fmt.Fprintf(c.out, "body (%d bytes):\n", len(body))
 		if isPrintable(body) {
 			fmt.Fprintln(c.out, string(body))
 		} else {
-			fmt.Fprintf(c.out, "(binary, base64) %s\n", *t.BodyBase64)
+			fmt.Fprintf(c.out, "(binary, base64) %s\n", *bodyBase64)
 		}
 	}
-	return exitOK
 }
 
 func sortedKeys[V any](m map[string]V) []string {
@@ -626,7 +650,19 @@ func cliReplay(c *adminClient, fs *flag.FlagSet, args []string) int {
 		return c.usageErr(fs, "--limit must be from 1 to %d", admin.MaxLimit)
 	}
 	var res admin.ReplayResult
-	raw, err := c.do(http.MethodPost, "/api/v1/replay-errors", url.Values{"limit": {strconv.Itoa(*limit)}}, nil, &res)
+	if code := c.act(http.MethodPost, "/api/v1/replay-errors", url.Values{"limit": {strconv.Itoa(*limit)}}, &res); code >= 0 {
+		return code
+	}
+	fmt.Fprintf(c.out, "replayed %d, skipped %d\n", res.Replayed, res.Skipped)
+	c.printSkipped(res.Details)
+	return exitOK
+}
+
+// act calls the API for a command that changes something. code < 0: print
+// the result from into. Otherwise return code: the call failed (with
+// --json, an error answer is printed as it came too), or --json printed it.
+func (c *adminClient) act(method, path string, q url.Values, into any) int {
+	raw, err := c.do(method, path, q, nil, into)
 	if err != nil {
 		var ae *apiError
 		if c.json && errors.As(err, &ae) && len(raw) > 0 {
@@ -638,14 +674,18 @@ func cliReplay(c *adminClient, fs *flag.FlagSet, args []string) int {
 		c.printJSON(raw)
 		return exitOK
 	}
-	fmt.Fprintf(c.out, "replayed %d, skipped %d\n", res.Replayed, res.Skipped)
-	if len(res.Details) > 0 {
-		tw := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "SKIPPED MESSAGE-ID\tREASON")
-		for _, d := range res.Details {
-			fmt.Fprintf(tw, "%s\t%s\n", d.MessageID, d.Reason)
-		}
-		tw.Flush()
+	return -1
+}
+
+// printSkipped prints a replay's skipped messages.
+func (c *adminClient) printSkipped(skipped []admin.ReplaySkipped) {
+	if len(skipped) == 0 {
+		return
 	}
-	return exitOK
+	tw := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SKIPPED MESSAGE-ID\tREASON")
+	for _, d := range skipped {
+		fmt.Fprintf(tw, "%s\t%s\n", d.MessageID, d.Reason)
+	}
+	tw.Flush()
 }

@@ -53,7 +53,7 @@ func run(args []string, out, errOut io.Writer) int {
 			return benchMoved(out, exitOK)
 		}
 		return benchMoved(errOut, exitConfig)
-	case "ls", "show", "cancel", "reschedule", "dispatch", "stats", "replay-errors":
+	case "ls", "show", "cancel", "reschedule", "dispatch", "stats", "replay-errors", "errors":
 		return runAdmin(cmd, args, out, errOut)
 	case "help", "-h", "-help", "--help":
 		if len(args) > 0 && !isHelp(args[0]) {
@@ -116,6 +116,9 @@ $DELAYBRIDGE_ADMIN_TOKEN; --json prints the API's JSON instead of a table):
   delaybridge replay-errors [--limit N]
                                  move dispatch failures from the error queue
                                  back into the store, due now
+  delaybridge errors ls|show|rm|replay [flags]
+                                 this endpoint's copies on the error queue:
+                                 list, show, delete, replay one or a filtered set
 
 Times are printed, and --at, --from and --to are given, as RFC 3339
 (2026-11-21T20:00:00.25+01:00); --from and --to also take a duration from now.

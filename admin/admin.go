@@ -54,6 +54,8 @@ type Options struct {
 	Wake func(due time.Time)
 	// Replay, when set, serves POST /api/v1/replay-errors.
 	Replay func(ctx context.Context, limit int) (ReplayResult, error)
+	// Errors, when set, serves /api/v1/errors (errors.go).
+	Errors ErrorsFunc
 	Logger zerolog.Logger
 }
 
@@ -76,6 +78,11 @@ type TimeoutJSON struct {
 	SagaID        string     `json:"saga_id,omitempty"`
 
 	// Show only.
+	MessageJSON
+}
+
+// MessageJSON is a message as show answers it; list items leave it out.
+type MessageJSON struct {
 	Properties *PropertiesJSON `json:"properties,omitempty"`
 	Headers    map[string]any  `json:"headers,omitempty"`
 	BodyBase64 *string         `json:"body_base64,omitempty"`
@@ -160,6 +167,7 @@ func New(opts Options) http.Handler {
 	h.mux.HandleFunc("POST /api/v1/timeouts/{id}/dispatch", h.dispatch)
 	h.mux.HandleFunc("GET /api/v1/stats", h.stats)
 	h.mux.HandleFunc("POST /api/v1/replay-errors", h.replay)
+	h.routeErrors()
 	return h
 }
 
@@ -398,18 +406,7 @@ func (h *handler) show(w http.ResponseWriter, r *http.Request) {
 		h.storeError(w, "decode stored message", id, err)
 		return
 	}
-	j.Properties = &PropertiesJSON{
-		ContentType: p.ContentType, ContentEncoding: p.ContentEncoding, DeliveryMode: p.DeliveryMode,
-		Priority: p.Priority, CorrelationID: p.CorrelationId, ReplyTo: p.ReplyTo, Expiration: p.Expiration,
-		MessageID: p.MessageId, Timestamp: utc(p.Timestamp), Type: p.Type, UserID: p.UserId, AppID: p.AppId,
-	}
-	j.Headers = map[string]any{}
-	for k, v := range p.Headers {
-		j.Headers[k] = JSONValue(v)
-	}
-	body := base64.StdEncoding.EncodeToString(p.Body)
-	n := len(p.Body)
-	j.BodyBase64, j.BodyBytes = &body, &n
+	j.MessageJSON = messageDetail(p)
 	writeJSON(w, http.StatusOK, j)
 }
 

@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"strconv"
-	"strings"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -68,34 +66,43 @@ const holdAttempts = 5
 // over the readable ones Hold took; the held copies are counted as skipped
 // and go back to the error queue after the pass.
 func (rp *Replayer) Replay(ctx context.Context, limit int) (ReplayResult, error) {
+	res, err := rp.Errors(ctx, ErrorsRequest{Op: ErrorsReplay, Scan: limit, ReportForeign: true})
+	return res.ReplayResult, err
+}
+
+// Errors makes one pass over the head of the error queue (errors.go): it
+// reads up to Skip+Scan messages with basic.get, acts on this endpoint's
+// copies that match the request, and requeues the rest at the end, so that
+// none is seen twice. Copies the AMQP client cannot read are held aside as
+// for Replay, and reported as skipped.
+func (rp *Replayer) Errors(ctx context.Context, req ErrorsRequest) (ErrorsResult, error) {
 	if rp.TimeoutsQueue == "" {
 		// Without it every copy would look like another endpoint's.
-		return ReplayResult{}, errors.New("replayer: no TimeoutsQueue configured")
+		return ErrorsResult{}, errors.New("replayer: no TimeoutsQueue configured")
 	}
-	res, err := rp.pass(ctx, limit)
+	res, err := rp.pass(ctx, req)
 	if !errors.Is(err, errUnreadableCopy) || rp.Hold == nil {
 		return res, err
 	}
-	held, herr := rp.holdUnreadable(ctx, limit)
+	held, herr := rp.holdUnreadable(ctx, req.Skip+req.Scan)
 	if herr != nil {
-		return ReplayResult{}, fmt.Errorf("%w; holding it aside failed: %w", err, herr)
+		return ErrorsResult{}, fmt.Errorf("%w; holding it aside failed: %w", err, herr)
 	}
 	defer held.Release() // after the pass: the held copies go back untouched
-	res = ReplayResult{}
+	var unreadable []ReplaySkipped
 	for _, u := range held.Unreadable {
-		res.Skipped++
-		res.Details = append(res.Details, ReplaySkipped{MessageID: u.MessageID,
+		unreadable = append(unreadable, ReplaySkipped{MessageID: u.MessageID,
 			Reason: "the bridge's AMQP client cannot read it (" + u.Reason.Error() + "); left on the error queue as it is"})
 	}
-	if held.Readable == 0 {
-		return res, nil
+	res = ErrorsResult{}
+	if held.Readable > 0 {
+		// No further than the copies Hold checked: one behind them could be
+		// unreadable too.
+		req.Scan = max(0, min(req.Scan, held.Readable-req.Skip))
+		res, err = rp.pass(ctx, req)
 	}
-	// No further than the copies Hold checked: one behind them could be
-	// unreadable too.
-	more, err := rp.pass(ctx, held.Readable)
-	res.Replayed += more.Replayed
-	res.Skipped += more.Skipped
-	res.Details = append(res.Details, more.Details...)
+	res.Skipped += len(unreadable)
+	res.Details = append(unreadable, res.Details...)
 	return res, err
 }
 
@@ -122,10 +129,10 @@ func (rp *Replayer) holdUnreadable(ctx context.Context, limit int) (*broker.Held
 	}
 }
 
-// pass is one pass over up to limit messages of the error queue, on a
-// connection of its own. It fails with errUnreadableCopy, having done
-// nothing, when that connection drops on a copy the client cannot read.
-func (rp *Replayer) pass(ctx context.Context, limit int) (res ReplayResult, err error) {
+// pass is one pass over the error queue, on a connection of its own. It
+// fails with errUnreadableCopy, having done nothing, when that connection
+// drops on a copy the client cannot read.
+func (rp *Replayer) pass(ctx context.Context, req ErrorsRequest) (res ErrorsResult, err error) {
 	now := time.Now
 	if rp.Now != nil {
 		now = rp.Now
@@ -153,16 +160,22 @@ func (rp *Replayer) pass(ctx context.Context, limit int) (res ReplayResult, err 
 		t   storage.Timeout
 	}
 	var todo []candidate
-	var skipped []uint64
+	var drop, keep []uint64
 	skip := func(d *amqp.Delivery, reason string) {
-		skipped = append(skipped, d.DeliveryTag)
+		keep = append(keep, d.DeliveryTag)
 		res.Skipped++
 		res.Details = append(res.Details, ReplaySkipped{MessageID: d.MessageId, Reason: reason})
 	}
 	seen := map[string]bool{}
-	for len(todo)+len(skipped) < limit {
+	matched := 0
+	for pos := 0; pos < req.Skip+req.Scan; pos++ {
 		if err := ctx.Err(); err != nil {
 			return res, err
+		}
+		if req.Limit > 0 && matched == req.Limit {
+			// Full: the next page starts here.
+			res.Next = pos
+			break
 		}
 		d, ok, err := ch.Get(rp.ErrorQueue, false)
 		if err != nil {
@@ -176,7 +189,37 @@ func (rp *Replayer) pass(ctx context.Context, limit int) (res ReplayResult, err 
 			return res, fmt.Errorf("get from %q: %w", rp.ErrorQueue, err)
 		}
 		if !ok {
+			res.End = true
 			break
+		}
+		if pos < req.Skip {
+			keep = append(keep, d.DeliveryTag)
+			continue
+		}
+		res.Scanned++
+		if why := rp.foreign(&d); why != "" {
+			res.Foreign++
+			if req.ReportForeign {
+				skip(&d, why)
+			} else {
+				keep = append(keep, d.DeliveryTag)
+			}
+			continue
+		}
+		c := describe(&d, pos, req.Detail)
+		if !req.Filter.match(&c) {
+			keep = append(keep, d.DeliveryTag)
+			continue
+		}
+		matched++
+		switch req.Op {
+		case ErrorsList:
+			res.Errors = append(res.Errors, c)
+			keep = append(keep, d.DeliveryTag)
+			continue
+		case ErrorsDelete:
+			drop = append(drop, d.DeliveryTag)
+			continue
 		}
 		t, why := rp.rebuild(&d, now())
 		if why == "" && seen[t.ID] {
@@ -189,6 +232,9 @@ func (rp *Replayer) pass(ctx context.Context, limit int) (res ReplayResult, err 
 		seen[t.ID] = true
 		todo = append(todo, candidate{d.DeliveryTag, t})
 	}
+	if req.Op == ErrorsList && res.Next == 0 && !res.End {
+		res.Next = req.Skip + req.Scan
+	}
 
 	if len(todo) > 0 {
 		ts := make([]storage.Timeout, len(todo))
@@ -197,14 +243,14 @@ func (rp *Replayer) pass(ctx context.Context, limit int) (res ReplayResult, err 
 		}
 		inserted, err := rp.Store.Insert(ctx, ts)
 		if err != nil {
-			return ReplayResult{}, fmt.Errorf("store: %w", err)
+			return ErrorsResult{}, fmt.Errorf("store: %w", err)
 		}
 		for i, c := range todo {
 			if !inserted[i] {
 				// A timeout with this id is pending, or a cancel of it is
 				// recent: keep the error copy rather than drop a message
 				// that may differ.
-				skipped = append(skipped, c.tag)
+				keep = append(keep, c.tag)
 				res.Skipped++
 				res.Details = append(res.Details, ReplaySkipped{MessageID: c.t.ID,
 					Reason: "not stored: a timeout with this id is pending, or was cancelled within the cancel window"})
@@ -219,13 +265,31 @@ func (rp *Replayer) pass(ctx context.Context, limit int) (res ReplayResult, err 
 			res.Replayed++
 		}
 	}
-	for _, tag := range skipped {
+	for _, tag := range drop {
+		if err := ch.Ack(tag, false); err != nil {
+			return res, fmt.Errorf("ack deleted copies: %w", err)
+		}
+		res.Deleted++
+	}
+	for _, tag := range keep {
 		if err := ch.Nack(tag, false, true); err != nil {
 			// Closing the channel requeues the rest anyway.
-			return res, fmt.Errorf("requeue skipped messages: %w", err)
+			return res, fmt.Errorf("requeue the messages kept: %w", err)
 		}
 	}
 	return res, nil
+}
+
+// foreign says why a copy is not one of this endpoint's failures, or "".
+func (rp *Replayer) foreign(d *amqp.Delivery) string {
+	q, ok := d.Headers[wire.HeaderNSBFailedQ]
+	if !ok || q == nil {
+		return fmt.Sprintf("no %s header: not a failure of %s", wire.HeaderNSBFailedQ, rp.TimeoutsQueue)
+	}
+	if headerText(q) != rp.TimeoutsQueue {
+		return fmt.Sprintf("a failure of another endpoint (%s=%s)", wire.HeaderNSBFailedQ, quoteClip(q))
+	}
+	return ""
 }
 
 // rebuild turns an error-queue copy back into the timeout the bridge failed
@@ -233,14 +297,6 @@ func (rp *Replayer) pass(ctx context.Context, limit int) (res ReplayResult, err 
 // the rules applied, as ingest does: a copy is only a message that comes
 // back in, and nothing ingest would refuse may reach the store this way.
 func (rp *Replayer) rebuild(d *amqp.Delivery, now time.Time) (storage.Timeout, string) {
-	switch q, ok := d.Headers[wire.HeaderNSBFailedQ]; {
-	case !ok || q == nil:
-		return storage.Timeout{}, fmt.Sprintf("no %s header: not a failure of %s", wire.HeaderNSBFailedQ, rp.TimeoutsQueue)
-	default:
-		if s := headerText(q); s != rp.TimeoutsQueue {
-			return storage.Timeout{}, fmt.Sprintf("a failure of another endpoint (%s=%s)", wire.HeaderNSBFailedQ, quoteClip(q))
-		}
-	}
 	stage := headerText(d.Headers[wire.HeaderStage])
 	switch stage {
 	case wire.StageDispatch:
@@ -249,54 +305,22 @@ func (rp *Replayer) rebuild(d *amqp.Delivery, now time.Time) (storage.Timeout, s
 	default:
 		return storage.Timeout{}, fmt.Sprintf("no %s header of a delaybridge dispatch failure", wire.HeaderStage)
 	}
-	dest, err := forwardedTo(d.Headers)
-	if err != nil {
-		return storage.Timeout{}, err.Error()
+	it := ingest.ParseRetry(d, now)
+	if it.Op == ingest.OpReject {
+		return storage.Timeout{}, it.Reason
 	}
-	id, err := ingest.ParseID(d)
-	if err != nil {
-		return storage.Timeout{}, err.Error()
-	}
-	if id == "" {
+	if it.ID == "" {
 		// A generated id would make every replay of the copy a new message.
 		return storage.Timeout{}, "no message-id (nor " + wire.HeaderNSBMessageID + " header)"
 	}
-	if err := rp.Rules.Check(ingest.Parsed{ID: id, Destination: dest, DueAt: now}, len(d.Body), now); err != nil {
+	if err := rp.Rules.Check(ingest.Parsed{ID: it.ID, Destination: it.Dest(), DueAt: now}, len(d.Body), now); err != nil {
 		return storage.Timeout{}, err.Error()
 	}
-	p := message.FromDelivery(d)
-	h := make(amqp.Table, len(p.Headers))
-	maps.Copy(h, p.Headers)
-	for k := range h {
-		if strings.HasPrefix(k, wire.HeaderPrefix) || k == wire.HeaderNSBException || k == wire.HeaderNSBFailedQ {
-			delete(h, k)
-		}
-	}
-	p.Headers = h
-	// As ingest stores it: no due-time headers (a forward must not loop
-	// back into a delay) and no user-id.
-	p = broker.Forwardable(p, wire.DueTimeHeaders)
-	enc, err := message.Encode(nil, &p)
+	enc, err := message.Encode(nil, &it.Msg)
 	if err != nil {
 		return storage.Timeout{}, "headers cannot be stored: " + err.Error()
 	}
-	return storage.Timeout{ID: id, Destination: dest.Key, Exchange: dest.Exchange, DueAt: now, ReceivedAt: now, Message: enc}, ""
-}
-
-// forwardedTo reads where a dispatch failure's forward went: the copy's
-// x-delaybridge-exchange and -routing-key headers, or, on copies from
-// before those headers, the destination headers as ingest reads them.
-// Either way the destination passes the checks ingest applies.
-func forwardedTo(h amqp.Table) (wire.Destination, error) {
-	k, ok := h[wire.HeaderForwardRoutingKey]
-	if !ok {
-		return ingest.ParseDestination(h)
-	}
-	d := wire.Destination{Exchange: headerText(h[wire.HeaderForwardExchange]), Key: headerText(k)}
-	if err := d.Validate("header " + wire.HeaderForwardRoutingKey + "'s destination"); err != nil {
-		return wire.Destination{}, err
-	}
-	return d, nil
+	return storage.Timeout{ID: it.ID, Destination: it.Destination, Exchange: it.Exchange, DueAt: now, ReceivedAt: now, Message: enc}, ""
 }
 
 // quoteClip quotes a header value of any type for a reason, kept short.

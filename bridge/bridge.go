@@ -16,6 +16,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/rs/zerolog"
 
+	"github.com/delaybridge/delaybridge/broker"
 	"github.com/delaybridge/delaybridge/config"
 	"github.com/delaybridge/delaybridge/metrics"
 	"github.com/delaybridge/delaybridge/storage"
@@ -65,7 +66,9 @@ type Bridge struct {
 	deps  Deps
 	log   zerolog.Logger
 	owner string
-	ready atomic.Bool
+	// processing names this bridge on its error copies.
+	processing broker.Processing
+	ready      atomic.Bool
 }
 
 // New returns a bridge for cfg; it starts nothing.
@@ -77,7 +80,8 @@ func New(cfg config.Config, deps Deps) *Bridge {
 	if deps.Metrics == nil {
 		deps.Metrics = metrics.New()
 	}
-	return &Bridge{cfg: cfg, deps: deps, log: deps.Logger, owner: host + "-" + uuid.NewString()[:8]}
+	return &Bridge{cfg: cfg, deps: deps, log: deps.Logger, owner: host + "-" + uuid.NewString()[:8],
+		processing: broker.NewProcessing(cfg.Endpoint, host)}
 }
 
 // Metrics are the bridge's metrics, served on GET /metrics.

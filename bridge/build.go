@@ -157,12 +157,13 @@ func (b *Bridge) build(ctx context.Context) (_ *components, err error) {
 		Budget: intakeBudget, ExpectedBytes: cfg.MaxMessageBytes,
 		Rules:        c.rules,
 		StoreBreaker: b.breaker(c, "store", cfg.TimeToTriggerStoreCircuitBreaker),
+		Processing:   b.processing,
 		Metrics:      met,
 		Logger:       log.With().Str("component", "ingest").Logger(),
 	})
 	var once sync.Once
 	c.dispatcher = dispatch.New(c.consumeConn, func(ctx context.Context) (dispatch.Publisher, error) { return dispatchPub(ctx) }, c.store, dispatch.Options{
-		Queue: topo.DispatcherQueue(), TimeoutsQueue: topo.TimeoutsQueue(), ErrorQueue: cfg.ErrorQueue, ErrorGate: c.errorGate,
+		Queue: topo.DispatcherQueue(), TimeoutsQueue: topo.TimeoutsQueue(), ErrorQueue: cfg.ErrorQueue, Processing: b.processing, ErrorGate: c.errorGate,
 		// A bbolt file serves one instance; a second one on this endpoint
 		// would take tokens for rows it does not have and drop them. With
 		// PostgreSQL every instance sees every row, so any may dispatch.
@@ -217,7 +218,7 @@ func (b *Bridge) connect(c *components, topo broker.Topology) error {
 	// Consumers whose connection died on a message the client cannot read
 	// move it to the error queue with this (docs/contract.md §4.5).
 	sweeper := broker.NewSweeper(broker.SweepOptions{
-		Name: "delaybridge sweep " + b.owner, TLS: b.deps.TLS, ErrorQueue: b.cfg.ErrorQueue,
+		Name: "delaybridge sweep " + b.owner, TLS: b.deps.TLS, ErrorQueue: b.cfg.ErrorQueue, Processing: b.processing,
 		Publish: func(ctx context.Context, msg amqp.Publishing) error {
 			return broker.PublishOne(ctx, c.publishConn, b.cfg.ErrorQueue, msg)
 		},
@@ -293,7 +294,7 @@ func (b *Bridge) serveHTTP(c *components) error {
 			return broker.HoldUnreadable(ctx, broker.HoldOptions{URLs: cfg.AMQPURLs(), TLS: b.deps.TLS, Name: "delaybridge replay " + b.owner}, queue, limit)
 		}}
 	adm := admin.New(admin.Options{Store: c.store, Token: cfg.AdminToken, Now: now, Wake: c.poller.Wake,
-		Replay: replayer.Replay, Logger: log.With().Str("component", "admin").Logger()})
+		Replay: replayer.Replay, Errors: replayer.Errors, Logger: log.With().Str("component", "admin").Logger()})
 	statusPage := newStatusPage(cfg.Endpoint, c.store, c.stats, now, b.deps.Metrics, c.consumeConn, c.ingestConn, c.publishConn)
 	c.sampler = statusPage.Run
 	c.http = httpapi.New(httpapi.Options{Addr: cfg.HTTPAddr, Admin: adm, Status: statusPage,

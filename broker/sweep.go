@@ -22,6 +22,8 @@ type SweepOptions struct {
 	// TLS parameters, as amqp091-go reads them.
 	TLS        *tls.Config
 	ErrorQueue string
+	// Processing names the endpoint and host on error copies.
+	Processing Processing
 	// Publish puts one error-queue copy on ErrorQueue (mandatory) and
 	// returns nil only once the broker confirmed it.
 	Publish func(ctx context.Context, msg amqp.Publishing) error
@@ -146,7 +148,7 @@ func (s *Sweeper) move(ctx context.Context, rc *rawConn, queue string, m rawMess
 	// byte array is opaque to every client.
 	p.Headers = amqp.Table{wire.HeaderOriginalProperties: append([]byte(nil), m.props...)}
 	copyMsg := ErrorCopy(p, ErrorFacts{
-		Reason: unreadable.Error(), Stage: wire.StageIngest, FailedAt: s.opts.Now(), FailedQ: queue,
+		Reason: unreadable.Error(), Stage: wire.StageIngest, FailedAt: s.opts.Now(), FailedQ: queue, Processing: s.opts.Processing,
 	})
 	err := s.opts.Publish(ctx, copyMsg)
 	if errors.Is(err, ErrUnpublishable) {
@@ -159,7 +161,7 @@ func (s *Sweeper) move(ctx context.Context, rc *rawConn, queue string, m rawMess
 		copyMsg = ErrorCopy(amqp.Publishing{MessageId: p.MessageId, ContentType: wire.ContentTypeUnreadable, Body: body}, ErrorFacts{
 			Reason: unreadable.Error() + "; the copy with its properties " + err.Error() +
 				", so its body is the original property bytes (after a 4-byte length) followed by the original body",
-			Stage: wire.StageIngest, FailedAt: s.opts.Now(), FailedQ: queue,
+			Stage: wire.StageIngest, FailedAt: s.opts.Now(), FailedQ: queue, Processing: s.opts.Processing,
 		})
 		err = s.opts.Publish(ctx, copyMsg)
 	}

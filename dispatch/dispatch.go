@@ -75,7 +75,9 @@ type Options struct {
 	Queue         string // E.TimeoutsDispatcher
 	TimeoutsQueue string // E.Timeouts, named in NServiceBus.FailedQ
 	ErrorQueue    string
-	Prefetch      int
+	// Processing names the endpoint and host on error copies.
+	Processing broker.Processing
+	Prefetch   int
 	// Workers process dispatcher messages in parallel, each with its own
 	// publisher, so confirms of one batch overlap the next.
 	Workers         int
@@ -868,7 +870,7 @@ func (d *Dispatcher) fail(ctx context.Context, pub Publisher, it item, reason st
 func (d *Dispatcher) moveToErrorQueue(ctx context.Context, pub Publisher, it item, reason string) {
 	facts := broker.ErrorFacts{
 		Reason: reason, Stage: wire.StageDispatch, Attempts: it.row.Attempts,
-		FailedAt: d.opts.Now(), FailedQ: d.opts.TimeoutsQueue,
+		FailedAt: d.opts.Now(), FailedQ: d.opts.TimeoutsQueue, Processing: d.opts.Processing,
 	}
 	if dest := it.row.Dest(); dest.Key != "" || !dest.IsQueue() {
 		facts.Forward = &dest // a corrupt row may not know its destination

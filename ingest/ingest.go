@@ -63,6 +63,8 @@ type Options struct {
 	// Sources are the queues to consume, each with its parser.
 	Sources    []Source
 	ErrorQueue string
+	// Processing names the endpoint and host on error copies.
+	Processing broker.Processing
 	Prefetch   int
 	// MaxBatch caps deliveries stored in one commit (group commit), and
 	// Linger is how long a batch waits for more deliveries before its commit.
@@ -686,7 +688,7 @@ func (in *Ingester) reject(ctx context.Context, src Source, pub Publisher, batch
 			RoutingKey: in.opts.ErrorQueue,
 			Mandatory:  true,
 			Msg: broker.ErrorCopy(message.FromDelivery(&e.d), broker.ErrorFacts{
-				Reason: e.intake.Reason, Stage: wire.StageIngest, FailedAt: now, FailedQ: src.Queue,
+				Reason: e.intake.Reason, Stage: wire.StageIngest, FailedAt: now, FailedQ: src.Queue, Processing: in.opts.Processing,
 			}),
 		})
 		idx = append(idx, i)

@@ -227,16 +227,28 @@ func ParseHeaders(d *amqp.Delivery, receivedAt time.Time) Intake {
 		}
 		return Intake{Op: OpCancelSaga, SagaID: saga}
 	}
-	p, err := Parse(d, receivedAt)
-	if err != nil {
-		return Reject(err)
+	var it Intake
+	if IsRetry(d.Headers) {
+		// A dispatch failure retried from ServicePulse: due now, to where
+		// it was going (docs/contract.md §4.6).
+		it = ParseRetry(d, receivedAt)
+	} else {
+		p, err := Parse(d, receivedAt)
+		if err != nil {
+			return Reject(err)
+		}
+		it = Intake{Op: OpSchedule, ID: p.ID, Destination: p.Destination.Key, Exchange: p.Destination.Exchange, DueAt: p.DueAt,
+			Msg: broker.Forwardable(message.FromDelivery(d), wire.DueTimeHeaders)}
+	}
+	if it.Op == OpReject {
+		return it
 	}
 	saga, _, err := headerString(d.Headers, wire.HeaderNSBSagaID)
 	if err != nil {
 		return Reject(err)
 	}
-	return Intake{Op: OpSchedule, ID: p.ID, Destination: p.Destination.Key, Exchange: p.Destination.Exchange, DueAt: p.DueAt,
-		SagaID: strings.TrimSpace(saga), Msg: broker.Forwardable(message.FromDelivery(d), wire.DueTimeHeaders)}
+	it.SagaID = strings.TrimSpace(saga)
+	return it
 }
 
 // noSaga is Guid.Empty as .NET writes it: no saga instance.

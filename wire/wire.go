@@ -83,6 +83,42 @@ const (
 	HeaderPrefix = "x-delaybridge-"
 )
 
+// The NServiceBus failure headers (docs/contract.md §4.1) that ServiceControl
+// reads to import, group and retry a failed message. Names from
+// Particular/NServiceBus src/NServiceBus.Core/Recoverability/Faults/FaultsHeaderKeys.cs
+// (ExceptionInfo.*, TimeOfFailure) and src/NServiceBus.Core/Headers.cs (the
+// processing host, set by CreateFaultMetadataExtractor in
+// Recoverability/RecoverabilityComponent.cs). ServiceControl
+// (Particular/ServiceControl src/ServiceControl/Operations/FailedMessageFactory.cs)
+// requires NServiceBus.FailedQ and NServiceBus.MessageId, parses
+// TimeOfFailure with DateTimeOffsetHelper (FormatNSBTime), and groups by
+// exception type and the first stack frame
+// (Recoverability/Grouping/Groupers/ExceptionTypeAndStackTraceFailureClassifier.cs).
+const (
+	HeaderNSBExceptionType   = "NServiceBus.ExceptionInfo.ExceptionType"
+	HeaderNSBExceptionSource = "NServiceBus.ExceptionInfo.Source"
+	HeaderNSBStackTrace      = "NServiceBus.ExceptionInfo.StackTrace"
+	// HeaderNSBExceptionInfoPrefix starts every exception header
+	// (InnerExceptionType, HelpLink, Data.* too): a copy carries only the
+	// bridge's own, and a retry strips them all, as ServiceControl does.
+	HeaderNSBExceptionInfoPrefix = "NServiceBus.ExceptionInfo."
+	HeaderNSBTimeOfFailure       = "NServiceBus.TimeOfFailure"
+	HeaderNSBProcessingEndpoint  = "NServiceBus.ProcessingEndpoint"
+	HeaderNSBProcessingMachine   = "NServiceBus.ProcessingMachine"
+	HeaderNSBHostID              = "$.diagnostics.hostid"
+	HeaderNSBHostDisplayName     = "$.diagnostics.hostdisplayname"
+)
+
+// Exception types the bridge names in HeaderNSBExceptionType, one per
+// stage, so that ServicePulse groups its failures by what went wrong.
+const (
+	ExceptionTypeIngest   = "DelayBridge.InvalidMessageException"
+	ExceptionTypeDispatch = "DelayBridge.DispatchFailedException"
+	// ExceptionSource is HeaderNSBExceptionSource (.NET's Exception.Source:
+	// the component that failed).
+	ExceptionSource = "delaybridge"
+)
+
 // Stages named in HeaderStage.
 const (
 	StageIngest   = "ingest"

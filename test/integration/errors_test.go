@@ -21,7 +21,17 @@ const (
 	hNSBFailQ  = "NServiceBus.FailedQ"
 )
 
-var errorHeaders = []string{hError, hStage, hFailedAt, hAttempts, hNSBExcMsg, hNSBFailQ}
+// The NServiceBus failure headers of §4.1 (names from NServiceBus's
+// FaultsHeaderKeys and Headers).
+const (
+	hNSBExcType  = "NServiceBus.ExceptionInfo.ExceptionType"
+	hNSBTimeFail = "NServiceBus.TimeOfFailure"
+	hNSBMsgID    = "NServiceBus.MessageId"
+)
+
+var errorHeaders = []string{hError, hStage, hFailedAt, hAttempts, hNSBExcMsg, hNSBFailQ,
+	hNSBExcType, "NServiceBus.ExceptionInfo.Source", "NServiceBus.ExceptionInfo.StackTrace", hNSBTimeFail,
+	"NServiceBus.ProcessingEndpoint", "NServiceBus.ProcessingMachine", "$.diagnostics.hostid", "$.diagnostics.hostdisplayname"}
 
 // asInt converts any AMQP integer type.
 func asInt(v any) (int64, bool) {
@@ -73,10 +83,16 @@ func checkErrorHeaders(t *testing.T, h amqp.Table, stage string, attempts int64,
 	if strings.TrimSpace(headerString(h, hNSBExcMsg)) == "" {
 		t.Errorf("%s is empty or missing (%v)", hNSBExcMsg, h[hNSBExcMsg])
 	}
+	wantType := map[string]string{"ingest": "DelayBridge.InvalidMessageException", "dispatch": "DelayBridge.DispatchFailedException"}[stage]
+	if got := headerString(h, hNSBExcType); got != wantType {
+		t.Errorf("%s = %v, want %q", hNSBExcType, h[hNSBExcType], wantType)
+	}
 	failedAt := headerString(h, hFailedAt)
 	ts, err := time.Parse(time.RFC3339Nano, failedAt)
 	if err != nil {
 		t.Errorf("%s = %v is not RFC 3339: %v", hFailedAt, h[hFailedAt], err)
+	} else if want := ts.UTC().Format("2006-01-02 15:04:05:") + fmt.Sprintf("%06d Z", ts.Nanosecond()/1000); headerString(h, hNSBTimeFail) != want {
+		t.Errorf("%s = %v, want %q (NServiceBus's wire format of %s)", hNSBTimeFail, h[hNSBTimeFail], want, failedAt)
 	} else if ts.Before(notBefore.Add(-time.Second)) || ts.After(time.Now().Add(time.Second)) {
 		t.Errorf("%s = %s is not between the publish (%s) and now", hFailedAt, failedAt, notBefore.Format(time.RFC3339Nano))
 	}
@@ -178,6 +194,9 @@ func TestInvalidInputGoesToErrorQueue(t *testing.T) {
 			}
 			for _, k := range errorHeaders {
 				delete(orig, k)
+			}
+			if _, ok := s.Headers[hNSBMsgID]; !ok && headerString(orig, hNSBMsgID) == s.MessageId {
+				delete(orig, hNSBMsgID) // added for ServiceControl (§4.1)
 			}
 			if diff := cmp.Diff(s.Headers, orig); diff != "" {
 				t.Errorf("original headers not kept (-sent, +error queue minus §4 headers):\n%s", diff)
