@@ -98,6 +98,7 @@ var (
 	_ storage.Store         = (*Store)(nil)
 	_ storage.Stater        = (*Store)(nil)
 	_ storage.SagaCanceller = (*Store)(nil)
+	_ storage.Bulker        = (*Store)(nil)
 	// No LeaseCounter: the file has one owner, so Stats counts its leases.
 	// No MultiGetter: a Get is a local read, not a round trip.
 )
@@ -846,7 +847,7 @@ func (s *Store) List(ctx context.Context, f storage.ListFilter) ([]storage.Timeo
 				}
 				continue
 			}
-			if (!f.DueFrom.IsZero() && r.DueAt.Before(f.DueFrom)) || !selects(f, &r.Timeout) {
+			if !f.Selects(&r.Timeout) {
 				continue
 			}
 			if len(rows) == f.Limit {
@@ -863,15 +864,6 @@ func (s *Store) List(ctx context.Context, f storage.ListFilter) ([]storage.Timeo
 		return nil, "", fmt.Errorf("boltstore: list: %w", err)
 	}
 	return rows, next, nil
-}
-
-// selects reports whether f's Destination and Exchange select t; see
-// storage.ListFilter.
-func selects(f storage.ListFilter, t *storage.Timeout) bool {
-	if f.Exchange != "" {
-		return t.Exchange == f.Exchange && (f.Destination == "" || t.Destination == f.Destination)
-	}
-	return f.Destination == "" || (t.Exchange == "" && t.Destination == f.Destination)
 }
 
 // Cancel removes a row that is not leased and records a tombstone, in the
@@ -910,7 +902,7 @@ func (s *Store) Cancel(ctx context.Context, id string) error {
 				return err
 			}
 		}
-		return b.cancels.Put([]byte(id), binary.BigEndian.AppendUint64(nil, uint64(now.Add(s.window).UnixNano())))
+		return s.tombstone(b, id, now)
 	})
 	if err == nil && missing {
 		err = storage.ErrNotFound
@@ -964,7 +956,7 @@ func (s *Store) CancelSaga(ctx context.Context, sagaID string) (cancelled, lease
 			}
 			// A tombstone, as Cancel leaves: a copy of a cancelled timeout
 			// stored again (a requeue) must not bring it back.
-			if err := b.cancels.Put([]byte(id), binary.BigEndian.AppendUint64(nil, uint64(now.Add(s.window).UnixNano()))); err != nil {
+			if err := s.tombstone(b, id, now); err != nil {
 				return err
 			}
 			cancelled++
@@ -975,6 +967,11 @@ func (s *Store) CancelSaga(ctx context.Context, sagaID string) (cancelled, lease
 		return 0, 0, fmt.Errorf("boltstore: cancel saga %q: %w", sagaID, err)
 	}
 	return cancelled, leased, nil
+}
+
+// tombstone records that id was cancelled at now, for the cancel window.
+func (s *Store) tombstone(b txb, id string, now time.Time) error {
+	return b.cancels.Put([]byte(id), binary.BigEndian.AppendUint64(nil, uint64(now.Add(s.window).UnixNano())))
 }
 
 // cancelled reports whether id has a tombstone that is live at now.
@@ -1006,20 +1003,26 @@ func (s *Store) Reschedule(ctx context.Context, id string, dueAt time.Time) erro
 		return fmt.Errorf("boltstore: reschedule %q: %w", id, err)
 	}
 	return s.changeUnleased(ctx, "reschedule", id, func(b txb, r *record) error {
-		if err := b.due.Delete(dueKey(&r.Timeout)); err != nil {
-			return err
-		}
-		r.DueAt, r.NotBefore = dueAt, time.Time{}
-		r.Lock, r.LockExpiresAt = "", time.Time{} // an expired lease ends here
-		if err := b.due.Put(dueKey(&r.Timeout), []byte{}); err != nil {
-			return err
-		}
-		seq, err := b.timeouts.NextSequence()
-		if err != nil {
-			return err
-		}
-		return b.place(r, false, idxReady, visibleAt(&r.Timeout), seq)
+		return b.moveDue(r, dueAt)
 	})
+}
+
+// moveDue sets r's due time to dueAt and clears its retry hold, in the due
+// and ready indexes too; r is not under a live lease.
+func (b txb) moveDue(r *record, dueAt time.Time) error {
+	if err := b.due.Delete(dueKey(&r.Timeout)); err != nil {
+		return err
+	}
+	r.DueAt, r.NotBefore = dueAt, time.Time{}
+	r.Lock, r.LockExpiresAt = "", time.Time{} // an expired lease ends here
+	if err := b.due.Put(dueKey(&r.Timeout), []byte{}); err != nil {
+		return err
+	}
+	seq, err := b.timeouts.NextSequence()
+	if err != nil {
+		return err
+	}
+	return b.place(r, false, idxReady, visibleAt(&r.Timeout), seq)
 }
 
 // changeUnleased applies change to row id unless it is leased and its lease

@@ -53,6 +53,9 @@ func (e *env) optionalCalls(ctx context.Context) map[string]error {
 	if sc, ok := e.s.(storage.SagaCanceller); ok {
 		_, _, errs["CancelSaga"] = sc.CancelSaga(ctx, "saga")
 	}
+	if b, ok := e.s.(storage.Bulker); ok {
+		_, errs["Bulk"] = b.Bulk(ctx, storage.ListFilter{Destination: "q"}, storage.BulkAction{Kind: storage.BulkCancel})
+	}
 	maps.DeleteFunc(errs, func(_ string, err error) bool { return errors.Is(err, storage.ErrUnsupported) })
 	return errs
 }

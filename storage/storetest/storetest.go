@@ -143,6 +143,9 @@ var tests = []struct {
 	{"LeasedBy", testLeasedBy},
 	{"GetMany", testGetMany},
 	{"CancelSaga", testCancelSaga},
+	{"BulkCancel", testBulkCancel},
+	{"BulkReschedule", testBulkReschedule},
+	{"ListFiltersIDPrefixHeader", testListFiltersIDPrefixHeader},
 	{"Closed", testClosed},
 	{"ContextCancelled", testContextCancelled},
 }
