@@ -62,17 +62,26 @@ const usage = `usage:
 admin commands (talk to a running bridge's admin API; flags --url, default
 $DELAYBRIDGE_ADMIN_URL or http://127.0.0.1:8080, and --token, default
 $DELAYBRIDGE_ADMIN_TOKEN; --json prints the API's JSON instead of a table):
-  delaybridge ls [--destination Q] [--from T] [--to T] [--limit N] [--all] [--json]
+  delaybridge ls [FILTERS] [--limit N] [--all] [--json]
                                  list pending timeouts in due order
   delaybridge show ID [--json]   one timeout: state, properties, headers, body
-  delaybridge cancel ID          delete a pending timeout
+  delaybridge cancel (ID | --saga-id S | FILTERS)
+                                 delete a pending timeout, a saga's, or every
+                                 one the filters select
   delaybridge reschedule ID (--at TIME | --in DURATION)
-                                 set a new due time
-  delaybridge dispatch ID        make a pending timeout due now
+  delaybridge reschedule FILTERS (--at TIME | --in DURATION | --shift DURATION)
+                                 set a new due time, or move each by a duration
+  delaybridge dispatch (ID | FILTERS)
+                                 make pending timeouts due now
   delaybridge stats [--json]     pending and leased counts, next due time
   delaybridge replay-errors [--limit N]
                                  move dispatch failures from the error queue
                                  back into the store, due now
+
+FILTERS select pending timeouts: --destination Q | --exchange X [--routing-key K],
+--from T, --to T (due range), --id-prefix P, --header NAME:VALUE. A bulk action
+needs at least one; it reports how many it changed and how many it left
+because they were being dispatched.
 
 The bench is its own command, delaybridge-bench: see bench/README.md.
 `
