@@ -364,3 +364,22 @@ func CheckBulk(f *ListFilter, a BulkAction) error {
 	}
 	return nil
 }
+
+// DestinationCount is one destination's share of the pending rows.
+type DestinationCount struct {
+	// Pending counts its pending rows, leased ones included.
+	Pending int
+	// DueSoon counts those of them due in the window asked for.
+	DueSoon int
+}
+
+// DestinationCounter counts pending rows per destination: the
+// per-destination metrics (delaybridge_destination_pending and
+// delaybridge_destination_due_soon). Each store says what a call costs;
+// callers keep to an interval, not one call per scrape.
+type DestinationCounter interface {
+	// CountByDestination returns the counts of every destination with a
+	// pending row; DueSoon counts the rows due at or after soonFrom and
+	// before soonTo. A shared store may count other instances' rows late.
+	CountByDestination(ctx context.Context, soonFrom, soonTo time.Time) (map[wire.Destination]DestinationCount, error)
+}

@@ -38,6 +38,7 @@ import (
 	bolterrors "go.etcd.io/bbolt/errors"
 
 	"github.com/delaybridge/delaybridge/storage"
+	"github.com/delaybridge/delaybridge/wire"
 )
 
 var (
@@ -85,6 +86,7 @@ type Store struct {
 
 	recovered int
 	leases    *leaseTable // see leases.go
+	dests     *destCounts // see destcount.go
 
 	ops      chan *op      // writes for commitLoop (group.go)
 	loopDone chan struct{} // closed when commitLoop has returned
@@ -95,10 +97,11 @@ type Store struct {
 }
 
 var (
-	_ storage.Store         = (*Store)(nil)
-	_ storage.Stater        = (*Store)(nil)
-	_ storage.SagaCanceller = (*Store)(nil)
-	_ storage.Bulker        = (*Store)(nil)
+	_ storage.Store              = (*Store)(nil)
+	_ storage.Stater             = (*Store)(nil)
+	_ storage.SagaCanceller      = (*Store)(nil)
+	_ storage.Bulker             = (*Store)(nil)
+	_ storage.DestinationCounter = (*Store)(nil)
 	// No LeaseCounter: the file has one owner, so Stats counts its leases.
 	// No MultiGetter: a Get is a local read, not a round trip.
 )
@@ -131,7 +134,8 @@ func Open(path string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("boltstore: open %s: %w", path, err)
 	}
 	s := &Store{db: db, now: opts.Now, path: path, window: opts.CancelWindow,
-		ops: make(chan *op, maxGroup), loopDone: make(chan struct{}), leases: newLeaseTable()}
+		ops: make(chan *op, maxGroup), loopDone: make(chan struct{}), leases: newLeaseTable(),
+		dests: newDestCounts()}
 	go s.commitLoop()
 	err = db.Update(func(tx *bolt.Tx) error {
 		meta, err := tx.CreateBucketIfNotExists(bucketMeta)
@@ -167,6 +171,9 @@ func Open(path string, opts Options) (*Store, error) {
 			if err != nil {
 				return err
 			}
+		}
+		if err := s.dests.load(tx.Bucket(bucketTimeouts)); err != nil {
+			return err
 		}
 		if meta.Get(keyPending) == nil {
 			// A file from before the counts were kept: count once.
@@ -246,8 +253,20 @@ type txb struct {
 }
 
 // counts are kept in bucket meta so Stats costs nothing and Open scans
-// nothing, whatever the number pending.
-type counts struct{ pending, leased int64 }
+// nothing, whatever the number pending. dests, the change of each
+// destination's pending count, is not: see destcount.go.
+type counts struct {
+	pending, leased int64
+	dests           map[wire.Destination]int64
+}
+
+// dest adds n to destination d's pending count.
+func (c *counts) dest(d wire.Destination, n int64) {
+	if c.dests == nil {
+		c.dests = map[wire.Destination]int64{}
+	}
+	c.dests[d] += n
+}
 
 func buckets(tx *bolt.Tx, c *counts) (txb, error) {
 	b := txb{
@@ -327,6 +346,7 @@ func (b txb) place(r *record, fresh bool, idx byte, at time.Time, seq uint64) er
 	}
 	if fresh {
 		b.c.pending++
+		b.c.dest(r.Dest(), 1)
 		if err := b.due.Put(dueKey(&r.Timeout), []byte{}); err != nil {
 			return err
 		}
@@ -367,6 +387,7 @@ func (b txb) forget(r *record) error {
 		}
 	}
 	b.c.pending--
+	b.c.dest(r.Dest(), -1)
 	if r.index == idxLeased {
 		b.c.leased--
 	}

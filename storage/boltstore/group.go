@@ -6,6 +6,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/delaybridge/delaybridge/storage"
+	"github.com/delaybridge/delaybridge/wire"
 )
 
 // Group commit. bbolt has one writer, and each commit costs two fsyncs. The
@@ -73,8 +74,10 @@ func (s *Store) commitLoop() {
 // transaction is rolled back and each write runs again alone, so that only
 // the failing one fails.
 func (s *Store) commit(group []*op) {
+	var dests []map[wire.Destination]int64
 	err := s.db.Update(func(tx *bolt.Tx) error {
 		var sum counts
+		dests = dests[:0]
 		for _, o := range group {
 			var c counts
 			o.err = o.fn(tx, &c)
@@ -86,14 +89,20 @@ func (s *Store) commit(group []*op) {
 			}
 			sum.pending += c.pending
 			sum.leased += c.leased
+			if c.dests != nil {
+				dests = append(dests, c.dests)
+			}
 		}
-		if sum == (counts{}) {
+		if sum.pending == 0 && sum.leased == 0 {
 			return nil
 		}
 		meta := tx.Bucket(bucketMeta)
 		cur := readCounts(meta)
 		return writeCounts(meta, counts{pending: cur.pending + sum.pending, leased: cur.leased + sum.leased})
 	})
+	if err == nil {
+		s.dests.add(dests)
+	}
 	if err != nil && len(group) > 1 {
 		for i := range group {
 			group[i].err = nil

@@ -132,12 +132,13 @@ type Store struct {
 }
 
 var (
-	_ storage.Store         = (*Store)(nil)
-	_ storage.Stater        = (*Store)(nil)
-	_ storage.LeaseCounter  = (*Store)(nil)
-	_ storage.MultiGetter   = (*Store)(nil)
-	_ storage.SagaCanceller = (*Store)(nil)
-	_ storage.Bulker        = (*Store)(nil)
+	_ storage.Store              = (*Store)(nil)
+	_ storage.Stater             = (*Store)(nil)
+	_ storage.LeaseCounter       = (*Store)(nil)
+	_ storage.MultiGetter        = (*Store)(nil)
+	_ storage.SagaCanceller      = (*Store)(nil)
+	_ storage.Bulker             = (*Store)(nil)
+	_ storage.DestinationCounter = (*Store)(nil)
 )
 
 // Open connects to the database at url (a PostgreSQL URL or key=value

@@ -53,6 +53,9 @@ func (e *env) optionalCalls(ctx context.Context) map[string]error {
 	if sc, ok := e.s.(storage.SagaCanceller); ok {
 		_, _, errs["CancelSaga"] = sc.CancelSaga(ctx, "saga")
 	}
+	if dc, ok := e.s.(storage.DestinationCounter); ok {
+		_, errs["CountByDestination"] = dc.CountByDestination(ctx, T0, T0.Add(time.Minute))
+	}
 	if b, ok := e.s.(storage.Bulker); ok {
 		_, errs["Bulk"] = b.Bulk(ctx, storage.ListFilter{Destination: "q"}, storage.BulkAction{Kind: storage.BulkCancel})
 	}

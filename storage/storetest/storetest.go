@@ -146,6 +146,7 @@ var tests = []struct {
 	{"BulkCancel", testBulkCancel},
 	{"BulkReschedule", testBulkReschedule},
 	{"ListFiltersIDPrefixHeader", testListFiltersIDPrefixHeader},
+	{"CountByDestination", testCountByDestination},
 	{"Closed", testClosed},
 	{"ContextCancelled", testContextCancelled},
 }
