@@ -59,6 +59,15 @@ type Metrics interface {
 	ObserveDispatchConfirm(d time.Duration)
 }
 
+// DestinationMetrics, when the Metrics given have it too, is told the
+// destination of each forward and failure (*metrics.Metrics has it).
+type DestinationMetrics interface {
+	// DestinationDispatched counts n forwards to d confirmed and removed.
+	DestinationDispatched(d wire.Destination, n int)
+	// DestinationDispatchFailed counts one failure of a forward to d.
+	DestinationDispatchFailed(d wire.Destination)
+}
+
 type noMetrics struct{}
 
 func (noMetrics) Dispatched(int)                       {}
@@ -437,9 +446,18 @@ func (d *Dispatcher) handle(ctx context.Context, del *amqp.Delivery, pub Publish
 	// Remove what was forwarded first, while its lease is fresh; then count
 	// the blocked ones: two store commits each must not eat the lease the
 	// removals need (a removal refused after the forward is a duplicate).
-	n, removeErr := d.remove(ctx, r.done, r.leaseEnd)
+	removed, removeErr := d.removeEach(ctx, r.done, r.leaseEnd)
 	for _, b := range blocked {
 		d.fail(ctx, pub, b.it, b.reason)
+	}
+	n := 0
+	for i, ok := range removed {
+		if ok {
+			n++
+			if dm, has := d.opts.Metrics.(DestinationMetrics); has {
+				dm.DestinationDispatched(r.dests[i], 1)
+			}
+		}
 	}
 	d.count(func(s *Stats) { s.Forwarded += int64(n) })
 	d.opts.Metrics.Dispatched(n)
@@ -461,6 +479,8 @@ func (d *Dispatcher) handle(ctx context.Context, del *amqp.Delivery, pub Publish
 // forwarded gathers the outcome of a window's publishes.
 type forwarded struct {
 	done []storage.Ref
+	// dests are the destinations of done's rows, index for index.
+	dests []wire.Destination
 	// leaseEnd is the earliest lease expiry among done: the removal must
 	// happen before it.
 	leaseEnd time.Time
@@ -511,6 +531,7 @@ func (d *Dispatcher) forward(wctx, ctx context.Context, pub Publisher, items []i
 		switch {
 		case err == nil:
 			r.done = append(r.done, storage.Ref{ID: it.tok.ID, Lock: it.tok.Lock})
+			r.dests = append(r.dests, it.row.Dest())
 			if r.leaseEnd.IsZero() || it.row.LockExpiresAt.Before(r.leaseEnd) {
 				r.leaseEnd = it.row.LockExpiresAt
 			}
@@ -642,6 +663,9 @@ func storeFault(err error) bool {
 func (d *Dispatcher) fail(ctx context.Context, pub Publisher, it item, reason string) {
 	d.count(func(s *Stats) { s.Failed++ })
 	d.opts.Metrics.DispatchFailed()
+	if dm, ok := d.opts.Metrics.(DestinationMetrics); ok {
+		dm.DestinationDispatchFailed(it.row.Dest())
+	}
 	attempts, err := d.store.IncrementFailureCount(ctx, it.tok.ID, it.tok.Lock, reason)
 	if err != nil {
 		if storeFault(err) {
@@ -725,8 +749,21 @@ const (
 // leased and forwarded again, a duplicate. What still fails is logged;
 // it can only cause a duplicate, never a loss.
 func (d *Dispatcher) remove(ctx context.Context, refs []storage.Ref, leaseEnd time.Time) (int, error) {
+	ok, err := d.removeEach(ctx, refs, leaseEnd)
+	n := 0
+	for _, removed := range ok {
+		if removed {
+			n++
+		}
+	}
+	return n, err
+}
+
+// removeEach is remove, reporting which refs it removed.
+func (d *Dispatcher) removeEach(ctx context.Context, refs []storage.Ref, leaseEnd time.Time) ([]bool, error) {
+	ok := make([]bool, len(refs))
 	if len(refs) == 0 {
-		return 0, nil
+		return ok, nil
 	}
 	wait := d.removeWait
 	var results []error
@@ -741,7 +778,7 @@ func (d *Dispatcher) remove(ctx context.Context, refs []storage.Ref, leaseEnd ti
 		if attempt == removeAttempts || !d.opts.Now().Add(wait+removeSlack).Before(leaseEnd) || !broker.Sleep(ctx, wait) {
 			d.log.Error().Err(err).Int("timeouts", len(refs)).Int("attempts", attempt).
 				Msg("removing forwarded timeouts failed; they may be delivered again")
-			return 0, fmt.Errorf("dispatch: remove: %w", err)
+			return ok, fmt.Errorf("dispatch: remove: %w", err)
 		}
 		d.log.Warn().Err(err).Int("timeouts", len(refs)).Int("attempt", attempt).
 			Msg("removing forwarded timeouts failed; trying again while their lease holds")
@@ -756,6 +793,7 @@ func (d *Dispatcher) remove(ctx context.Context, refs []storage.Ref, leaseEnd ti
 			// attempt's commit went through and its answer was lost.
 			rerr = nil
 		}
+		ok[i] = rerr == nil
 		if rerr != nil {
 			conflicts++
 			d.log.Warn().Err(rerr).Str("id", refs[i].ID).Msg("forwarded timeout could not be removed with its lease; a duplicate is possible")
@@ -767,7 +805,7 @@ func (d *Dispatcher) remove(ctx context.Context, refs []storage.Ref, leaseEnd ti
 		d.log.Debug().Strs("ids", removed).Msg("removed")
 	}
 	d.count(func(s *Stats) { s.RemoveConflicts += conflicts })
-	return len(refs) - int(conflicts), nil
+	return ok, nil
 }
 
 func itemIDs(items []item) []string {
