@@ -365,6 +365,9 @@ func CheckBulk(f *ListFilter, a BulkAction) error {
 	return nil
 }
 
+// ErrNotYet means the answer is not available yet: ask again later.
+var ErrNotYet = errors.New("storage: not available yet")
+
 // DestinationCount is one destination's share of the pending rows.
 type DestinationCount struct {
 	// Pending counts its pending rows, leased ones included.
@@ -381,5 +384,7 @@ type DestinationCounter interface {
 	// CountByDestination returns the counts of every destination with a
 	// pending row; DueSoon counts the rows due at or after soonFrom and
 	// before soonTo. A shared store may count other instances' rows late.
+	// A store that counts its rows after Open answers ErrNotYet until it
+	// has.
 	CountByDestination(ctx context.Context, soonFrom, soonTo time.Time) (map[wire.Destination]DestinationCount, error)
 }

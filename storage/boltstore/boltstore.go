@@ -172,9 +172,6 @@ func Open(path string, opts Options) (*Store, error) {
 				return err
 			}
 		}
-		if err := s.dests.load(tx.Bucket(bucketTimeouts)); err != nil {
-			return err
-		}
 		if meta.Get(keyPending) == nil {
 			// A file from before the counts were kept: count once.
 			leased := tx.Bucket(bucketLeased).Stats().KeyN
@@ -195,6 +192,7 @@ func Open(path string, opts Options) (*Store, error) {
 		_ = db.Close()
 		return nil, fmt.Errorf("boltstore: open %s: %w", path, err)
 	}
+	go s.countDestinations()
 	return s, nil
 }
 
@@ -257,15 +255,13 @@ type txb struct {
 // destination's pending count, is not: see destcount.go.
 type counts struct {
 	pending, leased int64
-	dests           map[wire.Destination]int64
+	dests           []destDelta
+	scan            *destScan // a step of the initial count (destcount.go)
 }
 
-// dest adds n to destination d's pending count.
-func (c *counts) dest(d wire.Destination, n int64) {
-	if c.dests == nil {
-		c.dests = map[wire.Destination]int64{}
-	}
-	c.dests[d] += n
+// dest adds n to the pending count of row id's destination d.
+func (c *counts) dest(id string, d wire.Destination, n int64) {
+	c.dests = append(c.dests, destDelta{id: id, dest: d, n: n})
 }
 
 func buckets(tx *bolt.Tx, c *counts) (txb, error) {
@@ -346,7 +342,7 @@ func (b txb) place(r *record, fresh bool, idx byte, at time.Time, seq uint64) er
 	}
 	if fresh {
 		b.c.pending++
-		b.c.dest(r.Dest(), 1)
+		b.c.dest(r.ID, r.Dest(), 1)
 		if err := b.due.Put(dueKey(&r.Timeout), []byte{}); err != nil {
 			return err
 		}
@@ -387,7 +383,7 @@ func (b txb) forget(r *record) error {
 		}
 	}
 	b.c.pending--
-	b.c.dest(r.Dest(), -1)
+	b.c.dest(r.ID, r.Dest(), -1)
 	if r.index == idxLeased {
 		b.c.leased--
 	}

@@ -6,7 +6,6 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/delaybridge/delaybridge/storage"
-	"github.com/delaybridge/delaybridge/wire"
 )
 
 // Group commit. bbolt has one writer, and each commit costs two fsyncs. The
@@ -74,10 +73,11 @@ func (s *Store) commitLoop() {
 // transaction is rolled back and each write runs again alone, so that only
 // the failing one fails.
 func (s *Store) commit(group []*op) {
-	var dests []map[wire.Destination]int64
+	var dests []destDelta
+	var scan *destScan
 	err := s.db.Update(func(tx *bolt.Tx) error {
 		var sum counts
-		dests = dests[:0]
+		dests, scan = dests[:0], nil
 		for _, o := range group {
 			var c counts
 			o.err = o.fn(tx, &c)
@@ -89,8 +89,9 @@ func (s *Store) commit(group []*op) {
 			}
 			sum.pending += c.pending
 			sum.leased += c.leased
-			if c.dests != nil {
-				dests = append(dests, c.dests)
+			dests = append(dests, c.dests...)
+			if c.scan != nil {
+				scan = c.scan
 			}
 		}
 		if sum.pending == 0 && sum.leased == 0 {
@@ -101,7 +102,7 @@ func (s *Store) commit(group []*op) {
 		return writeCounts(meta, counts{pending: cur.pending + sum.pending, leased: cur.leased + sum.leased})
 	})
 	if err == nil {
-		s.dests.add(dests)
+		s.dests.add(scan, dests)
 	}
 	if err != nil && len(group) > 1 {
 		for i := range group {
