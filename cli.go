@@ -289,6 +289,16 @@ func (ff *filterFlags) query(c *adminClient, fs *flag.FlagSet) (q url.Values, se
 	return q, len(q) > 0, -1
 }
 
+// parse parses args (flags anywhere) and then the filter flags; see query.
+func (ff *filterFlags) parse(c *adminClient, fs *flag.FlagSet, args []string) (pos []string, q url.Values, set bool, code int) {
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return nil, nil, false, exitConfig
+	}
+	q, set, code = ff.query(c, fs)
+	return pos, q, set, code
+}
+
 func cliList(c *adminClient, fs *flag.FlagSet, args []string) int {
 	ff := addFilterFlags(fs, "only timeouts")
 	limit := fs.Int("limit", admin.DefaultLimit, fmt.Sprintf("most rows per page (1..%d)", admin.MaxLimit))
@@ -486,11 +496,7 @@ func cliCancel(c *adminClient, fs *flag.FlagSet, args []string) int {
 		"Cancels a pending timeout (it is deleted and never delivered), every pending timeout of a saga,\n"+
 			"or every pending timeout the filters select (at least one filter); timeouts being dispatched\n"+
 			"at that moment are counted and left alone.")
-	pos, err := parseInterspersed(fs, args)
-	if err != nil {
-		return exitConfig
-	}
-	q, filtered, code := ff.query(c, fs)
+	pos, q, filtered, code := ff.parse(c, fs, args)
 	if code >= 0 {
 		return code
 	}
@@ -586,11 +592,7 @@ func cliReschedule(c *adminClient, fs *flag.FlagSet, args []string) int {
 		"Sets a new due time on a pending timeout, or on every pending timeout the filters select\n"+
 			"(at least one filter; --shift moves each by a duration); timeouts being dispatched at that\n"+
 			"moment are counted and left alone.")
-	pos, err := parseInterspersed(fs, args)
-	if err != nil {
-		return exitConfig
-	}
-	q, filtered, code := ff.query(c, fs)
+	pos, q, filtered, code := ff.parse(c, fs, args)
 	if code >= 0 {
 		return code
 	}
@@ -661,11 +663,7 @@ func cliDispatch(c *adminClient, fs *flag.FlagSet, args []string) int {
 	setUsage(fs, "dispatch (ID | "+filterSynopsis+")",
 		"Makes a pending timeout due now, so it is delivered at once, or every pending timeout the\n"+
 			"filters select (at least one filter).")
-	pos, err := parseInterspersed(fs, args)
-	if err != nil {
-		return exitConfig
-	}
-	q, filtered, code := ff.query(c, fs)
+	pos, q, filtered, code := ff.parse(c, fs, args)
 	switch {
 	case code >= 0:
 		return code
