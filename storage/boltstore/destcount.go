@@ -19,7 +19,7 @@ import (
 // (counts.dests) after it succeeded, and a goroutine started by Open counts
 // the rows already in the file, in the background, so Open does not wait
 // for it: it reads the head of each record (no message is copied), about
-// 2.4 s per million rows on a loaded 2-core machine (BenchmarkOpenCount),
+// 2.2 s per million rows on a shared 2-core machine (BenchmarkOpenCount),
 // in steps of destScanStep records. Each step runs as a write of the group
 // commit, reading the file as the last commit left it (a read transaction
 // opened inside the write, so it sees none of its group's changes), and
