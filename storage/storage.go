@@ -232,8 +232,8 @@ type Store interface {
 // The optional interfaces below are what a backend may offer beyond Store.
 // Callers find them with a type assertion, do without them when absent, and
 // treat ErrUnsupported from one as its absence. storetest checks each one a
-// store has. boltstore has Stater, SagaCanceller and Bulker; postgres has
-// all five.
+// store has. boltstore has Stater, SagaCanceller, Bulker and
+// DestinationCounter; postgres has all six.
 
 // Stater counts the store's rows. The admin API's stats, the status page,
 // /debug/vars and the store metrics show the counts, and the poller's
