@@ -52,6 +52,8 @@ type adminClient struct {
 
 	// tokenSet: --token was given; otherwise the env var is read when needed.
 	tokenSet bool
+	// timeout bounds one call; zero: 60 seconds.
+	timeout time.Duration
 }
 
 // runAdmin runs one admin subcommand; out and errOut are stdout and stderr.
@@ -59,7 +61,7 @@ func runAdmin(cmd string, args []string, out, errOut io.Writer) int {
 	impl := adminCommands[cmd]
 	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
 	fs.SetOutput(errOut)
-	c := &adminClient{cmd: cmd, out: out, errOut: errOut, http: &http.Client{Timeout: 60 * time.Second}}
+	c := &adminClient{cmd: cmd, out: out, errOut: errOut, http: &http.Client{}}
 	def := os.Getenv("DELAYBRIDGE_ADMIN_URL")
 	if def == "" {
 		def = defaultAdminURL
@@ -167,7 +169,11 @@ func (c *adminClient) do(method, path string, query url.Values, body any, out an
 		}
 		rd = bytes.NewReader(b)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	timeout := c.timeout
+	if timeout <= 0 {
+		timeout = 60 * time.Second
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, method, u, rd)
 	if err != nil {
@@ -258,17 +264,79 @@ func setUsage(fs *flag.FlagSet, synopsis, text string) {
 	}
 }
 
+// filterFlags are the selector flags of ls and of the bulk actions: the
+// admin API's list filters.
+type filterFlags struct {
+	dest, exchange, key, from, to, idPrefix, header *string
+}
+
+func addFilterFlags(fs *flag.FlagSet, what string) *filterFlags {
+	return &filterFlags{
+		dest:     fs.String("destination", "", what+" for this queue"),
+		exchange: fs.String("exchange", "", what+" for this exchange"),
+		key:      fs.String("routing-key", "", "with --exchange: "+what+" with this routing key"),
+		from:     fs.String("from", "", what+" due at or after this time (RFC 3339 or a duration from now)"),
+		to:       fs.String("to", "", what+" due before this time (RFC 3339 or a duration from now)"),
+		idPrefix: fs.String("id-prefix", "", what+" whose id starts with this"),
+		header:   fs.String("header", "", what+" whose message has this header with this text value, as `name:value` (e.g. tenant:acme)"),
+	}
+}
+
+// filterSynopsis is the usage text of filterFlags.
+const filterSynopsis = "[--destination Q | --exchange X [--routing-key K]] [--from T] [--to T] [--id-prefix P] [--header NAME:VALUE]"
+
+// query checks the filter flags and returns them as the API's query; code
+// is -1 unless the flags are wrong (then it is the exit code). set reports
+// whether any filter was given.
+func (ff *filterFlags) query(c *adminClient, fs *flag.FlagSet) (q url.Values, set bool, code int) {
+	keySet := false
+	fs.Visit(func(f *flag.Flag) { keySet = keySet || f.Name == "routing-key" })
+	switch {
+	case *ff.dest != "" && *ff.exchange != "":
+		return nil, false, c.usageErr(fs, "give --destination (a queue) or --exchange, not both")
+	case keySet && *ff.exchange == "":
+		return nil, false, c.usageErr(fs, "--routing-key needs --exchange")
+	}
+	q = url.Values{}
+	for name, v := range map[string]string{"destination": *ff.dest, "exchange": *ff.exchange, "id_prefix": *ff.idPrefix, "header": *ff.header} {
+		if v != "" {
+			q.Set(name, v)
+		}
+	}
+	if keySet {
+		q.Set("routing_key", *ff.key)
+	}
+	now := time.Now()
+	for name, v := range map[string]string{"due_from": *ff.from, "due_to": *ff.to} {
+		if v == "" {
+			continue
+		}
+		t, err := parseWhen(v, now)
+		if err != nil {
+			return nil, false, c.usageErr(fs, "--%s: %v", map[string]string{"due_from": "from", "due_to": "to"}[name], err)
+		}
+		q.Set(name, t.UTC().Format(time.RFC3339Nano))
+	}
+	return q, len(q) > 0, -1
+}
+
+// parse parses args (flags anywhere) and then the filter flags; see query.
+func (ff *filterFlags) parse(c *adminClient, fs *flag.FlagSet, args []string) (pos []string, q url.Values, set bool, code int) {
+	pos, code = parseFlags(fs, args, c.out, c.errOut)
+	if code >= 0 {
+		return nil, nil, false, code
+	}
+	q, set, code = ff.query(c, fs)
+	return pos, q, set, code
+}
+
 func cliList(c *adminClient, fs *flag.FlagSet, args []string) int {
-	dest := fs.String("destination", "", "only timeouts for this queue")
-	exchange := fs.String("exchange", "", "only timeouts for this exchange")
-	key := fs.String("routing-key", "", "with --exchange: only timeouts with this routing key")
-	from := fs.String("from", "", "only timeouts due at or after this time (RFC 3339 or a duration from now)")
-	to := fs.String("to", "", "only timeouts due before this time (RFC 3339 or a duration from now)")
+	ff := addFilterFlags(fs, "only timeouts")
 	limit := fs.Int("limit", admin.DefaultLimit, fmt.Sprintf("most rows per page (1..%d)", admin.MaxLimit))
 	all := fs.Bool("all", false, "follow the cursor and list every matching timeout")
 	cursor := fs.String("cursor", "", "start after this cursor (the \"next\" of a previous page)")
 	saga := fs.String("saga-id", "", "only timeouts of this saga (NServiceBus saga id, MassTransit schedule token)")
-	setUsage(fs, "ls [--destination Q | --exchange X [--routing-key K]] [--saga-id S] [--from T] [--to T] [--limit N] [--all] [--json]",
+	setUsage(fs, "ls "+filterSynopsis+" [--saga-id S] [--limit N] [--all] [--json]",
 		"Lists pending timeouts in due order.")
 	pos, code := parseFlags(fs, args, c.out, c.errOut)
 	if code >= 0 {
@@ -277,41 +345,16 @@ func cliList(c *adminClient, fs *flag.FlagSet, args []string) int {
 	if len(pos) > 0 {
 		return c.usageErr(fs, "unexpected argument %q", pos[0])
 	}
-	keySet := false
-	fs.Visit(func(f *flag.Flag) { keySet = keySet || f.Name == "routing-key" })
-	switch {
-	case *dest != "" && *exchange != "":
-		return c.usageErr(fs, "give --destination (a queue) or --exchange, not both")
-	case keySet && *exchange == "":
-		return c.usageErr(fs, "--routing-key needs --exchange")
+	q, _, code := ff.query(c, fs)
+	if code >= 0 {
+		return code
 	}
 	if *limit < 1 || *limit > admin.MaxLimit {
 		return c.usageErr(fs, "--limit must be from 1 to %d", admin.MaxLimit)
 	}
-	q := url.Values{}
 	q.Set("limit", strconv.Itoa(*limit))
-	if *dest != "" {
-		q.Set("destination", *dest)
-	}
-	if *exchange != "" {
-		q.Set("exchange", *exchange)
-	}
-	if keySet {
-		q.Set("routing_key", *key)
-	}
 	if *saga != "" {
 		q.Set("saga_id", *saga)
-	}
-	now := time.Now()
-	for name, v := range map[string]string{"due_from": *from, "due_to": *to} {
-		if v == "" {
-			continue
-		}
-		t, err := parseWhen(v, now)
-		if err != nil {
-			return c.usageErr(fs, "--%s: %v", map[string]string{"due_from": "from", "due_to": "to"}[name], err)
-		}
-		q.Set(name, t.UTC().Format(time.RFC3339Nano))
 	}
 	var rows []admin.TimeoutJSON
 	next, code := c.pages("/api/v1/timeouts", q, *cursor, *all, func(raw []byte) (string, error) {
@@ -506,19 +549,27 @@ func isPrintable(b []byte) bool {
 
 func cliCancel(c *adminClient, fs *flag.FlagSet, args []string) int {
 	saga := fs.String("saga-id", "", "cancel every pending timeout of this saga (NServiceBus.SagaId) instead of one ID")
-	setUsage(fs, "cancel (ID | --saga-id SAGA)", "Cancels a pending timeout (it is deleted and never delivered), or every pending timeout of a saga.")
-	pos, code := parseFlags(fs, args, c.out, c.errOut)
+	ff := addFilterFlags(fs, "cancel every pending timeout")
+	setUsage(fs, "cancel (ID | --saga-id SAGA | "+filterSynopsis+")",
+		"Cancels a pending timeout (it is deleted and never delivered), every pending timeout of a saga,\n"+
+			"or every pending timeout the filters select (at least one filter); timeouts being dispatched\n"+
+			"at that moment are counted and left alone.")
+	pos, q, filtered, code := ff.parse(c, fs, args)
 	if code >= 0 {
 		return code
 	}
-	if *saga != "" {
-		if len(pos) != 0 {
-			return c.usageErr(fs, "give a timeout ID or --saga-id, not both")
-		}
+	switch {
+	case *saga != "" && (len(pos) != 0 || filtered):
+		return c.usageErr(fs, "give one of a timeout ID, --saga-id or filters")
+	case *saga != "":
 		return c.cancelSaga(*saga)
+	case filtered && len(pos) != 0:
+		return c.usageErr(fs, "give a timeout ID or filters, not both")
+	case filtered:
+		return c.bulk(http.MethodDelete, "/api/v1/timeouts", q, nil, "cancelled")
 	}
 	if len(pos) != 1 || pos[0] == "" {
-		return c.usageErr(fs, "give exactly one timeout ID, or --saga-id")
+		return c.usageErr(fs, "give exactly one timeout ID, --saga-id, or filters")
 	}
 	id := pos[0]
 	if _, err := c.do(http.MethodDelete, timeoutPath(id), nil, nil, nil); err != nil {
@@ -530,6 +581,47 @@ func cliCancel(c *adminClient, fs *flag.FlagSet, args []string) int {
 	}
 	fmt.Fprintf(c.out, "cancelled %s\n", id)
 	return exitOK
+}
+
+// bulkTimeout bounds a bulk action's call: it works through its matches
+// in chunks (storage.BulkChunk rows a commit), which for millions of rows
+// takes minutes, not the 60 seconds of other calls.
+const bulkTimeout = time.Hour
+
+// bulk calls a bulk action of the admin API and prints its counts.
+func (c *adminClient) bulk(method, path string, q url.Values, body any, verb string) int {
+	c.timeout = bulkTimeout
+	var res admin.BulkJSON
+	raw, err := c.do(method, path, q, body, &res)
+	if err != nil {
+		var ae *apiError
+		if errors.As(err, &ae) && json.Unmarshal(raw, &res) == nil && (res.Cancelled != nil || res.Dispatched != nil || res.Rescheduled != nil) {
+			c.printBulk(raw, &res, verb) // stopped midway: say what it did
+		}
+		return c.fail(err)
+	}
+	c.printBulk(raw, &res, verb)
+	return exitOK
+}
+
+func (c *adminClient) printBulk(raw []byte, res *admin.BulkJSON, verb string) {
+	if c.json {
+		c.printJSON(raw)
+		return
+	}
+	n := 0
+	for _, p := range []*int{res.Cancelled, res.Dispatched, res.Rescheduled} {
+		if p != nil {
+			n = *p
+		}
+	}
+	fmt.Fprintf(c.out, "%s %d timeouts\n", verb, n)
+	if res.Leased > 0 {
+		fmt.Fprintf(c.out, "%d more were being dispatched and were left alone\n", res.Leased)
+	}
+	if res.OutOfRange != nil && *res.OutOfRange > 0 {
+		fmt.Fprintf(c.out, "%d more were left alone: the shift would move them past the latest due time the bridge keeps\n", *res.OutOfRange)
+	}
 }
 
 func (c *adminClient) cancelSaga(saga string) int {
@@ -552,29 +644,62 @@ func (c *adminClient) cancelSaga(saga string) int {
 func cliReschedule(c *adminClient, fs *flag.FlagSet, args []string) int {
 	at := fs.String("at", "", "new due time (RFC 3339)")
 	in := fs.String("in", "", "new due time as a duration from now (e.g. 10m)")
-	setUsage(fs, "reschedule ID (--at TIME | --in DURATION)", "Sets a new due time on a pending timeout.")
-	id, code := oneID(c, fs, args)
+	shift := fs.String("shift", "", "with filters: move each due time by this duration (e.g. 10m, -1h)")
+	ff := addFilterFlags(fs, "reschedule every pending timeout")
+	setUsage(fs, "reschedule (ID (--at TIME | --in DURATION) | "+filterSynopsis+" (--at TIME | --in DURATION | --shift DURATION))",
+		"Sets a new due time on a pending timeout, or on every pending timeout the filters select\n"+
+			"(at least one filter; --shift moves each by a duration); timeouts being dispatched at that\n"+
+			"moment are counted and left alone.")
+	pos, q, filtered, code := ff.parse(c, fs, args)
 	if code >= 0 {
 		return code
 	}
-	if (*at == "") == (*in == "") {
+	switch {
+	case filtered && len(pos) != 0:
+		return c.usageErr(fs, "give a timeout ID or filters, not both")
+	case !filtered && (len(pos) != 1 || pos[0] == ""):
+		return c.usageErr(fs, "give exactly one timeout ID, or filters")
+	case !filtered && *shift != "":
+		return c.usageErr(fs, "--shift moves the timeouts filters select; for one timeout use --at or --in")
+	}
+	given := 0
+	for _, v := range []string{*at, *in, *shift} {
+		if v != "" {
+			given++
+		}
+	}
+	if given != 1 {
+		if filtered {
+			return c.usageErr(fs, "give exactly one of --at, --in or --shift")
+		}
 		return c.usageErr(fs, "give exactly one of --at or --in")
 	}
 	var due time.Time
-	if *at != "" {
+	switch {
+	case *shift != "":
+		d, err := time.ParseDuration(*shift)
+		if err != nil || d == 0 {
+			return c.usageErr(fs, "--shift %q is not a non-zero duration like 10m or -1h", *shift)
+		}
+		return c.bulk(http.MethodPost, "/api/v1/timeouts/reschedule", q, map[string]string{"shift": d.String()}, "rescheduled")
+	case *at != "":
 		t, err := time.Parse(time.RFC3339Nano, *at)
 		if err != nil {
 			return c.usageErr(fs, "--at %q is not an RFC 3339 time like 2026-11-21T20:00:00Z", *at)
 		}
 		due = t
-	} else {
+	default:
 		d, err := time.ParseDuration(*in)
 		if err != nil {
 			return c.usageErr(fs, "--in %q is not a duration like 10m", *in)
 		}
 		due = time.Now().Add(d)
 	}
-	return c.setDue(http.MethodPatch, timeoutPath(id), map[string]string{"due_at": due.Format(time.RFC3339Nano)}, "rescheduled")
+	body := map[string]string{"due_at": due.Format(time.RFC3339Nano)}
+	if filtered {
+		return c.bulk(http.MethodPost, "/api/v1/timeouts/reschedule", q, body, "rescheduled")
+	}
+	return c.setDue(http.MethodPatch, timeoutPath(pos[0]), body, "rescheduled")
 }
 
 func (c *adminClient) setDue(method, path string, body any, verb string) int {
@@ -592,12 +717,22 @@ func (c *adminClient) setDue(method, path string, body any, verb string) int {
 }
 
 func cliDispatch(c *adminClient, fs *flag.FlagSet, args []string) int {
-	setUsage(fs, "dispatch ID", "Makes a pending timeout due now, so it is delivered at once.")
-	id, code := oneID(c, fs, args)
-	if code >= 0 {
+	ff := addFilterFlags(fs, "dispatch every pending timeout")
+	setUsage(fs, "dispatch (ID | "+filterSynopsis+")",
+		"Makes a pending timeout due now, so it is delivered at once, or every pending timeout the\n"+
+			"filters select (at least one filter).")
+	pos, q, filtered, code := ff.parse(c, fs, args)
+	switch {
+	case code >= 0:
 		return code
+	case filtered && len(pos) != 0:
+		return c.usageErr(fs, "give a timeout ID or filters, not both")
+	case filtered:
+		return c.bulk(http.MethodPost, "/api/v1/timeouts/dispatch", q, nil, "dispatching")
+	case len(pos) != 1 || pos[0] == "":
+		return c.usageErr(fs, "give exactly one timeout ID, or filters")
 	}
-	return c.setDue(http.MethodPost, timeoutPath(id)+"/dispatch", nil, "dispatching")
+	return c.setDue(http.MethodPost, timeoutPath(pos[0])+"/dispatch", nil, "dispatching")
 }
 
 func cliStats(c *adminClient, fs *flag.FlagSet, args []string) int {

@@ -105,13 +105,17 @@ const usage = `usage:
 admin commands (talk to a running bridge's admin API; flags --url, default
 $DELAYBRIDGE_ADMIN_URL or http://127.0.0.1:8080, and --token, default
 $DELAYBRIDGE_ADMIN_TOKEN; --json prints the API's JSON instead of a table):
-  delaybridge ls [--destination Q] [--from T] [--to T] [--limit N] [--all] [--json]
+  delaybridge ls [FILTERS] [--limit N] [--all] [--json]
                                  list pending timeouts in due order
   delaybridge show ID [--json]   one timeout: state, properties, headers, body
-  delaybridge cancel ID          delete a pending timeout
+  delaybridge cancel (ID | --saga-id S | FILTERS)
+                                 delete a pending timeout, a saga's, or every
+                                 one the filters select
   delaybridge reschedule ID (--at TIME | --in DURATION)
-                                 set a new due time
-  delaybridge dispatch ID        make a pending timeout due now
+  delaybridge reschedule FILTERS (--at TIME | --in DURATION | --shift DURATION)
+                                 set a new due time, or move each by a duration
+  delaybridge dispatch (ID | FILTERS)
+                                 make pending timeouts due now
   delaybridge stats [--json]     pending and leased counts, next due time
   delaybridge replay-errors [--limit N]
                                  move dispatch failures from the error queue
@@ -123,6 +127,11 @@ $DELAYBRIDGE_ADMIN_TOKEN; --json prints the API's JSON instead of a table):
 Times are printed, and --at, --from and --to are given, as RFC 3339
 (2026-11-21T20:00:00.25+01:00); --from and --to also take a duration from now.
 Exit codes: 0 done, 1 runtime or API failure, 2 usage or configuration error.
+
+FILTERS select pending timeouts: --destination Q | --exchange X [--routing-key K],
+--from T, --to T (due range), --id-prefix P, --header NAME:VALUE. A bulk action
+needs at least one; it reports how many it changed and how many it left
+because they were being dispatched.
 
 The bench is its own command, delaybridge-bench: see bench/README.md.
 `

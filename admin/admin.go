@@ -20,6 +20,7 @@ import (
 	"math/big"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -162,7 +163,9 @@ func New(opts Options) http.Handler {
 	h.mux.HandleFunc("GET /api/v1/timeouts", h.list)
 	h.mux.HandleFunc("GET /api/v1/timeouts/{id}", h.show)
 	h.mux.HandleFunc("DELETE /api/v1/timeouts/{id}", h.cancel)
-	h.mux.HandleFunc("DELETE /api/v1/timeouts", h.cancelSaga)
+	h.mux.HandleFunc("DELETE /api/v1/timeouts", h.cancelMany)
+	h.mux.HandleFunc("POST /api/v1/timeouts/dispatch", h.dispatchMany)
+	h.mux.HandleFunc("POST /api/v1/timeouts/reschedule", h.rescheduleMany)
 	h.mux.HandleFunc("PATCH /api/v1/timeouts/{id}", h.reschedule)
 	h.mux.HandleFunc("POST /api/v1/timeouts/{id}/dispatch", h.dispatch)
 	h.mux.HandleFunc("GET /api/v1/stats", h.stats)
@@ -275,35 +278,12 @@ func parseTime(name, v string) (time.Time, error) {
 
 func (h *handler) list(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	f := storage.ListFilter{After: q.Get("cursor"), Limit: DefaultLimit}
-	var err error
-	if f.Destination, f.Exchange, err = destinationFilter(q); err != nil {
+	f, err := parseFilter(q)
+	if err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	if q.Has("saga_id") {
-		f.SagaID = q.Get("saga_id")
-		if err := wire.ValidateID("saga_id", f.SagaID); err != nil {
-			writeError(w, http.StatusBadRequest, "invalid saga id filter: "+err.Error())
-			return
-		}
-	}
-	if v := q.Get("due_from"); v != "" {
-		if f.DueFrom, err = parseTime("due_from", v); err != nil {
-			writeError(w, http.StatusBadRequest, err.Error())
-			return
-		}
-	}
-	if v := q.Get("due_to"); v != "" {
-		if f.DueTo, err = parseTime("due_to", v); err != nil {
-			writeError(w, http.StatusBadRequest, err.Error())
-			return
-		}
-	}
-	if !f.DueFrom.IsZero() && !f.DueTo.IsZero() && f.DueTo.Before(f.DueFrom) {
-		writeError(w, http.StatusBadRequest, "due_to is before due_from")
-		return
-	}
+	f.After, f.Limit = q.Get("cursor"), DefaultLimit
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > MaxLimit {
@@ -327,6 +307,70 @@ func (h *handler) list(w http.ResponseWriter, r *http.Request) {
 		out.Timeouts = append(out.Timeouts, summary(&rows[i], now))
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// filterParams are the query parameters of the bulk actions' selector;
+// parseFilter reads them, and saga_id, which only the list takes (DELETE
+// with saga_id cancels a saga; see cancelMany).
+var filterParams = []string{"destination", "exchange", "routing_key", "due_from", "due_to", "id_prefix", "header"}
+
+// parseFilter reads the list's filters (filterParams and saga_id) into a
+// ListFilter without paging.
+func parseFilter(q url.Values) (storage.ListFilter, error) {
+	var f storage.ListFilter
+	var err error
+	if f.Destination, f.Exchange, err = destinationFilter(q); err != nil {
+		return f, err
+	}
+	if q.Has("saga_id") {
+		f.SagaID = q.Get("saga_id")
+		if err := wire.ValidateID("saga_id", f.SagaID); err != nil {
+			return f, fmt.Errorf("invalid saga id filter: %w", err)
+		}
+	}
+	if v := q.Get("due_from"); v != "" {
+		if f.DueFrom, err = parseTime("due_from", v); err != nil {
+			return f, err
+		}
+	}
+	if v := q.Get("due_to"); v != "" {
+		if f.DueTo, err = parseTime("due_to", v); err != nil {
+			return f, err
+		}
+	}
+	if !f.DueFrom.IsZero() && !f.DueTo.IsZero() && f.DueTo.Before(f.DueFrom) {
+		return f, errors.New("due_to is before due_from")
+	}
+	if q.Has("id_prefix") {
+		f.IDPrefix = q.Get("id_prefix")
+		if err := wire.ValidateID("id_prefix", f.IDPrefix); err != nil {
+			return f, fmt.Errorf("invalid id_prefix filter: %w", err)
+		}
+	}
+	if q.Has("header") {
+		name, value, ok := strings.Cut(q.Get("header"), ":")
+		if !ok || name == "" {
+			return f, fmt.Errorf("header filter %q must be name:value, e.g. header=tenant:acme", q.Get("header"))
+		}
+		f.HeaderName, f.HeaderValue = name, value
+	}
+	return f, nil
+}
+
+// bulkFilter reads the selector of a bulk action: the list's filters, at
+// least one of them, and no other parameter (a cursor or a limit would
+// suggest that only a page is changed).
+func bulkFilter(q url.Values) (storage.ListFilter, error) {
+	for k := range q {
+		if !slices.Contains(filterParams, k) {
+			return storage.ListFilter{}, fmt.Errorf("unknown parameter %q: a bulk action takes the list's filters (%s)", k, strings.Join(filterParams, ", "))
+		}
+	}
+	f, err := parseFilter(q)
+	if err == nil && f.Empty() {
+		err = fmt.Errorf("a bulk action needs at least one filter (%s); it never applies to every pending timeout", strings.Join(filterParams, ", "))
+	}
+	return f, err
 }
 
 // destinationFilter reads the list's destination filters: destination=Q
@@ -467,13 +511,23 @@ func (h *handler) cancel(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
+// cancelMany serves DELETE /api/v1/timeouts: by saga (saga_id) or in
+// bulk (the list's filters).
+func (h *handler) cancelMany(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	if !q.Has("saga_id") {
+		h.bulk(w, r, storage.BulkAction{Kind: storage.BulkCancel})
+		return
+	}
+	h.cancelSaga(w, r, q)
+}
+
 // cancelSaga cancels every pending timeout of the saga in query saga_id
 // that is not being dispatched (storage.SagaCanceller).
-func (h *handler) cancelSaga(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
+func (h *handler) cancelSaga(w http.ResponseWriter, r *http.Request, q url.Values) {
 	for k := range q {
 		if k != "saga_id" {
-			writeError(w, http.StatusBadRequest, fmt.Sprintf("unknown parameter %q: DELETE /api/v1/timeouts takes saga_id only", k))
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("unknown parameter %q: DELETE /api/v1/timeouts?saga_id= takes saga_id only", k))
 			return
 		}
 	}
@@ -507,6 +561,137 @@ func (h *handler) cancelSaga(w http.ResponseWriter, r *http.Request) {
 
 type rescheduleBody struct {
 	DueAt *string `json:"due_at"`
+}
+
+// BulkJSON is the answer of a bulk action: the count of rows it changed
+// under the action's name (cancelled, dispatched or rescheduled), and how
+// many selected rows were being dispatched and so left alone. OutOfRange
+// (a shift only) counts rows a shift would move past the latest due time.
+type BulkJSON struct {
+	Cancelled   *int `json:"cancelled,omitempty"`
+	Dispatched  *int `json:"dispatched,omitempty"`
+	Rescheduled *int `json:"rescheduled,omitempty"`
+	Leased      int  `json:"leased"`
+	OutOfRange  *int `json:"out_of_range,omitempty"`
+	// Error, on a failure midway: the counts are what was committed.
+	Error string `json:"error,omitempty"`
+}
+
+func bulkJSON(a storage.BulkAction, res storage.BulkResult) BulkJSON {
+	j := BulkJSON{Leased: res.Leased}
+	n := res.Changed
+	switch {
+	case a.Kind == storage.BulkCancel:
+		j.Cancelled = &n
+	case a.Kind == storage.BulkSetDue && a.DueAt.IsZero():
+		j.Dispatched = &n
+	default:
+		j.Rescheduled = &n
+		if a.Kind == storage.BulkShift {
+			oor := res.OutOfRange
+			j.OutOfRange = &oor
+		}
+	}
+	return j
+}
+
+func (h *handler) dispatchMany(w http.ResponseWriter, r *http.Request) {
+	h.bulk(w, r, storage.BulkAction{Kind: storage.BulkSetDue}) // zero DueAt: now, see bulk
+}
+
+type bulkRescheduleBody struct {
+	DueAt *string `json:"due_at"`
+	Shift *string `json:"shift"`
+}
+
+func (h *handler) rescheduleMany(w http.ResponseWriter, r *http.Request) {
+	const want = `want {"shift": "<Go duration, e.g. 10m or -1h30m>"} or {"due_at": "<RFC 3339 time>"}`
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBodyBytes))
+	dec.DisallowUnknownFields()
+	var body bulkRescheduleBody
+	if err := dec.Decode(&body); err != nil {
+		writeError(w, http.StatusBadRequest, "bad request body ("+want+"): "+err.Error())
+		return
+	}
+	if dec.Decode(&struct{}{}) != io.EOF {
+		writeError(w, http.StatusBadRequest, "bad request body: want exactly one JSON object")
+		return
+	}
+	var a storage.BulkAction
+	switch {
+	case (body.DueAt == nil) == (body.Shift == nil):
+		writeError(w, http.StatusBadRequest, "bad request body: give one of shift and due_at ("+want+")")
+		return
+	case body.Shift != nil:
+		d, err := time.ParseDuration(*body.Shift)
+		if err != nil || d == 0 {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("shift %q must be a non-zero Go duration like 10m, 2h or -30s", *body.Shift))
+			return
+		}
+		a = storage.BulkAction{Kind: storage.BulkShift, Shift: d}
+	default:
+		due, err := parseTime("due_at", *body.DueAt)
+		if err == nil {
+			err = storage.CheckDueAt(due)
+		}
+		if err != nil {
+			writeError(w, http.StatusBadRequest, err.Error())
+			return
+		}
+		a = storage.BulkAction{Kind: storage.BulkSetDue, DueAt: due}
+	}
+	h.bulk(w, r, a)
+}
+
+// bulk applies a to every pending timeout the request's filters select
+// (storage.Bulker). A BulkSetDue with a zero DueAt is dispatch-now: the
+// due time is the handler's now.
+func (h *handler) bulk(w http.ResponseWriter, r *http.Request, a storage.BulkAction) {
+	f, err := bulkFilter(r.URL.Query())
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	b, ok := h.opts.Store.(storage.Bulker)
+	if !ok {
+		writeError(w, http.StatusNotImplemented, "this store has no bulk actions")
+		return
+	}
+	act := a
+	if act.Kind == storage.BulkSetDue && act.DueAt.IsZero() {
+		act.DueAt = h.opts.Now()
+	}
+	res, err := b.Bulk(r.Context(), f, act)
+	out := bulkJSON(a, res)
+	log := h.opts.Logger.Info()
+	switch {
+	case errors.Is(err, storage.ErrUnsupported):
+		writeError(w, http.StatusNotImplemented, "this store has no bulk actions")
+		return
+	case err != nil:
+		log = h.opts.Logger.Error().Err(err)
+		out.Error = "bulk action stopped midway (the counts are what it did): " + err.Error()
+	}
+	if res.Changed > 0 && act.Kind != storage.BulkCancel {
+		h.opts.Wake(h.opts.Now())
+	}
+	log.Str("op", bulkOp(a)).Str("filter", r.URL.RawQuery).Int("changed", res.Changed).Int("leased", res.Leased).
+		Int("out_of_range", res.OutOfRange).Msg("admin API: bulk action")
+	code := http.StatusOK
+	if err != nil {
+		code = http.StatusInternalServerError
+	}
+	writeJSON(w, code, out)
+}
+
+func bulkOp(a storage.BulkAction) string {
+	switch {
+	case a.Kind == storage.BulkCancel:
+		return "cancel"
+	case a.Kind == storage.BulkSetDue && a.DueAt.IsZero():
+		return "dispatch"
+	}
+	return "reschedule"
 }
 
 func (h *handler) reschedule(w http.ResponseWriter, r *http.Request) {

@@ -18,6 +18,7 @@ import (
 	"github.com/delaybridge/delaybridge/ingest"
 	"github.com/delaybridge/delaybridge/ingest/masstransit"
 	"github.com/delaybridge/delaybridge/ingest/rebus"
+	"github.com/delaybridge/delaybridge/metrics"
 	"github.com/delaybridge/delaybridge/poller"
 	"github.com/delaybridge/delaybridge/storage"
 	"github.com/delaybridge/delaybridge/wire"
@@ -105,6 +106,10 @@ func (b *Bridge) build(ctx context.Context) (_ *components, err error) {
 		c.stats = st.Stats
 	}
 	met.WatchStore(c.stats, c.store.NextDue, now)
+	if dc, ok := c.store.(storage.DestinationCounter); ok {
+		met.WatchDestinations(metrics.DestinationOptions{Count: dc.CountByDestination, Now: now,
+			MaxDestinations: cfg.MetricsMaxDestinations, Interval: cfg.MetricsDestinationInterval})
+	}
 
 	if err := b.connect(c, topo); err != nil {
 		return nil, err

@@ -72,6 +72,8 @@ type Config struct {
 	LogLevel                         string        `envconfig:"DELAYBRIDGE_LOG_LEVEL" default:"info"`
 	LogFormat                        string        `envconfig:"DELAYBRIDGE_LOG_FORMAT" default:"json"`
 	Pprof                            bool          `envconfig:"DELAYBRIDGE_PPROF" default:"false"`
+	MetricsMaxDestinations           int           `envconfig:"DELAYBRIDGE_METRICS_MAX_DESTINATIONS" default:"50"`
+	MetricsDestinationInterval       time.Duration `envconfig:"DELAYBRIDGE_METRICS_DESTINATION_INTERVAL" default:"15s"`
 }
 
 // Prefix is the environment variable prefix.
@@ -185,6 +187,12 @@ func (c Config) Validate() error {
 	}
 	if c.PollInterval <= 0 {
 		return bad("POLL_INTERVAL", "must be positive, got %s", c.PollInterval)
+	}
+	if c.MetricsMaxDestinations < 1 || c.MetricsMaxDestinations > 10000 {
+		return bad("METRICS_MAX_DESTINATIONS", "must be 1 to 10000, got %d", c.MetricsMaxDestinations)
+	}
+	if c.MetricsDestinationInterval < time.Second {
+		return bad("METRICS_DESTINATION_INTERVAL", "must be at least 1s, got %s", c.MetricsDestinationInterval)
 	}
 	if c.BatchSize < 1 || c.BatchSize > 100000 {
 		return bad("BATCH_SIZE", "must be 1 to 100000, got %d", c.BatchSize)

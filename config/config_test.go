@@ -24,6 +24,7 @@ func TestDefaultsMatchTheContract(t *testing.T) {
 		TimeToTriggerDispatchBreaker: 30 * time.Second, MaxRecoveryFailuresPerSecond: 1,
 		MaxMessageBytes: 16777216, MaxInflightBytes: 64 << 20, AllowedDestinations: []string{"*"}, QueueType: "classic",
 		LogLevel: "info", LogFormat: "json", RebusDirectExchange: "RebusDirect",
+		MetricsMaxDestinations: 50, MetricsDestinationInterval: 15 * time.Second,
 	}
 	if diff := cmp.Diff(want, c); diff != "" {
 		t.Fatalf("defaults differ from docs/contract.md §5 (-want +got):\n%s", diff)
@@ -57,6 +58,7 @@ var allNames = []string{
 	"DELAYBRIDGE_POSTGRES_SCHEMA", "DELAYBRIDGE_DELAYED_EXCHANGES",
 	"DELAYBRIDGE_REBUS_QUEUE", "DELAYBRIDGE_REBUS_DIRECT_EXCHANGE",
 	"DELAYBRIDGE_NSB_NATIVE_DELAYS", "DELAYBRIDGE_MASSTRANSIT_QUEUE",
+	"DELAYBRIDGE_METRICS_MAX_DESTINATIONS", "DELAYBRIDGE_METRICS_DESTINATION_INTERVAL",
 }
 
 func TestEveryContractVariableIsRead(t *testing.T) {
@@ -113,6 +115,8 @@ func TestBadValuesNameTheVariable(t *testing.T) {
 		"DELAYBRIDGE_AMQP_FAILOVER_URLS":                    "amqp://guest:secret@b:5672/,http://guest:secret@c/",
 		"DELAYBRIDGE_DELAYED_EXCHANGES":                     "orders:x-delayed-message",
 		"DELAYBRIDGE_REBUS_QUEUE":                           "time\x01outs",
+		"DELAYBRIDGE_METRICS_MAX_DESTINATIONS":              "0",
+		"DELAYBRIDGE_METRICS_DESTINATION_INTERVAL":          "100ms",
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := loadClean(t, map[string]string{name: value})
@@ -367,5 +371,16 @@ func TestMassTransit(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "DELAYBRIDGE_MASSTRANSIT_QUEUE:") || !strings.Contains(err.Error(), why) {
 			t.Errorf("%v: error %v, want one naming DELAYBRIDGE_MASSTRANSIT_QUEUE and %q", m, err, why)
 		}
+	}
+}
+
+func TestMetricsDestinationVariables(t *testing.T) {
+	c, err := loadClean(t, nil)
+	if err != nil || c.MetricsMaxDestinations != 50 || c.MetricsDestinationInterval != 15*time.Second {
+		t.Fatalf("defaults: %d, %s, %v", c.MetricsMaxDestinations, c.MetricsDestinationInterval, err)
+	}
+	c, err = loadClean(t, map[string]string{"DELAYBRIDGE_METRICS_MAX_DESTINATIONS": "7", "DELAYBRIDGE_METRICS_DESTINATION_INTERVAL": "2m"})
+	if err != nil || c.MetricsMaxDestinations != 7 || c.MetricsDestinationInterval != 2*time.Minute {
+		t.Fatalf("set: %d, %s, %v", c.MetricsMaxDestinations, c.MetricsDestinationInterval, err)
 	}
 }

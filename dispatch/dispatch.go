@@ -61,6 +61,15 @@ type Metrics interface {
 	ObserveDispatchConfirm(d time.Duration)
 }
 
+// DestinationMetrics, when the Metrics given have it too, is told the
+// destination of each forward and failure (*metrics.Metrics has it).
+type DestinationMetrics interface {
+	// DestinationDispatched counts n forwards to d confirmed and removed.
+	DestinationDispatched(d wire.Destination, n int)
+	// DestinationDispatchFailed counts one failure of a forward to d.
+	DestinationDispatchFailed(d wire.Destination)
+}
+
 type noMetrics struct{}
 
 func (noMetrics) Dispatched(int)                       {}
@@ -424,7 +433,8 @@ type item struct {
 // confirmed: the removal of their rows, after which it is acked.
 type removal struct {
 	refs     []storage.Ref
-	leaseEnd time.Time // the earliest lease among refs
+	dests    []wire.Destination // refs' destinations, index for index
+	leaseEnd time.Time          // the earliest lease among refs
 }
 
 // handle processes one dispatcher message, its removal included, and
@@ -561,7 +571,7 @@ func (d *Dispatcher) handleGroup(ctx context.Context, toks []wire.Token, pub Pub
 		d.forward(actx, ctx, pub, again, &r)
 		acancel()
 	}
-	rm = &removal{refs: r.done, leaseEnd: r.leaseEnd}
+	rm = &removal{refs: r.done, dests: r.dests, leaseEnd: r.leaseEnd}
 	if r.brokerErr == nil && len(blocked) == 0 {
 		return ack, rm, nil
 	}
@@ -588,14 +598,26 @@ func (d *Dispatcher) handleGroup(ctx context.Context, toks []wire.Token, pub Pub
 // one commit and counts them as dispatched.
 func (d *Dispatcher) removeAll(ctx context.Context, rms []*removal) {
 	var refs []storage.Ref
+	var dests []wire.Destination
 	var leaseEnd time.Time
 	for _, rm := range rms {
 		refs = append(refs, rm.refs...)
+		dests = append(dests, rm.dests...)
 		if !rm.leaseEnd.IsZero() && (leaseEnd.IsZero() || rm.leaseEnd.Before(leaseEnd)) {
 			leaseEnd = rm.leaseEnd
 		}
 	}
-	n, err := d.remove(ctx, refs, leaseEnd)
+	removed, err := d.removeEach(ctx, refs, leaseEnd)
+	dm, perDest := d.opts.Metrics.(DestinationMetrics)
+	n := 0
+	for i, ok := range removed {
+		if ok {
+			n++
+			if perDest && i < len(dests) {
+				dm.DestinationDispatched(dests[i], 1)
+			}
+		}
+	}
 	d.count(func(s *Stats) { s.Forwarded += int64(n) })
 	d.opts.Metrics.Dispatched(n)
 	if err == nil && len(refs) > 0 {
@@ -656,6 +678,8 @@ func (d *Dispatcher) removeLoop(ctx context.Context, in <-chan owed) error {
 // forwarded gathers the outcome of a window's publishes.
 type forwarded struct {
 	done []storage.Ref
+	// dests are the destinations of done's rows, index for index.
+	dests []wire.Destination
 	// leaseEnd is the earliest lease expiry among done: the removal must
 	// happen before it.
 	leaseEnd time.Time
@@ -713,6 +737,7 @@ func (d *Dispatcher) forward(wctx, ctx context.Context, pub Publisher, items []i
 		switch {
 		case err == nil:
 			r.done = append(r.done, storage.Ref{ID: it.tok.ID, Lock: it.tok.Lock})
+			r.dests = append(r.dests, it.row.Dest())
 			if r.leaseEnd.IsZero() || it.row.LockExpiresAt.Before(r.leaseEnd) {
 				r.leaseEnd = it.row.LockExpiresAt
 			}
@@ -844,6 +869,9 @@ func storeFault(err error) bool {
 func (d *Dispatcher) fail(ctx context.Context, pub Publisher, it item, reason string) {
 	d.count(func(s *Stats) { s.Failed++ })
 	d.opts.Metrics.DispatchFailed()
+	if dm, ok := d.opts.Metrics.(DestinationMetrics); ok {
+		dm.DestinationDispatchFailed(it.row.Dest())
+	}
 	attempts, err := d.store.IncrementFailureCount(ctx, it.tok.ID, it.tok.Lock, reason)
 	if err != nil {
 		if storeFault(err) {
@@ -927,8 +955,21 @@ const (
 // leased and forwarded again, a duplicate. What still fails is logged;
 // it can only cause a duplicate, never a loss.
 func (d *Dispatcher) remove(ctx context.Context, refs []storage.Ref, leaseEnd time.Time) (int, error) {
+	ok, err := d.removeEach(ctx, refs, leaseEnd)
+	n := 0
+	for _, removed := range ok {
+		if removed {
+			n++
+		}
+	}
+	return n, err
+}
+
+// removeEach is remove, reporting which refs it removed.
+func (d *Dispatcher) removeEach(ctx context.Context, refs []storage.Ref, leaseEnd time.Time) ([]bool, error) {
+	ok := make([]bool, len(refs))
 	if len(refs) == 0 {
-		return 0, nil
+		return ok, nil
 	}
 	wait := d.removeWait
 	var results []error
@@ -943,7 +984,7 @@ func (d *Dispatcher) remove(ctx context.Context, refs []storage.Ref, leaseEnd ti
 		if attempt == removeAttempts || !d.opts.Now().Add(wait+removeSlack).Before(leaseEnd) || !broker.Sleep(ctx, wait) {
 			d.log.Error().Err(err).Int("timeouts", len(refs)).Int("attempts", attempt).
 				Msg("removing forwarded timeouts failed; they may be delivered again")
-			return 0, fmt.Errorf("dispatch: remove: %w", err)
+			return ok, fmt.Errorf("dispatch: remove: %w", err)
 		}
 		d.log.Warn().Err(err).Int("timeouts", len(refs)).Int("attempt", attempt).
 			Msg("removing forwarded timeouts failed; trying again while their lease holds")
@@ -958,6 +999,7 @@ func (d *Dispatcher) remove(ctx context.Context, refs []storage.Ref, leaseEnd ti
 			// attempt's commit went through and its answer was lost.
 			rerr = nil
 		}
+		ok[i] = rerr == nil
 		if rerr != nil {
 			conflicts++
 			d.log.Warn().Err(rerr).Str("id", refs[i].ID).Msg("forwarded timeout could not be removed with its lease; a duplicate is possible")
@@ -969,7 +1011,7 @@ func (d *Dispatcher) remove(ctx context.Context, refs []storage.Ref, leaseEnd ti
 		d.log.Debug().Strs("ids", removed).Msg("removed")
 	}
 	d.count(func(s *Stats) { s.RemoveConflicts += conflicts })
-	return len(refs) - int(conflicts), nil
+	return ok, nil
 }
 
 func itemIDs(items []item) []string {

@@ -358,3 +358,29 @@ func (r *reader) value(depth int) any {
 		return nil
 	}
 }
+
+// HeaderIs reports whether the message encoded in b has header name with
+// the text value: a string, or a byte array as some clients send text, equal
+// to value; an integer or a boolean whose decimal (true/false) form is value.
+// Other types never match. It is the header selector of bulk actions
+// (storage.ListFilter), so an operator can pick a tenant's or a
+// correlation's messages.
+func HeaderIs(b []byte, name, value string) (bool, error) {
+	p, err := Decode(b)
+	if err != nil {
+		return false, err
+	}
+	v, ok := p.Headers[name]
+	if !ok {
+		return false, nil
+	}
+	switch v := v.(type) {
+	case string:
+		return v == value, nil
+	case []byte:
+		return string(v) == value, nil
+	case bool, int8, uint8, int16, uint16, int32, uint32, int64, uint64, int:
+		return fmt.Sprint(v) == value, nil
+	}
+	return false, nil
+}

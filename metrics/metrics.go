@@ -62,6 +62,7 @@ type Metrics struct {
 	breakers *prometheus.GaugeVec
 
 	store   *storeCollector
+	dests   *destCollector
 	conns   *connCollector
 	blocked *connCollector
 
@@ -107,6 +108,7 @@ func New() *Metrics {
 			Help: "State of each circuit breaker: 0 disarmed, 1 armed, 2 triggered.",
 		}, []string{"breaker"}),
 		store: newStoreCollector(),
+		dests: newDestCollector(),
 		conns: newConnCollector("broker_connected",
 			"1 while the broker connection is up, 0 while it is down or reconnecting."),
 		blocked: newConnCollector("broker_blocked",
@@ -130,7 +132,7 @@ func New() *Metrics {
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.ingested, m.dispatched, m.dispatchFailures, m.errorQueued, m.duplicates, m.staleTokens,
 		m.lateness, m.ingestCommit, m.dispatchConfirm, m.pollLease,
-		m.breakers, m.store, m.conns, m.blocked, buildInfo,
+		m.breakers, m.store, m.dests, m.conns, m.blocked, buildInfo,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Namespace: namespace, Name: "error_queue_refusing",
 			Help: "1 while the error queue refuses copies (returned or nacked: deleted and not declarable, or full); 0 otherwise.",

@@ -10,8 +10,10 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"time"
 
+	"github.com/delaybridge/delaybridge/message"
 	"github.com/delaybridge/delaybridge/wire"
 )
 
@@ -78,6 +80,50 @@ type ListFilter struct {
 	// store finds a saga's rows in an index, without scanning the others;
 	// the order and the cursor are List's as for any filter.
 	SagaID string
+	// IDPrefix, when set, selects the rows whose id starts with it.
+	IDPrefix string
+	// HeaderName, when set, selects the rows whose message has that header
+	// with the text HeaderValue (see message.HeaderIs). Headers are inside
+	// the encoded message, so a store reads each candidate row's message:
+	// narrow the scan with the other fields where possible.
+	HeaderName, HeaderValue string
+}
+
+// Empty reports whether f selects every row (its paging fields aside).
+func (f *ListFilter) Empty() bool {
+	return f.Destination == "" && f.Exchange == "" && f.DueFrom.IsZero() && f.DueTo.IsZero() &&
+		f.IDPrefix == "" && f.HeaderName == "" && f.SagaID == ""
+}
+
+// Selects reports whether f selects t, Limit and After aside: the rule every
+// store applies (a store may apply the cheap parts in its own query first).
+// The header test decodes t.Message: a message that does not decode has no
+// headers to match.
+func (f *ListFilter) Selects(t *Timeout) bool {
+	switch {
+	case f.Exchange != "":
+		if t.Exchange != f.Exchange || (f.Destination != "" && t.Destination != f.Destination) {
+			return false
+		}
+	case f.Destination != "":
+		if t.Exchange != "" || t.Destination != f.Destination {
+			return false
+		}
+	}
+	if (!f.DueFrom.IsZero() && t.DueAt.Before(f.DueFrom)) || (!f.DueTo.IsZero() && !t.DueAt.Before(f.DueTo)) {
+		return false
+	}
+	if f.SagaID != "" && t.SagaID != f.SagaID {
+		return false
+	}
+	if !strings.HasPrefix(t.ID, f.IDPrefix) {
+		return false
+	}
+	if f.HeaderName != "" {
+		ok, err := message.HeaderIs(t.Message, f.HeaderName, f.HeaderValue)
+		return ok && err == nil
+	}
+	return true
 }
 
 // Timeout is one pending message. Message is opaque to the store: the encoded
@@ -194,8 +240,8 @@ type Store interface {
 // The optional interfaces below are what a backend may offer beyond Store.
 // Callers find them with a type assertion, do without them when absent, and
 // treat ErrUnsupported from one as its absence. storetest checks each one a
-// store has. boltstore has Stater, SagaCanceller and GroupReplacer; postgres
-// has all five.
+// store has. boltstore has Stater, SagaCanceller, GroupReplacer, Bulker and
+// DestinationCounter; postgres has all seven.
 
 // Stater counts the store's rows. The admin API's stats, the status page,
 // /debug/vars and the store metrics show the counts, and the poller's
@@ -279,4 +325,108 @@ func Spared(groups []string, ts []Timeout) map[string]bool {
 		}
 	}
 	return spared
+}
+
+// BulkChunk is how many rows a Bulker changes per commit at most: a match
+// of millions of rows never holds bbolt's single writer, or PostgreSQL row
+// locks, for long; other writes run between chunks.
+const BulkChunk = 1000
+
+// BulkKind is what a bulk action does to each row.
+type BulkKind int
+
+const (
+	// BulkCancel cancels each row, as Cancel does (a tombstone each).
+	BulkCancel BulkKind = iota + 1
+	// BulkSetDue reschedules each row to BulkAction.DueAt, as Reschedule
+	// does. A row already due then, with no retry hold, is left as it is
+	// and not counted: nothing would change.
+	BulkSetDue
+	// BulkShift moves each row's due time by BulkAction.Shift (negative:
+	// earlier) and clears its retry hold. A row that would move past
+	// MaxDueAt is left as it is and counted in BulkResult.OutOfRange.
+	BulkShift
+)
+
+// BulkAction is a bulk change: its kind and its argument.
+type BulkAction struct {
+	Kind  BulkKind
+	DueAt time.Time     // BulkSetDue
+	Shift time.Duration // BulkShift
+}
+
+// BulkResult counts what a bulk action did.
+type BulkResult struct {
+	// Changed is how many rows were cancelled or rescheduled.
+	Changed int
+	// Leased is how many selected rows were being dispatched (a live
+	// lease) and so were left alone: each was either changed or is being
+	// delivered, never both.
+	Leased int
+	// OutOfRange is how many rows a BulkShift left because their new due
+	// time would be after MaxDueAt.
+	OutOfRange int
+}
+
+// Bulker applies one action to every pending timeout a filter selects: the
+// admin API's and the CLI's bulk cancel, dispatch-now and reschedule.
+type Bulker interface {
+	// Bulk applies a to every row f selects (f's Limit and After are
+	// ignored), in commits of at most BulkChunk rows, so a huge match
+	// never holds the store's writers for long; the action is therefore
+	// not atomic as a whole: a crash midway leaves the chunks committed so
+	// far. Each row is treated as the single-row call would (Cancel,
+	// Reschedule): a row under a live lease is left and counted in Leased,
+	// an expired lease ends. Rows inserted while Bulk runs are changed
+	// when the walk reaches them and they match. A row is changed at most
+	// once. An empty filter (f.Empty) is an error: callers must not cancel
+	// everything by mistake. ctx ending stops Bulk between chunks; the
+	// result then counts the committed chunks.
+	Bulk(ctx context.Context, f ListFilter, a BulkAction) (BulkResult, error)
+}
+
+// ErrEmptyFilter is Bulk's answer to a filter that selects every row.
+var ErrEmptyFilter = errors.New("storage: bulk action needs a filter")
+
+// CheckBulk checks a bulk call's arguments, for every Bulker.
+func CheckBulk(f *ListFilter, a BulkAction) error {
+	if f.Empty() {
+		return ErrEmptyFilter
+	}
+	switch a.Kind {
+	case BulkCancel:
+	case BulkSetDue:
+		return CheckDueAt(a.DueAt)
+	case BulkShift:
+		if a.Shift == 0 {
+			return errors.New("storage: bulk shift of zero")
+		}
+	default:
+		return fmt.Errorf("storage: unknown bulk action %d", a.Kind)
+	}
+	return nil
+}
+
+// ErrNotYet means the answer is not available yet: ask again later.
+var ErrNotYet = errors.New("storage: not available yet")
+
+// DestinationCount is one destination's share of the pending rows.
+type DestinationCount struct {
+	// Pending counts its pending rows, leased ones included.
+	Pending int
+	// DueSoon counts those of them due in the window asked for.
+	DueSoon int
+}
+
+// DestinationCounter counts pending rows per destination: the
+// per-destination metrics (delaybridge_destination_pending and
+// delaybridge_destination_due_soon). Each store says what a call costs;
+// callers keep to an interval, not one call per scrape.
+type DestinationCounter interface {
+	// CountByDestination returns the counts of every destination with a
+	// pending row; DueSoon counts the rows due at or after soonFrom and
+	// before soonTo. A shared store may count other instances' rows late.
+	// A store that counts its rows after Open answers ErrNotYet until it
+	// has.
+	CountByDestination(ctx context.Context, soonFrom, soonTo time.Time) (map[wire.Destination]DestinationCount, error)
 }

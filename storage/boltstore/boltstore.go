@@ -93,6 +93,7 @@ type Store struct {
 
 	recovered int
 	leases    *leaseTable // see leases.go
+	dests     *destCounts // see destcount.go
 
 	ops      chan *op      // writes for commitLoop (group.go)
 	loopDone chan struct{} // closed when commitLoop has returned
@@ -103,10 +104,12 @@ type Store struct {
 }
 
 var (
-	_ storage.Store         = (*Store)(nil)
-	_ storage.Stater        = (*Store)(nil)
-	_ storage.SagaCanceller = (*Store)(nil)
-	_ storage.GroupReplacer = (*Store)(nil)
+	_ storage.Store              = (*Store)(nil)
+	_ storage.Stater             = (*Store)(nil)
+	_ storage.SagaCanceller      = (*Store)(nil)
+	_ storage.GroupReplacer      = (*Store)(nil)
+	_ storage.Bulker             = (*Store)(nil)
+	_ storage.DestinationCounter = (*Store)(nil)
 	// No LeaseCounter: the file has one owner, so Stats counts its leases.
 	// No MultiGetter: a Get is a local read, not a round trip.
 )
@@ -174,8 +177,10 @@ func Open(path string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("boltstore: open %s: %w", path, err)
 	}
 	s := &Store{db: db, now: opts.Now, path: path, window: opts.CancelWindow, recovered: recovered,
-		ops: make(chan *op, maxGroup), loopDone: make(chan struct{}), leases: newLeaseTable()}
+		ops: make(chan *op, maxGroup), loopDone: make(chan struct{}), leases: newLeaseTable(),
+		dests: newDestCounts()}
 	go s.commitLoop()
+	go s.countDestinations()
 	return s, nil
 }
 
@@ -261,8 +266,18 @@ type txb struct {
 }
 
 // counts are kept in bucket meta so Stats costs nothing and Open scans
-// nothing, whatever the number pending.
-type counts struct{ pending int64 }
+// nothing, whatever the number pending. dests, the change of each
+// destination's pending count, is not: see destcount.go.
+type counts struct {
+	pending int64
+	dests   []destDelta
+	scan    *destScan // a step of the initial count (destcount.go)
+}
+
+// dest adds n to the pending count of destination d, for row r.
+func (c *counts) dest(r *row, n int64) {
+	c.dests = append(c.dests, destDelta{seq: r.seq, dest: r.Dest(), n: n})
+}
 
 func buckets(tx *bolt.Tx, c *counts) (txb, error) {
 	b := txb{
@@ -382,6 +397,7 @@ func (b txb) add(t *storage.Timeout) error {
 		}
 	}
 	b.c.pending++
+	b.c.dest(r, 1)
 	if err := b.index(r); err != nil {
 		return err
 	}
@@ -439,6 +455,7 @@ func (b txb) forget(r *row) error {
 		}
 	}
 	b.c.pending--
+	b.c.dest(r, -1)
 	return nil
 }
 
@@ -865,7 +882,8 @@ func (s *Store) List(ctx context.Context, f storage.ListFilter) ([]storage.Timeo
 			if fromHeld {
 				key = dueKey
 			}
-			r, err := b.indexed(k, v, key, false)
+			// A header filter reads the message (see storage.ListFilter).
+			r, err := b.indexed(k, v, key, f.HeaderName != "")
 			if err != nil {
 				return err
 			}
@@ -878,9 +896,10 @@ func (s *Store) List(ctx context.Context, f storage.ListFilter) ([]storage.Timeo
 				}
 				continue
 			}
-			if (!f.DueFrom.IsZero() && r.DueAt.Before(f.DueFrom)) || !selects(f, &r.Timeout) {
+			if !f.Selects(&r.Timeout) {
 				continue
 			}
+			r.Message = nil
 			if len(rows) == f.Limit {
 				next = hex.EncodeToString(dueKey(&rows[len(rows)-1]))
 				return nil
@@ -909,9 +928,7 @@ func (s *Store) listSaga(b txb, f storage.ListFilter, after []byte) ([]storage.T
 	for _, r := range rs {
 		switch {
 		case after != nil && bytes.Compare(dueKey(&r.Timeout), after) <= 0,
-			!f.DueFrom.IsZero() && r.DueAt.Before(f.DueFrom),
-			!f.DueTo.IsZero() && !r.DueAt.Before(f.DueTo),
-			!selects(f, &r.Timeout):
+			!f.Selects(&r.Timeout):
 			continue
 		}
 		r.Message = nil
@@ -927,15 +944,6 @@ func (s *Store) listSaga(b txb, f storage.ListFilter, after []byte) ([]storage.T
 		s.leases.annotate(&found[i])
 	}
 	return found, next, nil
-}
-
-// selects reports whether f's Destination and Exchange select t; see
-// storage.ListFilter.
-func selects(f storage.ListFilter, t *storage.Timeout) bool {
-	if f.Exchange != "" {
-		return t.Exchange == f.Exchange && (f.Destination == "" || t.Destination == f.Destination)
-	}
-	return f.Destination == "" || (t.Exchange == "" && t.Destination == f.Destination)
 }
 
 // Cancel removes a row that is not leased and records a tombstone, in the
@@ -974,7 +982,7 @@ func (s *Store) Cancel(ctx context.Context, id string) error {
 				return err
 			}
 		}
-		return b.cancels.Put([]byte(id), binary.BigEndian.AppendUint64(nil, uint64(now.Add(s.window).UnixNano())))
+		return s.tombstone(b, id, now)
 	})
 	if err == nil && missing {
 		err = storage.ErrNotFound
@@ -1076,7 +1084,7 @@ func (s *Store) cancelSaga(b txb, pins *pinSet, saga string, spared map[string]b
 		}
 		// A tombstone, as Cancel leaves: a copy of a cancelled timeout
 		// stored again (a requeue) must not bring it back.
-		if err := b.cancels.Put([]byte(r.ID), binary.BigEndian.AppendUint64(nil, uint64(now.Add(s.window).UnixNano()))); err != nil {
+		if err := s.tombstone(b, r.ID, now); err != nil {
 			return 0, 0, err
 		}
 		cancelled++
@@ -1105,6 +1113,11 @@ func (b txb) sagaRecords(saga string) ([]*row, error) {
 		rs = append(rs, r)
 	}
 	return rs, nil
+}
+
+// tombstone records that id was cancelled at now, for the cancel window.
+func (s *Store) tombstone(b txb, id string, now time.Time) error {
+	return b.cancels.Put([]byte(id), binary.BigEndian.AppendUint64(nil, uint64(now.Add(s.window).UnixNano())))
 }
 
 // cancelled reports whether id has a tombstone that is live at now.
@@ -1136,8 +1149,14 @@ func (s *Store) Reschedule(ctx context.Context, id string, dueAt time.Time) erro
 		return fmt.Errorf("boltstore: reschedule %q: %w", id, err)
 	}
 	return s.changeUnleased(ctx, "reschedule", id, func(b txb, r *row) error {
-		return b.reindex(r, func(t *storage.Timeout) { t.DueAt, t.NotBefore = dueAt, time.Time{} })
+		return b.moveDue(r, dueAt)
 	})
+}
+
+// moveDue sets r's due time to dueAt and clears its retry hold, in the
+// indexes too; r is not under a live lease.
+func (b txb) moveDue(r *row, dueAt time.Time) error {
+	return b.reindex(r, func(t *storage.Timeout) { t.DueAt, t.NotBefore = dueAt, time.Time{} })
 }
 
 // changeUnleased applies change to row id unless it is leased and its lease

@@ -73,8 +73,11 @@ func (s *Store) commitLoop() {
 // transaction is rolled back and each write runs again alone, so that only
 // the failing one fails.
 func (s *Store) commit(group []*op) {
+	var dests []destDelta
+	var scan *destScan
 	err := s.db.Update(func(tx *bolt.Tx) error {
 		var sum counts
+		dests, scan = dests[:0], nil
 		for _, o := range group {
 			var c counts
 			o.err = o.fn(tx, &c)
@@ -85,14 +88,21 @@ func (s *Store) commit(group []*op) {
 				return o.err
 			}
 			sum.pending += c.pending
+			dests = append(dests, c.dests...)
+			if c.scan != nil {
+				scan = c.scan
+			}
 		}
-		if sum == (counts{}) {
+		if sum.pending == 0 {
 			return nil
 		}
 		meta := tx.Bucket(bucketMeta)
 		cur := readCounts(meta)
 		return writeCounts(meta, counts{pending: cur.pending + sum.pending})
 	})
+	if err == nil {
+		s.dests.add(scan, dests)
+	}
 	if err != nil && len(group) > 1 {
 		for i := range group {
 			group[i].err = nil

@@ -9,7 +9,7 @@
 //	fs.Heal()
 //
 // The wrapper also has the optional methods of package storage (Stats,
-// LeasedBy, GetMany, CancelSaga), with faults of their own, so that code under test finds
+// LeasedBy, GetMany, CancelSaga, Bulk, CountByDestination), with faults of their own, so that code under test finds
 // them as it would on the wrapped store. A Go type cannot pick its methods by
 // what it wraps, so where the wrapped store lacks one the wrapper answers
 // storage.ErrUnsupported, which callers take as the method's absence.
@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/delaybridge/delaybridge/storage"
+	"github.com/delaybridge/delaybridge/wire"
 )
 
 // Op names one method of storage.Store or of its optional interfaces.
@@ -44,10 +45,12 @@ const (
 	List
 	Cancel
 	Reschedule
-	Stats      // storage.Stater
-	LeasedBy   // storage.LeaseCounter
-	GetMany    // storage.MultiGetter
-	CancelSaga // storage.SagaCanceller
+	Stats              // storage.Stater
+	LeasedBy           // storage.LeaseCounter
+	GetMany            // storage.MultiGetter
+	CancelSaga         // storage.SagaCanceller
+	Bulk               // storage.Bulker
+	CountByDestination // storage.DestinationCounter
 	Close
 	numOps
 )
@@ -56,7 +59,7 @@ var opNames = [...]string{
 	Insert: "Insert", Lease: "Lease", Get: "Get", Remove: "Remove", Release: "Release",
 	Increment: "IncrementFailureCount", NextDue: "NextDue", Reap: "Reap", List: "List", Cancel: "Cancel",
 	Reschedule: "Reschedule", Stats: "Stats", LeasedBy: "LeasedBy", GetMany: "GetMany", Close: "Close",
-	CancelSaga: "CancelSaga",
+	CancelSaga: "CancelSaga", Bulk: "Bulk", CountByDestination: "CountByDestination",
 }
 
 func (op Op) String() string {
@@ -323,6 +326,26 @@ func (s *Store) CancelSaga(ctx context.Context, sagaID string) (cancelled, lease
 		return 0, 0, err
 	}
 	return inner.CancelSaga(ctx, sagaID)
+}
+
+// Bulk implements storage.Bulker: ErrUnsupported when the wrapped store
+// has no Bulk.
+func (s *Store) Bulk(ctx context.Context, f storage.ListFilter, a storage.BulkAction) (storage.BulkResult, error) {
+	inner, err := enterOptional[storage.Bulker](ctx, s, Bulk)
+	if err != nil {
+		return storage.BulkResult{}, err
+	}
+	return inner.Bulk(ctx, f, a)
+}
+
+// CountByDestination implements storage.DestinationCounter: ErrUnsupported
+// when the wrapped store has no CountByDestination.
+func (s *Store) CountByDestination(ctx context.Context, soonFrom, soonTo time.Time) (map[wire.Destination]storage.DestinationCount, error) {
+	inner, err := enterOptional[storage.DestinationCounter](ctx, s, CountByDestination)
+	if err != nil {
+		return nil, err
+	}
+	return inner.CountByDestination(ctx, soonFrom, soonTo)
 }
 
 // Close closes the wrapped store the first time and returns its result;

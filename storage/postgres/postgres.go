@@ -132,12 +132,14 @@ type Store struct {
 }
 
 var (
-	_ storage.Store         = (*Store)(nil)
-	_ storage.Stater        = (*Store)(nil)
-	_ storage.LeaseCounter  = (*Store)(nil)
-	_ storage.MultiGetter   = (*Store)(nil)
-	_ storage.SagaCanceller = (*Store)(nil)
-	_ storage.GroupReplacer = (*Store)(nil)
+	_ storage.Store              = (*Store)(nil)
+	_ storage.Stater             = (*Store)(nil)
+	_ storage.LeaseCounter       = (*Store)(nil)
+	_ storage.MultiGetter        = (*Store)(nil)
+	_ storage.SagaCanceller      = (*Store)(nil)
+	_ storage.Bulker             = (*Store)(nil)
+	_ storage.DestinationCounter = (*Store)(nil)
+	_ storage.GroupReplacer      = (*Store)(nil)
 )
 
 // Open connects to the database at url (a PostgreSQL URL or key=value
@@ -1333,6 +1335,37 @@ func decodeCursor(c string) (due time.Time, id string, err error) {
 	return time.UnixMicro(int64(binary.BigEndian.Uint64(b[1:9]))).UTC(), id, nil
 }
 
+// filterConds are the SQL conditions of f's fields that SQL can test (all
+// but the header); arg adds a parameter and returns its placeholder.
+func filterConds(f *storage.ListFilter, arg func(any) string) []string {
+	var conds []string
+	// Where rows go (see storage.ListFilter): a queue is a destination
+	// with no exchange.
+	switch {
+	case f.Exchange != "":
+		conds = append(conds, "exchange = "+arg(f.Exchange))
+		if f.Destination != "" {
+			conds = append(conds, "destination = "+arg(f.Destination))
+		}
+	case f.Destination != "":
+		conds = append(conds, "exchange = ''", "destination = "+arg(f.Destination))
+	}
+	if f.SagaID != "" {
+		// Index timeouts_saga_due.
+		conds = append(conds, "saga_id = "+arg(f.SagaID))
+	}
+	if !f.DueFrom.IsZero() {
+		conds = append(conds, "due_at >= "+arg(ts(f.DueFrom)))
+	}
+	if !f.DueTo.IsZero() {
+		conds = append(conds, "due_at < "+arg(ts(f.DueTo)))
+	}
+	if f.IDPrefix != "" {
+		conds = append(conds, "starts_with(id, "+arg(f.IDPrefix)+")")
+	}
+	return conds
+}
+
 // List returns pending rows in (due_at, id) order from the index
 // timeouts_due, one keyset page at a time; see storage.Store. The cursor is
 // opaque (see encodeCursor).
@@ -1355,26 +1388,16 @@ func (s *Store) List(ctx context.Context, f storage.ListFilter) ([]storage.Timeo
 		}
 		conds = append(conds, fmt.Sprintf("(due_at, id) > (%s, %s)", arg(due), arg(id)))
 	}
-	// Where rows go (see storage.ListFilter): a queue is a destination
-	// with no exchange.
-	switch {
-	case f.Exchange != "":
-		conds = append(conds, "exchange = "+arg(f.Exchange))
-		if f.Destination != "" {
-			conds = append(conds, "destination = "+arg(f.Destination))
+	conds = append(conds, filterConds(&f, arg)...)
+	if f.HeaderName != "" {
+		// The header is inside the message: find the page's ids by
+		// reading messages (see bulkPage), then read those rows.
+		ids, err := s.headerPage(ctx, f)
+		if err != nil {
+			return nil, "", fmt.Errorf("postgres: list: %w", err)
 		}
-	case f.Destination != "":
-		conds = append(conds, "exchange = ''", "destination = "+arg(f.Destination))
-	}
-	if f.SagaID != "" {
-		// Index timeouts_saga_due.
-		conds = append(conds, "saga_id = "+arg(f.SagaID))
-	}
-	if !f.DueFrom.IsZero() {
-		conds = append(conds, "due_at >= "+arg(ts(f.DueFrom)))
-	}
-	if !f.DueTo.IsZero() {
-		conds = append(conds, "due_at < "+arg(ts(f.DueTo)))
+		args = args[:0]
+		conds = []string{"id = ANY(" + arg(ids) + "::text[])"}
 	}
 	query := "SELECT " + s.q.listCols + " FROM " + s.q.table
 	if len(conds) > 0 {

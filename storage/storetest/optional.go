@@ -56,6 +56,12 @@ func (e *env) optionalCalls(ctx context.Context) map[string]error {
 	if gr, ok := e.s.(storage.GroupReplacer); ok {
 		_, _, _, errs["ReplaceGroups"] = gr.ReplaceGroups(ctx, []string{"group"}, []storage.Timeout{newTimeout("r", at(0))})
 	}
+	if dc, ok := e.s.(storage.DestinationCounter); ok {
+		_, errs["CountByDestination"] = dc.CountByDestination(ctx, T0, T0.Add(time.Minute))
+	}
+	if b, ok := e.s.(storage.Bulker); ok {
+		_, errs["Bulk"] = b.Bulk(ctx, storage.ListFilter{Destination: "q"}, storage.BulkAction{Kind: storage.BulkCancel})
+	}
 	maps.DeleteFunc(errs, func(_ string, err error) bool { return errors.Is(err, storage.ErrUnsupported) })
 	return errs
 }

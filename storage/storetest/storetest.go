@@ -145,6 +145,10 @@ var tests = []struct {
 	{"GetMany", testGetMany},
 	{"CancelSaga", testCancelSaga},
 	{"ReplaceGroups", testReplaceGroups},
+	{"BulkCancel", testBulkCancel},
+	{"BulkReschedule", testBulkReschedule},
+	{"ListFiltersIDPrefixHeader", testListFiltersIDPrefixHeader},
+	{"CountByDestination", testCountByDestination},
 	{"Closed", testClosed},
 	{"ContextCancelled", testContextCancelled},
 }
