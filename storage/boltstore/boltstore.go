@@ -296,7 +296,7 @@ func buckets(tx *bolt.Tx, c *counts) (txb, error) {
 	// splits. Index keys arrive in any order (random ids, due times); there
 	// a split that leaves 90% in one page makes pages a third full on
 	// average, against two thirds at bbolt's default of half (measured with
-	// TestScaleFile).
+	// BenchmarkScaleFile).
 	b.rows.FillPercent = 1
 	b.ids.FillPercent, b.ready.FillPercent, b.held.FillPercent = indexFillPercent, indexFillPercent, indexFillPercent
 	return b, nil

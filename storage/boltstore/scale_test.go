@@ -22,12 +22,14 @@ import (
 // BOLTSTORE_SCALE_N rows (random UUID ids, a 256-byte body with the bench's
 // headers, due at random over a day 30 days out) inserted in batches of 500
 // as ingest does. It logs the file's bytes per stored message, the insert
-// rate, the time Open takes on the full file and the Go heap after it. Skipped
-// unless BOLTSTORE_SCALE_N is set; BOLTSTORE_SCALE_DIR keeps the file there.
-func TestScaleFile(t *testing.T) {
+// rate, the time Open takes on the full file and the Go heap after it. A
+// measurement, so a benchmark (run once, whatever b.N): go test -run '^$'
+// -bench ScaleFile -benchtime 1x. BOLTSTORE_SCALE_N sets the rows (default
+// 100,000); BOLTSTORE_SCALE_DIR keeps the file there.
+func BenchmarkScaleFile(t *testing.B) {
 	n, _ := strconv.Atoi(os.Getenv("BOLTSTORE_SCALE_N"))
 	if n <= 0 {
-		t.Skip("BOLTSTORE_SCALE_N not set")
+		n = 100_000
 	}
 	dir := os.Getenv("BOLTSTORE_SCALE_DIR")
 	if dir == "" {
@@ -111,8 +113,10 @@ func TestScaleFile(t *testing.T) {
 
 // TestConvertFile times the conversion of the format-1 file at
 // BOLTSTORE_CONVERT_PATH (made, say, by TestScaleFile of an earlier build)
-// and samples the Go heap while it runs. Skipped unless the variable is set.
-func TestConvertFile(t *testing.T) {
+// and samples the Go heap while it runs: go test -run '^$' -bench
+// ConvertFile -benchtime 1x. A measurement of a file the caller provides,
+// so a benchmark; TestConvertFormat1 checks the conversion itself.
+func BenchmarkConvertFile(t *testing.B) {
 	path := os.Getenv("BOLTSTORE_CONVERT_PATH")
 	if path == "" {
 		t.Skip("BOLTSTORE_CONVERT_PATH not set")
