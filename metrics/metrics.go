@@ -58,6 +58,7 @@ type Metrics struct {
 	ingestCommit    prometheus.Histogram
 	dispatchConfirm prometheus.Histogram
 	pollLease       prometheus.Histogram
+	handover        prometheus.Histogram
 
 	breakers *prometheus.GaugeVec
 
@@ -103,6 +104,8 @@ func New() *Metrics {
 			"Time from publishing a forward to the broker's confirm of it.", LatencyBuckets),
 		pollLease: histogram("poll_lease_seconds",
 			"Duration of one successful lease of due timeouts from the store.", LatencyBuckets),
+		handover: histogram("handover_confirm_seconds",
+			"Time from publishing a batch of lease tokens to E.TimeoutsDispatcher to the broker's confirm of it.", LatencyBuckets),
 		breakers: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: namespace, Name: "circuit_breaker_state",
 			Help: "State of each circuit breaker: 0 disarmed, 1 armed, 2 triggered.",
@@ -131,7 +134,7 @@ func New() *Metrics {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.ingested, m.dispatched, m.dispatchFailures, m.errorQueued, m.duplicates, m.staleTokens,
-		m.lateness, m.ingestCommit, m.dispatchConfirm, m.pollLease,
+		m.lateness, m.ingestCommit, m.dispatchConfirm, m.pollLease, m.handover,
 		m.breakers, m.store, m.dests, m.conns, m.blocked, buildInfo,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Namespace: namespace, Name: "error_queue_refusing",
@@ -389,4 +392,13 @@ func (c *connCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, v, name)
 	}
+}
+
+// ObserveHandover records the time from publishing one batch of lease tokens
+// to the dispatcher queue to the broker's confirm of it.
+func (m *Metrics) ObserveHandover(d time.Duration) {
+	if m == nil {
+		return
+	}
+	m.handover.Observe(d.Seconds())
 }

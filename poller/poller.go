@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -30,7 +31,8 @@ type Store interface {
 }
 
 // Publisher sends dispatcher messages with confirms (*broker.Publisher).
-// The poller closes one whose connection failed before opening the next.
+// The poller closes one whose connection failed before opening the next, and
+// closes the rest when Run ends.
 type Publisher interface {
 	Publish(ctx context.Context, msgs []broker.Outgoing) []error
 	Close() error
@@ -44,11 +46,15 @@ type NewPublisher func(ctx context.Context) (Publisher, error)
 type Metrics interface {
 	// ObservePollLease records the duration of a successful Lease.
 	ObservePollLease(d time.Duration)
+	// ObserveHandover records the time from publishing a batch of tokens
+	// to the broker's confirm of it.
+	ObserveHandover(d time.Duration)
 }
 
 type noMetrics struct{}
 
 func (noMetrics) ObservePollLease(time.Duration) {}
+func (noMetrics) ObserveHandover(time.Duration)  {}
 
 // Options configure a Poller.
 type Options struct {
@@ -68,6 +74,12 @@ type Options struct {
 	// than the dispatcher's pace is not leased at once and left to expire.
 	// Zero: no cap.
 	MaxLeased int
+	// Publishers is how many hand-overs may await the broker's confirm at
+	// once, each on a publisher (a channel) of its own. The hand-over is
+	// persistent, so its confirm waits for the broker's disk; leasing the
+	// next batch only after it would put every slow broker fsync on the path
+	// of the rows falling due meanwhile. Default 4.
+	Publishers int
 	// FetchBreaker watches store reads; while it is armed the poller backs
 	// off, and when it triggers the bridge stops. Nil: never triggers.
 	FetchBreaker *circuit.Breaker
@@ -81,9 +93,14 @@ type Options struct {
 type Poller struct {
 	store  Store
 	newPub NewPublisher
-	pub    Publisher // current one; nil after its connection failed
 	opts   Options
 	log    zerolog.Logger
+
+	// slots holds the publishers not handing over right now; a nil one is
+	// opened when taken (at first, and after its connection failed).
+	slots    chan Publisher
+	inflight sync.WaitGroup
+	failed   chan error // a hand-over failed: back off before the next
 
 	wake       chan struct{}
 	sleepUntil atomic.Int64 // unix nanos the poller sleeps toward; MaxInt64 while busy
@@ -103,7 +120,14 @@ func New(store Store, newPub NewPublisher, opts Options) *Poller {
 	if opts.Metrics == nil {
 		opts.Metrics = noMetrics{}
 	}
-	p := &Poller{store: store, newPub: newPub, opts: opts, log: opts.Logger, wake: make(chan struct{}, 1)}
+	if opts.Publishers < 1 {
+		opts.Publishers = 4
+	}
+	p := &Poller{store: store, newPub: newPub, opts: opts, log: opts.Logger, wake: make(chan struct{}, 1),
+		slots: make(chan Publisher, opts.Publishers), failed: make(chan error, 1)}
+	for range opts.Publishers {
+		p.slots <- nil
+	}
 	p.sleepUntil.Store(math.MaxInt64)
 	return p
 }
@@ -119,36 +143,53 @@ func (p *Poller) Wake(due time.Time) {
 	}
 }
 
-// Run polls until ctx ends. A lease batch in hand when ctx ends is still
-// published (or released) before Run returns. While the broker is
-// unreachable it leases nothing and waits for the connection.
+// Run polls until ctx ends. Hand-overs in flight when ctx ends are still
+// confirmed (or their leases released) before Run returns. While the broker
+// is unreachable it leases nothing and waits for the connection.
 func (p *Poller) Run(ctx context.Context) error {
+	defer p.closePublishers()
 	for ctx.Err() == nil {
 		p.sleepUntil.Store(math.MaxInt64) // busy: any wake counts
-		if p.pub == nil {
-			pub, err := p.newPub(ctx)
-			if err != nil {
-				if ctx.Err() != nil {
-					return nil
-				}
-				p.log.Warn().Err(err).Msg("cannot open a publisher; retrying")
-				broker.Sleep(ctx, time.Second)
-				continue
-			}
-			p.pub = pub
+		select {
+		case err := <-p.failed:
+			// The publisher's connection failed; its leases were released.
+			p.log.Warn().Err(err).Msg("handing over to the dispatcher failed; resuming on the next broker connection")
+			broker.Sleep(ctx, 200*time.Millisecond+time.Duration(rand.Int64N(int64(300*time.Millisecond))))
+			continue
+		default:
+		}
+		pub := p.takePublisher(ctx)
+		if pub == nil {
+			continue
 		}
 		if p.backlogged(ctx) {
+			p.slots <- pub
 			broker.Sleep(ctx, 20*time.Millisecond)
 			continue
 		}
-		n, err := p.pollOnce(ctx)
-		if err != nil {
-			// The publisher's connection failed; its leases were released.
-			p.log.Warn().Err(err).Msg("handing over to the dispatcher failed; resuming on the next broker connection")
-			_ = p.pub.Close()
-			p.pub = nil
-			broker.Sleep(ctx, 200*time.Millisecond+time.Duration(rand.Int64N(int64(300*time.Millisecond))))
-			continue
+		leases, n := p.lease(ctx)
+		if n <= 0 {
+			p.slots <- pub
+		} else {
+			p.inflight.Add(1)
+			go func() {
+				defer p.inflight.Done()
+				if err := p.handOver(ctx, pub, leases); err != nil {
+					_ = pub.Close()
+					pub = nil
+					select {
+					case p.failed <- err:
+					default:
+					}
+					// Its leases were released: lease them again
+					// (after the pause) rather than at the next poll.
+					select {
+					case p.wake <- struct{}{}:
+					default:
+					}
+				}
+				p.slots <- pub
+			}()
 		}
 		if n < 0 {
 			continue // Lease failed and the pause is done: try again
@@ -196,6 +237,43 @@ func (p *Poller) Run(ctx context.Context) error {
 	return nil
 }
 
+// takePublisher waits for a publisher that is not handing over, opening one
+// if needed. It returns nil when ctx ended, or after a pause when opening
+// failed.
+func (p *Poller) takePublisher(ctx context.Context) Publisher {
+	var pub Publisher
+	select {
+	case <-ctx.Done():
+		return nil
+	case pub = <-p.slots:
+	}
+	if pub != nil {
+		return pub
+	}
+	pub, err := p.newPub(ctx)
+	if err != nil {
+		p.slots <- nil
+		if ctx.Err() == nil {
+			p.log.Warn().Err(err).Msg("cannot open a publisher; retrying")
+			broker.Sleep(ctx, time.Second)
+		}
+		return nil
+	}
+	return pub
+}
+
+// closePublishers waits for the hand-overs in flight and closes every
+// publisher.
+func (p *Poller) closePublishers() {
+	p.inflight.Wait()
+	for range p.opts.Publishers {
+		if pub := <-p.slots; pub != nil {
+			_ = pub.Close()
+		}
+		defer func() { p.slots <- nil }() // Run may be called again
+	}
+}
+
 func (p *Poller) untilNext(ctx context.Context) (time.Duration, error) {
 	next, ok, err := p.store.NextDue(ctx)
 	if err != nil {
@@ -211,33 +289,46 @@ func (p *Poller) untilNext(ctx context.Context) (time.Duration, error) {
 // leaseCallTimeout bounds one Lease call, which shutdown does not cancel.
 const leaseCallTimeout = 30 * time.Second
 
-// pollOnce leases one batch and publishes it, returning how many it leased,
-// or -1 when leasing failed (after backing off). Leases whose dispatcher
-// message was not confirmed are released at once.
-func (p *Poller) pollOnce(ctx context.Context) (int, error) {
+// pollOnce leases one batch and hands it over on pub, returning how many it
+// leased, or -1 when leasing failed (after backing off).
+func (p *Poller) pollOnce(ctx context.Context, pub Publisher) (int, error) {
+	leases, n := p.lease(ctx)
+	if n <= 0 {
+		return n, nil
+	}
+	return n, p.handOver(ctx, pub, leases)
+}
+
+// lease leases one batch, returning it and its length, or -1 when leasing
+// failed (after backing off).
+func (p *Poller) lease(ctx context.Context) ([]storage.Lease, int) {
 	if ctx.Err() != nil {
-		return 0, nil // the lease below outlives ctx: do not start one
+		return nil, 0 // the lease below outlives ctx: do not start one
 	}
 	began := time.Now()
 	// Not cancelled by shutdown: a lease the store committed but whose
 	// answer was abandoned would keep its rows from every instance for a
-	// whole lease. A batch in hand is published or released below.
+	// whole lease. A batch in hand is handed over or released.
 	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), leaseCallTimeout)
 	leases, err := p.store.Lease(lctx, p.opts.Owner, p.opts.Now().Add(p.opts.Lookahead), p.opts.BatchSize, p.opts.LeaseDuration)
 	cancel()
 	if err != nil {
 		if ctx.Err() != nil {
-			return 0, nil
+			return nil, 0
 		}
 		pause := p.opts.FetchBreaker.Failure(err)
 		p.log.Error().Err(err).Dur("retry_in", pause).Msg("leasing due timeouts failed")
 		broker.Sleep(ctx, pause)
-		return -1, nil
+		return nil, -1
 	}
 	p.opts.Metrics.ObservePollLease(time.Since(began))
-	if len(leases) == 0 {
-		return 0, nil
-	}
+	return leases, len(leases)
+}
+
+// handOver publishes the tokens of leases to the dispatcher queue on pub and
+// releases at once the leases whose message was not confirmed. It returns
+// an error when any was not.
+func (p *Poller) handOver(ctx context.Context, pub Publisher, leases []storage.Lease) error {
 	var msgs []broker.Outgoing
 	var groups [][]storage.Lease
 	for start := 0; start < len(leases); start += p.opts.TokensPerMessage {
@@ -248,7 +339,7 @@ func (p *Poller) pollOnce(ctx context.Context) (int, error) {
 		}
 		body, err := wire.EncodeTokens(toks)
 		if err != nil {
-			return 0, fmt.Errorf("poller: %w", err)
+			return fmt.Errorf("poller: %w", err)
 		}
 		msgs = append(msgs, broker.Outgoing{
 			RoutingKey: p.opts.DispatcherQueue,
@@ -265,7 +356,8 @@ func (p *Poller) pollOnce(ctx context.Context) (int, error) {
 	// Confirms are awaited even during shutdown so the leases are settled.
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	results := p.pub.Publish(wctx, msgs)
+	began := time.Now()
+	results := pub.Publish(wctx, msgs)
 	var failed error
 	for i, err := range results {
 		if err == nil {
@@ -287,9 +379,10 @@ func (p *Poller) pollOnce(ctx context.Context) (int, error) {
 	}
 	p.log.Debug().Int("leased", len(leases)).Int("messages", len(msgs)).Msg("handed due timeouts to the dispatcher")
 	if failed != nil {
-		return len(leases), fmt.Errorf("poller: publish to %s: %w", p.opts.DispatcherQueue, failed)
+		return fmt.Errorf("poller: publish to %s: %w", p.opts.DispatcherQueue, failed)
 	}
-	return len(leases), nil
+	p.opts.Metrics.ObserveHandover(time.Since(began))
+	return nil
 }
 
 // backlogged reports whether this instance already has MaxLeased rows

@@ -209,8 +209,7 @@ func TestUnpublishedLeasesAreReleased(t *testing.T) {
 	p := New(store, source(pub), Options{Owner: "o", BatchSize: 10, LeaseDuration: time.Hour,
 		PollInterval: time.Hour, Logger: zerolog.Nop()})
 	insert(t, store, "a", time.Now().Add(-time.Second))
-	p.pub = pub
-	n, err := p.pollOnce(context.Background())
+	n, err := p.pollOnce(context.Background(), pub)
 	if n != 1 || !errors.Is(err, broker.ErrNotConfirmed) {
 		t.Fatalf("pollOnce = %d, %v", n, err)
 	}
@@ -330,5 +329,66 @@ func TestAFailedPublisherIsClosed(t *testing.T) {
 	defer failing.mu.Unlock()
 	if failing.closed != 1 {
 		t.Fatalf("the failed publisher was closed %d times, want once", failing.closed)
+	}
+}
+
+// blockingPublisher holds every Publish until release closes.
+type blockingPublisher struct {
+	fakePublisher
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (p *blockingPublisher) Publish(ctx context.Context, msgs []broker.Outgoing) []error {
+	p.entered <- struct{}{}
+	<-p.release
+	return p.fakePublisher.Publish(ctx, msgs)
+}
+
+// A hand-over waiting for its confirm (a broker fsync stall) does not hold
+// up the next batch: it goes out on another publisher. And Run returns only
+// once the stalled one is confirmed, having closed every publisher.
+func TestHandOversDoNotWaitForEachOther(t *testing.T) {
+	store := openStore(t)
+	for i := range 10 {
+		insert(t, store, fmt.Sprint(i), time.Now().Add(-time.Second))
+	}
+	stalled := &blockingPublisher{entered: make(chan struct{}, 1), release: make(chan struct{})}
+	next := &fakePublisher{}
+	var mu sync.Mutex
+	opened := 0
+	p := New(store, func(context.Context) (Publisher, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		opened++
+		if opened == 1 {
+			return stalled, nil
+		}
+		return next, nil
+	}, Options{Owner: "o", BatchSize: 5, LeaseDuration: time.Hour, PollInterval: time.Hour, Publishers: 2, Logger: zerolog.Nop()})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	<-stalled.entered
+	waitFor(t, "the second batch despite the first one's stalled confirm", func() bool { return next.count() == 5 })
+	cancel()
+	select {
+	case err := <-done:
+		t.Fatalf("Run returned (%v) with a hand-over unconfirmed", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	close(stalled.release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if stalled.count() != 5 {
+		t.Fatalf("the stalled hand-over carried %d tokens, want 5", stalled.count())
+	}
+	stalled.mu.Lock()
+	next.mu.Lock()
+	defer stalled.mu.Unlock()
+	defer next.mu.Unlock()
+	if stalled.closed != 1 || next.closed != 1 {
+		t.Fatalf("publishers closed %d and %d times at shutdown, want once each", stalled.closed, next.closed)
 	}
 }
