@@ -356,6 +356,9 @@ func (b txb) loadSeq(seq []byte, withMessage bool) (*row, error) {
 	if err != nil {
 		return nil, err
 	}
+	if withMessage {
+		dropMapped(b.rows.Tx(), v)
+	}
 	r := &row{Timeout: *t}
 	copy(r.seq[:], seq)
 	return r, nil

@@ -128,6 +128,10 @@ func decodeRecord(v []byte) (*record, error) {
 //	NotBefore   time
 const rowVersion = 4
 
+// dropMappedAbove is the value size from which a read drops the value's
+// mapped pages after copying it (dropMapped).
+const dropMappedAbove = 1 << 20
+
 func encodeRow(t *storage.Timeout) []byte {
 	b := make([]byte, 0, 1+7*binary.MaxVarintLen64+len(t.ID)+len(t.Destination)+len(t.Exchange)+len(t.SagaID)+
 		len(t.LastError)+len(t.Message)+6*binary.MaxVarintLen64)

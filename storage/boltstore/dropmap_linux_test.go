@@ -1,0 +1,75 @@
+package boltstore
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/delaybridge/delaybridge/storage"
+)
+
+// rssFileKiB is the process's file-backed resident memory (mapped file
+// pages), from /proc/self/status.
+func rssFileKiB(t *testing.T) int {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(l); len(f) >= 2 && f[0] == "RssFile:" {
+			n, err := strconv.Atoi(f[1])
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+	}
+	t.Fatal("no RssFile in /proc/self/status")
+	return 0
+}
+
+// Reading large messages leaves their pages out of the process's resident
+// set (issue 14: 300 forwards of 8 MiB pinned 2.4 GiB of mapped pages), and
+// the messages read are whole, also when read again.
+func TestLargeReadsDropTheirMappedPages(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "db")
+	s, err := Open(path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	const n, size = 40, 4 << 20 // 160 MiB
+	msg := func(i int) []byte { return bytes.Repeat([]byte{byte('a' + i%26)}, size) }
+	for i := range n {
+		if _, err := s.Insert(ctx, []storage.Timeout{{ID: fmt.Sprint(i), Destination: "q", DueAt: t0, Message: msg(i)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Reopened, so that no page is mapped yet: writing maps some.
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = open(t, path, nil)
+	before := rssFileKiB(t)
+	for round := range 2 {
+		for i := range n {
+			got, err := s.Get(ctx, fmt.Sprint(i))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got.Message, msg(i)) {
+				t.Fatalf("round %d: message %d read back wrong", round, i)
+			}
+		}
+	}
+	// Without dropping, every page read stays mapped: about 160 MiB more.
+	if grown := rssFileKiB(t) - before; grown > 32<<10 {
+		t.Fatalf("mapped file pages grew by %d KiB reading %d MiB of messages; want them dropped", grown, n*size>>20)
+	}
+}
