@@ -97,6 +97,7 @@ type Store struct {
 
 	ops      chan *op      // writes for commitLoop (group.go)
 	loopDone chan struct{} // closed when commitLoop has returned
+	trim     mapTrimmer    // used by commitLoop only (dropmap_linux.go)
 
 	// steps counts index entries visited by Lease and NextDue (tests assert
 	// that due work is found without scanning).
@@ -177,7 +178,7 @@ func Open(path string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("boltstore: open %s: %w", path, err)
 	}
 	s := &Store{db: db, now: opts.Now, path: path, window: opts.CancelWindow, recovered: recovered,
-		ops: make(chan *op, maxGroup), loopDone: make(chan struct{}), leases: newLeaseTable(),
+		ops: make(chan *op, maxGroup), loopDone: make(chan struct{}), trim: mapTrimmer{limit: mapTrimLimit, interval: mapTrimInterval}, leases: newLeaseTable(),
 		dests: newDestCounts()}
 	go s.commitLoop()
 	go s.countDestinations()

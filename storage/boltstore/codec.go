@@ -132,6 +132,13 @@ const rowVersion = 4
 // mapped pages after copying it (dropMapped).
 const dropMappedAbove = 1 << 20
 
+// Mapped file pages above mapTrimLimit are dropped after a commit, at most
+// once per mapTrimInterval (dropmap_linux.go).
+const (
+	mapTrimLimit    = 64 << 20
+	mapTrimInterval = 100 * time.Millisecond
+)
+
 func encodeRow(t *storage.Timeout) []byte {
 	b := make([]byte, 0, 1+7*binary.MaxVarintLen64+len(t.ID)+len(t.Destination)+len(t.Exchange)+len(t.SagaID)+
 		len(t.LastError)+len(t.Message)+6*binary.MaxVarintLen64)

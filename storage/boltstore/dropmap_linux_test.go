@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/delaybridge/delaybridge/storage"
 )
@@ -71,5 +72,27 @@ func TestLargeReadsDropTheirMappedPages(t *testing.T) {
 	// Without dropping, every page read stays mapped: about 160 MiB more.
 	if grown := rssFileKiB(t) - before; grown > 32<<10 {
 		t.Fatalf("mapped file pages grew by %d KiB reading %d MiB of messages; want them dropped", grown, n*size>>20)
+	}
+}
+
+// Writing large messages does not leave the file's pages in the resident set
+// either: a commit that rewrites a leaf reads the values it holds through the
+// map.
+func TestLargeWritesDoNotPinMappedPages(t *testing.T) {
+	s := open(t, filepath.Join(t.TempDir(), "db"), nil)
+	ctx := context.Background()
+	const n, size = 60, 4 << 20 // 240 MiB
+	for i := range n {
+		if _, err := s.Insert(ctx, []storage.Timeout{{ID: fmt.Sprint(i), Destination: "q", DueAt: t0, Message: bytes.Repeat([]byte{'x'}, size)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The trim runs after a commit, at most every mapTrimInterval.
+	time.Sleep(mapTrimInterval)
+	if _, err := s.Insert(ctx, []storage.Timeout{{ID: "last", Destination: "q", DueAt: t0}}); err != nil {
+		t.Fatal(err)
+	}
+	if kib := rssFileKiB(t); kib > (mapTrimLimit+size)>>10+64<<10 {
+		t.Fatalf("mapped file pages %d KiB after writing %d MiB; want at most about %d MiB", kib, n*size>>20, mapTrimLimit>>20)
 	}
 }

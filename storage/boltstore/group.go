@@ -2,6 +2,7 @@ package boltstore
 
 import (
 	"errors"
+	"time"
 
 	bolt "go.etcd.io/bbolt"
 
@@ -66,6 +67,7 @@ func (s *Store) commitLoop() {
 		}
 		s.commit(group)
 		clear(group)
+		s.trim.maybeTrim(s.db, time.Now())
 	}
 }
 
