@@ -149,6 +149,8 @@ var tests = []struct {
 	{"BulkReschedule", testBulkReschedule},
 	{"ListFiltersIDPrefixHeader", testListFiltersIDPrefixHeader},
 	{"CountByDestination", testCountByDestination},
+	{"Pause", testPause},
+	{"PauseMany", testPauseMany},
 	{"Closed", testClosed},
 	{"ContextCancelled", testContextCancelled},
 }
