@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -155,6 +156,7 @@ func (s *Store) Pause(ctx context.Context, d wire.Destination, by string) (bool,
 		if err := b.pauses.Put(dk, append(v, by...)); err != nil {
 			return err
 		}
+		sortRows(rs, dueKey) // the order of their keys in held and parked
 		for _, r := range rs {
 			if err := b.index(r); err != nil {
 				return err
@@ -167,6 +169,14 @@ func (s *Store) Pause(ctx context.Context, d wire.Destination, by string) (bool,
 		return false, fmt.Errorf("boltstore: pause %s: %w", d, err)
 	}
 	return paused, nil
+}
+
+// sortRows orders rs by key. bbolt splits nodes only at commit, and a put
+// shifts the keys after it in its node: many puts in random order into one
+// node (a bucket that was empty, or a run of new keys) cost the square of
+// their number (200,000 took 90 s), in key order next to nothing.
+func sortRows(rs []*row, key func(*storage.Timeout) []byte) {
+	slices.SortFunc(rs, func(x, y *row) int { return bytes.Compare(key(&x.Timeout), key(&y.Timeout)) })
 }
 
 // destRows reads every record once, in a read transaction, and returns the
@@ -242,6 +252,7 @@ func (s *Store) Resume(ctx context.Context, d wire.Destination) (bool, error) {
 		if err := b.pauses.Delete(dk); err != nil {
 			return err
 		}
+		sortRows(rs, readyKey)
 		for _, r := range rs {
 			if err := b.index(r); err != nil {
 				return err

@@ -151,6 +151,7 @@ var tests = []struct {
 	{"CountByDestination", testCountByDestination},
 	{"Pause", testPause},
 	{"PauseMany", testPauseMany},
+	{"PauseInsertConcurrent", testPauseInsertConcurrent},
 	{"Closed", testClosed},
 	{"ContextCancelled", testContextCancelled},
 }
