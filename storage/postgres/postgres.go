@@ -433,7 +433,7 @@ func newQueries(qs string) queries {
 		// the cancel lock, which orders this against Pause and Resume).
 		insert: r.Replace(`
 INSERT INTO {{t}} (id, destination, exchange, due_at, received_at, message, attempts, last_error, not_before, saga_id, paused)
-SELECT r.*, EXISTS (SELECT 1 FROM {{p}} p WHERE p.exchange = r.exchange AND p.destination = r.destination)
+SELECT r.*, EXISTS (SELECT 1 FROM {{p}} p WHERE p.exchange = r.exchange AND p.destination = r.destination AND NOT p.resuming)
 FROM unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[], $5::timestamptz[], $6::bytea[], $7::bigint[], $8::text[], $9::timestamptz[], $11::text[])
 	AS r(id, destination, exchange, due_at, received_at, message, attempts, last_error, not_before, saga_id)
 WHERE NOT EXISTS (SELECT 1 FROM {{c}} c WHERE c.id = r.id COLLATE "C" AND c.expires_at > $10)

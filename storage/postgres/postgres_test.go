@@ -710,3 +710,62 @@ func TestPauseAcrossInstances(t *testing.T) {
 		t.Fatalf("Lease after Resume = %v, %v; want both rows", ls, err)
 	}
 }
+
+// TestPauseInChunks: Pause marks, and Resume unmarks, a destination's rows
+// in many chunks, leaving the others alone; a Resume that stopped midway
+// (resuming set, rows still marked) stays listed and holds its rows until
+// a Resume completes it, and a Pause turns it back into a pause.
+func TestPauseInChunks(t *testing.T) {
+	defer func(a, b int) { pauseScanChunk, resumeChunk = a, b }(pauseScanChunk, resumeChunk)
+	pauseScanChunk, resumeChunk = 7, 3
+	s := open(t, nil)
+	q := wire.Queue("orders")
+	due := time.Now().Add(-time.Minute)
+	var ts []storage.Timeout
+	for i := range 60 {
+		r := newTimeout(fmt.Sprintf("r-%02d", i), due)
+		if i%2 == 0 {
+			r.Destination = "orders"
+		}
+		ts = append(ts, r)
+	}
+	insert(t, s, ts...)
+	marked := func() (n int) {
+		t.Helper()
+		if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM `+s.q.table+` WHERE paused`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if ok, err := s.Pause(ctx, q, ""); err != nil || !ok || marked() != 30 {
+		t.Fatalf("Pause = %v, %v; %d rows marked, want 30", ok, err, marked())
+	}
+	if ls, err := s.Lease(ctx, "o", time.Time{}, 100, time.Minute); err != nil || len(ls) != 30 {
+		t.Fatalf("Lease while paused = %d, %v; want the 30 others", len(ls), err)
+	}
+	// A resume that stopped after its first step.
+	if _, err := s.pool.Exec(ctx, `UPDATE `+s.qs+`.paused SET resuming = true`); err != nil {
+		t.Fatal(err)
+	}
+	if ps, err := s.Paused(ctx); err != nil || len(ps) != 1 {
+		t.Fatalf("Paused with a resume under way = %v, %v", ps, err)
+	}
+	if ls, err := s.Lease(ctx, "o2", time.Time{}, 100, time.Minute); err != nil || len(ls) != 0 {
+		t.Fatalf("Lease with a resume under way = %d, %v; want none", len(ls), err)
+	}
+	if ok, err := s.Pause(ctx, q, ""); err != nil || !ok {
+		t.Fatalf("Pause of a destination being resumed = %v, %v; want true", ok, err)
+	}
+	if _, err := s.pool.Exec(ctx, `UPDATE `+s.qs+`.paused SET resuming = true`); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := s.Resume(ctx, q); err != nil || !ok || marked() != 0 {
+		t.Fatalf("Resume = %v, %v; %d rows marked, want none", ok, err, marked())
+	}
+	if ps, err := s.Paused(ctx); err != nil || len(ps) != 0 {
+		t.Fatalf("Paused after Resume = %v, %v", ps, err)
+	}
+	if ls, err := s.Lease(ctx, "o3", time.Time{}, 100, time.Minute); err != nil || len(ls) != 30 {
+		t.Fatalf("Lease after Resume = %d, %v; want 30", len(ls), err)
+	}
+}
