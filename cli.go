@@ -38,6 +38,9 @@ var adminCommands = map[string]func(c *adminClient, fs *flag.FlagSet, args []str
 	"stats":         cliStats,
 	"replay-errors": cliReplay,
 	"errors":        cliErrors,
+	"pause":         cliPause,
+	"resume":        cliResume,
+	"paused":        cliPaused,
 }
 
 // adminClient calls the admin API.
@@ -224,12 +227,15 @@ func (c *adminClient) do(method, path string, query url.Values, body any, out an
 // ".." as they are, and the server's router removes such dot-segments
 // (net/http.ServeMux cleans paths and redirects), so they are escaped too:
 // the handler then gets the id itself.
-func timeoutPath(id string) string {
-	seg := url.PathEscape(id)
-	if id == "." || id == ".." {
+func timeoutPath(id string) string { return "/api/v1/timeouts/" + pathSegment(id) }
+
+// pathSegment escapes s as one segment of an API path; see timeoutPath.
+func pathSegment(s string) string {
+	seg := url.PathEscape(s)
+	if s == "." || s == ".." {
 		seg = strings.ReplaceAll(seg, ".", "%2E")
 	}
-	return "/api/v1/timeouts/" + seg
+	return seg
 }
 
 func (c *adminClient) printJSON(raw []byte) {
@@ -374,6 +380,8 @@ func cliList(c *adminClient, fs *flag.FlagSet, args []string) int {
 		state := "pending"
 		if r.Leased {
 			state = "dispatching"
+		} else if r.Paused {
+			state = "paused"
 		} else if r.NotBefore != nil {
 			state = "retry after " + fmtTime(*r.NotBefore)
 		}
@@ -485,6 +493,9 @@ func cliShow(c *adminClient, fs *flag.FlagSet, args []string) int {
 		row("last error", t.LastError)
 	}
 	row("dispatching", t.Leased)
+	if t.Paused {
+		row("paused", "yes: its destination is paused (delaybridge resume)")
+	}
 	if t.LockExpiresAt != nil {
 		row("lease expires", fmtTime(*t.LockExpiresAt))
 	}

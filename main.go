@@ -53,7 +53,7 @@ func run(args []string, out, errOut io.Writer) int {
 			return benchMoved(out, exitOK)
 		}
 		return benchMoved(errOut, exitConfig)
-	case "ls", "show", "cancel", "reschedule", "dispatch", "stats", "replay-errors", "errors":
+	case "ls", "show", "cancel", "reschedule", "dispatch", "stats", "replay-errors", "errors", "pause", "resume", "paused":
 		return runAdmin(cmd, args, out, errOut)
 	case "help", "-h", "-help", "--help":
 		if len(args) > 0 && !isHelp(args[0]) {
@@ -117,6 +117,12 @@ $DELAYBRIDGE_ADMIN_TOKEN; --json prints the API's JSON instead of a table):
   delaybridge dispatch (ID | FILTERS)
                                  make pending timeouts due now
   delaybridge stats [--json]     pending and leased counts, next due time
+  delaybridge pause (QUEUE | --exchange X KEY) [--by NAME]
+                                 hold a destination's timeouts past their due
+                                 time (listed as paused) until resumed
+  delaybridge resume (QUEUE | --exchange X KEY)
+                                 deliver them again, the overdue ones at once
+  delaybridge paused [--json]    the paused destinations, since when, by whom
   delaybridge replay-errors [--limit N]
                                  move dispatch failures from the error queue
                                  back into the store, due now

@@ -1,7 +1,7 @@
 // Package admin serves the bridge's admin API under /api/v1/ (docs/contract.md §6,
 // the operations issue): list, inspect, cancel, reschedule and dispatch
-// pending timeouts, count them, and replay dispatch failures from the error
-// queue back into the store.
+// pending timeouts, count them, replay dispatch failures from the error
+// queue back into the store, and pause and resume destinations (pause.go).
 //
 // The API is JSON only. It exists only when a bearer token is configured
 // (DELAYBRIDGE_ADMIN_TOKEN), and then every request must carry
@@ -77,6 +77,9 @@ type TimeoutJSON struct {
 	LockExpiresAt *time.Time `json:"lock_expires_at,omitempty"`
 	NotBefore     *time.Time `json:"not_before,omitempty"`
 	SagaID        string     `json:"saga_id,omitempty"`
+	// Paused: the destination is paused; the timeout is held past its due
+	// time until it is resumed (absent: false).
+	Paused bool `json:"paused,omitempty"`
 
 	// Show only.
 	MessageJSON
@@ -171,6 +174,7 @@ func New(opts Options) http.Handler {
 	h.mux.HandleFunc("GET /api/v1/stats", h.stats)
 	h.mux.HandleFunc("POST /api/v1/replay-errors", h.replay)
 	h.routeErrors()
+	h.routePauses()
 	return h
 }
 
@@ -422,7 +426,7 @@ func summary(t *storage.Timeout, now time.Time) TimeoutJSON {
 		ID: t.ID, Destination: t.Destination, DueAt: t.DueAt.UTC(), ReceivedAt: t.ReceivedAt.UTC(),
 		Attempts: t.Attempts, LastError: t.LastError,
 		Leased:    t.Lock != "" && t.LockExpiresAt.After(now),
-		NotBefore: utc(t.NotBefore), SagaID: t.SagaID,
+		NotBefore: utc(t.NotBefore), SagaID: t.SagaID, Paused: t.Paused,
 	}
 	if t.Exchange != "" {
 		key := t.Destination

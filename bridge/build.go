@@ -106,9 +106,15 @@ func (b *Bridge) build(ctx context.Context) (_ *components, err error) {
 		c.stats = st.Stats
 	}
 	met.WatchStore(c.stats, c.store.NextDue, now)
+	dopts := metrics.DestinationOptions{Now: now, MaxDestinations: cfg.MetricsMaxDestinations, Interval: cfg.MetricsDestinationInterval}
 	if dc, ok := c.store.(storage.DestinationCounter); ok {
-		met.WatchDestinations(metrics.DestinationOptions{Count: dc.CountByDestination, Now: now,
-			MaxDestinations: cfg.MetricsMaxDestinations, Interval: cfg.MetricsDestinationInterval})
+		dopts.Count = dc.CountByDestination
+	}
+	if p, ok := c.store.(storage.Pauser); ok {
+		dopts.Paused = p.Paused
+	}
+	if dopts.Count != nil || dopts.Paused != nil {
+		met.WatchDestinations(dopts)
 	}
 
 	if err := b.connect(c, topo); err != nil {

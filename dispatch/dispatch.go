@@ -822,6 +822,14 @@ func (d *Dispatcher) load(ctx context.Context, pub Publisher, tok wire.Token, ro
 		return it, false
 	}
 	it.row = row
+	if row.Paused {
+		// Its destination was paused after the poller leased it: give it
+		// back, held with the others, rather than forward it. Only a row
+		// already past this point when the pause lands still goes out.
+		d.log.Debug().Str("id", tok.ID).Msg("destination paused; released")
+		d.release(ctx, it, time.Time{})
+		return it, false
+	}
 	if row.DueAt.Sub(now) > d.opts.MaxHold {
 		// Handed over far too early (clocks of another instance?): give it
 		// back rather than tie up a worker.

@@ -539,3 +539,38 @@ func TestRemoveLoopRemovesThenAcks(t *testing.T) {
 		t.Errorf("Stats.Forwarded = %d, want 6", st.Forwarded)
 	}
 }
+
+// A token whose row's destination was paused after the lease is released,
+// not forwarded: the row is held with the others and goes out on resume.
+func TestPausedAfterLeaseIsReleasedNotForwarded(t *testing.T) {
+	f := newFixture(t, 3)
+	f.insert("a", "orders", t0, amqp.Publishing{})
+	f.insert("b", "orders", t0, amqp.Publishing{})
+	toks := f.lease()
+	if _, err := f.store.Pause(context.Background(), wire.Queue("orders"), ""); err != nil {
+		t.Fatal(err)
+	}
+	if a, err := f.deliver(toks...); err != nil || a != amqptest.Acked {
+		t.Fatalf("err %v, dispatcher message %s", err, a)
+	}
+	if n := len(f.pub.to("orders")); n != 0 {
+		t.Fatalf("forwarded %d rows of a paused destination", n)
+	}
+	for _, id := range []string{"a", "b"} {
+		if row, ok := f.pending(id); !ok || row.Lock != "" || !row.Paused {
+			t.Fatalf("row %s after the pause: %+v, pending %v; want released and paused", id, row, ok)
+		}
+	}
+	if toks := f.lease(); len(toks) != 0 {
+		t.Fatalf("leased %d rows of a paused destination", len(toks))
+	}
+	if _, err := f.store.Resume(context.Background(), wire.Queue("orders")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.deliver(f.lease()...); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(f.pub.to("orders")); n != 2 {
+		t.Fatalf("forwarded %d after resume, want 2", n)
+	}
+}

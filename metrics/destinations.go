@@ -26,8 +26,14 @@ import (
 //     the process, and count the others in the overflow series: a counter
 //     never moves between series, so rate() stays right.
 //
-// The gauges come from the store's storage.DestinationCounter, asked at
-// most once per Interval: a scrape in between serves the last counts.
+// delaybridge_destination_paused is 1 for each paused destination
+// (storage.Pauser), for the first MaxDestinations of them in order of
+// exchange and name; the overflow series, when there are more, counts the
+// others.
+//
+// The gauges come from the store's storage.DestinationCounter and
+// storage.Pauser, asked at most once per Interval: a scrape in between
+// serves the last answers.
 
 // Defaults of DestinationOptions.
 const (
@@ -42,6 +48,9 @@ type DestinationOptions struct {
 	// Count reads the store's counts (storage.DestinationCounter); nil:
 	// no gauges.
 	Count func(ctx context.Context, soonFrom, soonTo time.Time) (map[wire.Destination]storage.DestinationCount, error)
+	// Paused lists the paused destinations (storage.Pauser); nil: no
+	// paused gauge.
+	Paused func(ctx context.Context) ([]storage.PausedDestination, error)
 	// MaxDestinations caps the series per metric (plus the overflow
 	// series); zero or negative: DefaultMaxDestinations.
 	MaxDestinations int
@@ -59,15 +68,20 @@ var overflow = wire.Destination{}
 
 type destCollector struct {
 	pending, dueSoon *prometheus.Desc
+	paused           *prometheus.Desc
 	dispatched       *prometheus.CounterVec
 	failures         *prometheus.CounterVec
 
-	mu       sync.Mutex
-	opts     DestinationOptions
-	counted  time.Time // wall clock of the last Count
-	last     map[wire.Destination]storage.DestinationCount
-	lastOK   bool
-	counters map[wire.Destination]bool // the destinations with counter series of their own
+	mu      sync.Mutex
+	opts    DestinationOptions
+	counted time.Time // wall clock of the last Count
+	last    map[wire.Destination]storage.DestinationCount
+	lastOK  bool
+	// paused: the last answer of opts.Paused, read with the counts.
+	lastPaused  []storage.PausedDestination
+	pausedOK    bool
+	pausedAsked time.Time
+	counters    map[wire.Destination]bool // the destinations with counter series of their own
 
 	refresh sync.Mutex // one Count at a time
 }
@@ -82,6 +96,9 @@ func newDestCollector() *destCollector {
 				"leased ones included; destinations past the cap are summed in the series with both labels empty.", destLabels, nil),
 		dueSoon: prometheus.NewDesc(namespace+"_destination_due_soon",
 			"Messages in the store for each destination due within the next minute (not those overdue); capped as destination_pending.", destLabels, nil),
+		paused: prometheus.NewDesc(namespace+"_destination_paused",
+			"1 for each paused destination (its messages are held past their due time until it is resumed); "+
+				"past the cap, the series with both labels empty counts the others.", destLabels, nil),
 		dispatched: counter("destination_dispatched_total",
 			"Messages forwarded to each destination, confirmed and removed from the store; past the cap, in the series with both labels empty."),
 		failures: counter("destination_dispatch_failures_total",
@@ -94,6 +111,7 @@ func newDestCollector() *destCollector {
 func (c *destCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.pending
 	ch <- c.dueSoon
+	ch <- c.paused
 	c.dispatched.Describe(ch)
 	c.failures.Describe(ch)
 }
@@ -101,13 +119,22 @@ func (c *destCollector) Describe(ch chan<- *prometheus.Desc) {
 func (c *destCollector) Collect(ch chan<- prometheus.Metric) {
 	c.dispatched.Collect(ch)
 	c.failures.Collect(ch)
+	c.mu.Lock()
+	max := c.opts.MaxDestinations
+	c.mu.Unlock()
+	if paused, ok := c.pausedList(); ok {
+		for i, p := range paused {
+			if i == max {
+				ch <- prometheus.MustNewConstMetric(c.paused, prometheus.GaugeValue, float64(len(paused)-max), overflow.Exchange, overflow.Key)
+				break
+			}
+			ch <- prometheus.MustNewConstMetric(c.paused, prometheus.GaugeValue, 1, p.Destination.Exchange, p.Destination.Key)
+		}
+	}
 	counts, ok := c.counts()
 	if !ok {
 		return // a failed count leaves the gauges out, as storeCollector does
 	}
-	c.mu.Lock()
-	max := c.opts.MaxDestinations
-	c.mu.Unlock()
 	for d, n := range capCounts(counts, max) {
 		ch <- prometheus.MustNewConstMetric(c.pending, prometheus.GaugeValue, float64(n.Pending), d.Exchange, d.Key)
 		ch <- prometheus.MustNewConstMetric(c.dueSoon, prometheus.GaugeValue, float64(n.DueSoon), d.Exchange, d.Key)
@@ -134,6 +161,30 @@ func (c *destCollector) counts() (map[wire.Destination]storage.DestinationCount,
 	got, err := opts.Count(ctx, now, now.Add(DueSoonWindow))
 	c.mu.Lock()
 	c.counted, c.last, c.lastOK = started, got, err == nil
+	c.mu.Unlock()
+	return got, err == nil
+}
+
+// pausedList returns the paused destinations, asked again once Interval
+// has passed.
+func (c *destCollector) pausedList() ([]storage.PausedDestination, bool) {
+	c.refresh.Lock()
+	defer c.refresh.Unlock()
+	c.mu.Lock()
+	opts, asked, last, ok := c.opts, c.pausedAsked, c.lastPaused, c.pausedOK
+	c.mu.Unlock()
+	if opts.Paused == nil {
+		return nil, false
+	}
+	if !asked.IsZero() && time.Since(asked) < opts.Interval {
+		return last, ok
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), scrapeTimeout)
+	defer cancel()
+	started := time.Now()
+	got, err := opts.Paused(ctx)
+	c.mu.Lock()
+	c.pausedAsked, c.lastPaused, c.pausedOK = started, got, err == nil
 	c.mu.Unlock()
 	return got, err == nil
 }
@@ -195,7 +246,7 @@ func (m *Metrics) WatchDestinations(opts DestinationOptions) {
 	}
 	m.dests.mu.Lock()
 	m.dests.opts = opts
-	m.dests.counted = time.Time{}
+	m.dests.counted, m.dests.pausedAsked = time.Time{}, time.Time{}
 	m.dests.mu.Unlock()
 }
 

@@ -97,3 +97,32 @@ func TestDestinationCountersSticky(t *testing.T) {
 		t.Errorf("%d dispatched series, want 2 (a and the rest)", n)
 	}
 }
+
+// delaybridge_destination_paused is 1 per paused destination, up to the
+// cap; the empty labels count the others. The store is asked once per
+// interval.
+func TestDestinationPausedGauge(t *testing.T) {
+	m := New()
+	var calls atomic.Int32
+	m.WatchDestinations(DestinationOptions{MaxDestinations: 2, Interval: time.Hour,
+		Paused: func(context.Context) ([]storage.PausedDestination, error) {
+			calls.Add(1)
+			return []storage.PausedDestination{{Destination: wire.Queue("a")}, {Destination: wire.Queue("b")},
+				{Destination: wire.Destination{Exchange: "x", Key: "k"}}, {Destination: wire.Destination{Exchange: "y"}}}, nil
+		}})
+	want := `
+# HELP delaybridge_destination_paused 1 for each paused destination (its messages are held past their due time until it is resumed); past the cap, the series with both labels empty counts the others.
+# TYPE delaybridge_destination_paused gauge
+delaybridge_destination_paused{destination="",exchange=""} 2
+delaybridge_destination_paused{destination="a",exchange=""} 1
+delaybridge_destination_paused{destination="b",exchange=""} 1
+`
+	for range 3 {
+		if err := testutil.GatherAndCompare(m.Registry(), strings.NewReader(want), "delaybridge_destination_paused"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := calls.Load(); n != 1 {
+		t.Fatalf("the store was asked %d times in one interval, want once", n)
+	}
+}

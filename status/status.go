@@ -307,8 +307,11 @@ type Row struct {
 	In              string
 	Overdue         bool
 	Leased          bool
-	Attempts        int
-	LastError       string
+	// Paused: its destination is paused (storage.Pauser), so it is held
+	// past its due time; being past due is then no problem to flag.
+	Paused    bool
+	Attempts  int
+	LastError string
 }
 
 // Named is a name with a state, for breakers and connections.
@@ -423,9 +426,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			if t.NotBefore.After(now) { // held back for a retry
 				in, overdue = "retry in "+fmtDur(t.NotBefore.Sub(now)), false
 			}
+			if t.Paused {
+				overdue = false
+			}
 			p.Rows = append(p.Rows, Row{
 				ID: t.ID, Destination: t.Dest().String(), DueAt: t.DueAt.UTC().Format("2006-01-02 15:04:05.000"),
-				In: in, Overdue: overdue, Leased: t.Lock != "" && t.LockExpiresAt.After(now),
+				In: in, Overdue: overdue, Leased: t.Lock != "" && t.LockExpiresAt.After(now), Paused: t.Paused,
 				Attempts: t.Attempts, LastError: truncate(t.LastError, 120),
 			})
 		}

@@ -260,3 +260,17 @@ func TestExchangeDestinationsAreShownAsSuch(t *testing.T) {
 		t.Error("page contains an unescaped exchange or routing key")
 	}
 }
+
+// A row of a paused destination is shown paused, and its being past due is
+// not flagged: the pause holds it there.
+func TestPausedRowsShowPaused(t *testing.T) {
+	now := time.Date(2026, 11, 21, 20, 0, 0, 0, time.UTC)
+	page := get(t, New(Options{Now: func() time.Time { return now },
+		NextDueMessages: func(context.Context, int) ([]storage.Timeout, error) {
+			return []storage.Timeout{{ID: "p", Destination: "d", DueAt: now.Add(-time.Minute), Paused: true}}, nil
+		}}))
+	mustContain(t, page, `<span class="badge warn">paused</span>`)
+	if strings.Contains(page, `nowrap err`) || strings.Contains(page, ">waiting<") {
+		t.Error("a paused row is shown overdue or waiting")
+	}
+}

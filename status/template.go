@@ -103,7 +103,7 @@ footer a { color:inherit; }
     {{range .Rows}}<tr>
       <td class="mono">{{.ID}}</td><td class="mono">{{.Destination}}</td><td class="mono nowrap">{{.DueAt}}</td>
       <td class="nowrap{{if .Overdue}} err{{end}}">{{.In}}</td><td class="num">{{.Attempts}}</td>
-      <td>{{if .Leased}}<span class="badge warn">leased</span>{{else}}<span class="badge ok">waiting</span>{{end}}{{if .LastError}}<div class="sub">{{.LastError}}</div>{{end}}</td>
+      <td>{{if .Leased}}<span class="badge warn">leased</span>{{else if .Paused}}<span class="badge warn">paused</span>{{else}}<span class="badge ok">waiting</span>{{end}}{{if .LastError}}<div class="sub">{{.LastError}}</div>{{end}}</td>
     </tr>{{end}}
   </table>
   {{else if not .RowsErr}}<p class="sub">Nothing pending.</p>{{end}}

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"time"
 
@@ -151,6 +152,11 @@ type Timeout struct {
 	LockExpiresAt time.Time
 	// NotBefore, when set, holds the row back after a release for retry.
 	NotBefore time.Time
+
+	// Paused, set by Get, GetMany and List, says that the row's
+	// destination is paused (see Pauser): the row is held past its due
+	// time until the destination is resumed. Insert ignores it.
+	Paused bool
 }
 
 // Dest is where t goes.
@@ -241,7 +247,7 @@ type Store interface {
 // Callers find them with a type assertion, do without them when absent, and
 // treat ErrUnsupported from one as its absence. storetest checks each one a
 // store has. boltstore has Stater, SagaCanceller, GroupReplacer, Bulker and
-// DestinationCounter; postgres has all seven.
+// DestinationCounter and Pauser; postgres has all eight.
 
 // Stater counts the store's rows. The admin API's stats, the status page,
 // /debug/vars and the store metrics show the counts, and the poller's
@@ -429,4 +435,57 @@ type DestinationCounter interface {
 	// A store that counts its rows after Open answers ErrNotYet until it
 	// has.
 	CountByDestination(ctx context.Context, soonFrom, soonTo time.Time) (map[wire.Destination]DestinationCount, error)
+}
+
+// PausedDestination is a destination whose deliveries are paused.
+type PausedDestination struct {
+	Destination wire.Destination
+	// Since is when the pause was made (the pausing store's clock).
+	Since time.Time
+	// By is who paused it, as the caller said ("" when unknown).
+	By string
+}
+
+// Pauser pauses and resumes the deliveries to one destination: an
+// operator stops them while its consumer is being repaired. A destination
+// is a queue or an exchange's routing key (wire.Destination), matched
+// exactly: pausing an exchange's routing key "q" leaves the queue "q" alone.
+type Pauser interface {
+	// Pause holds every pending row of d, and every row inserted for d
+	// while it is paused, past its due time: Lease does not take them and
+	// NextDue does not report them; Get, GetMany and List show them with
+	// Paused set, and every other call treats them as usual (cancel,
+	// reschedule, bulk actions, counts). A row already leased when the
+	// pause lands is not recalled: its lease runs on and it may still be
+	// delivered; released, or its lease expired, it is held like the
+	// others. Pausing a destination with nothing pending is allowed. The
+	// pause is durable and, in a store several instances share, holds on
+	// every instance. paused is false when d was paused already (its
+	// Since and By are kept).
+	Pause(ctx context.Context, d wire.Destination, by string) (paused bool, err error)
+	// Resume ends d's pause: its rows are leasable again, those past due
+	// at once. resumed is false when d was not paused.
+	Resume(ctx context.Context, d wire.Destination) (resumed bool, err error)
+	// Paused returns the paused destinations, ordered by exchange, then
+	// destination.
+	Paused(ctx context.Context) ([]PausedDestination, error)
+}
+
+// CheckPauseDestination refuses a destination no row can have: an empty
+// queue name.
+func CheckPauseDestination(d wire.Destination) error {
+	if d.Exchange == "" && d.Key == "" {
+		return errors.New("storage: pause: empty destination")
+	}
+	return nil
+}
+
+// SortPaused orders ps as Pauser.Paused returns them.
+func SortPaused(ps []PausedDestination) {
+	slices.SortFunc(ps, func(a, b PausedDestination) int {
+		if c := strings.Compare(a.Destination.Exchange, b.Destination.Exchange); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Destination.Key, b.Destination.Key)
+	})
 }

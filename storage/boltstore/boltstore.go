@@ -7,8 +7,14 @@
 //	ids       id -> seq
 //	ready     visible-at (8 bytes) + id -> seq, every row,
 //	          visible-at = max(DueAt, NotBefore)
-//	held      due (8 bytes) + id -> seq, only the rows a retry holds back
-//	          past their due time (NotBefore after DueAt)
+//	held      due (8 bytes) + id -> seq, the rows a retry holds back past
+//	          their due time (NotBefore after DueAt), and every row of a
+//	          paused destination
+//	pauses    destination (see destKey) -> since (8 bytes) + by: the
+//	          paused destinations (pause.go)
+//	parked    destination + due (8 bytes) + id -> seq, every row of a
+//	          paused destination, which is then in neither ready nor
+//	          (for Lease) anywhere else
 //	sagas     saga id, NUL, id -> nothing
 //	cancelled id -> expiry (8 bytes, Unix ns), cancel tombstones (see Cancel)
 //	meta      "format" -> file format version, "pending" -> row count
@@ -57,6 +63,8 @@ var (
 	bucketCancelled = []byte("cancelled")
 	bucketSagas     = []byte("sagas")
 	bucketMeta      = []byte("meta")
+	bucketPauses    = []byte("pauses")
+	bucketParked    = []byte("parked")
 	keyFormat       = []byte("format")
 )
 
@@ -111,6 +119,7 @@ var (
 	_ storage.GroupReplacer      = (*Store)(nil)
 	_ storage.Bulker             = (*Store)(nil)
 	_ storage.DestinationCounter = (*Store)(nil)
+	_ storage.Pauser             = (*Store)(nil)
 	// No LeaseCounter: the file has one owner, so Stats counts its leases.
 	// No MultiGetter: a Get is a local read, not a round trip.
 )
@@ -168,7 +177,9 @@ func Open(path string, opts Options) (*Store, error) {
 			case string(f) != fileFormat:
 				return fmt.Errorf("unsupported file format %q (this build reads %q, and converts %q)", f, fileFormat, "1")
 			}
-			return nil
+			// Pauses came within format 2: a file made before has no
+			// pause, which empty buckets say.
+			return createPauseBuckets(tx)
 		})
 	}
 	if err != nil {
@@ -202,7 +213,7 @@ func openDB(path string, timeout time.Duration) (*bolt.DB, error) {
 
 // createLayout makes the buckets of an empty file and marks its format.
 func createLayout(tx *bolt.Tx) error {
-	for _, name := range [][]byte{bucketMeta, bucketRows, bucketIDs, bucketReady, bucketHeld, bucketSagas, bucketCancelled} {
+	for _, name := range [][]byte{bucketMeta, bucketRows, bucketIDs, bucketReady, bucketHeld, bucketSagas, bucketCancelled, bucketPauses, bucketParked} {
 		if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 			return err
 		}
@@ -263,7 +274,9 @@ type txb struct {
 	cancels *bolt.Bucket
 	// sagas indexes rows by saga id.
 	sagas *bolt.Bucket
-	c     *counts
+	// pauses and parked: see pause.go.
+	pauses, parked *bolt.Bucket
+	c              *counts
 }
 
 // counts are kept in bucket meta so Stats costs nothing and Open scans
@@ -288,9 +301,12 @@ func buckets(tx *bolt.Tx, c *counts) (txb, error) {
 		held:    tx.Bucket(bucketHeld),
 		cancels: tx.Bucket(bucketCancelled),
 		sagas:   tx.Bucket(bucketSagas),
+		pauses:  tx.Bucket(bucketPauses),
+		parked:  tx.Bucket(bucketParked),
 		c:       c,
 	}
-	if b.rows == nil || b.ids == nil || b.ready == nil || b.held == nil || b.cancels == nil || b.sagas == nil {
+	if b.rows == nil || b.ids == nil || b.ready == nil || b.held == nil || b.cancels == nil || b.sagas == nil ||
+		b.pauses == nil || b.parked == nil {
 		return b, errors.New("buckets missing")
 	}
 	// Records are appended (their keys only grow): full pages cost no
@@ -300,6 +316,7 @@ func buckets(tx *bolt.Tx, c *counts) (txb, error) {
 	// BenchmarkScaleFile).
 	b.rows.FillPercent = 1
 	b.ids.FillPercent, b.ready.FillPercent, b.held.FillPercent = indexFillPercent, indexFillPercent, indexFillPercent
+	b.parked.FillPercent = indexFillPercent
 	return b, nil
 }
 
@@ -408,8 +425,15 @@ func (b txb) add(t *storage.Timeout) error {
 	return b.save(r)
 }
 
-// index puts r's entries into ready and, when it is held, into held.
+// index puts r's entries into ready and, when it is held, into held; a
+// row of a paused destination goes into held and parked instead.
 func (b txb) index(r *row) error {
+	if b.isPaused(&r.Timeout) {
+		if err := b.held.Put(dueKey(&r.Timeout), r.seq[:]); err != nil {
+			return err
+		}
+		return b.parked.Put(parkKey(&r.Timeout), r.seq[:])
+	}
 	if err := b.ready.Put(readyKey(&r.Timeout), r.seq[:]); err != nil {
 		return err
 	}
@@ -419,8 +443,14 @@ func (b txb) index(r *row) error {
 	return nil
 }
 
-// unindex deletes r's entries from ready and held.
+// unindex deletes r's entries from ready, held and parked.
 func (b txb) unindex(r *row) error {
+	if b.isPaused(&r.Timeout) {
+		if err := b.held.Delete(dueKey(&r.Timeout)); err != nil {
+			return err
+		}
+		return b.parked.Delete(parkKey(&r.Timeout))
+	}
 	if err := b.ready.Delete(readyKey(&r.Timeout)); err != nil {
 		return err
 	}
@@ -636,7 +666,9 @@ func (s *Store) Get(ctx context.Context, id string) (storage.Timeout, error) {
 		if err != nil {
 			return err
 		}
-		r, err = b.load(id)
+		if r, err = b.load(id); r != nil {
+			r.Paused = b.isPaused(&r.Timeout)
+		}
 		return err
 	})
 	if err != nil {
@@ -908,6 +940,7 @@ func (s *Store) List(ctx context.Context, f storage.ListFilter) ([]storage.Timeo
 				next = hex.EncodeToString(dueKey(&rows[len(rows)-1]))
 				return nil
 			}
+			r.Paused = fromHeld && b.isPaused(&r.Timeout)
 			s.leases.annotate(&r.Timeout)
 			rows = append(rows, r.Timeout)
 		}
@@ -936,6 +969,7 @@ func (s *Store) listSaga(b txb, f storage.ListFilter, after []byte) ([]storage.T
 			continue
 		}
 		r.Message = nil
+		r.Paused = b.isPaused(&r.Timeout)
 		found = append(found, r.Timeout)
 	}
 	slices.SortFunc(found, func(x, y storage.Timeout) int { return bytes.Compare(dueKey(&x), dueKey(&y)) })

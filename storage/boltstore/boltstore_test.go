@@ -450,14 +450,7 @@ func TestNoScan(t *testing.T) {
 	if _, err := s.Insert(ctx, due); err != nil {
 		t.Fatal(err)
 	}
-	steps := func(what string, max int64, f func()) {
-		t.Helper()
-		s.steps.Store(0)
-		f()
-		if n := s.steps.Load(); n > max {
-			t.Errorf("%s visited %d index entries, want at most %d", what, n, max)
-		}
-	}
+	steps := func(what string, max int64, f func()) { t.Helper(); expectSteps(t, s, what, max, f) }
 	// Leased rows stay in the ready index (leases.go): a Lease or NextDue
 	// steps over them, as many as are leased (MaxLeased bounds them), and
 	// never over the pending rows that are not due.
@@ -489,6 +482,16 @@ func TestNoScan(t *testing.T) {
 			t.Fatalf("Reap = %d, %v", n, err)
 		}
 	})
+}
+
+// expectSteps runs f and checks that it visited at most max index entries.
+func expectSteps(t *testing.T, s *Store, what string, max int64, f func()) {
+	t.Helper()
+	s.steps.Store(0)
+	f()
+	if n := s.steps.Load(); n > max {
+		t.Errorf("%s visited %d index entries, want at most %d", what, n, max)
+	}
 }
 
 func insertFuture(t testing.TB, s *Store, n int) {

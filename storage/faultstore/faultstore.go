@@ -9,7 +9,7 @@
 //	fs.Heal()
 //
 // The wrapper also has the optional methods of package storage (Stats,
-// LeasedBy, GetMany, CancelSaga, Bulk, CountByDestination), with faults of their own, so that code under test finds
+// LeasedBy, GetMany, CancelSaga, Bulk, CountByDestination, Pause, Resume, Paused), with faults of their own, so that code under test finds
 // them as it would on the wrapped store. A Go type cannot pick its methods by
 // what it wraps, so where the wrapped store lacks one the wrapper answers
 // storage.ErrUnsupported, which callers take as the method's absence.
@@ -51,6 +51,9 @@ const (
 	CancelSaga         // storage.SagaCanceller
 	Bulk               // storage.Bulker
 	CountByDestination // storage.DestinationCounter
+	Pause              // storage.Pauser
+	Resume             // storage.Pauser
+	Paused             // storage.Pauser
 	Close
 	numOps
 )
@@ -60,6 +63,7 @@ var opNames = [...]string{
 	Increment: "IncrementFailureCount", NextDue: "NextDue", Reap: "Reap", List: "List", Cancel: "Cancel",
 	Reschedule: "Reschedule", Stats: "Stats", LeasedBy: "LeasedBy", GetMany: "GetMany", Close: "Close",
 	CancelSaga: "CancelSaga", Bulk: "Bulk", CountByDestination: "CountByDestination",
+	Pause: "Pause", Resume: "Resume", Paused: "Paused",
 }
 
 func (op Op) String() string {
@@ -89,6 +93,7 @@ var (
 	_ storage.Stater       = (*Store)(nil)
 	_ storage.LeaseCounter = (*Store)(nil)
 	_ storage.MultiGetter  = (*Store)(nil)
+	_ storage.Pauser       = (*Store)(nil)
 )
 
 // Wrap returns a healed faultstore around s.
@@ -346,6 +351,34 @@ func (s *Store) CountByDestination(ctx context.Context, soonFrom, soonTo time.Ti
 		return nil, err
 	}
 	return inner.CountByDestination(ctx, soonFrom, soonTo)
+}
+
+// Pause implements storage.Pauser: ErrUnsupported when the wrapped store
+// has no Pause.
+func (s *Store) Pause(ctx context.Context, d wire.Destination, by string) (bool, error) {
+	inner, err := enterOptional[storage.Pauser](ctx, s, Pause)
+	if err != nil {
+		return false, err
+	}
+	return inner.Pause(ctx, d, by)
+}
+
+// Resume implements storage.Pauser, as Pause.
+func (s *Store) Resume(ctx context.Context, d wire.Destination) (bool, error) {
+	inner, err := enterOptional[storage.Pauser](ctx, s, Resume)
+	if err != nil {
+		return false, err
+	}
+	return inner.Resume(ctx, d)
+}
+
+// Paused implements storage.Pauser, as Pause.
+func (s *Store) Paused(ctx context.Context) ([]storage.PausedDestination, error) {
+	inner, err := enterOptional[storage.Pauser](ctx, s, Paused)
+	if err != nil {
+		return nil, err
+	}
+	return inner.Paused(ctx)
 }
 
 // Close closes the wrapped store the first time and returns its result;

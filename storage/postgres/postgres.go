@@ -4,8 +4,9 @@
 //
 // The table and its indexes are described with the migrations in schema.go.
 // In short: every pending timeout is one row of <schema>.timeouts; a row
-// waiting to be leased is in the partial index timeouts_ready, ordered by
-// visible_at = greatest(due_at, not_before); a leased row is in the partial
+// waiting to be leased is in the partial index timeouts_unpaused_ready
+// (rows of a paused destination are left out), ordered by visible_at
+// = greatest(due_at, not_before); a leased row is in the partial
 // index timeouts_leased, ordered by lock_expires_at. Lease and NextDue read
 // the head of those two indexes and never scan the pending rows.
 //
@@ -423,14 +424,17 @@ type queries struct {
 }
 
 func newQueries(qs string) queries {
-	r := strings.NewReplacer("{{t}}", qs+".timeouts", "{{c}}", qs+".cancelled", "{{seq}}", quoteLiteral(qs+".lock_seq"))
+	r := strings.NewReplacer("{{t}}", qs+".timeouts", "{{c}}", qs+".cancelled", "{{p}}", qs+".paused", "{{seq}}", quoteLiteral(qs+".lock_seq"))
 	return queries{
 		// Rows go in id order, so that concurrent batches sharing ids wait
 		// for each other in one order and never deadlock.
-		// $10 now: ids with a live cancel tombstone are not stored.
+		// $10 now: ids with a live cancel tombstone are not stored. A
+		// row of a paused destination is stored paused (the caller holds
+		// the cancel lock, which orders this against Pause and Resume).
 		insert: r.Replace(`
-INSERT INTO {{t}} (id, destination, exchange, due_at, received_at, message, attempts, last_error, not_before, saga_id)
-SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[], $5::timestamptz[], $6::bytea[], $7::bigint[], $8::text[], $9::timestamptz[], $11::text[])
+INSERT INTO {{t}} (id, destination, exchange, due_at, received_at, message, attempts, last_error, not_before, saga_id, paused)
+SELECT r.*, EXISTS (SELECT 1 FROM {{p}} p WHERE p.exchange = r.exchange AND p.destination = r.destination AND NOT p.resuming)
+FROM unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[], $5::timestamptz[], $6::bytea[], $7::bigint[], $8::text[], $9::timestamptz[], $11::text[])
 	AS r(id, destination, exchange, due_at, received_at, message, attempts, last_error, not_before, saga_id)
 WHERE NOT EXISTS (SELECT 1 FROM {{c}} c WHERE c.id = r.id COLLATE "C" AND c.expires_at > $10)
 ORDER BY id COLLATE "C"
@@ -439,7 +443,7 @@ RETURNING id`),
 
 		// $1 dueBy, $2 now, $3 limit, $4 token prefix (owner:call.), $5 expiry.
 		// ready: unleased rows visible by dueBy, in due order (index
-		// timeouts_ready). expired: leased rows whose lease ran out by now
+		// timeouts_unpaused_ready; paused rows are not in it). expired: leased rows whose lease ran out by now
 		// (index timeouts_leased, oldest expiry first) and that are
 		// visible by dueBy too. Both lock their rows, skipping rows that
 		// another statement holds; the two are merged in due order and cut
@@ -448,13 +452,13 @@ RETURNING id`),
 		lease: r.Replace(`
 WITH ready AS (
 	SELECT id, visible_at FROM {{t}}
-	WHERE lock_token IS NULL AND visible_at <= $1
+	WHERE lock_token IS NULL AND NOT paused AND visible_at <= $1
 	ORDER BY visible_at, id
 	LIMIT $3
 	FOR UPDATE SKIP LOCKED
 ), expired AS (
 	SELECT id, visible_at FROM {{t}}
-	WHERE lock_token IS NOT NULL AND lock_expires_at <= $2 AND visible_at <= $1
+	WHERE lock_token IS NOT NULL AND lock_expires_at <= $2 AND visible_at <= $1 AND NOT paused
 	ORDER BY lock_expires_at
 	LIMIT $3
 	FOR UPDATE SKIP LOCKED
@@ -479,7 +483,7 @@ WHERE lock_token IS NOT NULL AND starts_with(lock_token, $1)`),
 		// octet_length reads a stored value's size without reading the value.
 		getMany: r.Replace(`
 SELECT id, destination, exchange, due_at, received_at, CASE WHEN octet_length(message) <= $2 THEN message END, octet_length(message),
-	attempts, last_error, lock_token, lock_expires_at, not_before, coalesce(saga_id, '')
+	attempts, last_error, lock_token, lock_expires_at, not_before, coalesce(saga_id, ''), paused
 FROM {{t}} WHERE id = ANY($1::text[])`),
 
 		// $1 ids, $2 locks, $3 now. cur: the rows named, locked in id order,
@@ -527,11 +531,13 @@ WITH cur AS (
 )
 SELECT cur.holds, (SELECT attempts FROM upd) FROM cur`),
 
-		// The head of each partial index; least ignores NULL.
+		// The head of each partial index; least ignores NULL. A paused
+		// row's lease expiry is no time to wake at: Lease would not take
+		// it.
 		nextDue: r.Replace(`
 SELECT least(
-	(SELECT visible_at FROM {{t}} WHERE lock_token IS NULL ORDER BY visible_at LIMIT 1),
-	(SELECT lock_expires_at FROM {{t}} WHERE lock_token IS NOT NULL ORDER BY lock_expires_at LIMIT 1))`),
+	(SELECT visible_at FROM {{t}} WHERE lock_token IS NULL AND NOT paused ORDER BY visible_at LIMIT 1),
+	(SELECT lock_expires_at FROM {{t}} WHERE lock_token IS NOT NULL AND NOT paused ORDER BY lock_expires_at LIMIT 1))`),
 
 		// $1 now. Rows another statement holds are left for the next Reap.
 		reap: r.Replace(`
@@ -609,7 +615,7 @@ SELECT busy FROM cur`),
 	SELECT 1 FROM {{t}} WHERE lock_token IS NOT NULL AND starts_with(lock_token, $1)
 	ORDER BY lock_expires_at LIMIT $2) mine`),
 
-		listCols: `id, destination, exchange, due_at, received_at, attempts, last_error, lock_token, lock_expires_at, not_before, coalesce(saga_id, '')`,
+		listCols: `id, destination, exchange, due_at, received_at, attempts, last_error, lock_token, lock_expires_at, not_before, coalesce(saga_id, ''), paused`,
 		table:    r.Replace(`{{t}}`),
 	}
 }
@@ -836,7 +842,7 @@ type rowScan struct {
 
 func (r *rowScan) dest() []any {
 	return []any{&r.t.ID, &r.t.Destination, &r.t.Exchange, &r.t.DueAt, &r.recv, &r.t.Message, &r.size,
-		&r.attempts, &r.t.LastError, &r.lock, &r.expires, &r.notBefore, &r.t.SagaID}
+		&r.attempts, &r.t.LastError, &r.lock, &r.expires, &r.notBefore, &r.t.SagaID, &r.t.Paused}
 }
 
 func (r *rowScan) timeout() storage.Timeout {
@@ -1422,7 +1428,7 @@ func (s *Store) List(ctx context.Context, f storage.ListFilter) ([]storage.Timeo
 			recv, expires, notBefore pgtype.Timestamptz
 			attempts                 int64
 		)
-		_, err = pgx.ForEachRow(rows, []any{&t.ID, &t.Destination, &t.Exchange, &t.DueAt, &recv, &attempts, &t.LastError, &lock, &expires, &notBefore, &t.SagaID}, func() error {
+		_, err = pgx.ForEachRow(rows, []any{&t.ID, &t.Destination, &t.Exchange, &t.DueAt, &recv, &attempts, &t.LastError, &lock, &expires, &notBefore, &t.SagaID, &t.Paused}, func() error {
 			if len(out) == f.Limit {
 				last := out[len(out)-1]
 				next = encodeCursor(last.DueAt, last.ID)

@@ -16,6 +16,7 @@ import (
 	"github.com/delaybridge/delaybridge/storage"
 	"github.com/delaybridge/delaybridge/storage/postgres/pgtest"
 	"github.com/delaybridge/delaybridge/storage/storetest"
+	"github.com/delaybridge/delaybridge/wire"
 )
 
 var ctx = context.Background()
@@ -213,6 +214,9 @@ func fromOldSchema(t *testing.T, since int, stmts ...string) *Store {
 	t.Helper()
 	schema := pgtest.Schema(t)
 	s := openSchema(t, schema, nil)
+	if since <= 7 {
+		stmts = append(undoPauses[:len(undoPauses):len(undoPauses)], stmts...)
+	}
 	stmts = append(stmts,
 		fmt.Sprintf(`DELETE FROM %s.schema_version WHERE version >= %d`, s.qs, since),
 		`INSERT INTO `+s.qs+`.timeouts (id, destination, due_at, received_at, message)
@@ -231,6 +235,33 @@ func fromOldSchema(t *testing.T, since int, stmts ...string) *Store {
 		t.Fatalf("row of version %d: %v (-want +got):\n%s", since-1, err, diff)
 	}
 	return s
+}
+
+// undoPauses takes a schema back from version 7 (paused destinations).
+var undoPauses = []string{
+	`DROP TABLE {{s}}.paused`,
+	`ALTER TABLE {{s}}.timeouts DROP COLUMN paused`, // and its two indexes
+	`CREATE INDEX timeouts_ready ON {{s}}.timeouts (visible_at, id) WHERE lock_token IS NULL`,
+}
+
+// TestMigrateToPauses: a schema at version 6 gets the paused table, its
+// rows are not paused and leasable from the new ready index, which
+// replaces the old one, and a pause works.
+func TestMigrateToPauses(t *testing.T) {
+	s := fromOldSchema(t, 7)
+	checkIndexes(t, s, map[string]bool{"timeouts_unpaused_ready": true, "timeouts_paused": true, "timeouts_ready": false})
+	if ok, err := s.Pause(ctx, wire.Queue("orders"), "x"); err != nil || !ok {
+		t.Fatalf("Pause = %v, %v", ok, err)
+	}
+	if ls, err := s.Lease(ctx, "o", t0.Add(time.Hour), 10, time.Minute); err != nil || len(ls) != 0 {
+		t.Fatalf("Lease of a paused old row = %v, %v", ls, err)
+	}
+	if ok, err := s.Resume(ctx, wire.Queue("orders")); err != nil || !ok {
+		t.Fatalf("Resume = %v, %v", ok, err)
+	}
+	if ls, err := s.Lease(ctx, "o", t0.Add(time.Hour), 10, time.Minute); err != nil || len(ls) != 1 || ls[0].ID != "old" {
+		t.Fatalf("Lease of the old row = %v, %v", ls, err)
+	}
 }
 
 // TestMigrateToExchanges: the rows of a schema at version 3, from before
@@ -637,5 +668,104 @@ func TestOpenClaimsTheSchemaForOneEndpoint(t *testing.T) {
 	if !errors.Is(err, ErrOtherEndpoint) || !strings.Contains(err.Error(), `"orders"`) ||
 		!strings.Contains(err.Error(), "DELAYBRIDGE_POSTGRES_SCHEMA") {
 		t.Fatalf("error does not say which endpoint holds the schema and what to do: %v", err)
+	}
+}
+
+// TestPauseAcrossInstances: a pause made through one instance holds on
+// another sharing the schema, for rows stored before and after it, and a
+// resume through the other ends it for both.
+func TestPauseAcrossInstances(t *testing.T) {
+	schema := pgtest.Schema(t)
+	s1, s2 := openSchema(t, schema, nil), openSchema(t, schema, nil)
+	q := wire.Queue("orders")
+	due := time.Now().Add(-time.Minute)
+	before := newTimeout("before", due)
+	before.Destination = "orders"
+	insert(t, s1, before)
+	if ok, err := s2.Pause(ctx, q, "ops"); err != nil || !ok {
+		t.Fatalf("Pause = %v, %v", ok, err)
+	}
+	after := newTimeout("after", due)
+	after.Destination = "orders"
+	insert(t, s1, after)
+	for i, s := range []*Store{s1, s2} {
+		if ls, err := s.Lease(ctx, "o", time.Time{}, 10, time.Minute); err != nil || len(ls) != 0 {
+			t.Fatalf("instance %d leased %v, %v while paused", i+1, ls, err)
+		}
+		if _, ok, err := s.NextDue(ctx); err != nil || ok {
+			t.Fatalf("instance %d: NextDue reports a paused row (%v)", i+1, err)
+		}
+		if ps, err := s.Paused(ctx); err != nil || len(ps) != 1 || ps[0].Destination != q || ps[0].By != "ops" {
+			t.Fatalf("instance %d: Paused = %+v, %v", i+1, ps, err)
+		}
+		if got, err := s.Get(ctx, "after"); err != nil || !got.Paused {
+			t.Fatalf("instance %d: Get = %+v, %v; want paused", i+1, got, err)
+		}
+	}
+	if ok, err := s1.Resume(ctx, q); err != nil || !ok {
+		t.Fatalf("Resume = %v, %v", ok, err)
+	}
+	ls, err := s2.Lease(ctx, "o", time.Time{}, 10, time.Minute)
+	if err != nil || len(ls) != 2 {
+		t.Fatalf("Lease after Resume = %v, %v; want both rows", ls, err)
+	}
+}
+
+// TestPauseInChunks: Pause marks, and Resume unmarks, a destination's rows
+// in many chunks, leaving the others alone; a Resume that stopped midway
+// (resuming set, rows still marked) stays listed and holds its rows until
+// a Resume completes it, and a Pause turns it back into a pause.
+func TestPauseInChunks(t *testing.T) {
+	defer func(a, b int) { pauseScanChunk, resumeChunk = a, b }(pauseScanChunk, resumeChunk)
+	pauseScanChunk, resumeChunk = 7, 3
+	s := open(t, nil)
+	q := wire.Queue("orders")
+	due := time.Now().Add(-time.Minute)
+	var ts []storage.Timeout
+	for i := range 60 {
+		r := newTimeout(fmt.Sprintf("r-%02d", i), due)
+		if i%2 == 0 {
+			r.Destination = "orders"
+		}
+		ts = append(ts, r)
+	}
+	insert(t, s, ts...)
+	marked := func() (n int) {
+		t.Helper()
+		if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM `+s.q.table+` WHERE paused`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if ok, err := s.Pause(ctx, q, ""); err != nil || !ok || marked() != 30 {
+		t.Fatalf("Pause = %v, %v; %d rows marked, want 30", ok, err, marked())
+	}
+	if ls, err := s.Lease(ctx, "o", time.Time{}, 100, time.Minute); err != nil || len(ls) != 30 {
+		t.Fatalf("Lease while paused = %d, %v; want the 30 others", len(ls), err)
+	}
+	// A resume that stopped after its first step.
+	if _, err := s.pool.Exec(ctx, `UPDATE `+s.qs+`.paused SET resuming = true`); err != nil {
+		t.Fatal(err)
+	}
+	if ps, err := s.Paused(ctx); err != nil || len(ps) != 1 {
+		t.Fatalf("Paused with a resume under way = %v, %v", ps, err)
+	}
+	if ls, err := s.Lease(ctx, "o2", time.Time{}, 100, time.Minute); err != nil || len(ls) != 0 {
+		t.Fatalf("Lease with a resume under way = %d, %v; want none", len(ls), err)
+	}
+	if ok, err := s.Pause(ctx, q, ""); err != nil || !ok {
+		t.Fatalf("Pause of a destination being resumed = %v, %v; want true", ok, err)
+	}
+	if _, err := s.pool.Exec(ctx, `UPDATE `+s.qs+`.paused SET resuming = true`); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := s.Resume(ctx, q); err != nil || !ok || marked() != 0 {
+		t.Fatalf("Resume = %v, %v; %d rows marked, want none", ok, err, marked())
+	}
+	if ps, err := s.Paused(ctx); err != nil || len(ps) != 0 {
+		t.Fatalf("Paused after Resume = %v, %v", ps, err)
+	}
+	if ls, err := s.Lease(ctx, "o3", time.Time{}, 100, time.Minute); err != nil || len(ls) != 30 {
+		t.Fatalf("Lease after Resume = %d, %v; want 30", len(ls), err)
 	}
 }

@@ -111,6 +111,28 @@ var migrations = []migration{
 		`CREATE INDEX timeouts_saga_due ON {{s}}.timeouts (saga_id, due_at, id) WHERE saga_id IS NOT NULL`,
 		`DROP INDEX {{s}}.timeouts_saga`,
 	}},
+	// Version 7: paused destinations (storage.Pauser). A row of a paused
+	// destination has paused set and is left out of the ready index,
+	// which replaces timeouts_ready: Lease and NextDue never step over a
+	// paused row, however many are due. The default needs no rewrite of
+	// the table; the new ready index is built once, here (writes wait
+	// for it). timeouts_paused holds only paused rows, in id order: Resume
+	// finds a destination's rows there. A pause being resumed has
+	// resuming set until all its rows are unmarked (pause.go).
+	{7, "paused destinations", []string{
+		`CREATE TABLE {{s}}.paused (
+			exchange    text        NOT NULL,
+			destination text        NOT NULL,
+			since       timestamptz NOT NULL,
+			paused_by   text        NOT NULL DEFAULT '',
+			resuming    boolean     NOT NULL DEFAULT false,
+			PRIMARY KEY (exchange, destination)
+		)`,
+		`ALTER TABLE {{s}}.timeouts ADD COLUMN paused boolean NOT NULL DEFAULT false`,
+		`CREATE INDEX timeouts_unpaused_ready ON {{s}}.timeouts (visible_at, id) WHERE lock_token IS NULL AND NOT paused`,
+		`DROP INDEX {{s}}.timeouts_ready`,
+		`CREATE INDEX timeouts_paused ON {{s}}.timeouts (exchange, destination, id) WHERE paused`,
+	}},
 }
 
 // ErrOtherEndpoint means the schema already serves another endpoint.

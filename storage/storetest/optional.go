@@ -12,6 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/delaybridge/delaybridge/storage"
+	"github.com/delaybridge/delaybridge/wire"
 )
 
 // The optional interfaces of package storage are checked on stores that have
@@ -61,6 +62,11 @@ func (e *env) optionalCalls(ctx context.Context) map[string]error {
 	}
 	if b, ok := e.s.(storage.Bulker); ok {
 		_, errs["Bulk"] = b.Bulk(ctx, storage.ListFilter{Destination: "q"}, storage.BulkAction{Kind: storage.BulkCancel})
+	}
+	if p, ok := e.s.(storage.Pauser); ok {
+		_, errs["Paused"] = p.Paused(ctx)
+		_, errs["Pause"] = p.Pause(ctx, wire.Queue("q"), "")
+		_, errs["Resume"] = p.Resume(ctx, wire.Queue("q"))
 	}
 	maps.DeleteFunc(errs, func(_ string, err error) bool { return errors.Is(err, storage.ErrUnsupported) })
 	return errs

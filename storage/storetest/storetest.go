@@ -149,6 +149,9 @@ var tests = []struct {
 	{"BulkReschedule", testBulkReschedule},
 	{"ListFiltersIDPrefixHeader", testListFiltersIDPrefixHeader},
 	{"CountByDestination", testCountByDestination},
+	{"Pause", testPause},
+	{"PauseMany", testPauseMany},
+	{"PauseInsertConcurrent", testPauseInsertConcurrent},
 	{"Closed", testClosed},
 	{"ContextCancelled", testContextCancelled},
 }

@@ -20,17 +20,7 @@ func TestCancelAcrossTwoPostgresInstances(t *testing.T) {
 	t.Parallel()
 	const n, pairsPerBatch = 1000, 250
 	pg := requirePostgres(t)
-	endpoint := uniqueEndpoint(t)
-	errorQ := endpoint + ".error"
-	shared := map[string]string{
-		"DELAYBRIDGE_ENDPOINT":        endpoint,
-		"DELAYBRIDGE_ERROR_QUEUE":     errorQ,
-		"DELAYBRIDGE_STORE":           "postgres",
-		"DELAYBRIDGE_POSTGRES_URL":    pg.URL,
-		"DELAYBRIDGE_POSTGRES_SCHEMA": pg.Schema,
-	}
-	// Registered before the processes' own cleanups: runs after they are gone.
-	deleteQueuesOnCleanup(t, endpoint+".Timeouts", endpoint+".TimeoutsDispatcher", errorQ)
+	shared, endpoint, _ := pg.sharedEnv(t, nil)
 	insts := []*bridgeProc{execBridge(t, bridgeEnv(t, shared)), execBridge(t, bridgeEnv(t, shared))}
 	for _, b := range insts {
 		b.waitReady(30 * time.Second)

@@ -20,6 +20,27 @@ import (
 // pgTest is a test's own schema in the shared database and a connection to
 // inspect it. The connection is for the test's goroutine only (a pgx.Conn is
 // not safe for concurrent use).
+// sharedEnv is the environment of bridges sharing pg's schema as one new
+// endpoint, with extra; endpoint and error queue are returned too. The
+// endpoint's queues are deleted when t ends.
+func (pg *pgTest) sharedEnv(t testing.TB, extra map[string]string) (env map[string]string, endpoint, errorQ string) {
+	endpoint = uniqueEndpoint(t)
+	errorQ = endpoint + ".error"
+	env = map[string]string{
+		"DELAYBRIDGE_ENDPOINT":        endpoint,
+		"DELAYBRIDGE_ERROR_QUEUE":     errorQ,
+		"DELAYBRIDGE_STORE":           "postgres",
+		"DELAYBRIDGE_POSTGRES_URL":    pg.URL,
+		"DELAYBRIDGE_POSTGRES_SCHEMA": pg.Schema,
+	}
+	for k, v := range extra {
+		env[k] = v
+	}
+	// Registered before the processes' own cleanups: runs after they are gone.
+	deleteQueuesOnCleanup(t, endpoint+".Timeouts", endpoint+".TimeoutsDispatcher", errorQ)
+	return env, endpoint, errorQ
+}
+
 type pgTest struct {
 	URL    string
 	Schema string
