@@ -179,23 +179,31 @@ func breakerDetail(state string) string {
 	return "its operations keep failing; it triggers (and the bridge stops) unless they recover"
 }
 
-// window returns the samples with the current values last, and the oldest
-// one within the window (the baseline of the window's deltas).
+// window returns the samples with the current values last, and the
+// baseline of the window's deltas.
 func (h *Handler) window(g gathered) (samples []sample, base *sample) {
 	h.mu.Lock()
 	samples = append([]sample(nil), h.samples...)
 	h.mu.Unlock()
-	// The current values count as a sample for the newest minute.
-	if n := len(samples); n == 0 || g.at.After(samples[n-1].at) {
+	// The current values count as a sample for the newest minute (and
+	// replace one taken at the same instant: they are newer).
+	switch n := len(samples); {
+	case n > 0 && g.at.Equal(samples[n-1].at):
+		samples[n-1] = g.sample
+	case n == 0 || g.at.After(samples[n-1].at):
 		samples = append(samples, g.sample)
 	}
+	// The latest sample at or before the window's start, so the window is
+	// covered (by up to a SampleInterval more); else the oldest.
 	from := g.at.Add(-h.opts.Window)
-	for i := range samples {
-		if !samples[i].at.Before(from) {
-			return samples, &samples[i]
+	base = &samples[0]
+	for i := range samples[:len(samples)-1] {
+		if samples[i].at.After(from) {
+			break
 		}
+		base = &samples[i]
 	}
-	return samples, &samples[len(samples)-1]
+	return samples, base
 }
 
 // rates fills the throughput table, the window's lateness, the

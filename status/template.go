@@ -167,7 +167,7 @@ footer a { color:inherit; }
 </section>
 
 <section>
-  <h2>Throughput and lateness, last {{len .Minutes}} minutes</h2>
+  <h2>Throughput and lateness by minute</h2>
   {{if .HaveRates}}
   <table>
     <tr><th>minute</th><th class="num">ingested /min</th><th class="num">dispatched /min</th><th class="num">lateness p50</th><th class="num">lateness p99</th><th class="num">dispatch failures /min</th><th class="num">to error queue /min</th><th class="bars"></th></tr>
