@@ -29,8 +29,10 @@ func (f *fakeActions) record(call string) error {
 	return f.err
 }
 
-func (f *fakeActions) Cancel(_ context.Context, id string) error      { return f.record("cancel " + id) }
-func (f *fakeActions) DispatchNow(_ context.Context, id string) error { return f.record("dispatch " + id) }
+func (f *fakeActions) Cancel(_ context.Context, id string) error { return f.record("cancel " + id) }
+func (f *fakeActions) DispatchNow(_ context.Context, id string) error {
+	return f.record("dispatch " + id)
+}
 func (f *fakeActions) ReplayError(_ context.Context, id string) (admin.ErrorsResult, bool, error) {
 	err := f.record("replay " + id)
 	return admin.ErrorsResult{ReplayResult: admin.ReplayResult{Replayed: 1}}, true, err
@@ -137,8 +139,10 @@ func TestActionsLoginCSRFAndFlash(t *testing.T) {
 	// Without the CSRF token, with a wrong one, or from another origin:
 	// refused, nothing done.
 	for name, try := range map[string]func() *httptest.ResponseRecorder{
-		"no csrf":    func() *httptest.ResponseRecorder { return b.post("/ui/timeouts/x/cancel", url.Values{}) },
-		"wrong csrf": func() *httptest.ResponseRecorder { return b.post("/ui/timeouts/x/cancel", url.Values{"csrf": {"AAAA"}}) },
+		"no csrf": func() *httptest.ResponseRecorder { return b.post("/ui/timeouts/x/cancel", url.Values{}) },
+		"wrong csrf": func() *httptest.ResponseRecorder {
+			return b.post("/ui/timeouts/x/cancel", url.Values{"csrf": {"AAAA"}})
+		},
 		"cross-origin": func() *httptest.ResponseRecorder {
 			b.origin = "http://evil.example"
 			defer func() { b.origin = "http://example.com" }()

@@ -201,8 +201,8 @@ func TestSamplesAreBoundedAndRateLimited(t *testing.T) {
 func TestStoreErrorsAreShown(t *testing.T) {
 	boom := errors.New("store is closed")
 	page := get(t, New(Options{
-		Stats:           func(context.Context) (int, int, error) { return 0, 0, boom },
-		NextDue:         func(context.Context) (time.Time, bool, error) { return time.Time{}, false, boom },
+		Stats:   func(context.Context) (int, int, error) { return 0, 0, boom },
+		NextDue: func(context.Context) (time.Time, bool, error) { return time.Time{}, false, boom },
 		List:    func(context.Context, storage.ListFilter) ([]storage.Timeout, string, error) { return nil, "", boom },
 	}))
 	mustContain(t, page, "store is closed", "store counts unavailable", "Metrics not available")
@@ -210,8 +210,8 @@ func TestStoreErrorsAreShown(t *testing.T) {
 
 func TestNothingPending(t *testing.T) {
 	page := get(t, New(Options{
-		Stats:           func(context.Context) (int, int, error) { return 0, 0, nil },
-		NextDue:         func(context.Context) (time.Time, bool, error) { return time.Time{}, false, nil },
+		Stats:   func(context.Context) (int, int, error) { return 0, 0, nil },
+		NextDue: func(context.Context) (time.Time, bool, error) { return time.Time{}, false, nil },
 		List:    func(context.Context, storage.ListFilter) ([]storage.Timeout, string, error) { return nil, "", nil },
 	}))
 	mustContain(t, page, "nothing pending", "Nothing pending.", `id="pending">0<`)
