@@ -91,7 +91,7 @@ var csrfField = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
 
 func actionsHandler(acts *fakeActions, token string) *Handler {
 	now := time.Date(2026, 11, 21, 20, 0, 0, 0, time.UTC)
-	return New(Options{Token: token, Actions: acts, Now: func() time.Time { return now },
+	return New(Options{Token: token, Actions: acts, Now: func() time.Time { return now }, Refresh: 5 * time.Second,
 		List: rows(storage.Timeout{ID: "order-1/a b", Destination: "orders", DueAt: now.Add(time.Hour)}),
 		ErrorQueue: func(context.Context) (ErrorQueue, error) {
 			return ErrorQueue{Depth: 1, Newest: []ErrorEntry{{ID: "failed-1", Destination: "billing", Reason: "NO_ROUTE", FailedAt: now}}}, nil
@@ -102,7 +102,7 @@ func TestActionsLoginCSRFAndFlash(t *testing.T) {
 	acts := &fakeActions{}
 	b := newBrowser(t, actionsHandler(acts, testToken))
 	page := b.get("/")
-	mustContain(t, page, `action="/ui/login"`)
+	mustContain(t, page, `action="/ui/login"`, `http-equiv="refresh"`)
 	if strings.Contains(page, `class="danger cancel"`) {
 		t.Error("cancel offered before login")
 	}
@@ -126,6 +126,9 @@ func TestActionsLoginCSRFAndFlash(t *testing.T) {
 		`action="/ui/errors/failed-1/replay"`)
 	if strings.Contains(page, testToken) {
 		t.Error("the page shows the admin token")
+	}
+	if strings.Contains(page, `http-equiv="refresh"`) {
+		t.Error("the page reloads itself while logged in (a form being filled in would be lost)")
 	}
 	m := csrfField.FindStringSubmatch(page)
 	if m == nil {

@@ -166,7 +166,9 @@ func (h *Handler) page(w http.ResponseWriter, r *http.Request) {
 	h.list(ctx, r, p, now)
 
 	p.Healthy = len(p.Problems) == 0
-	if o.Refresh > 0 && !p.Search.Active {
+	// No reload under a search (the operator's place) or while logged in
+	// (a form being filled in).
+	if o.Refresh > 0 && !p.Search.Active && !p.Session.LoggedIn {
 		p.RefreshSecs = max(1, int(o.Refresh/time.Second))
 	}
 	h.render(w, p)

@@ -108,7 +108,7 @@ type Options struct {
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 	// Refresh, when positive, makes browsers reload the page this often
-	// (not while searching or paging).
+	// (not while searching or paging, nor while logged in).
 	Refresh time.Duration
 
 	// Token is the admin token (DELAYBRIDGE_ADMIN_TOKEN). Empty: the page

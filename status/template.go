@@ -195,7 +195,7 @@ footer a { color:inherit; }
     <tr><th>uptime</th><td id="uptime">{{or .Instance.Uptime "–"}}</td><th>started</th><td class="mono">{{.Instance.Started}}</td></tr>
   </table>
 </section>
-<footer>Machine-readable: <a href="/metrics">/metrics</a> · <a href="/readyz">/readyz</a> · <a href="/debug/vars">/debug/vars</a>{{if .RefreshSecs}} · reloads every {{.RefreshSecs}} s{{end}}</footer>
+<footer>{{if not .RefreshSecs}}<a href="{{.Session.Back}}">reload</a> · {{end}}Machine-readable: <a href="/metrics">/metrics</a> · <a href="/readyz">/readyz</a> · <a href="/debug/vars">/debug/vars</a>{{if .RefreshSecs}} · reloads every {{.RefreshSecs}} s{{end}}</footer>
 </main>
 </body>
 </html>
