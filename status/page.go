@@ -221,9 +221,11 @@ func (h *Handler) rates(p *page, g gathered, problem func(name, detail string)) 
 	span := "in the last " + fmtDur(max(cur.at.Sub(base.at), SampleInterval).Round(time.Second))
 
 	failures, dispatched := nonNeg(cur.failures-base.failures), nonNeg(cur.dispatched-base.dispatched)
-	if queued := nonNeg(cur.errorQueued - base.errorQueued); queued > 0 {
-		problem("error queue growing", trimFloat(queued, 0)+" messages moved to the error queue "+span)
-	}
+	defer func() { // after the dispatch problems, which say why
+		if queued := nonNeg(cur.errorQueued - base.errorQueued); queued > 0 {
+			problem("error queue growing", trimFloat(queued, 0)+" messages moved to the error queue "+span)
+		}
+	}()
 
 	dests := map[wire.Destination]bool{}
 	for d := range g.pending {

@@ -63,7 +63,7 @@ const (
 	PageRows = 25
 	// ErrorRows is how many of the error queue's newest copies the page
 	// shows, and MoreErrorRows how many its "more" link shows.
-	ErrorRows, MoreErrorRows = 10, 100
+	ErrorRows, MoreErrorRows = 5, 100
 	// ErrorQueueInterval is the least time between two reads of the error
 	// queue: each read takes its messages off the queue until it puts them
 	// back (admin/errors.go), so a page reloading every few seconds must

@@ -87,7 +87,7 @@ footer a { color:inherit; }
     {{else}}<div class="big">–</div>{{end}}</div>
   <div class="card"><h2>Lateness, last {{.Window}}</h2>
     {{if .Lateness.Known}}<div class="big" style="font-size:22px" id="lateness">p50 {{if .Lateness.Over50}}&gt; {{end}}{{dur .Lateness.P50}} · p99 {{if .Lateness.Over99}}&gt; {{end}}{{dur .Lateness.P99}}</div>
-    <div class="sub">{{int .Lateness.Count}} forwards; from when each could go (its due time, or later when stored or retried after it) to the broker's confirm</div>
+    <div class="sub">{{int .Lateness.Count}} forwards, each from when it could go to the broker's confirm</div>
     {{else}}<div class="big">–</div><div class="sub">no forwards in the window</div>{{end}}</div>
   <div class="card"><h2>Broker &amp; breakers</h2>
     <ul class="states">
