@@ -108,7 +108,9 @@ func waitPage(t *testing.T, ctx context.Context, target, selector, what string, 
 	}
 }
 
-func jsString(s string) string { return "'" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(s) + "'" }
+func jsString(s string) string {
+	return "'" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(s) + "'"
+}
 
 // TestStatusPageInBrowser drives the status page in headless Chromium
 // against a real bridge: a destination whose every forward fails turns the
@@ -155,7 +157,7 @@ func TestStatusPageInBrowser(t *testing.T) {
 	search := home + "?id_prefix=cancel-me"
 	do(t, ctx, "log in", chromedp.Navigate(search), chromedp.WaitVisible(chromedp.CSS(`#login`)),
 		chromedp.SendKeys(chromedp.CSS(`#login input[name="token"]`), adminToken), chromedp.Submit(chromedp.CSS(`#login`)),
-)
+	)
 	waitText(t, ctx, "#flash", "Logged in")
 	if list := text(t, ctx, "#rows"); !strings.Contains(list, "cancel-me-1") || strings.Contains(list, "keep-1") {
 		t.Fatalf("search for cancel-me shows %q", list)
