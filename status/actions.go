@@ -115,22 +115,26 @@ func (h *Handler) sessionOf(w http.ResponseWriter, r *http.Request) session {
 	return s
 }
 
-// sameOrigin: the POST comes from a page of this origin. Browsers send
-// Origin on every form POST; Referer is the fallback for those that do not.
+// sameOrigin: the POST comes from a page of this host. Browsers send Origin
+// on every form POST; Referer is the fallback for those that do not. The
+// scheme is not compared: behind a proxy that ends TLS the request arrives
+// over http from a page served over https (the proxy must pass Host on).
 func sameOrigin(r *http.Request) bool {
-	scheme := "http"
-	if r.TLS != nil {
-		scheme = "https"
+	from := r.Header.Get("Origin")
+	if from == "" || from == "null" {
+		from = r.Header.Get("Referer")
 	}
-	self := scheme + "://" + r.Host
-	if o := r.Header.Get("Origin"); o != "" {
-		return o == self
+	if from == "" {
+		return false
 	}
-	if ref := r.Header.Get("Referer"); ref != "" {
-		u, err := url.Parse(ref)
-		return err == nil && u.Scheme+"://"+u.Host == self
-	}
-	return false
+	u, err := url.Parse(from)
+	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != "" && strings.EqualFold(u.Host, r.Host)
+}
+
+// secure: the browser reached the page over TLS, here or at a proxy, so the
+// cookies get Secure (a spoofed header only makes them stricter).
+func secure(r *http.Request) bool {
+	return r.TLS != nil || strings.EqualFold(r.Header.Get("X-Forwarded-Proto"), "https")
 }
 
 // back is where a POST returns to: the form's back field when it is a path
@@ -149,7 +153,7 @@ func (h *Handler) done(w http.ResponseWriter, r *http.Request, msg string, bad b
 		msg = "!" + msg
 	}
 	http.SetCookie(w, &http.Cookie{Name: flashCookie, Value: url.QueryEscape(msg), Path: "/", MaxAge: 60,
-		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
+		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: secure(r)})
 	http.Redirect(w, r, back(r), http.StatusSeeOther)
 }
 
@@ -183,7 +187,7 @@ func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	http.SetCookie(w, &http.Cookie{Name: SessionCookie, Value: h.newSession(h.opts.Now()), Path: "/",
-		MaxAge: int(SessionTTL / time.Second), HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
+		MaxAge: int(SessionTTL / time.Second), HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: secure(r)})
 	h.log("login", "", "ok")
 	h.done(w, r, "Logged in: the page's actions are enabled for "+fmtDur(SessionTTL)+".", false)
 }
@@ -193,7 +197,7 @@ func (h *Handler) logout(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	http.SetCookie(w, &http.Cookie{Name: SessionCookie, Value: "", Path: "/", MaxAge: -1, HttpOnly: true,
-		SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
+		SameSite: http.SameSiteStrictMode, Secure: secure(r)})
 	h.done(w, r, "Logged out.", false)
 }
 

@@ -244,3 +244,35 @@ func TestNoTokenNoActions(t *testing.T) {
 		t.Errorf("acted without a token: %v", acts.calls)
 	}
 }
+
+// Behind a proxy that ends TLS: the page is https, the request http with
+// the Host passed on. The POST is same-origin, and the cookie Secure.
+func TestActionsBehindATLSProxy(t *testing.T) {
+	acts := &fakeActions{}
+	h := actionsHandler(acts, testToken)
+	req := httptest.NewRequest(http.MethodPost, "/ui/login", strings.NewReader(url.Values{"token": {testToken}}.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Origin", "https://example.com")
+	req.Header.Set("X-Forwarded-Proto", "https")
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	var sess *http.Cookie
+	for _, c := range rec.Result().Cookies() {
+		if c.Name == SessionCookie {
+			sess = c
+		}
+	}
+	if rec.Code != http.StatusSeeOther || sess == nil || !sess.Secure {
+		t.Fatalf("login behind a TLS proxy: %d, session %+v; want 303 and a Secure cookie", rec.Code, sess)
+	}
+	for _, origin := range []string{"https://example.com.evil.net", "https://evil.net", "null", "file://example.com"} {
+		req := httptest.NewRequest(http.MethodPost, "/ui/login", strings.NewReader(url.Values{"token": {testToken}}.Encode()))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		req.Header.Set("Origin", origin)
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code != http.StatusForbidden {
+			t.Errorf("Origin %q: %d, want 403", origin, rec.Code)
+		}
+	}
+}
