@@ -181,7 +181,7 @@ func TestErrorQueueSection(t *testing.T) {
 		t.Errorf("%d reads after %s; want 2", reads, ErrorQueueInterval)
 	}
 	bad := New(Options{ErrorQueue: func(context.Context) (ErrorQueue, error) { return ErrorQueue{}, errors.New("no broker") }})
-	mustContain(t, get(t, bad), "Could not read the error queue: no broker")
+	mustContain(t, get(t, bad), "The error queue: no broker")
 }
 
 func TestInstance(t *testing.T) {
@@ -247,4 +247,31 @@ func getURL(t *testing.T, h http.Handler, target string) string {
 		t.Fatalf("GET %s: status %d", target, rec.Code)
 	}
 	return rec.Body.String()
+}
+
+// A slow error queue (a broker slow to connect) holds neither the page nor
+// its store reads up: the page shows the previous result, or that it is
+// still reading, and the read goes on on its own.
+func TestSlowErrorQueueDoesNotHoldThePage(t *testing.T) {
+	now := time.Date(2026, 11, 21, 20, 0, 0, 0, time.UTC)
+	release := make(chan struct{})
+	done := make(chan struct{})
+	h := New(Options{Now: func() time.Time { return now },
+		List: rows(storage.Timeout{ID: "listed-1", Destination: "q", DueAt: now.Add(time.Minute)}),
+		ErrorQueue: func(ctx context.Context) (ErrorQueue, error) {
+			defer close(done)
+			<-release
+			return ErrorQueue{Depth: 7}, ctx.Err()
+		}})
+	page := get(t, h)
+	mustContain(t, page, ">listed-1<", "The error queue: still reading it")
+	close(release)
+	<-done
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(get(t, h), `id="error-depth">7<`) {
+		if time.Now().After(deadline) {
+			t.Fatal("the read's result is not shown once it ended")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }

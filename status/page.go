@@ -303,23 +303,51 @@ func (h *Handler) overdue(ctx context.Context, p *page, now time.Time, problem f
 		span(rows[0].DueAt, now)+")")
 }
 
-// errorQueue reads the error queue (at most once per ErrorQueueInterval).
+// errorQueue shows the error queue as last read. A read starts when the
+// last one is ErrorQueueInterval old; it runs on its own (a slow broker
+// must not hold the page or its store reads up), and the page waits for it
+// errorQueueWait at most.
 func (h *Handler) errorQueue(ctx context.Context, r *http.Request, p *page, now time.Time) {
 	if h.opts.ErrorQueue == nil {
 		return
 	}
 	h.errMu.Lock()
-	if h.errAt.IsZero() || now.Sub(h.errAt) >= ErrorQueueInterval || now.Before(h.errAt) {
-		h.errLast, h.errErr = h.opts.ErrorQueue(ctx)
-		h.errAt = now
+	if h.errBusy == nil && (h.errAt.IsZero() || now.Sub(h.errAt) >= ErrorQueueInterval || now.Before(h.errAt)) {
+		busy := make(chan struct{})
+		h.errBusy, h.errAt = busy, now
+		go func() {
+			defer close(busy)
+			rctx, cancel := context.WithTimeout(context.Background(), errorQueueTimeout)
+			defer cancel()
+			eq, err := h.opts.ErrorQueue(rctx)
+			h.errMu.Lock()
+			h.errLast, h.errErr, h.errDone, h.errBusy = eq, err, h.opts.Now(), nil
+			h.errMu.Unlock()
+		}()
 	}
-	eq, err, at := h.errLast, h.errErr, h.errAt
+	busy := h.errBusy
 	h.errMu.Unlock()
-	p.ErrorsAt = at.UTC().Format("15:04:05")
-	if err != nil {
+	if busy != nil {
+		t := time.NewTimer(errorQueueWait)
+		select {
+		case <-busy:
+		case <-t.C:
+		case <-ctx.Done():
+		}
+		t.Stop()
+	}
+	h.errMu.Lock()
+	eq, err, done := h.errLast, h.errErr, h.errDone
+	h.errMu.Unlock()
+	switch {
+	case done.IsZero():
+		p.ErrorsErr = "still reading it; reload in a moment"
+		return
+	case err != nil:
 		p.ErrorsErr = err.Error()
 		return
 	}
+	p.ErrorsAt = done.UTC().Format("15:04:05")
 	p.HaveErrorQueue, p.ErrorQueue = true, eq
 	shown := ErrorRows
 	if r.URL.Query().Get("errors") == "more" {

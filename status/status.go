@@ -71,6 +71,10 @@ const (
 	ErrorQueueInterval = 30 * time.Second
 	// readTimeout bounds the store reads of one page.
 	readTimeout = 5 * time.Second
+	// errorQueueTimeout bounds a read of the error queue (a connection of
+	// its own and a pass over up to 1000 messages), and errorQueueWait how
+	// long a page waits for one before it shows the previous result.
+	errorQueueTimeout, errorQueueWait = 30 * time.Second, 3 * time.Second
 	// overdueCountLimit bounds the count of overdue messages.
 	overdueCountLimit = 1000
 )
@@ -153,8 +157,10 @@ type Handler struct {
 	mu      sync.Mutex
 	samples []sample // oldest first
 
-	errMu   sync.Mutex // one error-queue read at a time
-	errAt   time.Time
+	errMu   sync.Mutex
+	errAt   time.Time     // when the last read started; zero: never
+	errDone time.Time     // when it ended; zero: not yet
+	errBusy chan struct{} // closes when the read under way ends; nil: none
 	errLast ErrorQueue
 	errErr  error
 }

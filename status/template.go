@@ -116,7 +116,7 @@ footer a { color:inherit; }
 
 <section id="errors">
   <h2>Error queue</h2>
-  {{if .ErrorsErr}}<p class="err">Could not read the error queue: {{.ErrorsErr}}</p>
+  {{if .ErrorsErr}}<p class="err">The error queue: {{.ErrorsErr}}</p>
   {{else if .HaveErrorQueue}}
   <p><span class="big" style="font-size:22px" id="error-depth">{{if .ErrorQueue.Partial}}≥ {{end}}{{.ErrorQueue.Depth}}</span> <span class="sub">copies of this endpoint's messages (read at {{.ErrorsAt}} UTC, at most every 30 s{{if .ErrorQueue.Partial}}; the read stopped before the end of the queue{{end}})</span></p>
   {{if .ErrorsShown}}

@@ -263,7 +263,12 @@ func TestStatusPageErrorQueueAndReplay(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	pc := newPageClient(t, b)
+	// The page reads the error queue on its own and waits a little for it.
 	page := pc.get("/")
+	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(page, `id="error-depth"`) && time.Now().Before(deadline); {
+		time.Sleep(200 * time.Millisecond)
+		page = pc.get("/")
+	}
 	for _, want := range []string{`id="error-depth">1<`, "to-replay-1", dest, "NO_ROUTE", "error queue growing", ">attention<"} {
 		if !strings.Contains(page, want) {
 			t.Errorf("page lacks %q", want)
