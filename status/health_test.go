@@ -237,6 +237,27 @@ func TestSearchAndPaging(t *testing.T) {
 		t.Error("the second page repeats the first or shows billing")
 	}
 	mustContain(t, getURL(t, h, "/?due_from=yesterday"), "due_from &#34;yesterday&#34; is not an RFC 3339 time")
+	mustContain(t, getURL(t, h, "/?destination=orders&exchange=x"), "destination (a queue) and exchange exclude each other")
+}
+
+// Exchange destinations are searched by exchange, and routing key.
+func TestSearchByExchange(t *testing.T) {
+	now := time.Date(2026, 11, 21, 20, 0, 0, 0, time.UTC)
+	h := New(Options{Now: func() time.Time { return now }, List: rows(
+		storage.Timeout{ID: "q-1", Destination: "events", DueAt: now.Add(time.Minute)},
+		storage.Timeout{ID: "x-1", Exchange: "events", Destination: "order.created", DueAt: now.Add(2 * time.Minute)},
+		storage.Timeout{ID: "x-2", Exchange: "events", Destination: "order.paid", DueAt: now.Add(3 * time.Minute)},
+	)})
+	page := getURL(t, h, "/?exchange=events&routing_key=")
+	mustContain(t, page, ">x-1<", ">x-2<", `name="exchange" value="events"`)
+	if strings.Contains(page, ">q-1<") {
+		t.Error("the queue events is listed under the exchange events")
+	}
+	page = getURL(t, h, "/?exchange=events&routing_key=order.paid")
+	mustContain(t, page, ">x-2<")
+	if strings.Contains(page, ">x-1<") {
+		t.Error("routing key filter ignored")
+	}
 }
 
 func getURL(t *testing.T, h http.Handler, target string) string {

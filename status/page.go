@@ -92,8 +92,8 @@ type Row struct {
 
 // search is the pending list's query, as the form shows it.
 type search struct {
-	IDPrefix, Destination, DueFrom, DueTo string
-	Cursor                                string
+	IDPrefix, Destination, Exchange, RoutingKey, DueFrom, DueTo string
+	Cursor                                                      string
 	Err                                   string
 	Active                                bool // a filter or a page past the first
 }
@@ -367,12 +367,13 @@ func (h *Handler) list(ctx context.Context, r *http.Request, p *page, now time.T
 	p.HaveSearch = true
 	q := r.URL.Query()
 	s := &p.Search
-	s.IDPrefix, s.Destination, s.DueFrom, s.DueTo, s.Cursor =
-		q.Get("id_prefix"), q.Get("destination"), q.Get("due_from"), q.Get("due_to"), q.Get("cursor")
+	s.IDPrefix, s.Destination, s.Exchange, s.RoutingKey, s.DueFrom, s.DueTo, s.Cursor = q.Get("id_prefix"), q.Get("destination"),
+		q.Get("exchange"), q.Get("routing_key"), q.Get("due_from"), q.Get("due_to"), q.Get("cursor")
 	// The admin API's filters, checked by its parser: the page searches as
-	// GET /api/v1/timeouts lists.
+	// GET /api/v1/timeouts lists. Empty fields are no filter.
 	sel := url.Values{}
-	for k, v := range map[string]string{"id_prefix": s.IDPrefix, "destination": s.Destination, "due_from": s.DueFrom, "due_to": s.DueTo} {
+	for k, v := range map[string]string{"id_prefix": s.IDPrefix, "destination": s.Destination, "exchange": s.Exchange,
+		"routing_key": s.RoutingKey, "due_from": s.DueFrom, "due_to": s.DueTo} {
 		if v != "" {
 			sel.Set(k, v)
 		}

@@ -140,6 +140,8 @@ footer a { color:inherit; }
   <form class="search" method="get" action="/#pending">
     <label>id or id prefix<input type="text" name="id_prefix" value="{{.Search.IDPrefix}}"></label>
     <label>destination queue<input type="text" name="destination" value="{{.Search.Destination}}"></label>
+    <label>or exchange<input type="text" name="exchange" value="{{.Search.Exchange}}"></label>
+    <label>routing key<input type="text" name="routing_key" value="{{.Search.RoutingKey}}" style="min-width:120px"></label>
     <label>due from (RFC 3339)<input type="text" name="due_from" value="{{.Search.DueFrom}}" placeholder="2026-11-21T20:00:00Z"></label>
     <label>due before<input type="text" name="due_to" value="{{.Search.DueTo}}" placeholder="2026-11-22T00:00:00Z"></label>
     <button type="submit" id="search">search</button>{{if .Search.Active}} <a href="/">clear</a>{{end}}
