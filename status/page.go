@@ -94,8 +94,8 @@ type Row struct {
 type search struct {
 	IDPrefix, Destination, Exchange, RoutingKey, DueFrom, DueTo string
 	Cursor                                                      string
-	Err                                   string
-	Active                                bool // a filter or a page past the first
+	Err                                                         string
+	Active                                                      bool // a filter or a page past the first
 }
 
 func (h *Handler) page(w http.ResponseWriter, r *http.Request) {
