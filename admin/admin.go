@@ -151,7 +151,86 @@ type ErrorJSON struct {
 
 type handler struct {
 	opts Options
+	ops  *Ops
 	mux  *http.ServeMux
+}
+
+// Ops are the admin API's actions on one message, for the other front ends
+// of the same operations (the status page's forms): each does what its
+// endpoint does, logs it the same way, and returns the store's errors
+// (storage.ErrNotFound, storage.ErrLeased, …) for the caller to word.
+type Ops struct{ opts Options }
+
+// NewOps returns the operations over opts (Store, Now, Wake, Errors, Logger;
+// Token is not checked here: the caller authenticates).
+func NewOps(opts Options) *Ops {
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Wake == nil {
+		opts.Wake = func(time.Time) {}
+	}
+	return &Ops{opts: opts}
+}
+
+// Cancel cancels a pending timeout (DELETE /api/v1/timeouts/{id}).
+func (o *Ops) Cancel(ctx context.Context, id string) error {
+	if err := wire.ValidateID("id", id); err != nil {
+		return fmt.Errorf("invalid timeout id: %w", err)
+	}
+	if err := o.opts.Store.Cancel(ctx, id); err != nil {
+		return err
+	}
+	o.opts.Logger.Info().Str("id", id).Msg("admin API: timeout cancelled")
+	return nil
+}
+
+// DispatchNow makes a pending timeout due now
+// (POST /api/v1/timeouts/{id}/dispatch).
+func (o *Ops) DispatchNow(ctx context.Context, id string) error {
+	if err := wire.ValidateID("id", id); err != nil {
+		return fmt.Errorf("invalid timeout id: %w", err)
+	}
+	return o.setDue(ctx, "dispatch", id, o.opts.Now())
+}
+
+func (o *Ops) setDue(ctx context.Context, op, id string, due time.Time) error {
+	if err := o.opts.Store.Reschedule(ctx, id, due); err != nil {
+		return err
+	}
+	o.opts.Wake(due)
+	o.opts.Logger.Info().Str("id", id).Time("due_at", due).Str("op", op).Msg("admin API: timeout rescheduled")
+	return nil
+}
+
+// ErrNoErrorQueue: the bridge has no error-queue access (Options.Errors).
+var ErrNoErrorQueue = errors.New("the error queue is not available in this bridge")
+
+// ReplayError replays this endpoint's copies with the message id id from
+// the first DefaultErrorScan messages of the error queue
+// (POST /api/v1/errors/{id}/replay); found is false when none has it.
+func (o *Ops) ReplayError(ctx context.Context, id string) (res ErrorsResult, found bool, err error) {
+	if err := wire.ValidateID("id", id); err != nil {
+		return res, false, fmt.Errorf("invalid message id: %w", err)
+	}
+	if o.opts.Errors == nil {
+		return res, false, ErrNoErrorQueue
+	}
+	res, err = o.opts.Errors(ctx, ErrorsRequest{Op: ErrorsReplay, Filter: ErrorFilter{ID: id}, Scan: DefaultErrorScan})
+	if err != nil {
+		o.opts.Logger.Error().Err(err).Msg("admin API: error queue pass failed")
+		return res, false, err
+	}
+	o.replayed(res)
+	return res, res.Replayed > 0 || res.Skipped > 0, nil
+}
+
+// replayed wakes the poller after a replay and logs it.
+func (o *Ops) replayed(res ErrorsResult) {
+	if res.Replayed > 0 {
+		o.opts.Wake(o.opts.Now())
+	}
+	o.opts.Logger.Info().Int("replayed", res.Replayed).Int("skipped", res.Skipped).Msg("admin API: replayed copies from the error queue")
 }
 
 // New returns the admin handler, to be mounted at /api/v1/.
@@ -162,7 +241,7 @@ func New(opts Options) http.Handler {
 	if opts.Wake == nil {
 		opts.Wake = func(time.Time) {}
 	}
-	h := &handler{opts: opts, mux: http.NewServeMux()}
+	h := &handler{opts: opts, ops: NewOps(opts), mux: http.NewServeMux()}
 	h.mux.HandleFunc("GET /api/v1/timeouts", h.list)
 	h.mux.HandleFunc("GET /api/v1/timeouts/{id}", h.show)
 	h.mux.HandleFunc("DELETE /api/v1/timeouts/{id}", h.cancel)
@@ -361,6 +440,12 @@ func parseFilter(q url.Values) (storage.ListFilter, error) {
 	return f, nil
 }
 
+// ParseListFilter reads the list's filters from a query as
+// GET /api/v1/timeouts does (destination, exchange, routing_key, due_from,
+// due_to, id_prefix, header, saga_id), without paging: the status page's
+// search uses it.
+func ParseListFilter(q url.Values) (storage.ListFilter, error) { return parseFilter(q) }
+
 // bulkFilter reads the selector of a bulk action: the list's filters, at
 // least one of them, and no other parameter (a cursor or a limit would
 // suggest that only a page is changed).
@@ -507,11 +592,10 @@ func (h *handler) cancel(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	if err := h.opts.Store.Cancel(r.Context(), id); err != nil {
+	if err := h.ops.Cancel(r.Context(), id); err != nil {
 		h.storeError(w, "cancel", id, err)
 		return
 	}
-	h.opts.Logger.Info().Str("id", id).Msg("admin API: timeout cancelled")
 	w.WriteHeader(http.StatusNoContent)
 }
 
@@ -738,12 +822,10 @@ func (h *handler) dispatch(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *handler) setDue(w http.ResponseWriter, r *http.Request, op, id string, due time.Time) {
-	if err := h.opts.Store.Reschedule(r.Context(), id, due); err != nil {
+	if err := h.ops.setDue(r.Context(), op, id, due); err != nil {
 		h.storeError(w, op, id, err)
 		return
 	}
-	h.opts.Wake(due)
-	h.opts.Logger.Info().Str("id", id).Time("due_at", due).Str("op", op).Msg("admin API: timeout rescheduled")
 	t, err := h.opts.Store.Get(r.Context(), id)
 	if err != nil {
 		// Dispatched (or cancelled) already: report what was set.

@@ -372,10 +372,7 @@ func (h *handler) errorsReplay(w http.ResponseWriter, r *http.Request) {
 		notFound(w, req)
 		return
 	}
-	if res.Replayed > 0 {
-		h.opts.Wake(h.opts.Now())
-	}
-	h.opts.Logger.Info().Int("replayed", res.Replayed).Int("skipped", res.Skipped).Msg("admin API: replayed copies from the error queue")
+	h.ops.replayed(res)
 	writeJSON(w, http.StatusOK, ErrorReplayJSON{ReplayResult: res.ReplayResult, Scanned: res.Scanned})
 }
 

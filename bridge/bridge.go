@@ -69,6 +69,8 @@ type Bridge struct {
 	// processing names this bridge on its error copies.
 	processing broker.Processing
 	ready      atomic.Bool
+	// started is when New ran: the status page's uptime.
+	started time.Time
 }
 
 // New returns a bridge for cfg; it starts nothing.
@@ -81,7 +83,7 @@ func New(cfg config.Config, deps Deps) *Bridge {
 		deps.Metrics = metrics.New()
 	}
 	return &Bridge{cfg: cfg, deps: deps, log: deps.Logger, owner: host + "-" + uuid.NewString()[:8],
-		processing: broker.NewProcessing(cfg.Endpoint, host)}
+		processing: broker.NewProcessing(cfg.Endpoint, host), started: deps.Now()}
 }
 
 // Metrics are the bridge's metrics, served on GET /metrics.

@@ -304,9 +304,10 @@ func (b *Bridge) serveHTTP(c *components) error {
 		Hold: func(ctx context.Context, queue string, limit int) (*broker.Held, error) {
 			return broker.HoldUnreadable(ctx, broker.HoldOptions{URLs: cfg.AMQPURLs(), TLS: b.deps.TLS, Name: "delaybridge replay " + b.owner}, queue, limit)
 		}}
-	adm := admin.New(admin.Options{Store: c.store, Token: cfg.AdminToken, Now: now, Wake: c.poller.Wake,
-		Replay: replayer.Replay, Errors: replayer.Errors, Logger: log.With().Str("component", "admin").Logger()})
-	statusPage := newStatusPage(cfg.Endpoint, c.store, c.stats, now, b.deps.Metrics, c.consumeConn, c.ingestConn, c.publishConn)
+	admOpts := admin.Options{Store: c.store, Token: cfg.AdminToken, Now: now, Wake: c.poller.Wake,
+		Replay: replayer.Replay, Errors: replayer.Errors, Logger: log.With().Str("component", "admin").Logger()}
+	adm := admin.New(admOpts)
+	statusPage := b.newStatusPage(c, admin.NewOps(admOpts), replayer.Errors)
 	c.sampler = statusPage.Run
 	c.http = httpapi.New(httpapi.Options{Addr: cfg.HTTPAddr, Admin: adm, Status: statusPage,
 		Vars:    func(ctx context.Context) map[string]any { return b.vars(ctx, c) },

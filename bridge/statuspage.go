@@ -1,28 +1,67 @@
 package bridge
 
 import (
+	"cmp"
 	"context"
+	"os"
+	"slices"
 	"time"
 
-	"github.com/delaybridge/delaybridge/broker"
-	"github.com/delaybridge/delaybridge/metrics"
+	"github.com/delaybridge/delaybridge/admin"
+	"github.com/delaybridge/delaybridge/internal/buildinfo"
 	"github.com/delaybridge/delaybridge/status"
-	"github.com/delaybridge/delaybridge/storage"
+	"github.com/delaybridge/delaybridge/wire"
 )
 
-// newStatusPage builds the status page served at GET / (issue 5). Breaker
-// states come from the delaybridge_circuit_breaker_state gauges of met.
-func newStatusPage(endpoint string, store storage.Store, stats func(context.Context) (int, int, error),
-	now func() time.Time, met *metrics.Metrics, consumeConn, ingestConn, publishConn *broker.Conn) *status.Handler {
+// newStatusPage builds the status page served at GET / (issue 5, issue 15).
+// Breaker states come from the delaybridge_circuit_breaker_state gauges of
+// the bridge's metrics; its actions are the admin API's operations, behind
+// the same token.
+func (b *Bridge) newStatusPage(c *components, ops *admin.Ops, errs admin.ErrorsFunc) *status.Handler {
+	cfg, log := b.cfg, b.log.With().Str("component", "status-page").Logger()
+	host, _ := os.Hostname()
+	bi := buildinfo.Get()
 	return status.New(status.Options{
-		Endpoint: endpoint, Stats: stats, NextDue: store.NextDue, Now: now, Refresh: 5 * time.Second,
-		NextDueMessages: func(ctx context.Context, n int) ([]storage.Timeout, error) {
-			rows, _, err := store.List(ctx, storage.ListFilter{Limit: n})
-			return rows, err
-		},
+		Endpoint: cfg.Endpoint, Stats: c.stats, NextDue: c.store.NextDue, List: c.store.List,
+		Now: b.deps.Now, Refresh: 5 * time.Second,
+		Instance: status.Instance{Owner: b.owner, Hostname: host, Version: bi.Version, Revision: bi.Revision, Started: b.started},
 		Broker: func() map[string]bool {
-			return map[string]bool{"consume": consumeConn.Connected(), "ingest": ingestConn.Connected(), "publish": publishConn.Connected()}
+			return map[string]bool{"consume": c.consumeConn.Connected(), "ingest": c.ingestConn.Connected(), "publish": c.publishConn.Connected()}
 		},
-		Gatherer: met.Registry(),
+		ErrorQueue: func(ctx context.Context) (status.ErrorQueue, error) { return errorQueue(ctx, errs) },
+		Gatherer:   b.deps.Metrics.Registry(),
+		Token:      cfg.AdminToken, Actions: ops,
+		Log: func(action, id, outcome string) {
+			log.Info().Str("action", action).Str("id", id).Str("outcome", outcome).Msg("status page action")
+		},
 	})
+}
+
+// errorQueue reads this endpoint's copies among the first
+// admin.DefaultErrorScan messages of the error queue, as GET /api/v1/errors
+// lists them, and returns their count and the newest.
+func errorQueue(ctx context.Context, errs admin.ErrorsFunc) (status.ErrorQueue, error) {
+	res, err := errs(ctx, admin.ErrorsRequest{Op: admin.ErrorsList, Scan: admin.DefaultErrorScan, Limit: admin.DefaultErrorScan})
+	if err != nil {
+		return status.ErrorQueue{}, err
+	}
+	eq := status.ErrorQueue{Depth: len(res.Errors), Partial: !res.End}
+	for _, e := range res.Errors {
+		entry := status.ErrorEntry{ID: e.ID, Destination: e.Destination, Stage: e.Stage, Reason: e.Reason}
+		if e.Exchange != "" && e.RoutingKey != nil {
+			entry.Destination = wire.Destination{Exchange: e.Exchange, Key: *e.RoutingKey}.String()
+		}
+		if e.FailedAt != nil {
+			entry.FailedAt = *e.FailedAt
+		}
+		eq.Newest = append(eq.Newest, entry)
+	}
+	// The queue's tail is its newest; a copy without a failure time (a
+	// foreign tool's) counts by its place.
+	slices.Reverse(eq.Newest)
+	slices.SortStableFunc(eq.Newest, func(a, b status.ErrorEntry) int { return cmp.Compare(b.FailedAt.UnixNano(), a.FailedAt.UnixNano()) })
+	if len(eq.Newest) > status.MoreErrorRows {
+		eq.Newest = eq.Newest[:status.MoreErrorRows]
+	}
+	return eq, nil
 }

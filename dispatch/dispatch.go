@@ -250,6 +250,16 @@ func latest(a, b time.Time) time.Time {
 	return a
 }
 
+// effectiveDue is when t could first be forwarded: its due time, or later
+// when it was stored after it (published with a past due time, replayed) or
+// held back for a retry (NotBefore). Lateness counts from there, so a
+// message that was due an hour before it became leasable does not read as an
+// hour late (issue 15). A store keeps no time of an operator's reschedule:
+// one into the past still counts from the due time it was given.
+func effectiveDue(t *storage.Timeout) time.Time {
+	return latest(latest(t.DueAt, t.NotBefore), t.ReceivedAt)
+}
+
 // DefaultBackoff waits 1s after the first failure, doubling up to 5 minutes.
 func DefaultBackoff(failures int) time.Duration {
 	if failures < 1 {
@@ -745,7 +755,7 @@ func (d *Dispatcher) forward(wctx, ctx context.Context, pub Publisher, items []i
 			if at.IsZero() { // a Publisher that does not report confirms
 				at = returnedAt
 			}
-			d.opts.Metrics.ObserveLateness(at.Sub(it.row.DueAt))
+			d.opts.Metrics.ObserveLateness(at.Sub(effectiveDue(&it.row)))
 		case errors.Is(err, broker.ErrNotConfirmed):
 			// The broker failed, not the message: release without
 			// counting a retry.

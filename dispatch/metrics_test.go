@@ -1,6 +1,7 @@
 package dispatch
 
 import (
+	"context"
 	"fmt"
 	"sync"
 	"testing"
@@ -9,6 +10,8 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/delaybridge/delaybridge/broker"
+	"github.com/delaybridge/delaybridge/message"
+	"github.com/delaybridge/delaybridge/storage"
 	"github.com/delaybridge/delaybridge/wire"
 )
 
@@ -101,5 +104,44 @@ func TestLatenessWithoutConfirmCallbacks(t *testing.T) {
 	}
 	if len(rec.lateness) != 1 || rec.lateness[0] != 7*time.Millisecond || rec.dispatched != 1 {
 		t.Errorf("lateness %v, dispatched %d; want [7ms], 1", rec.lateness, rec.dispatched)
+	}
+}
+
+// TestLatenessFromEffectiveDue: lateness counts from when a message could
+// first be forwarded, not from a due time long past when it was stored or
+// while it was held back for a retry (issue 15: such messages read as
+// minutes late on the status page).
+func TestLatenessFromEffectiveDue(t *testing.T) {
+	f := newFixture(t, 3)
+	rec := &recorder{}
+	f.d.opts.Metrics = rec
+	f.pub.outcome = func(broker.Outgoing) error { return nil }
+	f.clock.Advance(time.Hour)
+	now := f.clock.Now()
+	// Stored now (ReceivedAt) with a due time an hour ago.
+	enc, err := message.Encode(nil, &amqp.Publishing{MessageId: "late"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.store.Insert(context.Background(), []storage.Timeout{{ID: "late", Destination: "orders", DueAt: t0, ReceivedAt: now, Message: enc}}); err != nil {
+		t.Fatal(err)
+	}
+	// Due an hour ago too, stored then, but held back for a retry until now.
+	f.insert("retried", "orders", t0, amqp.Publishing{MessageId: "retried"})
+	if err := f.store.Release(context.Background(), "retried", "", now); err != nil {
+		t.Fatal(err)
+	}
+	toks := f.lease()
+	if len(toks) != 2 {
+		t.Fatalf("leased %d, want 2", len(toks))
+	}
+	f.clock.Advance(5 * time.Millisecond)
+	if _, err := f.deliver(toks...); err != nil {
+		t.Fatal(err)
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if fmt.Sprint(rec.lateness) != fmt.Sprint([]time.Duration{5 * time.Millisecond, 5 * time.Millisecond}) {
+		t.Errorf("lateness %v, want [5ms 5ms] (from when each became leasable, not an hour)", rec.lateness)
 	}
 }

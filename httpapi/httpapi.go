@@ -29,7 +29,8 @@ type Options struct {
 	// Admin, when set, serves everything under /api/v1/ (it does its own
 	// authentication).
 	Admin http.Handler
-	// Status, when set, serves the status page at GET /.
+	// Status, when set, serves the status page at GET / and its forms'
+	// POSTs under /ui/ (it authenticates those itself).
 	Status http.Handler
 	// Pprof serves net/http/pprof under /debug/pprof/ (off by default: a
 	// profile costs the bridge CPU and shows its internals).
@@ -80,6 +81,7 @@ func New(opts Options) *Server {
 	}
 	if opts.Status != nil {
 		mux.Handle("GET /{$}", opts.Status)
+		mux.Handle("POST /ui/", opts.Status)
 	}
 	if opts.Pprof {
 		// Registered on this mux, not http.DefaultServeMux.

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -91,5 +92,35 @@ func TestPprofOnlyWhenOn(t *testing.T) {
 	}
 	if code, _, _ := get(t, on+"/debug/pprof/goroutine?debug=1"); code != http.StatusOK {
 		t.Errorf("GET /debug/pprof/goroutine: %d", code)
+	}
+}
+
+// The status page gets GET / and the POSTs of its forms under /ui/, nothing
+// else.
+func TestStatusRoutes(t *testing.T) {
+	var mu sync.Mutex
+	var seen []string
+	status := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		seen = append(seen, r.Method+" "+r.URL.Path)
+		mu.Unlock()
+	})
+	base := serve(t, Options{Status: status})
+	get(t, base+"/")
+	resp, err := http.Post(base+"/ui/login", "application/x-www-form-urlencoded", strings.NewReader("token=x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if code, _, _ := get(t, base+"/ui/login"); code == http.StatusOK {
+		t.Errorf("GET /ui/login: %d", code)
+	}
+	if code, _, _ := get(t, base+"/other"); code != http.StatusNotFound {
+		t.Errorf("GET /other: %d, want 404", code)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if strings.Join(seen, ",") != "GET /,POST /ui/login" {
+		t.Errorf("the status handler saw %v, want GET / and POST /ui/login", seen)
 	}
 }

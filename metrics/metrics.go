@@ -97,7 +97,7 @@ func New() *Metrics {
 		staleTokens: counter("stale_tokens_total",
 			"Dispatcher tokens skipped because their timeout was gone, released, leased again or its lease expired."),
 		lateness: histogram("lateness_seconds",
-			"Time from a message's due time to the broker's confirm of its forward.", LatenessBuckets),
+			"Time from a message's due time (or, when later, when it was stored or its retry hold ended) to the broker's confirm of its forward.", LatenessBuckets),
 		ingestCommit: histogram("ingest_commit_seconds",
 			"Duration of one successful store commit of a batch of incoming messages.", LatencyBuckets),
 		dispatchConfirm: histogram("dispatch_confirm_seconds",

@@ -68,7 +68,7 @@ func TestHistograms(t *testing.T) {
 	m.ObserveDispatchConfirm(time.Millisecond)
 	m.ObservePollLease(time.Millisecond)
 	err := testutil.GatherAndCompare(m.Registry(), strings.NewReader(`
-# HELP delaybridge_lateness_seconds Time from a message's due time to the broker's confirm of its forward.
+# HELP delaybridge_lateness_seconds Time from a message's due time (or, when later, when it was stored or its retry hold ended) to the broker's confirm of its forward.
 # TYPE delaybridge_lateness_seconds histogram
 delaybridge_lateness_seconds_bucket{le="0.0005"} 1
 delaybridge_lateness_seconds_bucket{le="0.001"} 1

@@ -10,7 +10,8 @@
 #    and started when needed, see scripts/ensure-rabbitmq.sh), and PostgreSQL
 #    at $DELAYBRIDGE_TEST_POSTGRES_URL (see scripts/ensure-postgres.sh), and
 #    installs Node's amqplib for the real-client test (npm ci in
-#    test/integration/amqplib, only when its lockfile changed),
+#    test/integration/amqplib, only when its lockfile changed), and Debian's
+#    chromium for the status page's browser tests when missing,
 # 2. checks formatting (gofmt -l),
 # 3. go vet ./..., then lints and renders the Helm chart (helm is installed
 #    from the Go module proxy when missing; see the Helm chart section),
@@ -97,6 +98,25 @@ if command -v npm >/dev/null 2>&1; then
   fi
 else
   echo "WARNING: npm not found: the amqplib test is skipped (a failure under CI=true)" >&2
+fi
+
+# --- Chromium, for the status page's browser tests (test/integration/browser_test.go) ---
+# Debian's chromium package; the tests drive it headless (chromedp). Without
+# it they are skipped, which under CI=true is a failure: so is a chromium that
+# cannot be installed here.
+if ! command -v chromium >/dev/null 2>&1 && ! command -v chromium-browser >/dev/null 2>&1; then
+  if [[ "$(id -u)" == 0 ]] && command -v apt-get >/dev/null 2>&1; then
+    section "installing chromium (Debian package)"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null ||
+      { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } || true
+  fi
+  if ! command -v chromium >/dev/null 2>&1 && ! command -v chromium-browser >/dev/null 2>&1; then
+    if [[ "${CI:-}" == "true" ]]; then
+      echo "ERROR: chromium could not be installed (CI=true: the status page must be checked in a browser)" >&2
+      exit 1
+    fi
+    echo "WARNING: chromium not found: the status page's browser tests are skipped (a failure under CI=true)" >&2
+  fi
 fi
 
 # --- disruptive tests: serial step, early ---------------------------------------------

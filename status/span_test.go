@@ -18,14 +18,12 @@ func TestFarDueTimesAreWordedInYears(t *testing.T) {
 	farFuture := storage.MaxDueAt
 	page := get(t, New(Options{Now: func() time.Time { return now },
 		NextDue: func(context.Context) (time.Time, bool, error) { return farPast, true, nil },
-		NextDueMessages: func(context.Context, int) ([]storage.Timeout, error) {
-			return []storage.Timeout{
-				{ID: "old", Destination: "d", DueAt: farPast},
-				{ID: "far", Destination: "d", DueAt: farFuture},
-				{ID: "year", Destination: "d", DueAt: now.AddDate(1, 0, 3).Add(time.Hour)},
-				{ID: "soon", Destination: "d", DueAt: now.Add(400 * time.Hour)},
-			}, nil
-		}}))
+		List: rows(
+			storage.Timeout{ID: "old", Destination: "d", DueAt: farPast},
+			storage.Timeout{ID: "far", Destination: "d", DueAt: farFuture},
+			storage.Timeout{ID: "year", Destination: "d", DueAt: now.AddDate(1, 0, 3).Add(time.Hour)},
+			storage.Timeout{ID: "soon", Destination: "d", DueAt: now.Add(400 * time.Hour)},
+		)}))
 	mustContain(t, page, "2026y 324d overdue", "in 235y 141d", "in 1y 3d", "in 16d 16h0m0s")
 	for _, bad := range []string{"106751d", "-2562047h"} {
 		if strings.Contains(page, bad) {

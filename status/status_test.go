@@ -105,15 +105,15 @@ func TestPageShowsCountsStatesAndEscapes(t *testing.T) {
 		NextDue: func(context.Context) (time.Time, bool, error) {
 			return clk.Now().Add(90 * time.Second), true, nil
 		},
-		NextDueMessages: func(_ context.Context, n int) ([]storage.Timeout, error) {
-			if n != NextDueRows {
-				t.Errorf("asked for %d rows", n)
+		List: func(_ context.Context, f storage.ListFilter) ([]storage.Timeout, string, error) {
+			if f.Limit != PageRows && f.Limit != overdueCountLimit {
+				t.Errorf("asked for %d rows", f.Limit)
 			}
 			return []storage.Timeout{
 				{ID: evil, Destination: "q-" + evil, DueAt: clk.Now().Add(90 * time.Second), Message: []byte("SECRET-BODY")},
 				{ID: "late-one", Destination: "orders", DueAt: clk.Now().Add(-2 * time.Second), Attempts: 3,
 					LastError: "returned: NO_ROUTE", Lock: "tok", LockExpiresAt: clk.Now().Add(time.Minute)},
-			}, nil
+			}, "", nil
 		},
 		Broker:   func() map[string]bool { return map[string]bool{"consume": true, "publish": false} },
 		Gatherer: r.reg,
@@ -143,7 +143,14 @@ func TestBreakersAndConnectionsFromGatherer(t *testing.T) {
 	r.m.BreakerState("fetch", circuit.Armed)
 	r.setConnected("publish", true)
 	page := get(t, New(Options{Gatherer: r.reg}))
-	mustContain(t, page, "fetch breaker", "armed", "publish connection", "connected", ">healthy<")
+	// An armed breaker is a problem already (issue 15): its operations keep
+	// failing, and it triggers unless they recover.
+	mustContain(t, page, "fetch breaker", "armed", "publish connection", "connected", ">attention<", "breaker fetch armed")
+	if strings.Contains(page, ">healthy<") {
+		t.Error("healthy with an armed breaker")
+	}
+	r.m.BreakerState("fetch", circuit.Disarmed)
+	mustContain(t, get(t, New(Options{Gatherer: r.reg})), ">healthy<")
 }
 
 func TestThroughputAndLateness(t *testing.T) {
@@ -163,10 +170,12 @@ func TestThroughputAndLateness(t *testing.T) {
 		h.sample(false)
 	}
 	page := get(t, h)
-	mustContain(t, page, "last minute", "1–2 min ago", ">120<", ">60<", "20ms", "no samples yet",
+	// 20 ms is in the bucket (10 ms, 25 ms]: interpolated as Prometheus's
+	// histogram_quantile does, p50 is 17.5 ms.
+	mustContain(t, page, "last minute", "1–2 min ago", ">120<", ">60<", "17.5ms", "no samples yet",
 		">240<", ">120<") // totals since start
 	rows := minutes(append([]sample(nil), h.samples...), clk.Now())
-	if !rows[0].Known || rows[0].Ingested != 120 || rows[0].Dispatched != 60 || rows[0].MeanLateness != 20*time.Millisecond {
+	if !rows[0].Known || rows[0].Ingested != 120 || rows[0].Dispatched != 60 || rows[0].Lateness.P50 != 17500*time.Microsecond {
 		t.Errorf("last minute: %+v", rows[0])
 	}
 	if !rows[1].Known || rows[1].Ingested != 120 {
@@ -184,7 +193,7 @@ func TestSamplesAreBoundedAndRateLimited(t *testing.T) {
 		h.sample(false)
 		clk.Advance(time.Second)
 	}
-	if n, limit := len(h.samples), int(keep/SampleInterval)+1; n > limit {
+	if n, limit := len(h.samples), int(h.keep()/SampleInterval)+1; n > limit {
 		t.Errorf("%d samples kept, want at most %d", n, limit)
 	}
 }
@@ -192,18 +201,18 @@ func TestSamplesAreBoundedAndRateLimited(t *testing.T) {
 func TestStoreErrorsAreShown(t *testing.T) {
 	boom := errors.New("store is closed")
 	page := get(t, New(Options{
-		Stats:           func(context.Context) (int, int, error) { return 0, 0, boom },
-		NextDue:         func(context.Context) (time.Time, bool, error) { return time.Time{}, false, boom },
-		NextDueMessages: func(context.Context, int) ([]storage.Timeout, error) { return nil, boom },
+		Stats:   func(context.Context) (int, int, error) { return 0, 0, boom },
+		NextDue: func(context.Context) (time.Time, bool, error) { return time.Time{}, false, boom },
+		List:    func(context.Context, storage.ListFilter) ([]storage.Timeout, string, error) { return nil, "", boom },
 	}))
 	mustContain(t, page, "store is closed", "store counts unavailable", "Metrics not available")
 }
 
 func TestNothingPending(t *testing.T) {
 	page := get(t, New(Options{
-		Stats:           func(context.Context) (int, int, error) { return 0, 0, nil },
-		NextDue:         func(context.Context) (time.Time, bool, error) { return time.Time{}, false, nil },
-		NextDueMessages: func(context.Context, int) ([]storage.Timeout, error) { return nil, nil },
+		Stats:   func(context.Context) (int, int, error) { return 0, 0, nil },
+		NextDue: func(context.Context) (time.Time, bool, error) { return time.Time{}, false, nil },
+		List:    func(context.Context, storage.ListFilter) ([]storage.Timeout, string, error) { return nil, "", nil },
 	}))
 	mustContain(t, page, "nothing pending", "Nothing pending.", `id="pending">0<`)
 }
@@ -231,9 +240,7 @@ func TestEmptyOptionsRender(t *testing.T) {
 func TestRetryHoldIsNotOverdue(t *testing.T) {
 	now := time.Date(2026, 11, 21, 20, 0, 0, 0, time.UTC)
 	page := get(t, New(Options{Now: func() time.Time { return now },
-		NextDueMessages: func(context.Context, int) ([]storage.Timeout, error) {
-			return []storage.Timeout{{ID: "r", Destination: "d", DueAt: now.Add(-time.Minute), NotBefore: now.Add(4 * time.Second)}}, nil
-		}}))
+		List: rows(storage.Timeout{ID: "r", Destination: "d", DueAt: now.Add(-time.Minute), NotBefore: now.Add(4 * time.Second)})}))
 	mustContain(t, page, "retry in 4s")
 	if strings.Contains(page, "overdue") {
 		t.Error("a row held for a retry is shown overdue")
@@ -245,13 +252,11 @@ func TestRetryHoldIsNotOverdue(t *testing.T) {
 func TestExchangeDestinationsAreShownAsSuch(t *testing.T) {
 	now := time.Date(2026, 11, 21, 20, 0, 0, 0, time.UTC)
 	page := get(t, New(Options{Now: func() time.Time { return now },
-		NextDueMessages: func(context.Context, int) ([]storage.Timeout, error) {
-			return []storage.Timeout{
-				{ID: "q-row", Destination: "orders", DueAt: now.Add(time.Minute)},
-				{ID: "x-row", Exchange: "events<b>", Destination: "order.<i>created", DueAt: now.Add(2 * time.Minute)},
-				{ID: "fan-row", Exchange: "fanout.x", DueAt: now.Add(3 * time.Minute)},
-			}, nil
-		}}))
+		List: rows(
+			storage.Timeout{ID: "q-row", Destination: "orders", DueAt: now.Add(time.Minute)},
+			storage.Timeout{ID: "x-row", Exchange: "events<b>", Destination: "order.<i>created", DueAt: now.Add(2 * time.Minute)},
+			storage.Timeout{ID: "fan-row", Exchange: "fanout.x", DueAt: now.Add(3 * time.Minute)},
+		)}))
 	mustContain(t, page,
 		`<td class="mono">orders</td>`,
 		`<td class="mono">exchange &#34;events&lt;b&gt;&#34; routing key &#34;order.&lt;i&gt;created&#34;</td>`,
@@ -266,11 +271,12 @@ func TestExchangeDestinationsAreShownAsSuch(t *testing.T) {
 func TestPausedRowsShowPaused(t *testing.T) {
 	now := time.Date(2026, 11, 21, 20, 0, 0, 0, time.UTC)
 	page := get(t, New(Options{Now: func() time.Time { return now },
-		NextDueMessages: func(context.Context, int) ([]storage.Timeout, error) {
-			return []storage.Timeout{{ID: "p", Destination: "d", DueAt: now.Add(-time.Minute), Paused: true}}, nil
-		}}))
+		List: rows(storage.Timeout{ID: "p", Destination: "d", DueAt: now.Add(-time.Hour), Paused: true})}))
 	mustContain(t, page, `<span class="badge warn">paused</span>`)
 	if strings.Contains(page, `nowrap err`) || strings.Contains(page, ">waiting<") {
 		t.Error("a paused row is shown overdue or waiting")
+	}
+	if strings.Contains(page, "messages overdue") || !strings.Contains(page, `id="health">healthy`) {
+		t.Error("a paused destination's messages held past due make the page unhealthy")
 	}
 }
