@@ -182,7 +182,7 @@ func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
 	}
 	token := r.PostFormValue("token")
 	if subtle.ConstantTimeCompare([]byte(token), []byte(h.opts.Token)) != 1 {
-		h.log("login", "", "refused: wrong token")
+		h.refusedLogin()
 		h.done(w, r, "Wrong admin token.", true)
 		return
 	}
@@ -264,6 +264,30 @@ func (h *Handler) run(ctx context.Context, name, id string) (string, bool) {
 		return strconv.Quote(id) + " is being dispatched; try again shortly.", true
 	}
 	return name + " " + strconv.Quote(id) + " failed: " + err.Error(), true
+}
+
+// refusedLoginInterval is how often refused logins are logged: the first at
+// once, then a count at most this often, so that someone guessing tokens
+// cannot flood the log.
+const refusedLoginInterval = time.Minute
+
+// refusedLogin logs a refused login, or counts it until the next log is due.
+func (h *Handler) refusedLogin() {
+	h.refusedMu.Lock()
+	h.refused++
+	now := h.opts.Now()
+	if !h.refusedLogged.IsZero() && now.Sub(h.refusedLogged) < refusedLoginInterval && !now.Before(h.refusedLogged) {
+		h.refusedMu.Unlock()
+		return
+	}
+	n := h.refused
+	h.refused, h.refusedLogged = 0, now
+	h.refusedMu.Unlock()
+	if n == 1 {
+		h.log("login", "", "refused: wrong token")
+		return
+	}
+	h.log("login", "", "refused: wrong token ("+strconv.Itoa(n)+" times since the last such line)")
 }
 
 func (h *Handler) log(action, id, outcome string) {

@@ -6,6 +6,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -274,5 +275,30 @@ func TestActionsBehindATLSProxy(t *testing.T) {
 		if rec.Code != http.StatusForbidden {
 			t.Errorf("Origin %q: %d, want 403", origin, rec.Code)
 		}
+	}
+}
+
+// Someone guessing tokens gets one log line a minute, with a count, not one
+// per attempt.
+func TestRefusedLoginsDoNotFloodTheLog(t *testing.T) {
+	c := &clock{t: time.Date(2026, 11, 21, 20, 0, 0, 0, time.UTC)}
+	var mu sync.Mutex
+	var lines []string
+	h := New(Options{Token: testToken, Actions: &fakeActions{}, Now: c.Now, Log: func(action, id, outcome string) {
+		mu.Lock()
+		defer mu.Unlock()
+		lines = append(lines, action+": "+outcome)
+	}})
+	b := newBrowser(t, h)
+	for range 1000 {
+		b.post("/ui/login", url.Values{"token": {"guess"}})
+	}
+	c.Advance(refusedLoginInterval)
+	b.post("/ui/login", url.Values{"token": {"guess"}})
+	want := []string{"login: refused: wrong token", "login: refused: wrong token (1000 times since the last such line)"}
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Equal(lines, want) {
+		t.Fatalf("log lines %q, want %q", lines, want)
 	}
 }

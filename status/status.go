@@ -163,6 +163,10 @@ type Handler struct {
 	errBusy chan struct{} // closes when the read under way ends; nil: none
 	errLast ErrorQueue
 	errErr  error
+
+	refusedMu     sync.Mutex
+	refused       int       // refused logins not yet logged
+	refusedLogged time.Time // when they were last logged
 }
 
 type sample struct {

@@ -111,7 +111,7 @@ func BenchmarkScaleFile(t *testing.B) {
 		float64(n)/took.Seconds(), took.Round(time.Millisecond), openTook.Round(time.Microsecond), fmt.Sprintf("%.1f MiB", float64(ms.HeapAlloc)/(1<<20)))
 }
 
-// TestConvertFile times the conversion of the format-1 file at
+// BenchmarkConvertFile times the conversion of the format-1 file at
 // BOLTSTORE_CONVERT_PATH (made, say, by TestScaleFile of an earlier build)
 // and samples the Go heap while it runs: go test -run '^$' -bench
 // ConvertFile -benchtime 1x. A measurement of a file the caller provides,
