@@ -286,6 +286,9 @@ type counts struct {
 	pending int64
 	dests   []destDelta
 	scan    *destScan // a step of the initial count (destcount.go)
+	// large: the write touched a record of dropMappedAbove bytes or more,
+	// whose pages the commit maps (mapTrimmer, dropmap_linux.go).
+	large bool
 }
 
 // dest adds n to the pending count of destination d, for row r.
@@ -374,6 +377,9 @@ func (b txb) loadSeq(seq []byte, withMessage bool) (*row, error) {
 	if err != nil {
 		return nil, err
 	}
+	if b.c != nil && len(v) >= dropMappedAbove {
+		b.c.large = true
+	}
 	if withMessage {
 		dropMapped(b.rows.Tx(), v)
 	}
@@ -397,7 +403,11 @@ func (b txb) indexed(k, seq []byte, key func(*storage.Timeout) []byte, withMessa
 
 // save writes r's record.
 func (b txb) save(r *row) error {
-	return b.rows.Put(r.seq[:], encodeRow(&r.Timeout))
+	v := encodeRow(&r.Timeout)
+	if b.c != nil && len(v) >= dropMappedAbove {
+		b.c.large = true
+	}
+	return b.rows.Put(r.seq[:], v)
 }
 
 // add stores t as a new row.

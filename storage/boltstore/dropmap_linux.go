@@ -43,12 +43,20 @@ func dropMapped(tx *bolt.Tx, v []byte) {
 // mapTrimmer drops the file's whole map from the resident set when the
 // process's mapped file pages exceed limit, at most once per interval. It
 // runs after commits (commitLoop), which is when leaves holding large
-// values were rewritten.
+// values were rewritten, and only after a commit that touched a large
+// record: with small records the mapped pages are the indexes' working
+// set, which every insert touches at random. Dropping them there cost the
+// 10 M fill a third of the bridge's CPU in page faults (docs/scaling.md).
+// The pages of a large record rewritten only because a small neighbour in
+// its leaf changed stay mapped until the next large write; they are clean
+// file pages the kernel reclaims under pressure.
 type mapTrimmer struct {
 	limit    int64 // bytes
 	interval time.Duration
 	last     time.Time
 	buf      []byte
+	large    bool // a commit touched a large record since the last trim
+	trims    int  // for tests
 }
 
 // mappedFileBytes returns the process's resident shared (file-backed)
@@ -74,12 +82,15 @@ func (m *mapTrimmer) mappedFileBytes() int64 {
 	return pages * int64(os.Getpagesize())
 }
 
-// maybeTrim trims db's map if it is due.
-func (m *mapTrimmer) maybeTrim(db *bolt.DB, now time.Time) {
-	if now.Sub(m.last) < m.interval || m.mappedFileBytes() <= m.limit {
+// maybeTrim trims db's map if it is due; large tells whether the commit
+// just made touched a large record.
+func (m *mapTrimmer) maybeTrim(db *bolt.DB, now time.Time, large bool) {
+	m.large = m.large || large
+	if !m.large || now.Sub(m.last) < m.interval || m.mappedFileBytes() <= m.limit {
 		return
 	}
-	m.last = now
+	m.last, m.large = now, false
+	m.trims++
 	// Inside a read transaction: bbolt remaps only under its exclusive mmap
 	// lock, so the map cannot move while it is dropped.
 	_ = db.View(func(tx *bolt.Tx) error {

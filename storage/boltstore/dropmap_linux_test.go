@@ -96,3 +96,54 @@ func TestLargeWritesDoNotPinMappedPages(t *testing.T) {
 		t.Fatalf("mapped file pages %d KiB after writing %d MiB; want at most about %d MiB", kib, n*size>>20, mapTrimLimit>>20)
 	}
 }
+
+// Small records never drop the whole map, whatever the mapped size: there
+// the mapped pages are the indexes every insert touches, and dropping them
+// made the 10 M fill fault them back in, a third of the bridge's CPU. A
+// large record does.
+func TestOnlyLargeRecordsTrimTheMap(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name  string
+		large int // bytes of the one large message, 0 for none
+		want  bool
+	}{
+		{"small", 0, false},
+		{"large", dropMappedAbove, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := Open(filepath.Join(t.TempDir(), "db"), Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Before the first write, which orders it before commitLoop's reads.
+			s.trim.limit, s.trim.interval = 0, 0
+			for i := range 10 {
+				batch := make([]storage.Timeout, 500)
+				for j := range batch {
+					batch[j] = storage.Timeout{ID: fmt.Sprintf("%d-%d", i, j), Destination: "q", DueAt: t0.Add(time.Duration(j) * time.Second), Message: bytes.Repeat([]byte{'m'}, 256)}
+				}
+				if _, err := s.Insert(ctx, batch); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if _, err := s.Remove(ctx, []storage.Ref{{ID: "3-7"}}); err != nil {
+				t.Fatal(err)
+			}
+			if tc.large > 0 {
+				if _, err := s.Insert(ctx, []storage.Timeout{{ID: "big", Destination: "q", DueAt: t0, Message: bytes.Repeat([]byte{'x'}, tc.large)}}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if _, err := s.Insert(ctx, []storage.Timeout{{ID: "last", Destination: "q", DueAt: t0}}); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Close(); err != nil { // commitLoop has returned
+				t.Fatal(err)
+			}
+			if got := s.trim.trims > 0; got != tc.want {
+				t.Fatalf("map trimmed %d times; want trimmed: %v", s.trim.trims, tc.want)
+			}
+		})
+	}
+}

@@ -17,4 +17,4 @@ type mapTrimmer struct {
 	interval time.Duration
 }
 
-func (*mapTrimmer) maybeTrim(*bolt.DB, time.Time) {}
+func (*mapTrimmer) maybeTrim(*bolt.DB, time.Time, bool) {}

@@ -65,24 +65,26 @@ func (s *Store) commitLoop() {
 				break more
 			}
 		}
-		s.commit(group)
+		large := s.commit(group)
 		clear(group)
-		s.trim.maybeTrim(s.db, time.Now())
+		s.trim.maybeTrim(s.db, time.Now(), large)
 	}
 }
 
 // commit runs group in one transaction. When one write fails, the
 // transaction is rolled back and each write runs again alone, so that only
-// the failing one fails.
-func (s *Store) commit(group []*op) {
+// the failing one fails. It reports whether a committed write touched a
+// large record.
+func (s *Store) commit(group []*op) (large bool) {
 	var dests []destDelta
 	var scan *destScan
 	err := s.db.Update(func(tx *bolt.Tx) error {
 		var sum counts
-		dests, scan = dests[:0], nil
+		dests, scan, large = dests[:0], nil, false
 		for _, o := range group {
 			var c counts
 			o.err = o.fn(tx, &c)
+			large = large || c.large
 			if o.err != nil {
 				if refusal(o.err) {
 					continue
@@ -106,11 +108,14 @@ func (s *Store) commit(group []*op) {
 		s.dests.add(scan, dests)
 	}
 	if err != nil && len(group) > 1 {
+		large = false
 		for i := range group {
 			group[i].err = nil
-			s.commit(group[i : i+1])
+			if s.commit(group[i : i+1]) {
+				large = true
+			}
 		}
-		return
+		return large
 	}
 	for _, o := range group {
 		if err != nil && o.err == nil {
@@ -118,4 +123,5 @@ func (s *Store) commit(group []*op) {
 		}
 		close(o.done)
 	}
+	return large && err == nil
 }
