@@ -1314,7 +1314,19 @@ func (b *bencher) stepScale(ctx context.Context) error {
 	base := now.Add(scaleDueOffset)
 	fillSampler := startSampler(p, 500*time.Millisecond)
 	progress := b.fillProgress(ctx, p)
-	pub, err := b.publishAll(ctx, n, func(i int) outgoing {
+	// The publisher keeps at most fillBacklog messages queued ahead of the
+	// bridge, as the ingest step's 20k are: a backlog of millions on the
+	// broker costs the broker CPU the bridge then lacks, and production
+	// fills a store over days, never from a queue of millions.
+	var next atomic.Int64
+	take := func() (int, bool) {
+		for progress.depth.Load() > fillBacklog && ctx.Err() == nil {
+			time.Sleep(5 * time.Millisecond)
+		}
+		i := int(next.Add(1) - 1)
+		return i, i < n
+	}
+	pub, err := b.publishFrom(ctx, n, take, func(i int) outgoing {
 		due := base.Add(time.Duration(mrand.Int64N(int64(24 * time.Hour))))
 		return outgoing{key: p.timeoutsQueue(), msg: b.message(dest+"-fill", i, due, dest)}
 	})
@@ -1387,6 +1399,7 @@ func (b *bencher) stepScale(ctx context.Context) error {
 // than the bridge's /debug/vars, which would make the bridge count its store
 // every time.
 type progressTracker struct {
+	depth       atomic.Int64 // E.Timeouts' ready messages at the last tick
 	stopc       chan struct{}
 	done        chan struct{}
 	mu          sync.Mutex
@@ -1398,6 +1411,10 @@ type progressPoint struct {
 	at     time.Time
 	stored int64
 }
+
+// fillBacklog bounds the messages the scale step's fill keeps queued on
+// E.Timeouts ahead of the bridge.
+const fillBacklog = 100_000
 
 func (b *bencher) fillProgress(ctx context.Context, p *bridgeProc) *progressTracker {
 	start := time.Now()
@@ -1421,6 +1438,7 @@ func (b *bencher) fillProgress(ctx context.Context, p *bridgeProc) *progressTrac
 			if err != nil {
 				continue
 			}
+			t.depth.Store(int64(depth))
 			taken := max(published-int64(depth), 0)
 			t.mu.Lock()
 			t.pts = append(t.pts, progressPoint{time.Now(), taken})
