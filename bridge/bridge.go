@@ -18,6 +18,7 @@ import (
 
 	"github.com/delaybridge/delaybridge/broker"
 	"github.com/delaybridge/delaybridge/config"
+	"github.com/delaybridge/delaybridge/httpapi"
 	"github.com/delaybridge/delaybridge/metrics"
 	"github.com/delaybridge/delaybridge/storage"
 )
@@ -58,6 +59,9 @@ type Deps struct {
 	// Store replaces the store cfg names (tests inject faults this way). The
 	// bridge closes it on shutdown.
 	Store storage.Store
+	// OpenStore, when set and Store is not, opens the store in place of the
+	// one cfg names (tests hold the start-up there).
+	OpenStore func(context.Context) (storage.Store, error)
 	// TLS configures amqps:// connections; nil uses the system's roots.
 	TLS *tls.Config
 	// Metrics receives the bridge's metrics; nil: the bridge makes its own
@@ -74,6 +78,8 @@ type Bridge struct {
 	// processing names this bridge on its error copies.
 	processing broker.Processing
 	ready      atomic.Bool
+	// phase is what the bridge is doing while it starts, for /readyz.
+	phase atomic.Pointer[string]
 	// started is when New ran: the status page's uptime.
 	started time.Time
 }
@@ -100,19 +106,33 @@ func (b *Bridge) Ready() bool { return b.ready.Load() }
 // Run runs the bridge until ctx ends (returning nil after a clean shutdown)
 // or a critical error (wrapping ErrCritical).
 func (b *Bridge) Run(ctx context.Context) error {
-	c, err := b.build(ctx)
+	st := newStages(ctx, b.log)
+	// The probes answer from the start: opening the store can take minutes
+	// (a bbolt file of an earlier format is converted first; PostgreSQL
+	// may wait for another instance's migration), and a liveness probe
+	// that restarted the bridge then would start the conversion over.
+	// /healthz answers 200 and /readyz 503 with the phase until the rest
+	// of the routes are swapped in (serveHTTP).
+	var srv *httpapi.Server
+	var httpSrv *stage
+	if b.cfg.HTTPAddr != "" {
+		srv = httpapi.New(httpapi.Options{Addr: b.cfg.HTTPAddr, Logger: b.log,
+			Ready: b.notRunning})
+		if err := srv.Listen(); err != nil {
+			return err
+		}
+		httpSrv = st.start("http", srv.Run)
+		b.log.Info().Str("addr", srv.Addr()).Msg("http listening")
+	}
+	c, err := b.build(ctx, srv)
 	if err != nil {
+		st.stop(httpSrv)
+		st.close()
 		return err
 	}
-	st := newStages(ctx, b.log)
 	publishConn := st.start("publish connection", c.publishConn.Run)
 	consumeConn := st.start("consume connection", c.consumeConn.Run)
 	ingestConn := st.start("ingest connection", c.ingestConn.Run)
-	var httpSrv *stage
-	if c.http != nil {
-		httpSrv = st.start("http", c.http.Run)
-		b.log.Info().Str("addr", c.http.Addr()).Msg("http listening")
-	}
 	// The dispatcher starts first and alone: only once it holds the
 	// dispatcher queue (exclusively, with a bbolt store) do polling and
 	// intake begin, so a second instance is refused before it takes in a
@@ -131,6 +151,7 @@ func (b *Bridge) Run(ctx context.Context) error {
 		b.log.Info().Str("endpoint", b.cfg.Endpoint).Str("owner", b.owner).Msg("delaybridge running")
 		runErr, _ = b.await(ctx, nil, c.critical, st.failed)
 	}
+	b.setPhase("stopping")
 	b.ready.Store(false)
 
 	// Data-flow order: stop consuming, stop polling, drain dispatch. A

@@ -14,6 +14,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"path/filepath"
@@ -844,4 +845,71 @@ func TestReadyzReflectsTheStore(t *testing.T) {
 	waitCode(http.StatusServiceUnavailable)
 	h.fs.Heal()
 	waitCode(http.StatusOK)
+}
+
+// The probes answer while the store opens, which can take minutes (a bbolt
+// file of an earlier format is converted first): /healthz 200 and /readyz
+// 503 naming the phase, so that a liveness probe does not restart the
+// conversion; the other routes come once the bridge is built.
+func TestProbesAnswerWhileTheStoreOpens(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	h := newHarness(t, "opening", map[string]string{"DELAYBRIDGE_HTTP_ADDR": addr})
+	release := make(chan struct{})
+	opened := make(chan struct{})
+	h.br.deps.Store = nil
+	h.br.deps.OpenStore = func(ctx context.Context) (storage.Store, error) {
+		close(opened)
+		select {
+		case <-release:
+			return h.fs, nil
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	// Not h.start: that waits for the queues, declared after the store opens.
+	ctx, cancel := context.WithCancel(context.Background())
+	h.cancel, h.done = cancel, make(chan error, 1)
+	go func() { h.done <- h.br.Run(ctx) }()
+	get := func(path string) (int, string) {
+		resp, err := http.Get("http://" + addr + path)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, strings.TrimSpace(string(body))
+	}
+	waitFor := func(path string, want int) string {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			code, body := get(path)
+			if code == want {
+				return body
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("GET %s never answered %d (last %d %q)", path, want, code, body)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	<-opened
+	waitFor("/healthz", http.StatusOK)
+	if code, body := get("/readyz"); code != http.StatusServiceUnavailable || body != "not ready: starting: opening the store" {
+		t.Fatalf("/readyz while the store opens: %d %q; want 503 naming the phase", code, body)
+	}
+	if code, _ := get("/metrics"); code != http.StatusNotFound {
+		t.Fatalf("/metrics while the store opens: %d; want 404 until the bridge is built", code)
+	}
+	close(release)
+	waitFor("/readyz", http.StatusOK)
+	waitFor("/metrics", http.StatusOK)
+	got := h.collect(h.dest)
+	h.publish(h.delayed("after-open", 0))
+	got.waitAll(t, []string{"after-open"}, 10*time.Second)
 }

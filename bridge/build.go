@@ -38,7 +38,6 @@ type components struct {
 	dispatching chan struct{}
 	// critical receives the error of a triggered circuit breaker.
 	critical chan error
-	http     *httpapi.Server             // nil without DELAYBRIDGE_HTTP_ADDR
 	sampler  func(context.Context) error // the status page's sampler; nil without HTTP
 
 	// ingestConn consumes the intake queues alone, so a message the AMQP
@@ -55,7 +54,7 @@ type components struct {
 // build opens the store, connects to the broker and builds every component;
 // the HTTP server is listening when it returns. On an error it leaves
 // nothing open.
-func (b *Bridge) build(ctx context.Context) (_ *components, err error) {
+func (b *Bridge) build(ctx context.Context, srv *httpapi.Server) (_ *components, err error) {
 	cfg, log, now, met := b.cfg, b.log, b.deps.Now, b.deps.Metrics
 	topo := broker.Topology{Endpoint: cfg.Endpoint, ErrorQueue: cfg.ErrorQueue, QueueType: cfg.QueueType,
 		DelayedExchanges: cfg.DelayedExchangeList()}
@@ -93,7 +92,12 @@ func (b *Bridge) build(ctx context.Context) (_ *components, err error) {
 		Reserved: reserved,
 	}
 	if c.store == nil {
-		if c.store, err = openStore(ctx, cfg, b.owner, now, log); err != nil {
+		b.setPhase("starting: opening the store")
+		open := func(ctx context.Context) (storage.Store, error) { return openStore(ctx, cfg, b.owner, now, log) }
+		if b.deps.OpenStore != nil {
+			open = b.deps.OpenStore
+		}
+		if c.store, err = open(ctx); err != nil {
 			return nil, err
 		}
 	}
@@ -117,6 +121,7 @@ func (b *Bridge) build(ctx context.Context) (_ *components, err error) {
 		met.WatchDestinations(dopts)
 	}
 
+	b.setPhase("starting: connecting to the broker")
 	if err := b.connect(c, topo); err != nil {
 		return nil, err
 	}
@@ -197,11 +202,10 @@ func (b *Bridge) build(ctx context.Context) (_ *components, err error) {
 		Metrics: met,
 		Now:     now, Logger: log.With().Str("component", "dispatch").Logger(),
 	})
-	if cfg.HTTPAddr != "" {
-		if err := b.serveHTTP(c); err != nil {
-			return nil, err
-		}
+	if srv != nil {
+		b.serveHTTP(c, srv)
 	}
+	b.setPhase("starting: waiting for the dispatcher queue")
 	return c, nil
 }
 
@@ -292,7 +296,7 @@ func (b *Bridge) breaker(c *components, name string, timeToTrigger time.Duration
 
 // serveHTTP builds the HTTP server (admin API, status page, probes,
 // metrics) and starts listening, so a taken port fails start-up.
-func (b *Bridge) serveHTTP(c *components) error {
+func (b *Bridge) serveHTTP(c *components, srv *httpapi.Server) {
 	cfg, log, now := b.cfg, b.log, b.deps.Now
 	// Without a token the admin handler answers every /api/v1/ request with
 	// 404 and a JSON error saying the admin API is disabled.
@@ -309,11 +313,22 @@ func (b *Bridge) serveHTTP(c *components) error {
 	adm := admin.New(admOpts)
 	statusPage := b.newStatusPage(c, admin.NewOps(admOpts), replayer.Errors)
 	c.sampler = statusPage.Run
-	c.http = httpapi.New(httpapi.Options{Addr: cfg.HTTPAddr, Admin: adm, Status: statusPage,
+	srv.Swap(httpapi.Options{Admin: adm, Status: statusPage,
 		Vars:    func(ctx context.Context) map[string]any { return b.vars(ctx, c) },
 		Ready:   func() error { return b.readiness(c) },
 		Metrics: b.deps.Metrics.Handler(), Pprof: cfg.Pprof, Logger: log})
-	return c.http.Listen()
+}
+
+// setPhase records what the bridge is doing while it is not running, for
+// /readyz.
+func (b *Bridge) setPhase(p string) { b.phase.Store(&p) }
+
+// notRunning is why /readyz answers 503 while the bridge starts or stops.
+func (b *Bridge) notRunning() error {
+	if p := b.phase.Load(); p != nil {
+		return errors.New(*p)
+	}
+	return errors.New("starting")
 }
 
 // vars are the bridge's entries in /debug/vars.
@@ -332,7 +347,7 @@ func (b *Bridge) vars(ctx context.Context, c *components) map[string]any {
 func (b *Bridge) readiness(c *components) error {
 	switch {
 	case !b.ready.Load():
-		return errors.New("starting or stopping")
+		return b.notRunning()
 	case !c.consumeConn.Connected() || !c.ingestConn.Connected() || !c.publishConn.Connected():
 		return errors.New("not connected to the broker")
 	case c.publishConn.Blocked() != "":

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"runtime"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -43,10 +44,28 @@ type Server struct {
 	opts Options
 	srv  *http.Server
 	ln   net.Listener
+	mux  atomic.Pointer[http.ServeMux]
 }
 
 // New builds the server; it listens only in Listen.
 func New(opts Options) *Server {
+	s := &Server{opts: opts}
+	s.mux.Store(newMux(opts))
+	s.srv = &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.mux.Load().ServeHTTP(w, r)
+	}), ReadHeaderTimeout: 5 * time.Second}
+	return s
+}
+
+// Swap serves opts's routes from now on, on the address already bound
+// (opts.Addr is not used). The bridge starts serving its probes before it
+// opens its store, which can take minutes (a file conversion), then swaps
+// in everything else once it is built.
+func (s *Server) Swap(opts Options) {
+	s.mux.Store(newMux(opts))
+}
+
+func newMux(opts Options) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -91,7 +110,7 @@ func New(opts Options) *Server {
 		mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
 	}
-	return &Server{opts: opts, srv: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}}
+	return mux
 }
 
 // Listen binds the address, so a port in use fails start-up, not later.
