@@ -303,3 +303,28 @@ func FuzzRecordRoundTrip(f *testing.F) {
 		}
 	})
 }
+
+// rowDest reads the destination decodeRow would, and fails on a row cut
+// before the end of its exchange or of another version.
+func TestRowDest(t *testing.T) {
+	for _, r := range sampleRecords() {
+		row := encodeRow(&r.Timeout)
+		full, err := decodeRow(row, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		exchange, key, err := rowDest(row)
+		if err != nil || string(exchange) != full.Exchange || string(key) != full.Destination {
+			t.Fatalf("rowDest = %q, %q, %v; want %q, %q", exchange, key, err, full.Exchange, full.Destination)
+		}
+		head := len(appendString(appendString(appendString([]byte{rowVersion}, r.ID), r.Destination), r.Exchange))
+		for n := range head {
+			if _, _, err := rowDest(row[:n]); !errors.Is(err, errCorrupt) {
+				t.Fatalf("rowDest of %d of %d bytes: %v, want errCorrupt", n, head, err)
+			}
+		}
+		if _, _, err := rowDest(append([]byte{rowVersion - 1}, row[1:]...)); !errors.Is(err, errCorrupt) {
+			t.Fatalf("rowDest of version %d: %v, want errCorrupt", rowVersion-1, err)
+		}
+	}
+}

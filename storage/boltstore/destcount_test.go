@@ -21,10 +21,20 @@ func TestDestinationCountAtOpen(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "db")
 	s := open(t, path, nil)
 	insertFuture(t, s, 25_000) // destination d
-	if _, err := s.Insert(ctx, []storage.Timeout{{ID: "x", Exchange: "x", Destination: "k", DueAt: t0, Message: []byte{1}}}); err != nil {
+	// Two destinations whose exchange and key, run together, read the same.
+	if _, err := s.Insert(ctx, []storage.Timeout{
+		{ID: "x", Exchange: "x", Destination: "k", DueAt: t0, Message: []byte{1}},
+		{ID: "ab-c", Exchange: "ab", Destination: "c", DueAt: t0.Add(time.Hour), Message: []byte{1}},
+		{ID: "a-bc", Exchange: "a", Destination: "bc", DueAt: t0.Add(time.Hour), Message: []byte{1}},
+	}); err != nil {
 		t.Fatal(err)
 	}
-	want := map[wire.Destination]storage.DestinationCount{wire.Queue("d"): {Pending: 25_000}, {Exchange: "x", Key: "k"}: {Pending: 1, DueSoon: 1}}
+	want := map[wire.Destination]storage.DestinationCount{
+		wire.Queue("d"):            {Pending: 25_000},
+		{Exchange: "x", Key: "k"}:  {Pending: 1, DueSoon: 1},
+		{Exchange: "ab", Key: "c"}: {Pending: 1},
+		{Exchange: "a", Key: "bc"}: {Pending: 1},
+	}
 	check := func(s *Store, when string) {
 		t.Helper()
 		got, err := s.CountByDestination(ctx, t0, t0.Add(time.Minute))
@@ -63,7 +73,7 @@ func TestDestinationCountAtOpen(t *testing.T) {
 	}
 	start := time.Now()
 	s = open(t, path, nil)
-	t.Logf("Open of %d rows took %s", 25_001, time.Since(start))
+	t.Logf("Open of %d rows took %s", 25_003, time.Since(start))
 	// Writes all over the sequence range while the background count runs:
 	// each is counted once, whether the count had passed its row or not.
 	var ins []storage.Timeout
