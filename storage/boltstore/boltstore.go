@@ -951,13 +951,18 @@ func (s *Store) List(ctx context.Context, f storage.ListFilter) ([]storage.Timeo
 				return nil
 			}
 			r.Paused = fromHeld && b.isPaused(&r.Timeout)
-			s.leases.annotate(&r.Timeout)
 			rows = append(rows, r.Timeout)
 		}
 		return nil
 	})
 	if err != nil {
 		return nil, "", fmt.Errorf("boltstore: list: %w", err)
+	}
+	// The lease table is locked only outside read transactions (Lease
+	// holds it while it begins one): a read transaction waiting for it
+	// while a remap waits for that transaction would stop every read.
+	for i := range rows {
+		s.leases.annotate(&rows[i])
 	}
 	return rows, next, nil
 }
@@ -988,10 +993,7 @@ func (s *Store) listSaga(b txb, f storage.ListFilter, after []byte) ([]storage.T
 		found = found[:f.Limit]
 		next = hex.EncodeToString(dueKey(&found[len(found)-1]))
 	}
-	for i := range found {
-		s.leases.annotate(&found[i])
-	}
-	return found, next, nil
+	return found, next, nil // annotated by List
 }
 
 // Cancel removes a row that is not leased and records a tombstone, in the
