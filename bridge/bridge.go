@@ -128,6 +128,12 @@ func (b *Bridge) Run(ctx context.Context) error {
 	if err != nil {
 		st.stop(httpSrv)
 		st.close()
+		if ctx.Err() != nil {
+			// Stopped while starting (SIGTERM while the store opened or
+			// the broker was dialled): a clean stop, not a failure.
+			b.log.Info().Err(err).Msg("stopped while starting")
+			return nil
+		}
 		return err
 	}
 	publishConn := st.start("publish connection", c.publishConn.Run)

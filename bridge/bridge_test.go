@@ -906,10 +906,49 @@ func TestProbesAnswerWhileTheStoreOpens(t *testing.T) {
 	if code, _ := get("/metrics"); code != http.StatusNotFound {
 		t.Fatalf("/metrics while the store opens: %d; want 404 until the bridge is built", code)
 	}
+	if code, body := get("/debug/vars"); code != http.StatusOK || !strings.Contains(body, `"memstats"`) || strings.Contains(body, `"delaybridge"`) {
+		t.Fatalf("/debug/vars while the store opens: %d %.200q; want 200 with memstats only", code, body)
+	}
 	close(release)
 	waitFor("/readyz", http.StatusOK)
 	waitFor("/metrics", http.StatusOK)
 	got := h.collect(h.dest)
 	h.publish(h.delayed("after-open", 0))
 	got.waitAll(t, []string{"after-open"}, 10*time.Second)
+}
+
+// A stop requested while the store opens is a clean stop: Run returns nil
+// (exit 0) and the HTTP port closes.
+func TestStopWhileTheStoreOpens(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	h := newHarness(t, "stopopen", map[string]string{"DELAYBRIDGE_HTTP_ADDR": addr})
+	opened := make(chan struct{})
+	h.br.deps.Store = nil
+	h.br.deps.OpenStore = func(ctx context.Context) (storage.Store, error) {
+		close(opened)
+		<-ctx.Done()
+		return nil, fmt.Errorf("open: %w", ctx.Err())
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- h.br.Run(ctx) }()
+	<-opened
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Run after a stop while the store opened: %v; want nil (a clean stop)", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return after the stop")
+	}
+	if resp, err := http.Get("http://" + addr + "/healthz"); err == nil {
+		resp.Body.Close()
+		t.Fatalf("/healthz still answers %d after Run returned", resp.StatusCode)
+	}
 }
