@@ -294,8 +294,9 @@ func (b *Bridge) breaker(c *components, name string, timeToTrigger time.Duration
 	})
 }
 
-// serveHTTP builds the HTTP server (admin API, status page, probes,
-// metrics) and starts listening, so a taken port fails start-up.
+// serveHTTP builds the full routes (admin API, status page, probes,
+// metrics) and swaps them into srv, which Run started listening before
+// the store opened (a taken port fails start-up there).
 func (b *Bridge) serveHTTP(c *components, srv *httpapi.Server) {
 	cfg, log, now := b.cfg, b.log, b.deps.Now
 	// Without a token the admin handler answers every /api/v1/ request with
