@@ -85,19 +85,31 @@ type Options struct {
 	// CancelWindow is how long a Cancel that was not too late keeps its id
 	// cancelled; zero or negative means storage.DefaultCancelWindow.
 	CancelWindow time.Duration
-	// Logger receives the progress of a conversion from format 1; the
-	// zero value logs nothing.
+	// Logger receives the progress of a conversion from format 1 and the
+	// file's reopens (renew.go); the zero value logs nothing.
 	Logger zerolog.Logger
+
+	// renewAfter replaces renewAfterAllocs, and renewHook runs inside each
+	// reopen (tests).
+	renewAfter int64
+	renewHook  func()
 }
 
 // Store is a storage.Store on a bbolt file.
 type Store struct {
 	mu     sync.RWMutex // read-held by every call, write-held by Close
 	closed bool
-	db     *bolt.DB
-	now    func() time.Time
-	path   string
-	window time.Duration // cancel window
+	// dbMu is read-held by every read transaction (view) and write-held
+	// while the commit loop reopens the file (renew.go); db and dbErr
+	// change only then, in the commit loop, which reads them unlocked.
+	dbMu        sync.RWMutex
+	db          *bolt.DB
+	dbErr       error // the reopen failed: every call fails with it
+	openTimeout time.Duration
+	log         zerolog.Logger
+	now         func() time.Time
+	path        string
+	window      time.Duration // cancel window
 
 	recovered int
 	leases    *leaseTable // see leases.go
@@ -106,6 +118,7 @@ type Store struct {
 	ops      chan *op      // writes for commitLoop (group.go)
 	loopDone chan struct{} // closed when commitLoop has returned
 	trim     mapTrimmer    // used by commitLoop only (dropmap_linux.go)
+	renew    renewer       // used by commitLoop only (renew.go)
 
 	// steps counts index entries visited by Lease and NextDue (tests assert
 	// that due work is found without scanning).
@@ -188,9 +201,13 @@ func Open(path string, opts Options) (*Store, error) {
 		}
 		return nil, fmt.Errorf("boltstore: open %s: %w", path, err)
 	}
-	s := &Store{db: db, now: opts.Now, path: path, window: opts.CancelWindow, recovered: recovered,
+	renew := renewer{limit: renewAfterAllocs, interval: renewCheckInterval, hook: opts.renewHook}
+	if opts.renewAfter > 0 {
+		renew.limit, renew.interval = opts.renewAfter, 0
+	}
+	s := &Store{db: db, openTimeout: opts.OpenTimeout, log: opts.Logger, now: opts.Now, path: path, window: opts.CancelWindow, recovered: recovered,
 		ops: make(chan *op, maxGroup), loopDone: make(chan struct{}), trim: mapTrimmer{limit: mapTrimLimit, interval: mapTrimInterval}, leases: newLeaseTable(),
-		dests: newDestCounts()}
+		dests: newDestCounts(), renew: renew}
 	go s.commitLoop()
 	go s.countDestinations()
 	return s, nil
@@ -241,6 +258,9 @@ func (s *Store) Close() error {
 	}
 	s.closed = true
 	s.stopLoop() // no write is in flight: they hold s.mu
+	if s.db == nil {
+		return nil // a reopen failed (renew.go); there is nothing to close
+	}
 	if err := s.db.Close(); err != nil {
 		return fmt.Errorf("boltstore: close: %w", err)
 	}
@@ -626,7 +646,7 @@ func (s *Store) Lease(ctx context.Context, owner string, dueBy time.Time, limit 
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	leases := []storage.Lease{}
-	err = s.db.View(func(tx *bolt.Tx) error {
+	err = s.view(func(tx *bolt.Tx) error {
 		b, err := buckets(tx, nil)
 		if err != nil {
 			return err
@@ -671,7 +691,7 @@ func (s *Store) Get(ctx context.Context, id string) (storage.Timeout, error) {
 	}
 	defer exit()
 	var r *row
-	err = s.db.View(func(tx *bolt.Tx) error {
+	err = s.view(func(tx *bolt.Tx) error {
 		b, err := buckets(tx, nil)
 		if err != nil {
 			return err
@@ -793,7 +813,7 @@ func (s *Store) NextDue(ctx context.Context) (time.Time, bool, error) {
 	defer t.mu.Unlock()
 	var at time.Time
 	var ok bool
-	err = s.db.View(func(tx *bolt.Tx) error {
+	err = s.view(func(tx *bolt.Tx) error {
 		b, err := buckets(tx, nil)
 		if err != nil {
 			return err
@@ -858,7 +878,7 @@ func (s *Store) Stats(ctx context.Context) (pending, leased int, err error) {
 		return 0, 0, err
 	}
 	defer exit()
-	err = s.db.View(func(tx *bolt.Tx) error {
+	err = s.view(func(tx *bolt.Tx) error {
 		c := readCounts(tx.Bucket(bucketMeta))
 		pending = int(c.pending)
 		return nil
@@ -888,7 +908,7 @@ func (s *Store) List(ctx context.Context, f storage.ListFilter) ([]storage.Timeo
 	}
 	var rows []storage.Timeout
 	var next string
-	err = s.db.View(func(tx *bolt.Tx) error {
+	err = s.view(func(tx *bolt.Tx) error {
 		b, err := buckets(tx, nil)
 		if err != nil {
 			return err
@@ -960,7 +980,8 @@ func (s *Store) List(ctx context.Context, f storage.ListFilter) ([]storage.Timeo
 	}
 	// The lease table is locked only outside read transactions (Lease
 	// holds it while it begins one): a read transaction waiting for it
-	// while a remap waits for that transaction would stop every read.
+	// while a remap or a reopen (renew.go) waits for that transaction
+	// would stop every read.
 	for i := range rows {
 		s.leases.annotate(&rows[i])
 	}

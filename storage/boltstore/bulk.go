@@ -78,7 +78,7 @@ func (s *Store) bulkScan(ctx context.Context, f *storage.ListFilter, a storage.B
 		// times tie there; Selects decides).
 		seek = binary.BigEndian.AppendUint64(nil, keyTime(f.DueTo)+1)
 	}
-	err = s.db.View(func(tx *bolt.Tx) error {
+	err = s.view(func(tx *bolt.Tx) error {
 		b, err := buckets(tx, nil)
 		if err != nil {
 			return err

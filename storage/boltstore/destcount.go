@@ -183,7 +183,7 @@ func (s *Store) CountByDestination(ctx context.Context, soonFrom, soonTo time.Ti
 		out[d] = storage.DestinationCount{Pending: int(n)}
 	}
 	s.dests.mu.Unlock()
-	err = s.db.View(func(tx *bolt.Tx) error {
+	err = s.view(func(tx *bolt.Tx) error {
 		b, err := buckets(tx, nil)
 		if err != nil {
 			return err

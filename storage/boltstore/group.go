@@ -67,7 +67,11 @@ func (s *Store) commitLoop() {
 		}
 		large := s.commit(group)
 		clear(group)
-		s.trim.maybeTrim(s.db, time.Now(), large)
+		if s.dbErr == nil {
+			now := time.Now()
+			s.trim.maybeTrim(s.db, now, large)
+			s.maybeRenew(now)
+		}
 	}
 }
 
@@ -78,6 +82,13 @@ func (s *Store) commitLoop() {
 func (s *Store) commit(group []*op) (large bool) {
 	var dests []destDelta
 	var scan *destScan
+	if s.dbErr != nil {
+		for _, o := range group {
+			o.err = s.dbErr
+			close(o.done)
+		}
+		return false
+	}
 	err := s.db.Update(func(tx *bolt.Tx) error {
 		var sum counts
 		dests, scan, large = dests[:0], nil, false

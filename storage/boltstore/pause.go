@@ -187,7 +187,7 @@ func (s *Store) destRows(ctx context.Context, d wire.Destination) (seqs [][8]byt
 		return nil, nil, err
 	}
 	defer exit()
-	err = s.db.View(func(tx *bolt.Tx) error {
+	err = s.view(func(tx *bolt.Tx) error {
 		b, err := buckets(tx, nil)
 		if err != nil {
 			return err
@@ -275,7 +275,7 @@ func (s *Store) Paused(ctx context.Context) ([]storage.PausedDestination, error)
 	}
 	defer exit()
 	var out []storage.PausedDestination
-	err = s.db.View(func(tx *bolt.Tx) error {
+	err = s.view(func(tx *bolt.Tx) error {
 		b, err := buckets(tx, nil)
 		if err != nil {
 			return err

@@ -2,6 +2,7 @@ package boltstore
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -37,7 +38,16 @@ func BenchmarkScaleFile(t *testing.B) {
 	}
 	path := filepath.Join(dir, "scale.db")
 	_ = os.Remove(path)
-	s, err := Open(path, Options{})
+	// BOLTSTORE_SCALE_RENEW: page allocations between reopens (renew.go);
+	// unset: the default, -1: never.
+	var opts Options
+	if r, _ := strconv.ParseInt(os.Getenv("BOLTSTORE_SCALE_RENEW"), 10, 64); r != 0 {
+		opts.renewAfter = r
+		if r < 0 {
+			opts.renewAfter = math.MaxInt64
+		}
+	}
+	s, err := Open(path, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,9 +81,14 @@ func BenchmarkScaleFile(t *testing.B) {
 		}
 	}
 	took := time.Since(start)
+	var fill runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&fill)
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
+	t.Logf("Go heap at the end of the fill, after a GC: %.1f MiB in use; %d reopens, the last took %s",
+		float64(fill.HeapInuse)/(1<<20), s.renew.renewals, s.renew.took)
 	fi, err := os.Stat(path)
 	if err != nil {
 		t.Fatal(err)

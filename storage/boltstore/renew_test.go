@@ -1,0 +1,260 @@
+package boltstore
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/delaybridge/delaybridge/storage"
+	"github.com/delaybridge/delaybridge/storage/storetest"
+)
+
+// Reopens between commits, while inserts, leases, removals and reads run,
+// lose and duplicate nothing.
+func TestRenewUnderLoad(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "db")
+	clock := storetest.NewClock(t0)
+	s, err := Open(path, Options{Now: clock.Now, renewAfter: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	const writers, perWriter = 4, 150
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	errs := make(chan error, 16)
+	for w := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range perWriter {
+				ts := []storage.Timeout{{ID: fmt.Sprintf("w%d-%04d", w, i), Destination: "d", DueAt: t0.Add(-time.Second), Message: bytes.Repeat([]byte{'m'}, 300)}}
+				if _, err := s.Insert(ctx, ts); err != nil {
+					errs <- fmt.Errorf("insert: %w", err)
+					return
+				}
+			}
+		}()
+	}
+	removed := map[string]bool{}
+	var leaser sync.WaitGroup
+	leaser.Add(2)
+	go func() { // leases and removes what is due, as the dispatcher does
+		defer leaser.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			ls, err := s.Lease(ctx, "owner", t0, 20, time.Minute)
+			if err != nil {
+				errs <- fmt.Errorf("lease: %w", err)
+				return
+			}
+			var refs []storage.Ref
+			for _, l := range ls {
+				if _, err := s.Get(ctx, l.ID); err != nil {
+					errs <- fmt.Errorf("get %s: %w", l.ID, err)
+					return
+				}
+				refs = append(refs, storage.Ref{ID: l.ID, Lock: l.Lock})
+			}
+			res, err := s.Remove(ctx, refs)
+			if err != nil {
+				errs <- fmt.Errorf("remove: %w", err)
+				return
+			}
+			for i, r := range refs {
+				if res[i] != nil {
+					errs <- fmt.Errorf("remove %s: %w", r.ID, res[i])
+					return
+				}
+				if removed[r.ID] {
+					errs <- fmt.Errorf("%s leased and removed twice", r.ID)
+					return
+				}
+				removed[r.ID] = true
+			}
+		}
+	}()
+	go func() { // reads that overlap the reopens
+		defer leaser.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if _, _, err := s.Stats(ctx); err != nil {
+				errs <- fmt.Errorf("stats: %w", err)
+				return
+			}
+			if _, _, err := s.List(ctx, storage.ListFilter{Limit: 50}); err != nil {
+				errs <- fmt.Errorf("list: %w", err)
+				return
+			}
+		}
+	}()
+	wg.Wait()
+	close(stop)
+	leaser.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	pending, _, err := s.Stats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if total := writers * perWriter; pending+len(removed) != total {
+		t.Fatalf("pending %d + removed %d, want %d", pending, len(removed), total)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// After Close the commit loop has returned: its fields are ours.
+	if s.renew.renewals == 0 {
+		t.Fatal("the file was never reopened: the test exercised nothing")
+	}
+	t.Logf("%d reopens, the last took %s; %d removed, %d pending", s.renew.renewals, s.renew.took, len(removed), pending)
+	s = open(t, path, clock.Now)
+	for w := range writers {
+		for i := range perWriter {
+			id := fmt.Sprintf("w%d-%04d", w, i)
+			_, err := s.Get(ctx, id)
+			if removed[id] != errors.Is(err, storage.ErrNotFound) {
+				t.Fatalf("%s: removed %v, Get after reopen: %v", id, removed[id], err)
+			}
+		}
+	}
+}
+
+// A file of fewer pages than the limit is not reopened, however many pages
+// its commits allocate; once it has grown past it, it is.
+func TestRenewOnlyLargeFiles(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "db")
+	// bbolt grows this file in steps of 16 MiB (4,096 pages of 4 KiB).
+	const limit = 8_000
+	s, err := Open(path, Options{renewAfter: limit})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	body := bytes.Repeat([]byte{'b'}, 100<<10) // 25 pages a row
+	cycle := func(prefix string, n int, keep bool) {
+		t.Helper()
+		var ts []storage.Timeout
+		var refs []storage.Ref
+		for i := range n {
+			id := fmt.Sprintf("%s-%03d", prefix, i)
+			ts = append(ts, storage.Timeout{ID: id, Destination: "d", DueAt: t0.Add(time.Hour), Message: body})
+			refs = append(refs, storage.Ref{ID: id})
+		}
+		if _, err := s.Insert(ctx, ts); err != nil {
+			t.Fatal(err)
+		}
+		if keep {
+			return
+		}
+		if _, err := s.Remove(ctx, refs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 14 { // about 14 × 1,000 pages allocated, in a small file
+		cycle(fmt.Sprint("small", i), 40, false)
+	}
+	if st := s.db.Stats(); st.TxStats.GetPageCount() < limit {
+		t.Fatalf("only %d pages allocated: the test needs more than %d", st.TxStats.GetPageCount(), limit)
+	}
+	if renewals := renewalsOf(t, s); renewals != 0 {
+		t.Fatalf("%d reopens of a file smaller than the limit", renewals)
+	}
+	cycle("big", 400, true) // 40 MiB: the file grows past the limit
+	for i := range 12 {
+		cycle(fmt.Sprint("after", i), 40, false)
+	}
+	if renewals := renewalsOf(t, s); renewals == 0 {
+		t.Fatal("a file larger than the limit was never reopened")
+	}
+}
+
+// renewalsOf reads the commit loop's count of reopens: a write goes
+// through the loop after it, so reading it then is ordered after it.
+func renewalsOf(t *testing.T, s *Store) int {
+	t.Helper()
+	var n int
+	err := s.update(func(*bolt.Tx, *counts) error {
+		n = s.renew.renewals
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// A reopen that cannot take the file back (another process opened it in
+// between) fails every later call with ErrReopen and says why; nothing
+// committed is lost, and the file opens again once it is free.
+func TestRenewFails(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "db")
+	var other *bolt.DB
+	hook := func() {
+		if other != nil {
+			return
+		}
+		var err error
+		other, err = bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second})
+		if err != nil {
+			t.Errorf("the competing open: %v", err)
+		}
+	}
+	s, err := Open(path, Options{OpenTimeout: 100 * time.Millisecond, renewAfter: 16, renewHook: hook})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var stored []string
+	var insertErr error
+	for i := 0; i < 200 && insertErr == nil; i++ {
+		id := fmt.Sprintf("r-%03d", i)
+		if _, insertErr = s.Insert(ctx, []storage.Timeout{{ID: id, Destination: "d", DueAt: t0, Message: []byte{1}}}); insertErr == nil {
+			stored = append(stored, id)
+		}
+	}
+	if !errors.Is(insertErr, ErrReopen) || !strings.Contains(insertErr.Error(), "in use by another process") {
+		t.Fatalf("insert after the failed reopen: %v; want ErrReopen naming the lock", insertErr)
+	}
+	if _, err := s.Get(ctx, stored[0]); !errors.Is(err, ErrReopen) {
+		t.Fatalf("get after the failed reopen: %v; want ErrReopen", err)
+	}
+	if _, _, err := s.Stats(ctx); !errors.Is(err, ErrReopen) {
+		t.Fatalf("stats after the failed reopen: %v; want ErrReopen", err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatalf("close after the failed reopen: %v", err)
+	}
+	if other == nil {
+		t.Fatal("the hook never ran")
+	}
+	if err := other.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = open(t, path, nil)
+	for _, id := range stored {
+		if _, err := s.Get(ctx, id); err != nil {
+			t.Fatalf("%s, stored before the failure: %v", id, err)
+		}
+	}
+	if pending, _, err := s.Stats(ctx); err != nil || pending != len(stored) {
+		t.Fatalf("Stats = %d, %v; want %d", pending, err, len(stored))
+	}
+}
