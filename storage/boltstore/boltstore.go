@@ -89,10 +89,12 @@ type Options struct {
 	// file's reopens (renew.go); the zero value logs nothing.
 	Logger zerolog.Logger
 
-	// renewAfter replaces renewAfterAllocs, and renewHook runs inside each
-	// reopen (tests).
-	renewAfter int64
-	renewHook  func()
+	// Tests: renewAfter replaces renewAfterAllocs (and checks after every
+	// commit), renewMaxWait replaces renewMaxWait, and renewHook runs
+	// inside each reopen.
+	renewAfter   int64
+	renewMaxWait time.Duration
+	renewHook    func()
 }
 
 // Store is a storage.Store on a bbolt file.
@@ -201,9 +203,12 @@ func Open(path string, opts Options) (*Store, error) {
 		}
 		return nil, fmt.Errorf("boltstore: open %s: %w", path, err)
 	}
-	renew := renewer{limit: renewAfterAllocs, interval: renewCheckInterval, hook: opts.renewHook}
+	renew := renewer{limit: renewAfterAllocs, interval: renewCheckInterval, maxWait: renewMaxWait, hook: opts.renewHook}
 	if opts.renewAfter > 0 {
 		renew.limit, renew.interval = opts.renewAfter, 0
+	}
+	if opts.renewMaxWait > 0 {
+		renew.maxWait = opts.renewMaxWait
 	}
 	s := &Store{db: db, openTimeout: opts.OpenTimeout, log: opts.Logger, now: opts.Now, path: path, window: opts.CancelWindow, recovered: recovered,
 		ops: make(chan *op, maxGroup), loopDone: make(chan struct{}), trim: mapTrimmer{limit: mapTrimLimit, interval: mapTrimInterval}, leases: newLeaseTable(),
@@ -259,7 +264,7 @@ func (s *Store) Close() error {
 	s.closed = true
 	s.stopLoop() // no write is in flight: they hold s.mu
 	if s.db == nil {
-		return nil // a reopen failed (renew.go); there is nothing to close
+		return fmt.Errorf("boltstore: close: %w", s.dbErr) // nothing to close
 	}
 	if err := s.db.Close(); err != nil {
 		return fmt.Errorf("boltstore: close: %w", err)

@@ -173,6 +173,9 @@ func (s *Store) CountByDestination(ctx context.Context, soonFrom, soonTo time.Ti
 		return nil, err
 	}
 	defer exit()
+	if err := s.failed(); err != nil {
+		return nil, fmt.Errorf("boltstore: count by destination: %w", err) // not "still counting"
+	}
 	out := map[wire.Destination]storage.DestinationCount{}
 	s.dests.mu.Lock()
 	if !s.dests.done {

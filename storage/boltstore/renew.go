@@ -27,6 +27,9 @@ const (
 	renewAfterAllocs = 512 << 10
 	// renewCheckInterval is the least time between two checks.
 	renewCheckInterval = 10 * time.Second
+	// renewMaxWait is how long a due reopen waits for a moment when no
+	// read is in progress before it waits for the reads instead.
+	renewMaxWait = 30 * time.Second
 )
 
 // renewer decides when the commit loop reopens the file; it is used by
@@ -34,8 +37,10 @@ const (
 type renewer struct {
 	limit    int64 // page allocations; also the least file size in pages
 	interval time.Duration
+	maxWait  time.Duration
 	last     time.Time
-	renewals int           // for tests
+	due      time.Time     // a reopen is due since; zero: none
+	renewals int           // reopens tried, for tests
 	hook     func()        // tests: runs between the close and the open
 	took     time.Duration // the last reopen's pause
 }
@@ -45,31 +50,48 @@ type renewer struct {
 // dbMu for the moment it takes.
 func (s *Store) maybeRenew(now time.Time) {
 	r := &s.renew
-	if s.dbErr != nil || now.Sub(r.last) < r.interval {
+	if s.dbErr != nil {
 		return
 	}
-	r.last = now
-	st := s.db.Stats() // since this db's Open
-	if st.TxStats.GetPageCount() < r.limit {
-		return
+	if r.due.IsZero() {
+		if now.Sub(r.last) < r.interval {
+			return
+		}
+		r.last = now
+		st := s.db.Stats() // since this db's Open
+		if st.TxStats.GetPageCount() < r.limit {
+			return
+		}
+		fi, err := os.Stat(s.path)
+		if err != nil || fi.Size()/int64(s.db.Info().PageSize) < r.limit {
+			return
+		}
+		r.due = now
 	}
-	fi, err := os.Stat(s.path)
-	if err != nil || fi.Size()/int64(s.db.Info().PageSize) < r.limit {
-		return
+	// Waiting for a read in progress (a walk over every row, as Pause's,
+	// can take seconds at 10 M) would hold up every write and new read
+	// behind it. So the reopen takes a moment with no read in progress,
+	// after one of the next commits, and waits for the reads only once
+	// renewMaxWait has passed without one.
+	if !s.dbMu.TryLock() {
+		if now.Sub(r.due) < r.maxWait {
+			return
+		}
+		s.dbMu.Lock()
 	}
+	st := s.db.Stats()
 	start := time.Now()
-	s.dbMu.Lock()
-	err = s.reopen()
+	err := s.reopen()
 	s.dbMu.Unlock()
 	r.renewals++
-	r.took = time.Since(start)
+	r.took, r.due = time.Since(start), time.Time{}
 	if err != nil {
 		s.log.Error().Err(err).Msg("store file could not be reopened; every store call fails until the bridge restarts")
 		return
 	}
 	// Info: at most one line per renewCheckInterval, and only from a file
 	// of millions of rows; the pause is what an operator may look for.
-	s.log.Info().Dur("took", r.took).Int64("file_bytes", fi.Size()).Int64("page_allocations", st.TxStats.GetPageCount()).
+	s.log.Info().Dur("took", r.took).Int64("page_allocations", st.TxStats.GetPageCount()).
 		Msg("store file reopened to empty bbolt's page allocation map (reads and writes paused meanwhile)")
 }
 
@@ -105,4 +127,11 @@ func (s *Store) view(fn func(tx *bolt.Tx) error) error {
 		return s.dbErr
 	}
 	return s.db.View(fn)
+}
+
+// failed returns the error of a failed reopen, if any.
+func (s *Store) failed() error {
+	s.dbMu.RLock()
+	defer s.dbMu.RUnlock()
+	return s.dbErr
 }

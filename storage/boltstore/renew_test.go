@@ -239,8 +239,11 @@ func TestRenewFails(t *testing.T) {
 	if _, _, err := s.Stats(ctx); !errors.Is(err, ErrReopen) {
 		t.Fatalf("stats after the failed reopen: %v; want ErrReopen", err)
 	}
-	if err := s.Close(); err != nil {
-		t.Fatalf("close after the failed reopen: %v", err)
+	if _, err := s.CountByDestination(ctx, t0, t0); !errors.Is(err, ErrReopen) {
+		t.Fatalf("count by destination after the failed reopen: %v; want ErrReopen", err)
+	}
+	if err := s.Close(); !errors.Is(err, ErrReopen) {
+		t.Fatalf("close after the failed reopen: %v; want ErrReopen", err)
 	}
 	if other == nil {
 		t.Fatal("the hook never ran")
@@ -256,5 +259,63 @@ func TestRenewFails(t *testing.T) {
 	}
 	if pending, _, err := s.Stats(ctx); err != nil || pending != len(stored) {
 		t.Fatalf("Stats = %d, %v; want %d", pending, err, len(stored))
+	}
+}
+
+// A due reopen does not wait for a long read (a walk over every row can
+// take seconds): writes go on meanwhile, and the file is reopened after
+// the read ends.
+func TestRenewWaitsForNoRead(t *testing.T) {
+	s, err := Open(filepath.Join(t.TempDir(), "db"), Options{renewAfter: 16, renewMaxWait: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	insert := func(id string) {
+		t.Helper()
+		done := make(chan error, 1)
+		go func() {
+			_, err := s.Insert(ctx, []storage.Timeout{{ID: id, Destination: "d", DueAt: t0, Message: []byte{1}}})
+			done <- err
+		}()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("insert %s blocked behind a due reopen", id)
+		}
+	}
+	inRead, endRead := make(chan struct{}), make(chan struct{})
+	release := sync.OnceFunc(func() { close(endRead) })
+	defer release() // before Close, which would wait for a blocked insert
+	readDone := make(chan error, 1)
+	go func() {
+		readDone <- s.view(func(*bolt.Tx) error {
+			close(inRead)
+			<-endRead
+			return nil
+		})
+	}()
+	<-inRead
+	for i := range 100 { // far more page allocations than renewAfter
+		insert(fmt.Sprintf("during-%03d", i))
+	}
+	if n := renewalsOf(t, s); n != 0 {
+		t.Fatalf("%d reopens while a read was in progress", n)
+	}
+	release()
+	if err := <-readDone; err != nil {
+		t.Fatal(err)
+	}
+	for i := range 10 {
+		insert(fmt.Sprintf("after-%03d", i))
+	}
+	if n := renewalsOf(t, s); n == 0 {
+		t.Fatal("no reopen after the read ended")
+	}
+	if pending, _, err := s.Stats(ctx); err != nil || pending != 110 {
+		t.Fatalf("Stats = %d, %v; want 110", pending, err)
 	}
 }
