@@ -20,10 +20,11 @@ import (
 // (counts.dests) after it succeeded, and a goroutine started by Open counts
 // the rows already in the file, in the background, so Open does not wait
 // for it: it reads each record's destination in place (rowDest), without
-// copying, in steps of destScanStep records (BenchmarkOpenCount times it). Each step runs as a write of the group
-// commit, reading the file as the last commit left it (a read transaction
-// opened inside the write, so it sees none of its group's changes), and
-// holds the writer only for that read. The count is exact: a row below the
+// copying, in steps of destScanStep records (BenchmarkOpenCount times it).
+// Each step runs as a write of the group commit, reading the file as the
+// last commit left it (a read transaction opened inside the write, so it
+// sees none of its group's changes), and holds the writer only for that
+// read. The count is exact: a row below the
 // scan's cursor (a sequence of bucket rows: a row keeps its sequence while
 // it is rescheduled or retried, and a new row gets a higher one) is counted
 // by the scan and then followed by the deltas; a row above it is left to
