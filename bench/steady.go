@@ -25,6 +25,7 @@ const (
 	steadyMaxDelay     = 5 * time.Second
 	steadySearchStart  = 1000
 	steadySearchStep   = 500
+	steadySearchFloor  = 250 // below the start, the search halves down to this
 	steadySearchP99    = 10 * time.Millisecond
 	steadyMaxRatio     = 5.0                    // bridge p99 within 5× of the hop at 2R
 	steadyBehindLag    = 100 * time.Millisecond // p99 send lag beyond which the publisher fell behind
@@ -293,29 +294,59 @@ func (b *bencher) steadySearch(ctx context.Context, p *bridgeProc, st *SteadySto
 	if s.Ceiling > 0 {
 		limit = int(2 * s.Ceiling)
 	}
-	for r := steadySearchStart; r <= limit; r += steadySearchStep {
-		var leg *SteadyLeg
+	err := searchRates(s, limit, func(r int) (*SteadyLeg, error) {
 		for _, sr := range st.Rates {
 			if sr.Rate == r {
-				leg = sr.Bridge
+				return sr.Bridge, nil
 			}
 		}
-		if leg == nil {
-			var err error
-			if leg, err = b.steadyBridge(ctx, p, st, r); err != nil {
-				return err
-			}
+		return b.steadyBridge(ctx, p, st, r)
+	}, func(pt SteadyPoint) {
+		b.logf("   steady search %s %d/s: p99 %.1f ms, publisher behind %v: %s", st.Store, pt.Rate, pt.P99Ms, pt.Behind, verdict(pt.Pass))
+	})
+	if s.Ceiling > 0 {
+		s.Ratio = float64(s.Best) / s.Ceiling
+	}
+	return err
+}
+
+// searchRates fills s.Steps and s.Best: up from steadySearchStart by
+// steadySearchStep to limit while each rate passes; when even the start
+// misses, down by halves to steadySearchFloor until one passes, so that a
+// machine slower than the start still gets a figure rather than none.
+func searchRates(s *SteadySearch, limit int, measure func(r int) (*SteadyLeg, error), report func(SteadyPoint)) error {
+	try := func(r int) (bool, error) {
+		leg, err := measure(r)
+		if err != nil {
+			return false, err
 		}
 		pt := SteadyPoint{Rate: r, P99Ms: leg.P99Ms, MaxMs: leg.MaxMs, Behind: leg.Pace.Behind, Missing: leg.Missing, Pass: searchPass(leg)}
 		s.Steps = append(s.Steps, pt)
-		b.logf("   steady search %s %d/s: p99 %.1f ms, publisher behind %v: %s", st.Store, r, pt.P99Ms, pt.Behind, verdict(pt.Pass))
-		if !pt.Pass {
+		report(pt)
+		if pt.Pass {
+			s.Best = r
+		}
+		return pt.Pass, nil
+	}
+	for r := steadySearchStart; r <= limit; r += steadySearchStep {
+		pass, err := try(r)
+		if err != nil {
+			return err
+		}
+		if !pass {
 			break
 		}
-		s.Best = r
 	}
-	if s.Ceiling > 0 {
-		s.Ratio = float64(s.Best) / s.Ceiling
+	if s.Best > 0 {
+		return nil
+	}
+	for r := steadySearchStart / 2; r >= steadySearchFloor; r /= 2 {
+		if r > limit {
+			continue
+		}
+		if pass, err := try(r); err != nil || pass {
+			return err
+		}
 	}
 	return nil
 }

@@ -2,7 +2,9 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -230,4 +232,57 @@ func TestSteadyExpectsOnlyPublished(t *testing.T) {
 	if leg.Expected != 7 || leg.Missing != 1 {
 		t.Errorf("counted: expected %d, missing %d; want 7, 1", leg.Expected, leg.Missing)
 	}
+}
+
+// TestSearchRates: the search climbs while rates pass, and halves down from
+// the start when even the start misses.
+func TestSearchRates(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		p99   map[int]float64 // rate → p99 ms; absent: fails the test
+		limit int
+		steps []int
+		best  int
+	}{
+		{"climbs to the last pass", map[int]float64{1000: 4, 1500: 8, 2000: 12}, 50000, []int{1000, 1500, 2000}, 1500},
+		{"stops at the limit", map[int]float64{1000: 4, 1500: 8}, 1500, []int{1000, 1500}, 1500},
+		{"halves down when the start misses", map[int]float64{1000: 10.1, 500: 9}, 50000, []int{1000, 500}, 500},
+		{"down to the floor", map[int]float64{1000: 30, 500: 20, 250: 11}, 50000, []int{1000, 500, 250}, 0},
+		{"a limit under the start", map[int]float64{250: 3}, 400, []int{250}, 250},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var s SteadySearch
+			var reported []int
+			err := searchRates(&s, tc.limit, func(r int) (*SteadyLeg, error) {
+				p99, ok := tc.p99[r]
+				if !ok {
+					t.Fatalf("rate %d measured", r)
+				}
+				return &SteadyLeg{Lateness: Lateness{Received: 1, Percentiles: Percentiles{P99Ms: p99}}}, nil
+			}, func(pt SteadyPoint) { reported = append(reported, pt.Rate) })
+			if err != nil {
+				t.Fatal(err)
+			}
+			var steps []int
+			for _, pt := range s.Steps {
+				steps = append(steps, pt.Rate)
+			}
+			if !slices.Equal(steps, tc.steps) || !slices.Equal(reported, tc.steps) || s.Best != tc.best {
+				t.Errorf("steps %v, reported %v, best %d; want steps %v, best %d", steps, reported, s.Best, tc.steps, tc.best)
+			}
+		})
+	}
+	t.Run("a failed measurement ends the search", func(t *testing.T) {
+		var s SteadySearch
+		boom := errors.New("broker gone")
+		err := searchRates(&s, 50000, func(r int) (*SteadyLeg, error) {
+			if r == 1000 {
+				return &SteadyLeg{Lateness: Lateness{Received: 1, Percentiles: Percentiles{P99Ms: 20}}}, nil
+			}
+			return nil, boom
+		}, func(SteadyPoint) {})
+		if !errors.Is(err, boom) || len(s.Steps) != 1 || s.Best != 0 {
+			t.Errorf("err %v, steps %v, best %d", err, s.Steps, s.Best)
+		}
+	})
 }
