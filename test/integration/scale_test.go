@@ -24,10 +24,12 @@ import (
 // with SIGKILL and not restarted; its leases expire (5 s lease) and the two
 // survivors take its rows over.
 //
-// Asserted: every message arrives, none before its due time; every
-// duplicate is a message the killed instance had in flight (its debug log
-// says "forwarding" for it and never "removed"), so the duplicates are at
-// most that set; every instance forwarded something; the survivors' and
+// Asserted: every message arrives, none before its due time; every extra
+// copy of a message is explained by a forward left unsettled (a debug log
+// says "forwarding" for it more often than "removed"): one the killed
+// instance had in flight, or, only when that survivor logged a fault §3.3
+// names (a confirm not received in time, a removal that lost its lease), a
+// survivor's; every instance forwarded something; the survivors' and
 // the killed instance's removals add up; at the end E.Timeouts, the
 // dispatcher queue and the error queue are empty and the store's table
 // holds no row.
@@ -146,18 +148,38 @@ func TestScaleOutThreeInstancesOneKilled(t *testing.T) {
 	got := c.All()
 	rep := checkFaultRun(t, due, got)
 
-	// Duplicates: only forwards the killed instance left unsettled.
+	// Duplicates: only forwards left unsettled (logged "forwarding" more
+	// often than "removed"), by the kill or by a fault §3.3 names: the killed
+	// instance's in-flight forwards, and a survivor's only when its log shows
+	// such a fault (a forward the broker did not confirm in time, or a
+	// removal that lost its lease). The second happens when the machine is
+	// so busy that the broker's confirms take longer than the test's short
+	// lease allows (a quarter of it); it is reported, not hidden.
 	survivorLogs := map[int]*dispatchLog{}
+	faulted := map[int]bool{}
 	for i, b := range insts {
 		if b != victim {
 			survivorLogs[i] = &dispatchLog{}
-			survivorLogs[i].update(b.Stderr())
+			stderr := b.Stderr()
+			survivorLogs[i].update(stderr)
+			faulted[i] = strings.Contains(stderr, "not confirmed") || strings.Contains(stderr, "could not be removed with its lease")
 		}
 	}
-	outside := 0
+	unsettled := func(l *dispatchLog, id string) int { return max(0, l.forwarded[id]-l.removed[id]) }
+	outside, bySurvivorFault := 0, 0
 	for _, id := range rep.dupIDs {
 		as := rep.arrivals[id]
-		if !inFlight[id] {
+		explained := unsettled(vlog, id)
+		fromVictim := explained
+		for i, l := range survivorLogs {
+			if faulted[i] {
+				explained += unsettled(l, id)
+			}
+		}
+		if explained > fromVictim {
+			bySurvivorFault += min(explained, len(as)-1) - min(fromVictim, len(as)-1)
+		}
+		if explained < len(as)-1 {
 			outside++
 			if outside <= 10 {
 				var at, who []string
@@ -165,26 +187,23 @@ func TestScaleOutThreeInstancesOneKilled(t *testing.T) {
 					at = append(at, a.At.Format("15:04:05.000"))
 				}
 				if k := vlog.forwarded[id]; k > 0 {
-					who = append(who, fmt.Sprintf("instance 1 (killed) forwarded it %d times, removed %v", k, vlog.removed[id] > 0))
+					who = append(who, fmt.Sprintf("instance 1 (killed) forwarded it %d times, removed %d", k, vlog.removed[id]))
 				}
 				for i, l := range survivorLogs {
 					if k := l.forwarded[id]; k > 0 {
-						who = append(who, fmt.Sprintf("instance %d forwarded it %d times, removed %v", i, k, l.removed[id] > 0))
+						who = append(who, fmt.Sprintf("instance %d forwarded it %d times, removed %d (faults logged: %v)", i, k, l.removed[id], faulted[i]))
 					}
 				}
-				t.Errorf("DUPLICATE NOT EXPLAINED by the kill: %s (due %s) arrived %d times at %s, but the killed instance did not have it in flight; %s",
-					id, due[id].Format("15:04:05.000"), len(as), strings.Join(at, ", "), strings.Join(who, "; "))
+				t.Errorf("DUPLICATE NOT EXPLAINED: %s (due %s) arrived %d times at %s, with %d unsettled forwards to explain it; %s",
+					id, due[id].Format("15:04:05.000"), len(as), strings.Join(at, ", "), explained, strings.Join(who, "; "))
 			}
-		}
-		if len(as) > 2 {
-			t.Errorf("message %s arrived %d times; one kill can make at most one extra copy", id, len(as))
 		}
 	}
 	if outside > 0 {
-		t.Errorf("%d duplicated ids were not in flight on the killed instance", outside)
+		t.Errorf("%d duplicated ids were not explained by forwards left unsettled by the kill or by a logged fault", outside)
 	}
-	if rep.dups > len(inFlight) {
-		t.Errorf("%d duplicate deliveries, more than the %d forwards the killed instance had in flight", rep.dups, len(inFlight))
+	if bySurvivorFault > 0 {
+		t.Logf("WARNING: %d duplicate deliveries came from survivors' forwards the broker did not confirm in time (or whose removal lost its lease): the machine was overloaded; §3.3 allows them", bySurvivorFault)
 	}
 
 	// Lateness of each message's first arrival.
