@@ -1356,7 +1356,7 @@ func (b *bencher) stepScale(ctx context.Context) error {
 	if err == nil {
 		// Intake and delivery at once, with n pending.
 		res.SteadyRate = b.opts.ScaleSteadyRate
-		res.Steady, err = b.steadyBridge(ctx, p, &SteadyStore{Store: "bbolt-scale"}, res.SteadyRate)
+		res.Steady, err = b.steadyBridge(ctx, p, &SteadyStore{Store: "bbolt-scale"}, nil, res.SteadyRate)
 	}
 	var varsTook time.Duration
 	_, res.HeapPeak, res.HeapAvailable, varsTook = s.finish()

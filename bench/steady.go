@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"sync"
@@ -64,9 +65,68 @@ type SteadyRate struct {
 // SteadyLeg is one paced run: how the publisher kept pace and, at the
 // consumer, the lateness (bridge: receive − due; hop: receive − send).
 type SteadyLeg struct {
-	Pace Pace `json:"pace"`
+	Pace Pace    `json:"pace"`
+	CPU  *LegCPU `json:"cpu,omitempty"` // nil: not measured (no /proc)
 	Lateness
 }
+
+// LegCPU is where the machine's CPU went while a leg ran at its full rate,
+// in cores (CPU seconds per second of the window): the bridge's from
+// steadyProfileStart after its first send, when deliveries have reached
+// the full rate, to its last send; a hop's from its first send to its
+// last. Busy and Steal are shares of all the machine's CPUs. Steal is time
+// the hypervisor gave to other guests while this one had work to run: on
+// a shared cloud machine it makes a tail that nothing here causes, so a
+// figure read without it can blame the bridge (or the broker) wrongly.
+type LegCPU struct {
+	WindowS  float64 `json:"window_s"`
+	Bridge   float64 `json:"bridge_cores"` // -1: unknown
+	Broker   float64 `json:"broker_cores"`
+	Postgres float64 `json:"postgres_cores,omitempty"`
+	Bench    float64 `json:"bench_cores"`
+	Other    float64 `json:"other_cores"` // busy time none of the above took
+	Busy     float64 `json:"machine_busy"`
+	Steal    float64 `json:"machine_steal"`
+}
+
+// legCPU is the CPU between two samples of one bridge (nil: no time
+// between them).
+func legCPU(a, b cpuSample) *LegCPU {
+	var ph ScaleOutPhase
+	ph.cpu(a, b)
+	wall := float64(b.machine.total-a.machine.total) / clockTicks / float64(max(runtime.NumCPU(), 1))
+	if wall <= 0 {
+		return nil
+	}
+	c := &LegCPU{WindowS: wall, Bridge: -1, Broker: ph.BrokerCPUSeconds / wall, Postgres: ph.PostgresCPUSeconds / wall,
+		Bench: ph.BenchCPUSeconds / wall, Other: ph.otherCPUSeconds() / wall, Busy: ph.MachineBusy, Steal: ph.MachineSteal}
+	if len(ph.BridgeCPUSeconds) == 1 && ph.BridgeCPUSeconds[0] >= 0 {
+		c.Bridge = ph.BridgeCPUSeconds[0] / wall
+	}
+	return c
+}
+
+// String is the leg's CPU as the step's log and table show it.
+func (c *LegCPU) String() string {
+	if c == nil {
+		return "-"
+	}
+	bridge := "?"
+	if c.Bridge >= 0 {
+		bridge = fmt.Sprintf("%.2f", c.Bridge)
+	}
+	s := fmt.Sprintf("bridge %s, broker %.2f", bridge, c.Broker)
+	if c.Postgres > 0 {
+		s += fmt.Sprintf(", postgres %.2f", c.Postgres)
+	}
+	return s + fmt.Sprintf(", bench %.2f, other %.2f cores; machine busy %.0f%%, steal %.1f%%",
+		c.Bench, c.Other, 100*c.Busy, 100*c.Steal)
+}
+
+// steadyStealWarn: above this share of the CPUs stolen by the hypervisor
+// during a leg, the step warns that the leg's tail is the host's as much
+// as this machine's.
+const steadyStealWarn = 0.02
 
 // SteadySearch is the highest rate at which the bridge's p99 stayed within
 // steadySearchP99 with the publisher keeping pace.
@@ -235,6 +295,7 @@ func (b *bencher) steadyStore(ctx context.Context, st *SteadyStore) error {
 			return err
 		}
 	}
+	var pg *scaleOutPg // nil: bbolt
 	if st.Store == "postgres" {
 		if b.opts.PostgresURL == "" {
 			st.Skipped = "no PostgreSQL URL (--postgres-url or $DELAYBRIDGE_TEST_POSTGRES_URL)"
@@ -247,7 +308,8 @@ func (b *bencher) steadyStore(ctx context.Context, st *SteadyStore) error {
 		}
 		defer conn.Close(context.WithoutCancel(ctx))
 		schema := "bench_" + b.runID + "_steady"
-		defer b.dropSchema(ctx, &scaleOutPg{conn: conn, schema: schema})
+		pg = &scaleOutPg{conn: conn, schema: schema, appName: appName}
+		defer b.dropSchema(ctx, pg)
 		env["DELAYBRIDGE_STORE"] = "postgres"
 		env["DELAYBRIDGE_POSTGRES_URL"] = withAppName(b.opts.PostgresURL, appName)
 		env["DELAYBRIDGE_POSTGRES_SCHEMA"] = schema
@@ -262,13 +324,13 @@ func (b *bencher) steadyStore(ctx context.Context, st *SteadyStore) error {
 	for _, r := range b.opts.SteadyRates {
 		sr := &SteadyRate{Rate: r}
 		st.Rates = append(st.Rates, sr)
-		if sr.Bridge, err = b.steadyBridge(ctx, p, st, r); err != nil {
+		if sr.Bridge, err = b.steadyBridge(ctx, p, st, pg, r); err != nil {
 			return err
 		}
-		if sr.Hop, err = b.steadyHop(ctx, label, r); err != nil {
+		if sr.Hop, err = b.steadyHop(ctx, p, pg, label, r); err != nil {
 			return err
 		}
-		if sr.Hop2, err = b.steadyHop(ctx, label, 2*r); err != nil {
+		if sr.Hop2, err = b.steadyHop(ctx, p, pg, label, 2*r); err != nil {
 			return err
 		}
 		sr.RatioP99 = steadyRatio(sr.Bridge.P99Ms, sr.Hop2.P99Ms)
@@ -276,7 +338,7 @@ func (b *bencher) steadyStore(ctx context.Context, st *SteadyStore) error {
 			st.Store, r, sr.Bridge.P99Ms, sr.Hop.P99Ms, r, sr.Hop2.P99Ms, 2*r, sr.RatioP99)
 	}
 	if b.opts.SteadySearch {
-		return b.steadySearch(ctx, p, st)
+		return b.steadySearch(ctx, p, st, pg)
 	}
 	return nil
 }
@@ -284,7 +346,7 @@ func (b *bencher) steadyStore(ctx context.Context, st *SteadyStore) error {
 // steadySearch steps R up from steadySearchStart by steadySearchStep until
 // the bridge's p99 exceeds steadySearchP99 or the publisher cannot keep up,
 // reusing the rates already measured.
-func (b *bencher) steadySearch(ctx context.Context, p *bridgeProc, st *SteadyStore) error {
+func (b *bencher) steadySearch(ctx context.Context, p *bridgeProc, st *SteadyStore, pg *scaleOutPg) error {
 	s := &SteadySearch{}
 	st.Search = s
 	if c := b.res.Ceiling; c != nil {
@@ -300,7 +362,7 @@ func (b *bencher) steadySearch(ctx context.Context, p *bridgeProc, st *SteadySto
 				return sr.Bridge, nil
 			}
 		}
-		return b.steadyBridge(ctx, p, st, r)
+		return b.steadyBridge(ctx, p, st, pg, r)
 	}, func(pt SteadyPoint) {
 		b.logf("   steady search %s %d/s: p99 %.1f ms, publisher behind %v: %s", st.Store, pt.Rate, pt.P99Ms, pt.Behind, verdict(pt.Pass))
 	})
@@ -354,7 +416,7 @@ func searchRates(s *SteadySearch, limit int, measure func(r int) (*SteadyLeg, er
 // steadyBridge publishes R a second for the step's duration through bridge
 // p, each due U[1 s, 5 s] after its send, to four destination queues, and
 // measures the lateness at their consumer.
-func (b *bencher) steadyBridge(ctx context.Context, p *bridgeProc, st *SteadyStore, r int) (*SteadyLeg, error) {
+func (b *bencher) steadyBridge(ctx context.Context, p *bridgeProc, st *SteadyStore, pg *scaleOutPg, r int) (*SteadyLeg, error) {
 	label := fmt.Sprintf("%s-%s-%d", StepSteady, st.Store, r)
 	dests := make([]string, steadyDests)
 	for k := range dests {
@@ -371,6 +433,13 @@ func (b *bencher) steadyBridge(ctx context.Context, p *bridgeProc, st *SteadySto
 	b.logf("   steady %s: %d/s for %v (%d messages), due 1–5 s after each send", st.Store, r, b.opts.SteadyDuration, n)
 	var prof sync.WaitGroup
 	start := time.Now()
+	// The CPU sample at the window's start is taken meanwhile; cancelled,
+	// it returns at once, and it is always waited for, as it may use pg's
+	// connection.
+	sctx, stopSample := context.WithCancel(ctx)
+	defer stopSample()
+	c0 := make(chan cpuSample, 1)
+	go func() { c0 <- b.cpuAt(sctx, []*bridgeProc{p}, pg, b.steadyFrom(start)) }()
 	if b.opts.SteadyProfile != "" {
 		prof.Add(1)
 		go func() {
@@ -392,10 +461,13 @@ func (b *bencher) steadyBridge(ctx context.Context, p *bridgeProc, st *SteadySto
 		return outgoing{key: p.timeoutsQueue(), msg: b.message(dest, i, due, dest)}
 	})
 	if err != nil {
+		stopSample()
+		<-c0
 		col.stop(0)
 		prof.Wait()
 		return nil, err
 	}
+	leg.CPU = legCPU(<-c0, cpuNow(ctx, []*bridgeProc{p}, pg))
 	col.expect(leg.Pace.Published)
 	if !col.wait(ctx, pub.End.Add(steadyMaxDelay+collectGrace)) && ctx.Err() == nil {
 		b.warnf("steady %s %d/s: %d of %d delivered %v after the last due time", st.Store, r, col.received(), leg.Pace.Published, collectGrace)
@@ -405,13 +477,15 @@ func (b *bencher) steadyBridge(ctx context.Context, p *bridgeProc, st *SteadySto
 	prof.Wait()
 	b.logf("   steady %s %d/s: publish %.0f/s (lag p99 %.1f ms, behind %v); p50 %.1f ms, p99 %.1f ms, p99.9 %.1f ms, max %.1f ms, early %d, dups %d, missing %d",
 		st.Store, r, leg.Pace.Rate, leg.Pace.LagP99Ms, leg.Pace.Behind, leg.P50Ms, leg.P99Ms, leg.P999Ms, leg.MaxMs, leg.Early, leg.Duplicates, leg.Missing)
+	b.legCPUf(fmt.Sprintf("steady %s %d/s", st.Store, r), leg.CPU)
 	return leg, ctx.Err()
 }
 
 // steadyHop is the broker's own single hop at r a second: published
 // straight to a plain queue with the send time as bench-due, so the
-// lateness at the consumer is the latency.
-func (b *bencher) steadyHop(ctx context.Context, label string, r int) (*SteadyLeg, error) {
+// lateness at the consumer is the latency. Bridge p, idle meanwhile, and
+// pg are sampled for the leg's CPU.
+func (b *bencher) steadyHop(ctx context.Context, p *bridgeProc, pg *scaleOutPg, label string, r int) (*SteadyLeg, error) {
 	q := b.name(label, "hop", strconv.Itoa(r))
 	if err := b.declareQueue(q, nil); err != nil {
 		return nil, err
@@ -421,6 +495,7 @@ func (b *bencher) steadyHop(ctx context.Context, label string, r int) (*SteadyLe
 	if err != nil {
 		return nil, err
 	}
+	c0 := cpuNow(ctx, []*bridgeProc{p}, pg)
 	leg, pub, err := b.paced(ctx, time.Now(), r, n, func(i int, now time.Time) outgoing {
 		return outgoing{key: q, msg: b.message(q, i, now, q)}
 	})
@@ -428,6 +503,7 @@ func (b *bencher) steadyHop(ctx context.Context, label string, r int) (*SteadyLe
 		col.stop(0)
 		return nil, err
 	}
+	leg.CPU = legCPU(c0, cpuNow(ctx, []*bridgeProc{p}, pg))
 	col.expect(leg.Pace.Published)
 	if !col.wait(ctx, pub.End.Add(collectGrace)) && ctx.Err() == nil {
 		b.warnf("steady hop %d/s: %d of %d delivered %v after the last publish", r, col.received(), leg.Pace.Published, collectGrace)
@@ -437,6 +513,7 @@ func (b *bencher) steadyHop(ctx context.Context, label string, r int) (*SteadyLe
 	_ = b.deleteQueue(q)
 	b.logf("   steady hop %d/s: publish %.0f/s (behind %v); latency p50 %.2f ms, p99 %.2f ms, p99.9 %.2f ms, max %.1f ms, missing %d",
 		r, leg.Pace.Rate, leg.Pace.Behind, leg.P50Ms, leg.P99Ms, leg.P999Ms, leg.MaxMs, leg.Missing)
+	b.legCPUf(fmt.Sprintf("steady hop %d/s", r), leg.CPU)
 	return leg, ctx.Err()
 }
 
@@ -476,15 +553,34 @@ func (l *SteadyLeg) counted(c Lateness) {
 	l.Lateness = c
 }
 
+// steadyFrom is when a bridge leg started at start reaches its full rate of
+// deliveries (steadyProfileStart later), or start in a run too short to
+// leave a second after that.
+func (b *bencher) steadyFrom(start time.Time) time.Time {
+	if b.opts.SteadyDuration-steadyProfileStart < 2*time.Second {
+		return start
+	}
+	return start.Add(steadyProfileStart)
+}
+
+// legCPUf logs a leg's CPU, and warns when the hypervisor took a share of
+// the CPUs that disturbs its figures.
+func (b *bencher) legCPUf(leg string, c *LegCPU) {
+	if c == nil {
+		return
+	}
+	b.logf("   %s: CPU %s", leg, c)
+	if c.Steal > steadyStealWarn {
+		b.warnf("%s: the hypervisor took %.1f%% of the CPUs (steal); the tail is partly the host's", leg, 100*c.Steal)
+	}
+}
+
 // steadyProfile fetches a CPU profile of the bridge over the part of the
 // run where intake and delivery both run at the full rate, and saves it as
 // DIR/steady[-postgres]-R.pprof.
 func (b *bencher) steadyProfile(ctx context.Context, p *bridgeProc, store string, r int, start time.Time) (string, error) {
-	secs := int((b.opts.SteadyDuration - steadyProfileStart - time.Second) / time.Second)
-	from := start.Add(steadyProfileStart)
-	if secs < 1 { // a short run: profile most of it
-		secs, from = max(int(b.opts.SteadyDuration/time.Second)-1, 1), start
-	}
+	from := b.steadyFrom(start)
+	secs := max(int((b.opts.SteadyDuration-from.Sub(start)-time.Second)/time.Second), 1)
 	select {
 	case <-ctx.Done():
 		return "", ctx.Err()

@@ -22,6 +22,14 @@ func fmtPace(p Pace) string {
 	return s
 }
 
+// fmtBusy is the machine's busy and stolen shares of a leg's CPU.
+func fmtBusy(c *LegCPU) string {
+	if c == nil {
+		return "-"
+	}
+	return fmt.Sprintf("%.0f%% / %.1f%%", 100*c.Busy, 100*c.Steal)
+}
+
 // steadyRows are the steady step's table rows: per store and rate the
 // bridge's lateness, its counts, the publisher's pace, the broker's own hop
 // at R and 2R and the p99 ratio; then the search.
@@ -52,6 +60,9 @@ func steadyRows(s *Steady) []Row {
 				add("  early / duplicates / missing", fmt.Sprintf("%d / %d / %d of %d", l.Early, l.Duplicates, l.Missing, l.Expected),
 					"0", verdict(l.Early+l.Duplicates+l.Missing == 0))
 				add("  publisher (bridge)", fmtPace(l.Pace), "", "")
+				if l.CPU != nil {
+					add("  CPU, intake and delivery at full rate", l.CPU.String(), "", "")
+				}
 			}
 			if r.Hop != nil {
 				add(fmt.Sprintf("  broker hop at %s: latency p50 / p99 / p99.9 / max", FmtRate(float64(r.Rate))), fmtPct(r.Hop), "", "")
@@ -60,6 +71,9 @@ func steadyRows(s *Steady) []Row {
 				add(fmt.Sprintf("  broker hop at %s: latency p50 / p99 / p99.9 / max", FmtRate(float64(2*r.Rate))), fmtPct(r.Hop2), "", "")
 				if r.Hop2.Pace.Behind {
 					add("  publisher (hop at 2R)", fmtPace(r.Hop2.Pace), "", "")
+				}
+				if r.Hop2.CPU != nil {
+					add("  CPU, hop at 2R", r.Hop2.CPU.String(), "", "")
 				}
 			}
 			if r.RatioP99 > 0 {
@@ -92,7 +106,7 @@ func FormatSteady(r *Results) string {
 	if s == nil {
 		return ""
 	}
-	cells := [][]string{{"steady", "rate", "sent/s", "bridge p50", "p99", "p99.9", "max", "early/dup/miss", "hop p99 at R", "at 2R", "p99 / hop(2R)"}}
+	cells := [][]string{{"steady", "rate", "sent/s", "bridge p50", "p99", "p99.9", "max", "early/dup/miss", "hop p99 at R", "at 2R", "p99 / hop(2R)", "busy / steal"}}
 	for _, st := range s.Stores {
 		for _, x := range st.Rates {
 			l := x.Bridge
@@ -111,7 +125,7 @@ func FormatSteady(r *Results) string {
 				hop2 = FmtMs(x.Hop2.P99Ms)
 			}
 			cells = append(cells, []string{st.Store, FmtRate(float64(x.Rate)), sent, FmtMs(l.P50Ms), FmtMs(l.P99Ms), FmtMs(l.P999Ms),
-				FmtMs(l.MaxMs), fmt.Sprintf("%d/%d/%d", l.Early, l.Duplicates, l.Missing), hop, hop2, FmtRatio(x.RatioP99)})
+				FmtMs(l.MaxMs), fmt.Sprintf("%d/%d/%d", l.Early, l.Duplicates, l.Missing), hop, hop2, FmtRatio(x.RatioP99), fmtBusy(l.CPU)})
 		}
 	}
 	if len(cells) == 1 {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -206,6 +207,51 @@ func TestSteadyRows(t *testing.T) {
 	table := FormatSteady(r)
 	if !strings.Contains(table, "bbolt") || !strings.Contains(table, "6.00×") || strings.Contains(table, "postgres") {
 		t.Errorf("FormatSteady:\n%s", table)
+	}
+	for _, row := range rows {
+		if strings.Contains(row.Metric, "CPU") {
+			t.Errorf("a leg without CPU figures has a CPU row: %+v", row)
+		}
+	}
+
+	bridge.CPU = &LegCPU{WindowS: 15, Bridge: 0.5, Broker: 0.9, Bench: 0.3, Other: 0.05, Busy: 0.875, Steal: 0.031}
+	hop.CPU = &LegCPU{WindowS: 20, Bridge: -1, Broker: 0.8, Postgres: 0.1, Bench: 0.25, Busy: 0.6, Steal: 0.002}
+	rows = BuildRows(r)
+	if row := find("CPU, intake and delivery"); row.Value != "bridge 0.50, broker 0.90, bench 0.30, other 0.05 cores; machine busy 88%, steal 3.1%" {
+		t.Errorf("bridge CPU row %+v", row)
+	}
+	if row := find("CPU, hop at 2R"); row.Value != "bridge ?, broker 0.80, postgres 0.10, bench 0.25, other 0.00 cores; machine busy 60%, steal 0.2%" {
+		t.Errorf("hop CPU row %+v", row)
+	}
+	if table := FormatSteady(r); !strings.Contains(table, "88% / 3.1%") {
+		t.Errorf("FormatSteady without the machine's busy and steal shares:\n%s", table)
+	}
+}
+
+// legCPU turns two samples into cores over the window, from the machine's
+// own clock (all CPUs' ticks), so a late sample does not inflate it.
+func TestLegCPU(t *testing.T) {
+	ncpu := int64(max(runtime.NumCPU(), 1))
+	// 10 s on every CPU: the bridge took 5 CPU s, the broker 9, the bench
+	// 3, PostgreSQL 1; the machine was busy 20 CPU s and had 1 stolen.
+	total := 10 * clockTicks * ncpu
+	a := cpuSample{procs: []int64{1000}, postgres: map[int]int64{7: 0}, pgExited: -1, broker: 500, bench: 40,
+		machine: machineCPU{busy: 100, steal: 10, total: 5000}}
+	b := cpuSample{procs: []int64{1500}, postgres: map[int]int64{7: 100}, pgExited: -1, broker: 1400, bench: 340,
+		machine: machineCPU{busy: 2100, steal: 110, total: 5000 + total}}
+	c := legCPU(a, b)
+	near := func(got, want float64) bool { return math.Abs(got-want) < 1e-9 }
+	if c == nil || !near(c.WindowS, 10) || !near(c.Bridge, 0.5) || !near(c.Broker, 0.9) || !near(c.Bench, 0.3) ||
+		!near(c.Postgres, 0.1) || !near(c.Other, 0.2) ||
+		!near(c.Busy, 2000/float64(total)) || !near(c.Steal, 100/float64(total)) {
+		t.Errorf("legCPU = %+v", c)
+	}
+	b.procs[0] = -1 // the bridge's /proc/PID/stat unreadable
+	if c := legCPU(a, b); c == nil || c.Bridge != -1 {
+		t.Errorf("bridge unknown: legCPU = %+v, want Bridge -1", c)
+	}
+	if c := legCPU(a, a); c != nil {
+		t.Errorf("no time between the samples: legCPU = %+v, want nil", c)
 	}
 }
 
