@@ -277,6 +277,7 @@ type Punctual struct {
 	StoredMarginMs float64 `json:"stored_margin_ms"` // first due minus all stored (negative: stored late)
 	Stored         bool    `json:"stored_before_first_due"`
 	Method         string  `json:"method"`
+	CPU            *LegCPU `json:"cpu,omitempty"` // first due time to last delivery
 	Lateness
 }
 
@@ -961,13 +962,15 @@ func (b *bencher) punctual(ctx context.Context, p *bridgeProc, label string, n i
 	if err := b.declareQueue(dest, nil); err != nil {
 		return nil, err
 	}
-	run, err := b.timed(ctx, p, timedWorkload{label: label, n: n, window: window, dest: dest,
+	run, err := b.timed(ctx, p, timedWorkload{label: label, n: n, window: window, dest: dest, cpu: true,
 		build: func(seq int, due, _ time.Time) outgoing {
 			return outgoing{key: p.timeoutsQueue(), msg: b.message(dest, seq, due, dest)}
 		}})
 	if run == nil {
 		return nil, err
 	}
+	run.Punctual.CPU = legCPU(run.cpu0, run.cpu1)
+	b.legCPUf(label, run.Punctual.CPU)
 	return run.Punctual, err
 }
 

@@ -57,6 +57,9 @@ func BuildRows(r *Results) []Row {
 	if p := r.Punctuality; p != nil {
 		rows = append(rows, latenessRows(StepPunctuality, fmt.Sprintf("%d over %s", p.N, FmtMs(p.WindowMs)), p.Lateness, true)...)
 		add(StepPunctuality, "all stored before first due", storedValue(p.Stored, p.StoredMarginMs, p.Method), "", "")
+		if p.CPU != nil {
+			add(StepPunctuality, "CPU, first due time to last delivery", p.CPU.String(), "", "")
+		}
 	}
 	if b := r.Burst; b != nil {
 		label := fmt.Sprintf("%d due at once", b.N)

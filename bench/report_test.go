@@ -85,6 +85,16 @@ func TestBuildRowsVerdicts(t *testing.T) {
 	if slices.ContainsFunc(rows, func(r Row) bool { return strings.HasPrefix(r.Metric, "pending after restart") }) {
 		t.Errorf("unknown pending count shown")
 	}
+	if slices.ContainsFunc(rows, func(r Row) bool { return strings.HasPrefix(r.Metric, "CPU") }) {
+		t.Errorf("CPU row without CPU figures")
+	}
+	r.Punctuality.CPU = &LegCPU{WindowS: 10, Bridge: 0.2, Broker: 0.3, Bench: 0.1, Busy: 0.3, Steal: 0.15}
+	if !slices.ContainsFunc(BuildRows(r), func(r Row) bool {
+		return r.Step == StepPunctuality && r.Metric == "CPU, first due time to last delivery" &&
+			r.Value == "bridge 0.20, broker 0.30, bench 0.10, other 0.00 cores; machine busy 30%, steal 15.0%"
+	}) {
+		t.Errorf("punctuality without its CPU row")
+	}
 	// Without /debug/vars the heap is n/a, not a miss.
 	r.Scale.HeapAvailable = false
 	if got := result(BuildRows(r), StepScale, "Go heap"); got != "" {
