@@ -203,6 +203,7 @@ type Results struct {
 type Machine struct {
 	CPUs           int    `json:"cpus"`
 	CPUModel       string `json:"cpu_model,omitempty"`
+	Kernel         string `json:"kernel,omitempty"` // the OS release (Linux: uname -r): the scheduler differs between them
 	GOOS           string `json:"goos"`
 	GOARCH         string `json:"goarch"`
 	GoVersion      string `json:"go_version"` // the bridge binary's when readable, else the bench's
@@ -1515,6 +1516,9 @@ func machine(conn *amqp.Connection, dir, bridgePath string) Machine {
 				break
 			}
 		}
+	}
+	if data, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		m.Kernel = strings.TrimSpace(string(data))
 	}
 	product, _ := conn.Properties["product"].(string)
 	version, _ := conn.Properties["version"].(string)

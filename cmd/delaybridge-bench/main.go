@@ -180,8 +180,8 @@ the end.
 	}
 
 	m := res.Machine
-	fmt.Printf("\ndelaybridge bench: %d-byte messages; %d CPUs (%s); %s; broker %s; bridge %s; store on %s\n\n",
-		res.Params.Size, m.CPUs, m.CPUModel, m.GoVersion, m.Broker, orDash(m.BridgeRevision), orDash(m.StoreFS))
+	fmt.Printf("\ndelaybridge bench: %d-byte messages; %d CPUs (%s); %s %s; %s; broker %s; bridge %s; store on %s\n\n",
+		res.Params.Size, m.CPUs, m.CPUModel, m.GOOS, orDash(m.Kernel), m.GoVersion, m.Broker, orDash(m.BridgeRevision), orDash(m.StoreFS))
 	fmt.Print(bench.FormatTable(res.Rows))
 	if cmp := bench.FormatComparison(res); cmp != "" {
 		fmt.Print("\n", cmp)
