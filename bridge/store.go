@@ -18,8 +18,10 @@ import (
 func openStore(ctx context.Context, cfg config.Config, owner string, now func() time.Time, log zerolog.Logger) (storage.Store, error) {
 	switch cfg.Store {
 	case "postgres":
-		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		defer cancel()
+		// Connecting is bounded (postgres.DefaultConnectTimeout), a schema
+		// migration only by ctx: cut short, it would roll back at every
+		// start (postgres.Options.ConnectTimeout).
+		//
 		// A statement must fail well within the breaker times, so that a
 		// silent database triggers them on time; healthy ones take ms.
 		callTimeout := min(cfg.TimeToTriggerStoreCircuitBreaker, cfg.TimeToTriggerFetchCircuitBreaker,

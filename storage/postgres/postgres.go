@@ -69,6 +69,9 @@ const DefaultSchema = "delaybridge"
 // bridge's 30 s breaker times, far above any healthy statement.
 const DefaultCallTimeout = 10 * time.Second
 
+// DefaultConnectTimeout is Options.ConnectTimeout's default.
+const DefaultConnectTimeout = 30 * time.Second
+
 // Options configure Open.
 type Options struct {
 	// Now is the store's clock; nil means time.Now. All time comparisons use
@@ -107,6 +110,15 @@ type Options struct {
 	// CancelWindow is how long a Cancel that was not too late keeps its id
 	// cancelled; zero or negative means storage.DefaultCancelWindow.
 	CancelWindow time.Duration
+	// ConnectTimeout bounds Open's connecting and its claim of the schema;
+	// zero means DefaultConnectTimeout. The schema's migration is bounded
+	// only by Open's context: it takes what the database needs (building
+	// an index over 10 million rows took about 10 s on the test machine,
+	// and waiting for another instance's migration takes as long as that
+	// one), and a limit cut short would roll the migration back at every
+	// start, so that the schema could never be upgraded. It logs every
+	// 10 s that it is still running instead.
+	ConnectTimeout time.Duration
 }
 
 // Store is a storage.Store on PostgreSQL. It is safe for concurrent use, by
@@ -145,7 +157,8 @@ var (
 
 // Open connects to the database at url (a PostgreSQL URL or key=value
 // connection string), checks that it answers, and creates or migrates the
-// schema (see schema.go). It does not touch existing leases.
+// schema (see schema.go). It does not touch existing leases. ctx bounds
+// the whole of Open, Options.ConnectTimeout all but the migration.
 func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
@@ -162,6 +175,9 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 	}
 	if opts.CancelWindow <= 0 {
 		opts.CancelWindow = storage.DefaultCancelWindow
+	}
+	if opts.ConnectTimeout <= 0 {
+		opts.ConnectTimeout = DefaultConnectTimeout
 	}
 	if opts.MaxConns < 0 {
 		return nil, fmt.Errorf("postgres: MaxConns must not be negative, got %d", opts.MaxConns)
@@ -185,11 +201,13 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 		return &meteredConn{Conn: c}, nil // see runMoving
 	}
 	where := fmt.Sprintf("%s:%d/%s", cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Database)
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	cctx, cancel := context.WithTimeout(ctx, opts.ConnectTimeout)
+	defer cancel()
+	pool, err := pgxpool.NewWithConfig(cctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: connect: %s: %w", where, err)
 	}
-	if err := pool.Ping(ctx); err != nil {
+	if err := pool.Ping(cctx); err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("postgres: connect: %s: %w", where, err)
 	}
@@ -209,7 +227,9 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("postgres: migrate: %s schema %q: %w", where, schema, err)
 	}
 	if opts.Endpoint != "" {
-		if err := s.claimEndpoint(ctx, opts.Endpoint); err != nil {
+		cctx, cancel := context.WithTimeout(ctx, opts.ConnectTimeout)
+		defer cancel()
+		if err := s.claimEndpoint(cctx, opts.Endpoint); err != nil {
 			pool.Close()
 			return nil, fmt.Errorf("postgres: %s: %w", where, err)
 		}

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"hash/fnv"
 	"strings"
+	"sync/atomic"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -167,8 +169,11 @@ var SchemaVersion = migrations[len(migrations)-1].version
 // after the schema, so instances starting together apply each step once and
 // in order; the loser of the race finds the step done and moves on.
 func (s *Store) migrate(ctx context.Context) error {
+	var phase atomic.Pointer[string]
+	stop := s.migrationProgress(&phase)
+	defer stop()
 	for {
-		done, err := s.migrateStep(ctx)
+		done, err := s.migrateStep(ctx, &phase)
 		if err != nil {
 			return err
 		}
@@ -178,7 +183,43 @@ func (s *Store) migrate(ctx context.Context) error {
 	}
 }
 
-func (s *Store) migrateStep(ctx context.Context) (done bool, err error) {
+// migrationProgressEvery is how often a migration that is still running
+// says so (a variable for tests).
+var migrationProgressEvery = 10 * time.Second
+
+// migrationProgress logs what phase holds every migrationProgressEvery
+// until stop is called, so that a long migration (an index built over
+// millions of rows, or another instance's being waited for) is seen
+// running, not taken for a hang. Most migrations end before the first
+// tick and log nothing here.
+func (s *Store) migrationProgress(phase *atomic.Pointer[string]) (stop func()) {
+	start := time.Now()
+	done := make(chan struct{})
+	exited := make(chan struct{})
+	go func() {
+		defer close(exited)
+		t := time.NewTicker(migrationProgressEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				if p := phase.Load(); p != nil {
+					s.log.Info().Str("schema", s.schema).Dur("elapsed", time.Since(start).Round(time.Second)).Msg(*p)
+				}
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		<-exited
+	}
+}
+
+func (s *Store) migrateStep(ctx context.Context, phase *atomic.Pointer[string]) (done bool, err error) {
+	waiting := "schema migration: waiting for another instance's migration of this schema (advisory lock)"
+	phase.Store(&waiting)
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		return false, err
@@ -222,6 +263,8 @@ func (s *Store) migrateStep(ctx context.Context) (done bool, err error) {
 	if m.version != current+1 {
 		return false, fmt.Errorf("migration list broken: step %d has version %d", current, m.version)
 	}
+	applying := fmt.Sprintf("schema migration: still applying version %d (%s); writes to its tables wait until it commits", m.version, m.name)
+	phase.Store(&applying)
 	for i, stmt := range m.stmts {
 		if _, err := tx.Exec(ctx, strings.ReplaceAll(stmt, "{{s}}", s.qs)); err != nil {
 			return false, fmt.Errorf("version %d (%s), statement %d: %w", m.version, m.name, i+1, err)
