@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"net/url"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"time"
@@ -264,13 +263,11 @@ const quietCores = 0.25
 // otherCores returns the share of the machine's CPU time spent busy between
 // two samples, and the CPU that the processes not sampled took, in cores.
 func otherCores(a, b cpuSample) (busy, cores float64) {
-	var ph ScaleOutPhase
-	ph.cpu(a, b)
-	wall := float64(b.machine.total-a.machine.total) / clockTicks / float64(max(runtime.NumCPU(), 1))
-	if wall <= 0 {
-		return ph.MachineBusy, 0
+	c := legCPU(a, b)
+	if c == nil {
+		return 0, 0
 	}
-	return ph.MachineBusy, ph.otherCPUSeconds() / wall
+	return c.Busy, c.Other
 }
 
 // exchangeMessage is message seq with an exchange destination instead of a
