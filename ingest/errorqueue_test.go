@@ -115,23 +115,31 @@ func newErrorQueueEnv(t *testing.T, errArgs amqp.Table) *errorQueueEnv {
 	if err := cc.Connect(); err != nil {
 		t.Fatal(err)
 	}
+	// The ingester stops before its connection, as the bridge stops them
+	// (bridge.Run): an ingester stopped while an error copy's confirm is on
+	// its way still acks the delivery, which a connection closed under it
+	// would requeue instead, so that the copy would be made twice.
 	ctx, cancel := context.WithCancel(context.Background())
+	connCtx, cancelConn := context.WithCancel(context.Background())
 	all, _ := CompileGlobs([]string{"*"})
 	in := New(cc, func(context.Context) (Publisher, error) { return e.pub, nil }, e.store, Options{
 		Sources: []Source{TimeoutsSource(e.timeouts)}, ErrorQueue: e.errQ, ErrorGate: e.gate, Prefetch: 20, MaxBatch: 20,
 		Rules:  Rules{MaxMessageBytes: 1 << 20, Allowed: all, Reserved: []string{e.timeouts, e.errQ}},
 		Logger: log,
 	})
-	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() { defer wg.Done(); _ = cc.Run(ctx) }()
-	go func() {
-		defer wg.Done()
+	var conns, ingesting sync.WaitGroup
+	conns.Go(func() { _ = cc.Run(connCtx) })
+	ingesting.Go(func() {
 		if err := in.Run(ctx); err != nil {
 			t.Errorf("Run: %v", err)
 		}
-	}()
-	e.stop = func() { cancel(); wg.Wait() }
+	})
+	e.stop = func() {
+		cancel()
+		ingesting.Wait()
+		cancelConn()
+		conns.Wait()
+	}
 	t.Cleanup(e.stop)
 	return e
 }

@@ -250,9 +250,12 @@ func runIngester(t *testing.T, store Store, pub Publisher, opts Options) (stop f
 	if opts.Rules.MaxMessageBytes == 0 {
 		opts.Rules.MaxMessageBytes = 1 << 20
 	}
+	// The ingester stops before its connection, as in bridge.Run (see
+	// newErrorQueueEnv).
 	ctx, cancel := context.WithCancel(context.Background())
+	connCtx, cancelConn := context.WithCancel(context.Background())
 	connDone, runDone := make(chan error, 1), make(chan error, 1)
-	go func() { connDone <- conn.Run(ctx) }()
+	go func() { connDone <- conn.Run(connCtx) }()
 	in := New(conn, func(context.Context) (Publisher, error) { return pub, nil }, store, opts)
 	go func() { runDone <- in.Run(ctx) }()
 	var once sync.Once
@@ -261,6 +264,7 @@ func runIngester(t *testing.T, store Store, pub Publisher, opts Options) (stop f
 		once.Do(func() {
 			cancel()
 			err = <-runDone
+			cancelConn()
 			<-connDone
 		})
 		return err
