@@ -170,6 +170,7 @@ func (b *Bridge) build(ctx context.Context, srv *httpapi.Server) (_ *components,
 	c.ingester = ingest.New(c.ingestConn, func(ctx context.Context) (ingest.Publisher, error) { return ingestPub(ctx) }, c.store, ingest.Options{
 		Sources:    sources,
 		ErrorQueue: cfg.ErrorQueue, ErrorGate: c.errorGate, Prefetch: cfg.Prefetch, MaxBatch: min(cfg.Prefetch, 500), Wake: c.poller.Wake, Now: now,
+		Hold: commitHold, Urgent: holdUrgent,
 		Budget: intakeBudget, ExpectedBytes: cfg.MaxMessageBytes,
 		Rules:        c.rules,
 		StoreBreaker: b.breaker(c, "store", cfg.TimeToTriggerStoreCircuitBreaker),
@@ -189,7 +190,7 @@ func (b *Bridge) build(ctx context.Context, srv *httpapi.Server) (_ *components,
 		// stamped even after it is turned off.
 		Stamp:    masstransit.Stamper{},
 		Prefetch: cfg.Prefetch, Workers: dispatchWorkers, LeaseDuration: cfg.LockLeaseDuration, NumberOfRetries: cfg.NumberOfRetries, Allowed: allowed,
-		Budget: dispatchBudget, ExpectedRowBytes: cfg.MaxMessageBytes,
+		Budget: dispatchBudget, ExpectedRowBytes: cfg.MaxMessageBytes, RemoveHold: commitHold,
 		// Failure handling that itself keeps failing is a critical error.
 		RecoveryFailuresPerSecond: cfg.MaxRecoveryFailuresPerSecond,
 		OnCritical: func(err error) {

@@ -139,6 +139,14 @@ type Options struct {
 	// ExpectedRowBytes is the row size the first group is sized for, until
 	// the rows read tell (say, the largest message the bridge stores).
 	ExpectedRowBytes int
+	// RemoveHold is how long the removals of forwarded rows wait to share a
+	// commit with the ones that follow (at most maxRemovalBatch dispatcher
+	// messages, and never into the last removeSlack of a lease): a few
+	// large commits write far fewer store pages than many small ones (see
+	// ingest.Options.Hold). A crash meanwhile forwards those rows again
+	// (docs/contract.md §3.3). 0: each removal commits as soon as the
+	// previous one is done.
+	RemoveHold time.Duration
 	// Metrics, when set, is told what the dispatcher did.
 	Metrics Metrics
 	// Stamp, when set, finishes each forward as it is built, with the time
@@ -656,20 +664,37 @@ func (d *Dispatcher) removeLoop(ctx context.Context, in <-chan owed) error {
 	var firstErr error
 	batch := make([]owed, 0, maxRemovalBatch)
 	rms := make([]*removal, 0, maxRemovalBatch)
+	hold := time.NewTimer(time.Hour)
+	hold.Stop()
+	defer hold.Stop()
 	for o := range in {
 		batch = append(batch[:0], o)
+		until := d.holdUntil(o.rm, d.opts.Now().Add(d.opts.RemoveHold))
+		hold.Reset(until.Sub(d.opts.Now()))
 	more:
 		for len(batch) < maxRemovalBatch {
+			// What has queued joins first; only then is the hold waited for.
+			var o owed
+			var ok bool
 			select {
-			case o, ok := <-in:
-				if !ok {
+			case o, ok = <-in:
+			default:
+				select {
+				case o, ok = <-in:
+				case <-hold.C:
 					break more
 				}
-				batch = append(batch, o)
-			default:
+			}
+			if !ok {
 				break more
 			}
+			batch = append(batch, o)
+			if u := d.holdUntil(o.rm, until); u.Before(until) {
+				until = u
+				hold.Reset(until.Sub(d.opts.Now()))
+			}
 		}
+		hold.Stop()
 		rms = rms[:0]
 		for _, o := range batch {
 			rms = append(rms, o.rm)
@@ -683,6 +708,18 @@ func (d *Dispatcher) removeLoop(ctx context.Context, in <-chan owed) error {
 		clear(batch)
 	}
 	return firstErr
+}
+
+// holdUntil is until, or earlier when rm's lease would otherwise leave less
+// than removeSlack for its removal.
+func (d *Dispatcher) holdUntil(rm *removal, until time.Time) time.Time {
+	if rm == nil || rm.leaseEnd.IsZero() {
+		return until
+	}
+	if latest := rm.leaseEnd.Add(-removeSlack); latest.Before(until) {
+		return latest
+	}
+	return until
 }
 
 // forwarded gathers the outcome of a window's publishes.

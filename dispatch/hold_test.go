@@ -1,0 +1,128 @@
+package dispatch
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/delaybridge/delaybridge/internal/amqptest"
+	"github.com/delaybridge/delaybridge/storage"
+	"github.com/delaybridge/delaybridge/wire"
+)
+
+// removeCounter counts Remove calls: one per commit of removals.
+type removeCounter struct {
+	Store
+	removes atomic.Int32
+}
+
+func (s *removeCounter) Remove(ctx context.Context, refs []storage.Ref) ([]error, error) {
+	s.removes.Add(1)
+	return s.Store.Remove(ctx, refs)
+}
+
+// owedFor forwards toks as one dispatcher message and returns what
+// removeLoop is to settle.
+func (f *fixture) owedFor(a *amqptest.Acker, toks []wire.Token) owed {
+	f.t.Helper()
+	body, err := wire.EncodeTokens(toks)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	del := a.Deliver(amqp.Delivery{Body: body})
+	o, rm, err := f.d.forwardAll(context.Background(), &del, f.pub)
+	if err != nil || o != ack || rm == nil {
+		f.t.Fatalf("forwardAll = %v, %+v, %v; want a removal left to removeLoop", o, rm, err)
+	}
+	return owed{del: del, rm: rm}
+}
+
+// With RemoveHold, removeLoop holds a removal so that the ones queued after
+// it share its commit; closing its input (shutdown) ends the hold at once.
+func TestRemoveLoopHoldsForLaterRemovals(t *testing.T) {
+	f := newFixture(t, 3)
+	for i := range 4 {
+		f.insert(fmt.Sprint("r", i), "q", t0, amqp.Publishing{Body: []byte("b")})
+	}
+	rc := &removeCounter{Store: f.d.store}
+	f.d.store = rc
+	f.d.opts.RemoveHold = time.Hour
+	toks := f.lease()
+	a := amqptest.New(t)
+	first, second := f.owedFor(a, toks[:2]), f.owedFor(a, toks[2:])
+	in := make(chan owed, 2)
+	done := make(chan error, 1)
+	go func() { done <- f.d.removeLoop(context.Background(), in) }()
+	in <- first
+	time.Sleep(200 * time.Millisecond)
+	if n := rc.removes.Load(); n != 0 {
+		t.Fatalf("%d removals within the hold, want none yet", n)
+	}
+	if a.Outcome(first.del.DeliveryTag) != amqptest.Unsettled {
+		t.Fatal("message acked before its removal")
+	}
+	in <- second
+	close(in)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("removeLoop still holding 30 s after its input closed")
+	}
+	if n := rc.removes.Load(); n != 1 {
+		t.Errorf("%d removals, want 1 for both messages", n)
+	}
+	for _, tok := range toks {
+		if _, ok := f.pending(tok.ID); ok {
+			t.Errorf("%s still pending", tok.ID)
+		}
+	}
+	for _, o := range []owed{first, second} {
+		if got := a.Outcome(o.del.DeliveryTag); got != amqptest.Acked {
+			t.Errorf("message %d: %v, want acked", o.del.DeliveryTag, got)
+		}
+	}
+}
+
+// A hold never eats into the time a lease leaves for its removal: a removal
+// whose lease ends within removeSlack of the hold's end is done earlier.
+func TestRemoveLoopHoldKeepsTheLease(t *testing.T) {
+	f := newFixture(t, 3)
+	f.insert("r", "q", t0, amqp.Publishing{Body: []byte("b")})
+	f.d.opts.RemoveHold = time.Hour
+	// A short lease that still leaves the margin a token needs to be
+	// forwarded (leaseMargin: half of it).
+	f.d.opts.LeaseDuration = 2 * time.Second
+	ls, err := f.store.Lease(context.Background(), "me", time.Time{}, 1, removeSlack+300*time.Millisecond)
+	if err != nil || len(ls) != 1 {
+		t.Fatalf("Lease = %v, %v", ls, err)
+	}
+	a := amqptest.New(t)
+	o := f.owedFor(a, []wire.Token{{ID: ls[0].ID, Lock: ls[0].Lock}})
+	in := make(chan owed, 1)
+	done := make(chan error, 1)
+	go func() { done <- f.d.removeLoop(context.Background(), in) }()
+	defer func() {
+		close(in)
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	in <- o
+	deadline := time.Now().Add(30 * time.Second)
+	for a.Outcome(o.del.DeliveryTag) != amqptest.Acked {
+		if time.Now().After(deadline) {
+			t.Fatal("removal still held 30 s later, with its lease ending in 300 ms past the slack")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if _, ok := f.pending("r"); ok {
+		t.Error("acked but still pending")
+	}
+}
