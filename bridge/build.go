@@ -154,10 +154,18 @@ func (b *Bridge) build(ctx context.Context, srv *httpapi.Server) (_ *components,
 		return func(ctx context.Context) (*broker.Publisher, error) { return c.publishConn.Publisher(ctx, window) }
 	}
 	ingestPub, pollPub, dispatchPub := publisher(cfg.Prefetch), publisher(cfg.BatchSize), publisher(1000)
+	// Transient hand-overs only where every lease is this process's and can
+	// be freed when the broker may have lost their tokens (bbolt).
+	releaser, transient := c.store.(leaseReleaser)
+	transient = transient && cfg.Store != "postgres"
+	var reconnected func() int
+	if transient {
+		reconnected = releaser.ReleaseLeases
+	}
 	c.poller = poller.New(c.store, func(ctx context.Context) (poller.Publisher, error) { return pollPub(ctx) }, poller.Options{
 		Owner: b.owner, DispatcherQueue: topo.DispatcherQueue(), BatchSize: cfg.BatchSize,
 		LeaseDuration: cfg.LockLeaseDuration, PollInterval: cfg.PollInterval, Lookahead: lookahead, Now: now,
-		MaxLeased:    20 * cfg.BatchSize,
+		MaxLeased: 20 * cfg.BatchSize, Transient: transient,
 		FetchBreaker: b.breaker(c, "fetch", cfg.TimeToTriggerFetchCircuitBreaker),
 		Metrics:      met,
 		Logger:       log.With().Str("component", "poller").Logger(),
@@ -186,6 +194,7 @@ func (b *Bridge) build(ctx context.Context, srv *httpapi.Server) (_ *components,
 		// PostgreSQL every instance sees every row, so any may dispatch.
 		Exclusive:   cfg.Store != "postgres",
 		OnConsuming: func() { once.Do(func() { close(c.dispatching) }) },
+		Reconnected: reconnected,
 		// Always: rows stored while the MassTransit intake was on are
 		// stamped even after it is turned off.
 		Stamp:    masstransit.Stamper{},

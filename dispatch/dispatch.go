@@ -100,6 +100,11 @@ type Options struct {
 	Exclusive bool
 	// OnConsuming, when set, is called each time the consumer is in place.
 	OnConsuming func()
+	// Reconnected, when set, is called at the start of every consuming
+	// session but the first, before any worker takes a message: the bridge
+	// frees its bbolt leases there, whose transient tokens a broker restart
+	// may have lost (poller.Options.Transient). It returns how many it freed.
+	Reconnected func() int
 	// LeaseDuration is the poller's lease; the confirm wait and the lease a
 	// token must have left scale down with a short one. Default 5m.
 	LeaseDuration time.Duration
@@ -182,6 +187,8 @@ type Dispatcher struct {
 	// rowBytes is the largest row of the last group read: the size the
 	// next group is planned for (Options.Budget).
 	rowBytes atomic.Int64
+	// sessions counts consuming sessions (Options.Reconnected).
+	sessions atomic.Int64
 }
 
 // Stats count what the dispatcher did.
@@ -331,6 +338,11 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 // session runs the workers, each with its own publisher, on one consumer
 // until something fails or ctx ends.
 func (d *Dispatcher) session(ctx context.Context, s *broker.Session) error {
+	if d.sessions.Add(1) > 1 && d.opts.Reconnected != nil {
+		if n := d.opts.Reconnected(); n > 0 {
+			d.log.Info().Int("leases", n).Msg("consuming again: freed the leases whose tokens the broker may have lost; their rows are leased again")
+		}
+	}
 	pubs := make([]Publisher, 0, d.opts.Workers)
 	defer func() {
 		for _, p := range pubs {

@@ -63,6 +63,13 @@ type Options struct {
 	BatchSize       int
 	LeaseDuration   time.Duration
 	PollInterval    time.Duration
+	// Transient hands tokens over as transient messages, which the broker
+	// never writes to disk: a persistent hand-over waits for the broker's
+	// fsync, and a disk that stalls then holds up every forward behind it
+	// (docs/performance.md, fifth pass). A broker restart loses them, so
+	// only a store whose leases the bridge can free on reconnect may use it
+	// (bbolt: dispatch.Options.Reconnected).
+	Transient bool
 	// TokensPerMessage caps the lease tokens carried by one dispatcher message.
 	TokensPerMessage int
 	// Lookahead leases timeouts this long before they are due, so the hand-
@@ -346,7 +353,7 @@ func (p *Poller) handOver(ctx context.Context, pub Publisher, leases []storage.L
 			Mandatory:  true,
 			Msg: amqp.Publishing{
 				ContentType:  wire.TokenContentType,
-				DeliveryMode: amqp.Persistent,
+				DeliveryMode: p.deliveryMode(),
 				Timestamp:    p.opts.Now(),
 				Body:         body,
 			},
@@ -406,4 +413,12 @@ func (p *Poller) backlogged(ctx context.Context) bool {
 	}
 	_, leased, err := st.Stats(ctx)
 	return err == nil && leased >= p.opts.MaxLeased
+}
+
+// deliveryMode is the AMQP delivery mode of hand-overs (see Options.Transient).
+func (p *Poller) deliveryMode() uint8 {
+	if p.opts.Transient {
+		return amqp.Transient
+	}
+	return amqp.Persistent
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	amqp "github.com/rabbitmq/amqp091-go"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -25,6 +26,7 @@ type fakePublisher struct {
 	fail   error
 	sent   chan struct{}
 	closed int
+	modes  []uint8 // each message's delivery mode
 }
 
 func (p *fakePublisher) Close() error {
@@ -48,6 +50,7 @@ func (p *fakePublisher) Publish(_ context.Context, msgs []broker.Outgoing) []err
 			panic(err)
 		}
 		p.tokens = append(p.tokens, toks...)
+		p.modes = append(p.modes, m.Msg.DeliveryMode)
 	}
 	select {
 	case p.sent <- struct{}{}:
@@ -200,6 +203,34 @@ func TestFullBatchesDrainWithoutSleeping(t *testing.T) {
 			t.Fatalf("%s handed over twice", tok.ID)
 		}
 		seen[tok.ID] = true
+	}
+}
+
+// Hand-overs are persistent unless Options.Transient says otherwise.
+func TestHandOverDeliveryMode(t *testing.T) {
+	for _, transient := range []bool{false, true} {
+		store := openStore(t)
+		pub := &fakePublisher{}
+		p := New(store, source(pub), Options{Owner: "o", BatchSize: 10, LeaseDuration: time.Minute,
+			PollInterval: time.Hour, Transient: transient, Logger: zerolog.Nop()})
+		insert(t, store, "a", time.Now().Add(-time.Second))
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- p.Run(ctx) }()
+		waitFor(t, "the hand-over", func() bool { return pub.count() == 1 })
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		want := uint8(amqp.Persistent)
+		if transient {
+			want = amqp.Transient
+		}
+		pub.mu.Lock()
+		if len(pub.modes) != 1 || pub.modes[0] != want {
+			t.Errorf("Transient %v: delivery modes %v, want [%d]", transient, pub.modes, want)
+		}
+		pub.mu.Unlock()
 	}
 }
 

@@ -874,6 +874,13 @@ func (s *Store) Reap(ctx context.Context) (int, error) {
 	return n, nil
 }
 
+// ReleaseLeases frees every lease and returns how many it freed: their rows
+// can be leased again at once. The bridge calls it before its dispatcher
+// consumes again after losing the broker, since the tokens of those leases
+// (handed over as transient messages) may have gone with a broker restart;
+// a token that did survive no longer matches and is dropped as stale.
+func (s *Store) ReleaseLeases() int { return s.leases.clearAll() }
+
 // Stats returns how many rows the store holds (pending, leased or not) and
 // how many of them are leased; see storage.Stater. It reads the counts kept
 // in bucket meta: nothing is counted.

@@ -161,6 +161,16 @@ func (t *leaseTable) count() int {
 	return len(t.byID)
 }
 
+// clearAll frees every lease and returns how many there were.
+func (t *leaseTable) clearAll() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := len(t.byID)
+	clear(t.byID)
+	t.minExpiry = time.Time{}
+	return n
+}
+
 // reap frees the leases expired at now and returns how many.
 func (t *leaseTable) reap(now time.Time) int {
 	t.mu.Lock()
