@@ -295,9 +295,10 @@ func (in *Ingester) session(ctx context.Context, src Source, s *broker.Session) 
 			// non-blocking drain alone yields batches of one and an fsync
 			// per message. A cancel ends its batch, so everything received
 			// before it is committed first and nothing after it is affected.
+			held := in.patient(&batch[0]) // then Hold is longer than Linger
 			wait := in.opts.Linger
-			if in.patient(&batch[0]) {
-				wait = max(wait, in.opts.Hold)
+			if held {
+				wait = in.opts.Hold
 			}
 			linger.Reset(wait)
 		fill:
@@ -313,7 +314,7 @@ func (in *Ingester) session(ctx context.Context, src Source, s *broker.Session) 
 						break fill
 					}
 					batch = append(batch, e)
-					if in.endsBatch(&e) || (wait > in.opts.Linger && (!in.patient(&e) || len(batch) >= in.holdBatch())) {
+					if in.endsBatch(&e) || (held && (!in.patient(&e) || len(batch) >= in.holdBatch())) {
 						break fill
 					}
 				case <-linger.C:
