@@ -10,7 +10,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
+	"slices"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -111,12 +113,14 @@ func appendTime(b []byte, t time.Time) []byte {
 	return binary.AppendUvarint(b, uint64(t.Nanosecond()))
 }
 
+// appendTable writes the entries in key order: the same table always
+// encodes to the same bytes (Fingerprint hashes them).
 func appendTable(b []byte, t amqp.Table) ([]byte, error) {
 	b = binary.AppendUvarint(b, uint64(len(t)))
-	for k, v := range t {
+	for _, k := range slices.Sorted(maps.Keys(t)) {
 		b = appendString(b, k)
 		var err error
-		if b, err = appendValue(b, v); err != nil {
+		if b, err = appendValue(b, t[k]); err != nil {
 			return nil, fmt.Errorf("header %q: %w", k, err)
 		}
 	}

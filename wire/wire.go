@@ -125,7 +125,8 @@ const (
 	StageDispatch = "dispatch"
 )
 
-// Token names one leased timeout in a dispatcher message.
+// Token names one leased timeout in a dispatcher message: ID is its row
+// key (SendKey).
 type Token struct {
 	ID   string `json:"id"`
 	Lock string `json:"lock"`
@@ -149,16 +150,16 @@ func EncodeTokens(toks []Token) ([]byte, error) {
 }
 
 // DecodeTokens reads the tokens of a dispatcher message. Only the bridge
-// writes them, so a token whose id no stored timeout can have (ValidateID)
-// makes the message not one of ours: an error, never an id for the store
-// (PostgreSQL refuses NUL with an error that reads as an outage).
+// writes them, so a token whose id is no row key (ValidateKey) makes the
+// message not one of ours: an error, never an id for the store (PostgreSQL
+// refuses NUL with an error that reads as an outage).
 func DecodeTokens(body []byte) ([]Token, error) {
 	var b tokenBatch
 	if err := json.Unmarshal(body, &b); err != nil {
 		return nil, fmt.Errorf("wire: decode tokens: %w", err)
 	}
 	for i, t := range b.Tokens {
-		if err := ValidateID("token id", t.ID); err != nil {
+		if err := ValidateKey("token id", t.ID); err != nil {
 			return nil, fmt.Errorf("wire: decode tokens: token %d: %w", i, err)
 		}
 	}
