@@ -342,8 +342,10 @@ func cliList(c *adminClient, fs *flag.FlagSet, args []string) int {
 	all := fs.Bool("all", false, "follow the cursor and list every matching timeout")
 	cursor := fs.String("cursor", "", "start after this cursor (the \"next\" of a previous page)")
 	saga := fs.String("saga-id", "", "only timeouts of this saga (NServiceBus saga id, MassTransit schedule token)")
-	setUsage(fs, "ls "+filterSynopsis+" [--saga-id S] [--limit N] [--all] [--json]",
-		"Lists pending timeouts in due order.")
+	id := fs.String("id", "", "only the sends of this message id (more than one may be pending: a retry that reuses the id)")
+	setUsage(fs, "ls "+filterSynopsis+" [--saga-id S] [--id ID] [--limit N] [--all] [--json]",
+		"Lists pending timeouts in due order. A later send of an id that is pending twice shows its\n"+
+			"number after the id: \"ID (send 2)\".")
 	pos, code := parseFlags(fs, args, c.out, c.errOut)
 	if code >= 0 {
 		return code
@@ -361,6 +363,9 @@ func cliList(c *adminClient, fs *flag.FlagSet, args []string) int {
 	q.Set("limit", strconv.Itoa(*limit))
 	if *saga != "" {
 		q.Set("saga_id", *saga)
+	}
+	if *id != "" {
+		q.Set("id", *id)
 	}
 	var rows []admin.TimeoutJSON
 	next, code := c.pages("/api/v1/timeouts", q, *cursor, *all, func(raw []byte) (string, error) {
@@ -385,7 +390,7 @@ func cliList(c *adminClient, fs *flag.FlagSet, args []string) int {
 		} else if r.NotBefore != nil {
 			state = "retry after " + fmtTime(*r.NotBefore)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", r.ID, destOf(&r), fmtTime(r.DueAt), r.Attempts, state, oneLine(r.LastError, 60))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", sendName(&r), destOf(&r), fmtTime(r.DueAt), r.Attempts, state, oneLine(r.LastError, 60))
 	}
 	tw.Flush()
 	if next != "" {
@@ -425,6 +430,15 @@ func (c *adminClient) pages(path string, q url.Values, cursor string, all bool, 
 	}
 	c.printJSON(raw)
 	return "", exitOK
+}
+
+// sendName is t's id, with its send number when it is a later send of an
+// id pending more than once (docs/contract.md §2.4).
+func sendName(t *admin.TimeoutJSON) string {
+	if t.Send > 1 {
+		return t.ID + " (send " + strconv.Itoa(t.Send) + ")"
+	}
+	return t.ID
 }
 
 // destOf is where t goes, as the status page and the logs word it.
@@ -475,7 +489,10 @@ func cliShow(c *adminClient, fs *flag.FlagSet, args []string) int {
 	}
 	tw := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
 	row := func(k string, v any) { fmt.Fprintf(tw, "%s:\t%v\n", k, v) }
-	row("id", t.ID)
+	row("id", sendName(&t))
+	if t.Sends > 1 {
+		row("sends pending", fmt.Sprintf("%d of this id; this one is due first (delaybridge ls --id to list them; cancel, reschedule and dispatch act on all)", t.Sends))
+	}
 	if t.Exchange == "" {
 		row("destination", t.Destination)
 	} else {
@@ -562,9 +579,11 @@ func cliCancel(c *adminClient, fs *flag.FlagSet, args []string) int {
 	saga := fs.String("saga-id", "", "cancel every pending timeout of this saga (NServiceBus.SagaId) instead of one ID")
 	ff := addFilterFlags(fs, "cancel every pending timeout")
 	setUsage(fs, "cancel (ID | --saga-id SAGA | "+filterSynopsis+")",
-		"Cancels a pending timeout (it is deleted and never delivered), every pending timeout of a saga,\n"+
-			"or every pending timeout the filters select (at least one filter); timeouts being dispatched\n"+
-			"at that moment are counted and left alone.")
+		"Cancels a pending timeout (it is deleted and never delivered; every pending send of the ID),\n"+
+			"every pending timeout of a saga, or every pending timeout the filters select (at least one\n"+
+			"filter); timeouts being dispatched at that moment are counted and left alone. An ID with\n"+
+			"nothing pending is an error (exit 1) and is not blocked: a message sent with it later is\n"+
+			"delivered. An ID that was cancelled stays cancelled for 10 minutes (the cancel window).")
 	pos, q, filtered, code := ff.parse(c, fs, args)
 	if code >= 0 {
 		return code

@@ -65,7 +65,11 @@ type Options struct {
 // RoutingKey (present even when empty), with Destination left empty so that
 // no client takes a routing key for a queue.
 type TimeoutJSON struct {
-	ID            string     `json:"id"`
+	ID string `json:"id"`
+	// Send tells apart the sends of one id pending at once
+	// (docs/contract.md §2.4): 2, 3, ... for the later ones; absent (0)
+	// for the send stored under the id itself.
+	Send          int        `json:"send,omitempty"`
 	Destination   string     `json:"destination"`
 	Exchange      string     `json:"exchange,omitempty"`
 	RoutingKey    *string    `json:"routing_key,omitempty"`
@@ -81,7 +85,9 @@ type TimeoutJSON struct {
 	// time until it is resumed (absent: false).
 	Paused bool `json:"paused,omitempty"`
 
-	// Show only.
+	// Show only: how many sends of the id are pending, when more than
+	// one (the item is the one due first).
+	Sends int `json:"sends,omitempty"`
 	MessageJSON
 }
 
@@ -173,12 +179,15 @@ func NewOps(opts Options) *Ops {
 	return &Ops{opts: opts}
 }
 
-// Cancel cancels a pending timeout (DELETE /api/v1/timeouts/{id}).
+// Cancel cancels every pending send of an id that is not being dispatched
+// (DELETE /api/v1/timeouts/{id}). An id with nothing pending is not
+// blocked: the cancel leaves a tombstone only when it removed something
+// (storage.CancelFound; docs/contract.md §6.3).
 func (o *Ops) Cancel(ctx context.Context, id string) error {
 	if err := wire.ValidateID("id", id); err != nil {
 		return fmt.Errorf("invalid timeout id: %w", err)
 	}
-	if err := o.opts.Store.Cancel(ctx, id); err != nil {
+	if err := o.opts.Store.Cancel(ctx, id, storage.CancelFound); err != nil {
 		return err
 	}
 	o.opts.Logger.Info().Str("id", id).Msg("admin API: timeout cancelled")
@@ -393,8 +402,9 @@ func (h *handler) list(w http.ResponseWriter, r *http.Request) {
 }
 
 // filterParams are the query parameters of the bulk actions' selector;
-// parseFilter reads them, and saga_id, which only the list takes (DELETE
-// with saga_id cancels a saga; see cancelMany).
+// parseFilter reads them, and saga_id and id, which only the list takes
+// (DELETE with saga_id cancels a saga, see cancelMany; an id's sends are
+// cancelled, shown and rescheduled through /api/v1/timeouts/{id}).
 var filterParams = []string{"destination", "exchange", "routing_key", "due_from", "due_to", "id_prefix", "header"}
 
 // parseFilter reads the list's filters (filterParams and saga_id) into a
@@ -409,6 +419,12 @@ func parseFilter(q url.Values) (storage.ListFilter, error) {
 		f.SagaID = q.Get("saga_id")
 		if err := wire.ValidateID("saga_id", f.SagaID); err != nil {
 			return f, fmt.Errorf("invalid saga id filter: %w", err)
+		}
+	}
+	if q.Has("id") {
+		f.ID = q.Get("id")
+		if err := wire.ValidateID("id", f.ID); err != nil {
+			return f, fmt.Errorf("invalid id filter: %w", err)
 		}
 	}
 	if v := q.Get("due_from"); v != "" {
@@ -442,8 +458,8 @@ func parseFilter(q url.Values) (storage.ListFilter, error) {
 
 // ParseListFilter reads the list's filters from a query as
 // GET /api/v1/timeouts does (destination, exchange, routing_key, due_from,
-// due_to, id_prefix, header, saga_id), without paging: the status page's
-// search uses it.
+// due_to, id_prefix, header, saga_id, id), without paging: the status
+// page's search uses it.
 func ParseListFilter(q url.Values) (storage.ListFilter, error) { return parseFilter(q) }
 
 // bulkFilter reads the selector of a bulk action: the list's filters, at
@@ -507,8 +523,12 @@ func utc(t time.Time) *time.Time {
 }
 
 func summary(t *storage.Timeout, now time.Time) TimeoutJSON {
+	id, send := wire.SplitKey(t.ID)
+	if send == 1 {
+		send = 0
+	}
 	j := TimeoutJSON{
-		ID: t.ID, Destination: t.Destination, DueAt: t.DueAt.UTC(), ReceivedAt: t.ReceivedAt.UTC(),
+		ID: id, Send: send, Destination: t.Destination, DueAt: t.DueAt.UTC(), ReceivedAt: t.ReceivedAt.UTC(),
 		Attempts: t.Attempts, LastError: t.LastError,
 		Leased:    t.Lock != "" && t.LockExpiresAt.After(now),
 		NotBefore: utc(t.NotBefore), SagaID: t.SagaID, Paused: t.Paused,
@@ -528,12 +548,15 @@ func (h *handler) show(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	t, err := h.opts.Store.Get(r.Context(), id)
+	t, sends, err := firstSend(r.Context(), h.opts.Store, id)
 	if err != nil {
 		h.storeError(w, "show", id, err)
 		return
 	}
 	j := summary(&t, h.opts.Now())
+	if sends > 1 {
+		j.Sends = sends
+	}
 	p, err := message.Decode(t.Message)
 	if err != nil {
 		h.storeError(w, "decode stored message", id, err)
@@ -541,6 +564,30 @@ func (h *handler) show(w http.ResponseWriter, r *http.Request) {
 	}
 	j.MessageJSON = messageDetail(p)
 	writeJSON(w, http.StatusOK, j)
+}
+
+// maxSends bounds the sends of one id that show counts: far more than are
+// ever pending at once (docs/contract.md §2.4).
+const maxSends = 100
+
+// firstSend returns the send of id due first, with its message, and how
+// many sends of id are pending (up to maxSends); storage.ErrNotFound when
+// none is.
+func firstSend(ctx context.Context, st storage.Store, id string) (storage.Timeout, int, error) {
+	rows, _, err := st.List(ctx, storage.ListFilter{ID: id, Limit: maxSends})
+	if err != nil {
+		return storage.Timeout{}, 0, err
+	}
+	for _, r := range rows {
+		// The row may be gone between the list and the read: take the
+		// next.
+		t, err := st.Get(ctx, r.ID)
+		if errors.Is(err, storage.ErrNotFound) {
+			continue
+		}
+		return t, len(rows), err
+	}
+	return storage.Timeout{}, 0, fmt.Errorf("admin: %q: %w", id, storage.ErrNotFound)
 }
 
 // JSONValue renders an AMQP field value for JSON: byte arrays as base64
@@ -826,13 +873,17 @@ func (h *handler) setDue(w http.ResponseWriter, r *http.Request, op, id string, 
 		h.storeError(w, op, id, err)
 		return
 	}
-	t, err := h.opts.Store.Get(r.Context(), id)
+	t, sends, err := firstSend(r.Context(), h.opts.Store, id)
 	if err != nil {
 		// Dispatched (or cancelled) already: report what was set.
 		writeJSON(w, http.StatusOK, TimeoutJSON{ID: id, DueAt: due.UTC()})
 		return
 	}
-	writeJSON(w, http.StatusOK, summary(&t, h.opts.Now()))
+	j := summary(&t, h.opts.Now())
+	if sends > 1 {
+		j.Sends = sends
+	}
+	writeJSON(w, http.StatusOK, j)
 }
 
 // stats reports the counts when the store has them (storage.Stater) and

@@ -75,8 +75,23 @@ func (f *fixture) insert(id, dest string, due time.Time, p amqp.Publishing) {
 		f.t.Fatal(err)
 	}
 	ins, err := f.store.Insert(context.Background(), []storage.Timeout{{ID: id, Destination: dest, DueAt: due, ReceivedAt: t0, Message: enc}})
-	if err != nil || !ins[0] {
+	if err != nil || ins[0] != storage.Stored {
 		f.t.Fatalf("insert %q: %v %v", id, ins, err)
+	}
+}
+
+// insertSend stores another send of id (fingerprint fp), which must land
+// under the key of send number n.
+func (f *fixture) insertSend(id, dest string, due time.Time, p amqp.Publishing, n string) {
+	f.t.Helper()
+	enc, err := message.Encode(nil, &p)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	ts := []storage.Timeout{{ID: id, Destination: dest, DueAt: due, ReceivedAt: t0, Message: enc, Fingerprint: []byte("send " + n)}}
+	ins, err := f.store.Insert(context.Background(), ts)
+	if err != nil || ins[0] != storage.Stored || ts[0].ID != id+"\x1f"+n {
+		f.t.Fatalf("insert of send %s of %q: %v %v, key %q", n, id, ins, err, ts[0].ID)
 	}
 }
 
@@ -308,6 +323,49 @@ func TestCancel(t *testing.T) {
 	}
 	f.want("DELETE", tpath("later"), "", 404, nil)
 	f.want("GET", tpath("later"), "", 404, nil)
+}
+
+// A cancel that finds nothing answers 404 and does not block the id: the
+// next message with it is stored (docs/contract.md §6.3). One that removed
+// the message blocks its id for the cancel window, as before.
+func TestCancelOfNothingDoesNotBlockTheID(t *testing.T) {
+	f := newFixture(t, token)
+	f.want("DELETE", tpath("typo"), "", 404, nil)
+	f.insert("typo", "q", t0.Add(time.Hour), amqp.Publishing{})
+	f.want("DELETE", tpath("typo"), "", 204, nil)
+	ins, err := f.store.Insert(context.Background(), []storage.Timeout{{ID: "typo", Destination: "q", DueAt: t0, Message: []byte{1}}})
+	if err != nil || ins[0] != storage.Cancelled {
+		t.Fatalf("insert after a cancel that removed the id = %v, %v; want cancelled", ins, err)
+	}
+}
+
+// Two sends of one id pending: the list shows both, the later one with its
+// send number; show answers the one due first with how many are pending;
+// the id filter lists them; a cancel by the id removes both.
+func TestSendsOfOneID(t *testing.T) {
+	f := newFixture(t, token)
+	f.insert("other", "q", t0.Add(time.Minute), amqp.Publishing{})
+	f.insert("m", "q", t0.Add(time.Hour), amqp.Publishing{Body: []byte("first")})
+	f.insertSend("m", "q", t0.Add(30*time.Minute), amqp.Publishing{Body: []byte("second")}, "2")
+	var list ListJSON
+	f.want("GET", "/api/v1/timeouts", "", 200, &list)
+	if len(list.Timeouts) != 3 || list.Timeouts[1].ID != "m" || list.Timeouts[1].Send != 2 ||
+		list.Timeouts[2].ID != "m" || list.Timeouts[2].Send != 0 {
+		t.Fatalf("list = %+v; want other, then m send 2, then m", list.Timeouts)
+	}
+	var show TimeoutJSON
+	f.want("GET", tpath("m"), "", 200, &show)
+	if show.Send != 2 || show.Sends != 2 || show.BodyBase64 == nil || *show.BodyBase64 != base64.StdEncoding.EncodeToString([]byte("second")) {
+		t.Fatalf("show = %+v; want send 2 (due first), 2 sends, its body", show)
+	}
+	f.want("GET", "/api/v1/timeouts?id=m", "", 200, &list)
+	if len(list.Timeouts) != 2 {
+		t.Fatalf("list by id = %+v; want both sends", list.Timeouts)
+	}
+	f.want("GET", "/api/v1/timeouts?id=%1F", "", 400, nil)
+	f.want("DELETE", tpath("m"), "", 204, nil)
+	f.want("GET", tpath("m"), "", 404, nil)
+	f.want("GET", tpath("other"), "", 200, nil)
 }
 
 // DELETE /api/v1/timeouts?saga_id=S cancels the saga's pending timeouts,

@@ -35,7 +35,7 @@ func TestBulkCancel(t *testing.T) {
 	}
 	// Cancelled ids stay cancelled (a tombstone each).
 	ins, err := f.store.Insert(context.Background(), []storage.Timeout{{ID: "q-05", Destination: "q", DueAt: t0, Message: []byte{1}}})
-	if err != nil || ins[0] {
+	if err != nil || ins[0] != storage.Cancelled {
 		t.Fatalf("insert of a bulk-cancelled id: %v %v", ins, err)
 	}
 	var res BulkJSON

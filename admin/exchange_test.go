@@ -15,10 +15,11 @@ import (
 
 	"github.com/delaybridge/delaybridge/message"
 	"github.com/delaybridge/delaybridge/storage"
+	"github.com/delaybridge/delaybridge/wire"
 )
 
-// rowsStore answers List and Get from rows, whatever the filter, and
-// records the filters List was given; everything else goes to the wrapped
+// rowsStore answers List and Get from rows, whatever the filter but an ID
+// (show lists an id's sends), and records the filters List was given; everything else goes to the wrapped
 // store. It holds exchange rows whatever the wrapped store persists.
 type rowsStore struct {
 	storage.Store
@@ -32,10 +33,13 @@ func (s *rowsStore) List(_ context.Context, f storage.ListFilter) ([]storage.Tim
 	s.mu.Lock()
 	s.filters = append(s.filters, f)
 	s.mu.Unlock()
-	out := make([]storage.Timeout, len(s.rows))
-	for i, r := range s.rows {
+	out := []storage.Timeout{}
+	for _, r := range s.rows {
+		if f.ID != "" && !wire.IsKeyOf(r.ID, f.ID) {
+			continue
+		}
 		r.Message = nil
-		out[i] = r
+		out = append(out, r)
 	}
 	return out, "", nil
 }
@@ -215,7 +219,7 @@ func TestExchangeDestinationsOverTheStore(t *testing.T) {
 		{ID: "other-x", Exchange: "audit", Destination: "order.created"},
 	} {
 		r.DueAt, r.ReceivedAt, r.Message = t0.Add(time.Duration(i+1)*time.Minute), t0, encoded(t, amqp.Publishing{})
-		if ins, err := f.store.Insert(context.Background(), []storage.Timeout{r}); err != nil || !ins[0] {
+		if ins, err := f.store.Insert(context.Background(), []storage.Timeout{r}); err != nil || ins[0] != storage.Stored {
 			t.Fatalf("insert %s: %v %v", r.ID, ins, err)
 		}
 	}

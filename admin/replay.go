@@ -166,7 +166,6 @@ func (rp *Replayer) pass(ctx context.Context, req ErrorsRequest) (res ErrorsResu
 		res.Skipped++
 		res.Details = append(res.Details, ReplaySkipped{MessageID: d.MessageId, Reason: reason})
 	}
-	seen := map[string]bool{}
 	matched := 0
 	for pos := 0; pos < req.Skip+req.Scan; pos++ {
 		if err := ctx.Err(); err != nil {
@@ -221,15 +220,13 @@ func (rp *Replayer) pass(ctx context.Context, req ErrorsRequest) (res ErrorsResu
 			drop = append(drop, d.DeliveryTag)
 			continue
 		}
+		// Copies with one message id are sends of their own, each stored
+		// (docs/contract.md §2.4).
 		t, why := rp.rebuild(&d, now())
-		if why == "" && seen[t.ID] {
-			why = "another message with the same message-id is replayed in this pass"
-		}
 		if why != "" {
 			skip(&d, why)
 			continue
 		}
-		seen[t.ID] = true
 		todo = append(todo, candidate{d.DeliveryTag, t})
 	}
 	if req.Op == ErrorsList && res.Next == 0 && !res.End {
@@ -241,25 +238,27 @@ func (rp *Replayer) pass(ctx context.Context, req ErrorsRequest) (res ErrorsResu
 		for i, c := range todo {
 			ts[i] = c.t
 		}
-		inserted, err := rp.Store.Insert(ctx, ts)
+		outcomes, err := rp.Store.Insert(ctx, ts)
 		if err != nil {
 			return ErrorsResult{}, fmt.Errorf("store: %w", err)
 		}
 		for i, c := range todo {
-			if !inserted[i] {
-				// A timeout with this id is pending, or a cancel of it is
-				// recent: keep the error copy rather than drop a message
-				// that may differ.
+			// Stored, or a Duplicate: this very copy, stored by an
+			// earlier replay whose ack was lost, still pending. Either
+			// way the store holds it and the copy can go.
+			if outcomes[i] == storage.Cancelled {
+				// A cancel of the id is recent: keep the error copy
+				// rather than drop a message the operator may want.
 				keep = append(keep, c.tag)
 				res.Skipped++
 				res.Details = append(res.Details, ReplaySkipped{MessageID: c.t.ID,
-					Reason: "not stored: a timeout with this id is pending, or was cancelled within the cancel window"})
+					Reason: "not stored: its id was cancelled within the cancel window"})
 				continue
 			}
 			if err := ch.Ack(c.tag, false); err != nil {
 				// Stored but not acknowledged: the copy stays on the error
-				// queue; replaying it again is refused as a duplicate while
-				// the timeout is pending.
+				// queue; replaying it again while the timeout is pending
+				// finds it (a duplicate) and acknowledges the copy then.
 				return res, fmt.Errorf("ack: %w", err)
 			}
 			res.Replayed++
@@ -320,7 +319,14 @@ func (rp *Replayer) rebuild(d *amqp.Delivery, now time.Time) (storage.Timeout, s
 	if err != nil {
 		return storage.Timeout{}, "headers cannot be stored: " + err.Error()
 	}
-	return storage.Timeout{ID: it.ID, Destination: it.Destination, Exchange: it.Exchange, DueAt: now, ReceivedAt: now, Message: enc}, ""
+	// The copy is the send: replaying it again (its ack was lost) finds
+	// it still pending, a redelivery (docs/contract.md §2.4).
+	fp, err := message.Fingerprint(d)
+	if err != nil {
+		return storage.Timeout{}, "headers cannot be stored: " + err.Error()
+	}
+	return storage.Timeout{ID: it.ID, Destination: it.Destination, Exchange: it.Exchange, DueAt: now, ReceivedAt: now, Message: enc,
+		Fingerprint: fp}, ""
 }
 
 // quoteClip quotes a header value of any type for a reason, kept short.

@@ -898,7 +898,7 @@ func (d *Dispatcher) load(ctx context.Context, pub Publisher, tok wire.Token, ro
 	msg, err := message.Decode(row.Message)
 	if err != nil {
 		// No retry can fix this; keep the raw record so nothing is lost.
-		it.msg = amqp.Publishing{MessageId: row.ID, Body: row.Message}
+		it.msg = amqp.Publishing{MessageId: wire.KeyID(row.ID), Body: row.Message}
 		d.moveToErrorQueue(ctx, pub, it, "stored message is corrupt: "+err.Error())
 		return it, false
 	}
@@ -982,8 +982,8 @@ func (d *Dispatcher) moveToErrorQueue(ctx context.Context, pub Publisher, it ite
 		// a corrupt one, so that nothing is lost and nothing loops.
 		facts.Reason = reason + "; the message itself " + res[0].Error() + ", so this copy's body is its stored record (package message's encoding)"
 		raw := amqp.Publishing{Body: it.row.Message}
-		if len(it.row.ID) <= 255 {
-			raw.MessageId = it.row.ID
+		if id := wire.KeyID(it.row.ID); len(id) <= 255 {
+			raw.MessageId = id
 		}
 		res = d.opts.ErrorGate.Publish(wctx, pub, []broker.Outgoing{{RoutingKey: d.opts.ErrorQueue, Mandatory: true, Msg: broker.ErrorCopy(raw, facts)}})
 	}

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -26,8 +27,8 @@ import (
 
 // Store is what ingest needs of the store.
 type Store interface {
-	Insert(ctx context.Context, ts []storage.Timeout) ([]bool, error)
-	Cancel(ctx context.Context, id string) error
+	Insert(ctx context.Context, ts []storage.Timeout) ([]storage.Outcome, error)
+	Cancel(ctx context.Context, id string, mode storage.CancelMode) error
 }
 
 // Publisher sends error-queue copies with confirms.
@@ -43,8 +44,12 @@ type NewPublisher func(ctx context.Context) (Publisher, error)
 type Metrics interface {
 	// Ingested counts messages committed to the store.
 	Ingested(n int)
-	// DuplicatesSuppressed counts messages whose id was already pending.
+	// DuplicatesSuppressed counts messages not stored: redeliveries of a
+	// pending send, and sends of a cancelled id.
 	DuplicatesSuppressed(n int)
+	// Dropped counts messages taken in that will not be delivered, by
+	// reason (Drop*).
+	Dropped(reason string, n int)
 	// ErrorQueued counts error-queue copies the broker confirmed.
 	ErrorQueued(stage string, n int)
 	// ObserveIngestCommit records the duration of a successful commit.
@@ -55,6 +60,7 @@ type noMetrics struct{}
 
 func (noMetrics) Ingested(int)                      {}
 func (noMetrics) DuplicatesSuppressed(int)          {}
+func (noMetrics) Dropped(string, int)               {}
 func (noMetrics) ErrorQueued(string, int)           {}
 func (noMetrics) ObserveIngestCommit(time.Duration) {}
 
@@ -104,6 +110,20 @@ type Options struct {
 	Logger  zerolog.Logger
 }
 
+// Reasons of Metrics.Dropped (docs/contract.md §6.2): what ingest took in
+// and will not deliver.
+const (
+	// DropDuplicate: a redelivery of a send pending and not being
+	// dispatched (storage.Duplicate).
+	DropDuplicate = "duplicate"
+	// DropCancelled: a send of an id cancelled within the cancel window
+	// (storage.Cancelled).
+	DropCancelled = "cancelled"
+	// DropReplaced: a pending message removed by a message that replaces
+	// its group (OpReplace: a MassTransit token scheduled again).
+	DropReplaced = "replaced"
+)
+
 // Ingester moves messages from the intake queues into the store.
 type Ingester struct {
 	conn   broker.Waiter
@@ -114,6 +134,9 @@ type Ingester struct {
 	// replacer is the store when it replaces groups in one commit: then a
 	// batch holds many OpReplace (see fits).
 	replacer storage.GroupReplacer
+	// drops logs what was taken in and not stored, at warn, one line per
+	// reason per interval after the first (drops.go).
+	drops *dropLog
 }
 
 // New returns an Ingester that consumes on conn and publishes error-queue
@@ -137,7 +160,7 @@ func New(conn broker.Waiter, newPub NewPublisher, store Store, opts Options) *In
 	if opts.Metrics == nil {
 		opts.Metrics = noMetrics{}
 	}
-	in := &Ingester{conn: conn, newPub: newPub, store: store, opts: opts, log: opts.Logger}
+	in := &Ingester{conn: conn, newPub: newPub, store: store, opts: opts, log: opts.Logger, drops: newDropLog(opts.Logger)}
 	in.replacer, _ = store.(storage.GroupReplacer)
 	return in
 }
@@ -223,7 +246,14 @@ func (in *Ingester) Run(ctx context.Context) error {
 			}, func(ctx context.Context, s *broker.Session) error { return in.session(ctx, src, s) })
 		}()
 	}
+	stop, flushed := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(flushed)
+		in.drops.run(stop, in.opts.Now)
+	}()
 	wg.Wait()
+	close(stop) // after the sessions' last commits
+	<-flushed
 	return errors.Join(errs...)
 }
 
@@ -440,7 +470,7 @@ func (in *Ingester) classify(src Source, d amqp.Delivery) entry {
 	if !e.intake.Op.stores() {
 		return e
 	}
-	row, err := in.accept(&e.intake, len(d.Body), now)
+	row, err := in.accept(&e.intake, &d, now)
 	if err != nil {
 		e.intake = Reject(err)
 		return e
@@ -449,9 +479,11 @@ func (in *Ingester) classify(src Source, d amqp.Delivery) entry {
 	return e
 }
 
-// accept checks a message to schedule against the rules and builds its row.
-func (in *Ingester) accept(it *Intake, bodyLen int, now time.Time) (storage.Timeout, error) {
-	if err := in.opts.Rules.Check(Parsed{ID: it.ID, Destination: it.Dest(), DueAt: it.DueAt}, bodyLen, now); err != nil {
+// accept checks a message to schedule against the rules and builds its row,
+// with the fingerprint of the send it is (docs/contract.md §2.4): taken
+// from the delivery as it arrived, so that a redelivery has the same one.
+func (in *Ingester) accept(it *Intake, d *amqp.Delivery, now time.Time) (storage.Timeout, error) {
+	if err := in.opts.Rules.Check(Parsed{ID: it.ID, Destination: it.Dest(), DueAt: it.DueAt}, len(d.Body), now); err != nil {
 		return storage.Timeout{}, err
 	}
 	if it.ID == "" {
@@ -462,8 +494,14 @@ func (in *Ingester) accept(it *Intake, bodyLen int, now time.Time) (storage.Time
 	if err != nil {
 		return storage.Timeout{}, fmt.Errorf("headers cannot be stored: %w", err)
 	}
+	fp := storage.NewSendFingerprint()
+	if !it.NewSend {
+		if fp, err = message.Fingerprint(d); err != nil {
+			return storage.Timeout{}, fmt.Errorf("headers cannot be stored: %w", err)
+		}
+	}
 	return storage.Timeout{ID: it.ID, Destination: it.Destination, Exchange: it.Exchange, DueAt: it.DueAt, ReceivedAt: now, Message: enc,
-		SagaID: it.SagaID}, nil
+		SagaID: it.SagaID, Fingerprint: fp}, nil
 }
 
 // handle decides the outcome of every delivery of a batch, then settles each
@@ -560,13 +598,13 @@ func (in *Ingester) commit(ctx context.Context, batch []entry, replaces bool) (b
 	// commit must not be abandoned half-way by shutdown, so it does not
 	// take ctx.
 	began := time.Now()
-	var inserted []bool
+	var outcomes []storage.Outcome
 	var replaced, leased int
 	var err error
 	if len(groups) > 0 {
-		inserted, replaced, leased, err = in.replacer.ReplaceGroups(context.WithoutCancel(ctx), groups, rows)
+		outcomes, replaced, leased, err = in.replacer.ReplaceGroups(context.WithoutCancel(ctx), groups, rows)
 	} else {
-		inserted, err = in.store.Insert(context.WithoutCancel(ctx), rows)
+		outcomes, err = in.store.Insert(context.WithoutCancel(ctx), rows)
 	}
 	if err != nil {
 		pause := in.opts.StoreBreaker.Failure(err)
@@ -579,33 +617,55 @@ func (in *Ingester) commit(ctx context.Context, batch []entry, replaces bool) (b
 		// leased: too late to replace, being dispatched; both are delivered.
 		in.log.Info().Strs("groups", groups).Int("replaced", replaced).Int("leased", leased).Msg("replace: earlier messages of the groups cancelled")
 	}
+	in.dropped(DropReplaced, replaced, "", strings.Join(groups, ","))
 	// Wake for every row, duplicates too: a store that repeated its insert
 	// after a lost connection reports its own rows as duplicates, and a
 	// wake too many costs one poll.
 	earliest := rows[0].DueAt
-	duplicates := 0
-	for j, r := range rows {
+	var dup, cancelled int
+	for j := range rows {
+		r := &rows[j]
 		batch[idx[j]].outcome = ack
 		if r.DueAt.Before(earliest) {
 			earliest = r.DueAt
 		}
-		if !inserted[j] {
-			duplicates++
-			in.log.Info().Str("id", r.ID).Msg("not stored: a message with this id is pending, or was cancelled within the cancel window")
+		id, send := wire.SplitKey(r.ID)
+		switch outcomes[j] {
+		case storage.Stored:
+		case storage.Duplicate:
+			dup++
+			in.dropped(DropDuplicate, 1, id, r.Dest().String())
+			in.log.Debug().Str("id", id).Bool("redelivered", batch[idx[j]].d.Redelivered).Msg("not stored: " + dropWhy[DropDuplicate])
+			continue
+		default:
+			cancelled++
+			in.dropped(DropCancelled, 1, id, r.Dest().String())
+			in.log.Debug().Str("id", id).Bool("redelivered", batch[idx[j]].d.Redelivered).Msg("not stored: " + dropWhy[DropCancelled])
 			continue
 		}
 		// redelivered: taken in again after a crash or a lost connection.
 		// If an earlier commit of it was already delivered, this is a
-		// second copy (docs/contract.md §3.3); the debug log shows it.
-		in.log.Debug().Str("id", r.ID).Stringer("destination", wire.Destination{Exchange: r.Exchange, Key: r.Destination}).Time("due_at", r.DueAt).
+		// second copy (docs/contract.md §3.3); the debug log shows it. send
+		// above 1: another send of the id was pending (§2.4).
+		in.log.Debug().Str("id", id).Int("send", send).Stringer("destination", r.Dest()).Time("due_at", r.DueAt).
 			Bool("redelivered", batch[idx[j]].d.Redelivered).Msg("stored")
 	}
-	in.opts.Metrics.Ingested(len(rows) - duplicates)
-	in.opts.Metrics.DuplicatesSuppressed(duplicates)
+	in.opts.Metrics.Ingested(len(rows) - dup - cancelled)
+	in.opts.Metrics.DuplicatesSuppressed(dup + cancelled)
 	if in.opts.Wake != nil {
 		in.opts.Wake(earliest)
 	}
 	return true, 0
+}
+
+// dropped counts n messages of reason taken in and not to be delivered,
+// and logs them (dropLog); id and dest name the last of them.
+func (in *Ingester) dropped(reason string, n int, id, dest string) {
+	if n <= 0 {
+		return
+	}
+	in.opts.Metrics.Dropped(reason, n)
+	in.drops.note(reason, n, id, dest, in.opts.Now())
 }
 
 // cancel applies the batch's cancels, after its inserts. It returns the pause
@@ -630,14 +690,14 @@ func (in *Ingester) cancel(ctx context.Context, batch []entry) time.Duration {
 			continue
 		}
 		id := e.intake.CancelID
-		err := in.store.Cancel(context.WithoutCancel(ctx), id)
+		err := in.store.Cancel(context.WithoutCancel(ctx), id, storage.CancelOrdered)
 		switch {
 		case err == nil:
 			in.log.Info().Str("id", id).Msg("cancelled over AMQP")
 		case errors.Is(err, storage.ErrNotFound):
 			in.log.Info().Str("id", id).Msg("cancel: nothing pending with this id (already delivered, or never scheduled)")
 		case errors.Is(err, storage.ErrLeased):
-			in.log.Warn().Str("id", id).Msg("cancel: too late, the message is being dispatched")
+			in.log.Warn().Str("id", id).Msg("cancel: too late, the message is being dispatched (every pending send of the id)")
 		default:
 			pause = max(pause, in.opts.StoreBreaker.Failure(err))
 			in.log.Error().Err(err).Str("id", id).Dur("retry_in", pause).Msg("cancel failed; requeued")
@@ -695,6 +755,7 @@ func (in *Ingester) replace(ctx context.Context, e *entry) time.Duration {
 	if n > 0 || leased > 0 {
 		in.log.Info().Str("group", group).Int("replaced", n).Int("leased", leased).Msg("replace: earlier messages of the group cancelled")
 	}
+	in.dropped(DropReplaced, n, "", group)
 	if committed, pause := in.commit(ctx, []entry{*e}, true); !committed {
 		return pause
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -19,17 +21,20 @@ import (
 	"github.com/delaybridge/delaybridge/wire"
 )
 
-// fakeStore records inserts; fail makes Insert fail. ids already present are
-// reported as duplicates.
+// fakeStore records inserts as the store contract says (storage.PlaceSend:
+// a send matching a pending one that is not leased is a duplicate, any
+// other send of a pending id is stored under a later send's key); fail
+// makes every call fail. cancelled ids are refused.
 type fakeStore struct {
-	mu     sync.Mutex
-	rows   map[string]storage.Timeout
-	leased map[string]bool
-	fail   error
-	calls  int
+	mu        sync.Mutex
+	rows      map[string]storage.Timeout // by key
+	leased    map[string]bool            // by key
+	cancelled map[string]bool            // by id
+	fail      error
+	calls     int
 }
 
-func (s *fakeStore) Insert(_ context.Context, ts []storage.Timeout) ([]bool, error) {
+func (s *fakeStore) Insert(_ context.Context, ts []storage.Timeout) ([]storage.Outcome, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.calls++
@@ -39,30 +44,52 @@ func (s *fakeStore) Insert(_ context.Context, ts []storage.Timeout) ([]bool, err
 	if s.rows == nil {
 		s.rows = map[string]storage.Timeout{}
 	}
-	out := make([]bool, len(ts))
-	for i, t := range ts {
-		if _, dup := s.rows[t.ID]; !dup {
-			s.rows[t.ID] = t
-			out[i] = true
+	out := make([]storage.Outcome, len(ts))
+	for i := range ts {
+		t := &ts[i]
+		if s.cancelled[t.ID] {
+			out[i] = storage.Cancelled
+			continue
+		}
+		var pending []storage.PendingSend
+		for k, r := range s.rows {
+			if wire.IsKeyOf(k, t.ID) {
+				pending = append(pending, storage.PendingSend{Key: k, Fingerprint: r.Fingerprint, Leased: s.leased[k]})
+			}
+		}
+		key, o := storage.PlaceSend(t.ID, t.Fingerprint, pending)
+		if out[i] = o; o == storage.Stored {
+			t.ID = key
+			s.rows[key] = *t
 		}
 	}
 	return out, nil
 }
 
-// Cancel removes a row unless it is marked leased.
-func (s *fakeStore) Cancel(_ context.Context, id string) error {
+// Cancel removes the sends of id that are not marked leased.
+func (s *fakeStore) Cancel(_ context.Context, id string, _ storage.CancelMode) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.fail != nil {
 		return s.fail
 	}
-	if s.leased[id] {
+	found, removed := 0, 0
+	for k := range s.rows {
+		if !wire.IsKeyOf(k, id) {
+			continue
+		}
+		found++
+		if !s.leased[k] {
+			delete(s.rows, k)
+			removed++
+		}
+	}
+	switch {
+	case found == 0:
+		return storage.ErrNotFound
+	case removed == 0:
 		return storage.ErrLeased
 	}
-	if _, ok := s.rows[id]; !ok {
-		return storage.ErrNotFound
-	}
-	delete(s.rows, id)
 	return nil
 }
 
@@ -124,6 +151,19 @@ func (in *Ingester) takeHolding(pub Publisher, ds []amqp.Delivery, held []entry)
 		batch[i] = in.classify(testSource, d)
 	}
 	return in.handle(context.Background(), testSource, pub, batch, held)
+}
+
+// takeFrom runs ds through ingest as one batch of src.
+func (in *Ingester) takeFrom(src Source, pub Publisher, ds []amqp.Delivery) error {
+	batch := make([]entry, len(ds))
+	for i, d := range ds {
+		batch[i] = in.classify(src, d)
+	}
+	held, err := in.handle(context.Background(), src, pub, batch, nil)
+	if rerr := requeueHeld(held); err == nil {
+		err = rerr
+	}
+	return err
 }
 
 func TestValidBatchIsStoredThenAckedOnce(t *testing.T) {
@@ -293,18 +333,76 @@ func TestRefusedInvalidMessagesAreHeldAndTriedAgain(t *testing.T) {
 	}
 }
 
-func TestDuplicateIsAckedNotStoredTwice(t *testing.T) {
+// A redelivery of a pending send (the same delivery again: after a lost
+// ack, or repeated by its publisher after a lost confirm) is acked and not
+// stored, with a warning that says so; another send of the id (anything
+// differs, here the body) is stored as send 2.
+func TestRedeliveryIsAckedNotStoredTwice(t *testing.T) {
+	store, pub, s := &fakeStore{}, &fakePublisher{}, amqptest.New(t)
+	var woke []time.Time
+	in := newIngester(store, pub, &woke)
+	var logs strings.Builder
+	in.log = zerolog.New(&logs)
+	in.drops = newDropLog(in.log)
+	h := amqp.Table{wire.HeaderDestination: "a", wire.HeaderDelay: int32(1)}
+	b := deliveries(s, h, h, h)
+	b[1].MessageId, b[1].Body = "m0", b[0].Body
+	b[1].Headers = amqp.Table{wire.HeaderDestination: "a", wire.HeaderDelay: int32(1), "x-delivery-count": int64(1)} // a quorum queue's count
+	b[2].MessageId = "m0"
+	if err := in.take(pub, b); err != nil {
+		t.Fatal(err)
+	}
+	if len(store.rows) != 2 || s.Outcome(2) != amqptest.Acked || s.Outcome(3) != amqptest.Acked {
+		t.Fatalf("rows %d, tags 2 and 3 %s, %s; want 2 rows, both acked", len(store.rows), s.Outcome(2), s.Outcome(3))
+	}
+	if r, ok := store.rows[wire.SendKey("m0", 2)]; !ok || string(r.Message) == string(store.rows["m0"].Message) {
+		t.Fatalf("send 2 of m0 = %+v, %v; want the third delivery", r, ok)
+	}
+	if !strings.Contains(logs.String(), `"level":"warn","reason":"duplicate"`) || !strings.Contains(logs.String(), `"id":"m0"`) {
+		t.Fatalf("log:\n%s\nwant a warning for the duplicate of m0", logs.String())
+	}
+}
+
+// A send that matches one being dispatched (leased: forwarded, its removal
+// to come) is another send, stored: a client that sends a message again
+// the moment the first arrives, with the same id, headers and body, gets
+// it delivered again (docs/contract.md §2.4).
+func TestSendMatchingALeasedOneIsStored(t *testing.T) {
 	store, pub, s := &fakeStore{}, &fakePublisher{}, amqptest.New(t)
 	var woke []time.Time
 	in := newIngester(store, pub, &woke)
 	h := amqp.Table{wire.HeaderDestination: "a", wire.HeaderDelay: int32(1)}
-	b := deliveries(s, h, h)
-	b[1].MessageId = "m0"
-	if err := in.take(pub, b); err != nil {
+	if err := in.take(pub, deliveries(s, h)); err != nil {
 		t.Fatal(err)
 	}
-	if len(store.rows) != 1 || !(s.Outcome(2) == amqptest.Acked) {
-		t.Fatalf("rows %d, tag 2 %s", len(store.rows), s.Outcome(2))
+	store.leased = map[string]bool{"m0": true}
+	if err := in.take(pub, deliveries(amqptest.New(t), h)); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := store.rows[wire.SendKey("m0", 2)]; !ok || len(store.rows) != 2 {
+		t.Fatalf("rows %v; want m0 and its send 2", slices.Collect(maps.Keys(store.rows)))
+	}
+}
+
+// A delivery from a delayed exchange is a send of its own, as the plugin
+// delivers each publish: the same message published twice is delivered
+// twice, even while the first is pending (docs/contract.md §2.7).
+func TestDelayedExchangeSendsAreAllNew(t *testing.T) {
+	store, pub := &fakeStore{}, &fakePublisher{}
+	var woke []time.Time
+	in := newIngester(store, pub, &woke)
+	src := TimeoutsSource("e.Timeouts", broker.DelayedExchange{Name: "dx", Type: "direct"})
+	in.opts.Sources = []Source{src}
+	h := amqp.Table{wire.HeaderDelay: int32(60000)}
+	for range 2 {
+		a := amqptest.New(t)
+		d := a.Deliver(amqp.Delivery{Exchange: "dx", RoutingKey: "k", Headers: h, MessageId: "same", Body: []byte("same")})
+		if err := in.takeFrom(src, pub, []amqp.Delivery{d}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(store.rows) != 2 {
+		t.Fatalf("rows %v; want both publishes stored", slices.Collect(maps.Keys(store.rows)))
 	}
 }
 
@@ -734,6 +832,6 @@ func handleAll(t *testing.T, in *Ingester, src Source, pub Publisher, ds []amqp.
 // insertFailStore cancels by group but fails every insert.
 type insertFailStore struct{ *sagaStore }
 
-func (s *insertFailStore) Insert(context.Context, []storage.Timeout) ([]bool, error) {
+func (s *insertFailStore) Insert(context.Context, []storage.Timeout) ([]storage.Outcome, error) {
 	return nil, errors.New("disk full")
 }

@@ -2,6 +2,7 @@ package ingest
 
 import (
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -9,17 +10,25 @@ import (
 
 	"github.com/delaybridge/delaybridge/broker"
 	"github.com/delaybridge/delaybridge/internal/amqptest"
+	"github.com/delaybridge/delaybridge/metrics"
 	"github.com/delaybridge/delaybridge/wire"
 )
 
 type recorder struct {
 	ingested, duplicates int
 	errorQueued          map[string]int
+	dropped              map[string]int
 	commits              int
 }
 
 func (r *recorder) Ingested(n int)             { r.ingested += n }
 func (r *recorder) DuplicatesSuppressed(n int) { r.duplicates += n }
+func (r *recorder) Dropped(reason string, n int) {
+	if r.dropped == nil {
+		r.dropped = map[string]int{}
+	}
+	r.dropped[reason] += n
+}
 func (r *recorder) ErrorQueued(stage string, n int) {
 	if r.errorQueued == nil {
 		r.errorQueued = map[string]int{}
@@ -35,13 +44,14 @@ func TestMetrics(t *testing.T) {
 	rec := &recorder{}
 	in.opts.Metrics = rec
 	good := amqp.Table{wire.HeaderDestination: "a", wire.HeaderDelay: int32(1)}
-	b := deliveries(s, good, good, amqp.Table{}, good)
-	b[3].MessageId = "m0" // a duplicate of the first
+	b := deliveries(s, good, good, amqp.Table{}, good, good)
+	b[3].MessageId, b[3].Body = "m0", b[0].Body // a redelivery of the first
+	b[4].MessageId = "m0"                       // another send of its id
 	if err := in.take(pub, b); err != nil {
 		t.Fatal(err)
 	}
-	if rec.ingested != 2 || rec.duplicates != 1 || rec.errorQueued[wire.StageIngest] != 1 || rec.commits != 1 {
-		t.Errorf("%+v; want 2 ingested, 1 duplicate, 1 error-queued at ingest, 1 commit", rec)
+	if rec.ingested != 3 || rec.duplicates != 1 || rec.dropped[DropDuplicate] != 1 || rec.errorQueued[wire.StageIngest] != 1 || rec.commits != 1 {
+		t.Errorf("%+v; want 3 ingested, 1 duplicate (dropped as such), 1 error-queued at ingest, 1 commit", rec)
 	}
 
 	// Nothing is counted for a failed commit or an unconfirmed copy.
@@ -53,7 +63,19 @@ func TestMetrics(t *testing.T) {
 	if err := in.take(pub, deliveries(amqptest.New(t), amqp.Table{})); err != nil {
 		t.Fatal(err)
 	}
-	if rec.ingested != 2 || rec.errorQueued[wire.StageIngest] != 1 || rec.commits != 1 {
+	if rec.ingested != 3 || rec.errorQueued[wire.StageIngest] != 1 || rec.commits != 1 {
 		t.Errorf("%+v after failures; want the counts unchanged", rec)
+	}
+}
+
+// The reasons ingest drops for are the label values the metrics declare.
+func TestDropReasonsDeclared(t *testing.T) {
+	for _, r := range []string{DropDuplicate, DropCancelled, DropReplaced} {
+		if !slices.Contains(metrics.DropReasons, r) {
+			t.Errorf("drop reason %q is not in metrics.DropReasons %v", r, metrics.DropReasons)
+		}
+	}
+	if len(metrics.DropReasons) != 3 {
+		t.Errorf("metrics.DropReasons = %v, want the 3 reasons of ingest", metrics.DropReasons)
 	}
 }

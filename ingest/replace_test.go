@@ -54,7 +54,7 @@ func newReplaceStore(t *testing.T, now func() time.Time) *replaceStore {
 	return &replaceStore{Store: s}
 }
 
-func (s *replaceStore) ReplaceGroups(ctx context.Context, groups []string, ts []storage.Timeout) ([]bool, int, int, error) {
+func (s *replaceStore) ReplaceGroups(ctx context.Context, groups []string, ts []storage.Timeout) ([]storage.Outcome, int, int, error) {
 	s.mu.Lock()
 	s.replaces++
 	s.groups = append(s.groups, slices.Clone(groups))
@@ -66,7 +66,7 @@ func (s *replaceStore) ReplaceGroups(ctx context.Context, groups []string, ts []
 	return s.Store.ReplaceGroups(ctx, groups, ts)
 }
 
-func (s *replaceStore) Insert(ctx context.Context, ts []storage.Timeout) ([]bool, error) {
+func (s *replaceStore) Insert(ctx context.Context, ts []storage.Timeout) ([]storage.Outcome, error) {
 	s.mu.Lock()
 	s.inserts++
 	s.mu.Unlock()

@@ -100,6 +100,11 @@ type Intake struct {
 	// (storage.Timeout.SagaID); for OpCancelSaga the saga to cancel; for
 	// OpReplace the group to replace, which the message then belongs to.
 	SagaID string
+	// NewSend: the delivery is never a redelivery of a pending send, even
+	// when it matches one (docs/contract.md §2.4); otherwise a delivery
+	// matching a pending send of its id that is not being dispatched is
+	// taken for a redelivery of it (message.Fingerprint).
+	NewSend bool
 
 	// OpCancel.
 	CancelID string
@@ -205,7 +210,9 @@ func parseDelayed(d *amqp.Delivery, receivedAt time.Time, route string) Intake {
 		// as the received delay: x-delay negated, whatever its type was.
 		msg.Headers[wire.HeaderDelay] = -ms
 	}
-	return Intake{Op: OpSchedule, ID: id, Exchange: route, Destination: d.RoutingKey, DueAt: due, Msg: msg}
+	// Every publish is a send of its own, as the plugin delivers each:
+	// never taken for a redelivery (docs/contract.md §2.7).
+	return Intake{Op: OpSchedule, ID: id, Exchange: route, Destination: d.RoutingKey, DueAt: due, Msg: msg, NewSend: true}
 }
 
 // ParseHeaders reads a delivery to E.Timeouts: a cancel (x-delaybridge-cancel),

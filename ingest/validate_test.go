@@ -84,7 +84,7 @@ func TestCancelOfAnImpossibleIDWithPostgres(t *testing.T) {
 	t.Cleanup(func() { st.Close() })
 	cancelsOfBadIDs(t, st)
 	// The store is still fine with a valid cancel.
-	if err := st.Cancel(context.Background(), "ok"); !errors.Is(err, storage.ErrNotFound) {
+	if err := st.Cancel(context.Background(), "ok", storage.CancelOrdered); !errors.Is(err, storage.ErrNotFound) {
 		t.Fatalf("Cancel(ok) = %v, want ErrNotFound", err)
 	}
 }

@@ -33,6 +33,11 @@ const (
 // the series exist before anything happens.
 var Breakers = []string{"store", "fetch", "dispatch"}
 
+// DropReasons are the values of messages_dropped_total's reason label
+// (ingest.DropDuplicate, DropCancelled, DropReplaced): every series exists
+// from the start, at zero.
+var DropReasons = []string{"duplicate", "cancelled", "replaced"}
+
 // LatenessBuckets run from 0.5 ms to 60 s.
 var LatenessBuckets = []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}
 
@@ -52,6 +57,7 @@ type Metrics struct {
 	dispatchFailures prometheus.Counter
 	errorQueued      *prometheus.CounterVec
 	duplicates       prometheus.Counter
+	dropped          *prometheus.CounterVec
 	staleTokens      prometheus.Counter
 
 	lateness        prometheus.Histogram
@@ -93,7 +99,11 @@ func New() *Metrics {
 			Help: "Messages moved to the error queue (copy confirmed by the broker), by stage.",
 		}, []string{"stage"}),
 		duplicates: counter("duplicates_suppressed_total",
-			"Messages not stored because a message with the same id was already pending."),
+			"Messages not stored: redeliveries of a pending send, and sends of an id cancelled within the cancel window."),
+		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "messages_dropped_total",
+			Help: "Messages taken in that will not be delivered, by reason: duplicate (a redelivery of a pending send), cancelled (an id cancelled within the cancel window), replaced (removed by a later message of its group).",
+		}, []string{"reason"}),
 		staleTokens: counter("stale_tokens_total",
 			"Dispatcher tokens skipped because their timeout was gone, released, leased again or its lease expired."),
 		lateness: histogram("lateness_seconds",
@@ -123,6 +133,9 @@ func New() *Metrics {
 	for _, b := range Breakers {
 		m.breakers.WithLabelValues(b)
 	}
+	for _, r := range DropReasons {
+		m.dropped.WithLabelValues(r)
+	}
 	bi := buildinfo.Get()
 	buildInfo := prometheus.NewGauge(prometheus.GaugeOpts{
 		Namespace: namespace, Name: "build_info",
@@ -133,7 +146,7 @@ func New() *Metrics {
 	reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		m.ingested, m.dispatched, m.dispatchFailures, m.errorQueued, m.duplicates, m.staleTokens,
+		m.ingested, m.dispatched, m.dispatchFailures, m.errorQueued, m.duplicates, m.dropped, m.staleTokens,
 		m.lateness, m.ingestCommit, m.dispatchConfirm, m.pollLease, m.handover,
 		m.breakers, m.store, m.dests, m.conns, m.blocked, buildInfo,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -227,13 +240,22 @@ func (m *Metrics) Ingested(n int) {
 	m.ingested.Add(float64(n))
 }
 
-// DuplicatesSuppressed counts n messages not stored because their id was
-// already pending.
+// DuplicatesSuppressed counts n messages not stored: redeliveries of a
+// pending send and sends of a cancelled id.
 func (m *Metrics) DuplicatesSuppressed(n int) {
 	if m == nil || n <= 0 {
 		return
 	}
 	m.duplicates.Add(float64(n))
+}
+
+// Dropped counts n messages taken in that will not be delivered, for
+// reason (one of DropReasons).
+func (m *Metrics) Dropped(reason string, n int) {
+	if m == nil || n <= 0 {
+		return
+	}
+	m.dropped.WithLabelValues(reason).Add(float64(n))
 }
 
 // ErrorQueued counts n messages whose error-queue copy the broker confirmed;

@@ -34,9 +34,11 @@ type page struct {
 	Connections []Named
 	Window      string
 
-	HaveRates    bool
-	Minutes      []Minute
-	Totals       Minute // cumulative counts since start
+	HaveRates bool
+	Minutes   []Minute
+	Totals    Minute // cumulative counts since start
+	// DroppedBy: messages taken in and not stored since start, by reason.
+	DroppedBy    []Dropped
 	Lateness     Percentiles
 	Destinations []DestRow
 	DestCapped   bool
@@ -79,9 +81,13 @@ type DestRow struct {
 // exchange and routing key worded by wire.Destination.String.
 type Row struct {
 	ID, Destination string
-	DueAt           string
-	In              string
-	Overdue         bool
+	// Send is 2, 3, ... for a later send of an id of which more than one
+	// is pending (docs/contract.md §2.4), 0 otherwise. The actions act on
+	// every send of the id.
+	Send    int
+	DueAt   string
+	In      string
+	Overdue bool
 	// State is "dispatching" (leased), "retrying" (failed, held back for
 	// its next attempt), "failing" (failed, due again), "overdue" or
 	// "waiting"; Class its badge's colour.
@@ -215,7 +221,8 @@ func (h *Handler) rates(p *page, g gathered, problem func(name, detail string)) 
 	cur := &samples[len(samples)-1]
 	p.HaveRates = true
 	p.Minutes = minutes(samples, g.at)
-	p.Totals = Minute{Ingested: g.ingested, Dispatched: g.dispatched, Failures: g.failures, ErrorQueued: g.errorQueued}
+	p.Totals = Minute{Ingested: g.ingested, Dispatched: g.dispatched, Failures: g.failures, ErrorQueued: g.errorQueued, Dropped: g.dropped}
+	p.DroppedBy = g.droppedBy
 	p.Lateness = latenessBetween(base, cur)
 	mins := max(cur.at.Sub(base.at).Minutes(), 1.0/6)
 	span := "in the last " + fmtDur(max(cur.at.Sub(base.at), SampleInterval).Round(time.Second))
@@ -409,7 +416,11 @@ func (h *Handler) list(ctx context.Context, r *http.Request, p *page, now time.T
 // "failing", never "waiting".
 func (h *Handler) row(t *storage.Timeout, now time.Time) Row {
 	in, overdue := relative(t.DueAt, now)
-	row := Row{ID: t.ID, Destination: t.Dest().String(), DueAt: t.DueAt.UTC().Format("2006-01-02 15:04:05.000"),
+	id, send := wire.SplitKey(t.ID)
+	if send == 1 {
+		send = 0
+	}
+	row := Row{ID: id, Send: send, Destination: t.Dest().String(), DueAt: t.DueAt.UTC().Format("2006-01-02 15:04:05.000"),
 		In: in, Overdue: overdue, Attempts: t.Attempts, LastError: truncate(t.LastError, 160)}
 	held := t.NotBefore.After(now)
 	if held {

@@ -38,6 +38,7 @@ const (
 	metricDispatched     = "delaybridge_messages_dispatched_total"
 	metricFailures       = "delaybridge_dispatch_failures_total"
 	metricErrorQueue     = "delaybridge_error_queue_messages_total"
+	metricDropped        = "delaybridge_messages_dropped_total"
 	metricLateness       = "delaybridge_lateness_seconds"
 	metricBreaker        = "delaybridge_circuit_breaker_state"
 	metricConnected      = "delaybridge_broker_connected"
@@ -173,6 +174,7 @@ type sample struct {
 	at                    time.Time
 	ingested, dispatched  float64
 	failures, errorQueued float64
+	dropped               float64
 	latSum, latCount      float64
 	// latBuckets are the lateness histogram's cumulative bucket counts, by
 	// upper bound (latBounds, ascending; the +Inf bucket is latCount).
@@ -182,6 +184,13 @@ type sample struct {
 }
 
 type destCounters struct{ dispatched, failures float64 }
+
+// Dropped is how many messages were taken in and not stored, for one
+// reason (the reason label of delaybridge_messages_dropped_total).
+type Dropped struct {
+	Reason string
+	Count  float64
+}
 
 // New returns the handler for opts.
 func New(opts Options) *Handler {
@@ -228,7 +237,9 @@ type gathered struct {
 	connected map[string]bool
 	// pending and dueSoon are the per-destination gauges.
 	pending, dueSoon map[wire.Destination]float64
-	ok               bool
+	// droppedBy are the dropped messages since start, by reason.
+	droppedBy []Dropped
+	ok        bool
 }
 
 func (h *Handler) gather() gathered {
@@ -254,6 +265,11 @@ func (h *Handler) gather() gathered {
 			g.failures = sumCounter(mf)
 		case metricErrorQueue:
 			g.errorQueued = sumCounter(mf)
+		case metricDropped:
+			g.dropped = sumCounter(mf)
+			for _, m := range mf.GetMetric() {
+				g.droppedBy = append(g.droppedBy, Dropped{Reason: label(m, "reason"), Count: m.GetCounter().GetValue()})
+			}
 		case metricLateness:
 			for _, m := range mf.GetMetric() {
 				hh := m.GetHistogram()
@@ -366,10 +382,13 @@ func (h *Handler) sample(force bool) gathered {
 
 // Minute is one row of the throughput table.
 type Minute struct {
-	Label                      string
-	Known                      bool // false: no samples cover this minute yet
-	Ingested, Dispatched       float64
-	Failures, ErrorQueued      float64
+	Label                 string
+	Known                 bool // false: no samples cover this minute yet
+	Ingested, Dispatched  float64
+	Failures, ErrorQueued float64
+	// Dropped: taken in and not to be delivered (a redelivery of a
+	// pending send, a cancelled id, a replaced group).
+	Dropped                    float64
 	Lateness                   Percentiles
 	IngestedBar, DispatchedBar int // 0-100, relative to the busiest minute
 }
@@ -421,6 +440,7 @@ func minutes(samples []sample, now time.Time) []Minute {
 		r.Dispatched = nonNeg(last.dispatched-first.dispatched) * scale
 		r.Failures = nonNeg(last.failures-first.failures) * scale
 		r.ErrorQueued = nonNeg(last.errorQueued-first.errorQueued) * scale
+		r.Dropped = nonNeg(last.dropped-first.dropped) * scale
 		r.Lateness = latenessBetween(first, last)
 	}
 	var maxRate float64

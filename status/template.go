@@ -153,7 +153,7 @@ footer a { color:inherit; }
   <table id="rows">
     <tr><th>message id</th><th>destination</th><th>due (UTC)</th><th>when</th><th class="num">failed attempts</th><th>state</th>{{if .Session.LoggedIn}}<th></th>{{end}}</tr>
     {{range .Rows}}<tr>
-      <td class="mono msgid">{{.ID}}</td><td class="mono">{{.Destination}}</td><td class="mono nowrap">{{.DueAt}}</td>
+      <td class="mono msgid">{{.ID}}{{if .Send}} <span class="sub">(send {{.Send}})</span>{{end}}</td><td class="mono">{{.Destination}}</td><td class="mono nowrap">{{.DueAt}}</td>
       <td class="nowrap{{if .Overdue}} err{{end}}">{{.In}}</td><td class="num">{{.Attempts}}</td>
       <td><span class="badge {{.Class}}">{{.State}}</span>{{if .LastError}}<div class="sub">{{.LastError}}</div>{{end}}</td>
       {{if $.Session.LoggedIn}}<td class="nowrap">
@@ -172,19 +172,20 @@ footer a { color:inherit; }
   <h2>Throughput and lateness by minute</h2>
   {{if .HaveRates}}
   <table>
-    <tr><th>minute</th><th class="num">ingested /min</th><th class="num">dispatched /min</th><th class="num">lateness p50</th><th class="num">lateness p99</th><th class="num">dispatch failures /min</th><th class="num">to error queue /min</th><th class="bars"></th></tr>
+    <tr><th>minute</th><th class="num">ingested /min</th><th class="num">dispatched /min</th><th class="num">lateness p50</th><th class="num">lateness p99</th><th class="num">dispatch failures /min</th><th class="num">to error queue /min</th><th class="num">not stored /min</th><th class="bars"></th></tr>
     {{range .Minutes}}<tr>
       <td>{{.Label}}</td>
       {{if .Known}}<td class="num">{{rate .Ingested}}</td><td class="num">{{rate .Dispatched}}</td>
       <td class="num">{{if .Lateness.Known}}{{if .Lateness.Over50}}&gt; {{end}}{{dur .Lateness.P50}}{{else}}–{{end}}</td>
       <td class="num">{{if .Lateness.Known}}{{if .Lateness.Over99}}&gt; {{end}}{{dur .Lateness.P99}}{{else}}–{{end}}</td>
-      <td class="num">{{rate .Failures}}</td><td class="num">{{rate .ErrorQueued}}</td>
+      <td class="num">{{rate .Failures}}</td><td class="num">{{rate .ErrorQueued}}</td><td class="num">{{rate .Dropped}}</td>
       <td class="bars"><div class="bar" style="width:{{.IngestedBar}}%" title="ingested"></div><div class="bar d" style="width:{{.DispatchedBar}}%" title="dispatched"></div></td>
-      {{else}}<td class="num sub" colspan="6">no samples yet</td><td></td>{{end}}
+      {{else}}<td class="num sub" colspan="7">no samples yet</td><td></td>{{end}}
     </tr>{{end}}
     <tr><td><b>since start</b></td><td class="num">{{int .Totals.Ingested}}</td><td class="num">{{int .Totals.Dispatched}}</td>
-      <td></td><td></td><td class="num">{{int .Totals.Failures}}</td><td class="num">{{int .Totals.ErrorQueued}}</td><td class="sub">totals</td></tr>
+      <td></td><td></td><td class="num">{{int .Totals.Failures}}</td><td class="num">{{int .Totals.ErrorQueued}}</td><td class="num">{{int .Totals.Dropped}}</td><td class="sub">totals</td></tr>
   </table>
+  <p class="sub">Not stored: messages taken in that will not be delivered, since start by reason:{{range $i, $d := .DroppedBy}}{{if $i}},{{end}} {{$d.Reason}} {{int $d.Count}}{{end}}. Duplicate: a redelivery of a send that is pending (that send is delivered); cancelled: its id was cancelled within the cancel window; replaced: a later message of its MassTransit token replaced it. The log has a warning for each reason, summed up every 10 s.</p>
   <p class="sub">Lateness percentiles from the delaybridge_lateness_seconds histogram (buckets up to 60 s). Bars: <span style="color:var(--bar1)">■</span> ingested, <span style="color:var(--bar2)">■</span> dispatched.</p>
   {{else}}<p class="sub">Metrics not available.</p>{{end}}
 </section>

@@ -6,7 +6,9 @@
 package storage
 
 import (
+	"bytes"
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"math"
@@ -76,6 +78,9 @@ type ListFilter struct {
 	After       string    // cursor from the previous page; empty: from the start
 	Limit       int       // at most this many rows (required, > 0)
 
+	// ID, when set, selects the rows of that message id: every send of it
+	// (wire.IsKeyOf), with the other fields those of them that match too.
+	ID string
 	// SagaID, when set, selects the rows of that saga (Timeout.SagaID)
 	// exactly, and with the other fields those of them that match too. A
 	// store finds a saga's rows in an index, without scanning the others;
@@ -93,7 +98,7 @@ type ListFilter struct {
 // Empty reports whether f selects every row (its paging fields aside).
 func (f *ListFilter) Empty() bool {
 	return f.Destination == "" && f.Exchange == "" && f.DueFrom.IsZero() && f.DueTo.IsZero() &&
-		f.IDPrefix == "" && f.HeaderName == "" && f.SagaID == ""
+		f.IDPrefix == "" && f.HeaderName == "" && f.SagaID == "" && f.ID == ""
 }
 
 // Selects reports whether f selects t, Limit and After aside: the rule every
@@ -117,7 +122,7 @@ func (f *ListFilter) Selects(t *Timeout) bool {
 	if f.SagaID != "" && t.SagaID != f.SagaID {
 		return false
 	}
-	if !strings.HasPrefix(t.ID, f.IDPrefix) {
+	if !strings.HasPrefix(t.ID, f.IDPrefix) || (f.ID != "" && !wire.IsKeyOf(t.ID, f.ID)) {
 		return false
 	}
 	if f.HeaderName != "" {
@@ -127,9 +132,14 @@ func (f *ListFilter) Selects(t *Timeout) bool {
 	return true
 }
 
-// Timeout is one pending message. Message is opaque to the store: the encoded
-// body, AMQP properties and headers (see package message).
+// Timeout is one pending message: one send of it (docs/contract.md §2.4).
+// Message is opaque to the store: the encoded body, AMQP properties and
+// headers (see package message).
 type Timeout struct {
+	// ID is the row key. Insert takes the message id here and stores the
+	// row under it, or, while another send of that id holds it, under the
+	// key of a later send (wire.SendKey); every other method takes and
+	// returns keys, except those that say they take a message id.
 	ID string
 	// Destination is the queue the message goes to, or, when Exchange is
 	// set, the routing key it is published with to that exchange
@@ -142,6 +152,12 @@ type Timeout struct {
 	// SagaID, when set, names the saga the timeout belongs to (NServiceBus's
 	// NServiceBus.SagaId): SagaCanceller cancels a saga's timeouts together.
 	SagaID string
+	// Fingerprint identifies the send (message.Fingerprint): Insert takes a
+	// row for a redelivery of a pending send when the two agree. Empty
+	// fingerprints agree with each other (rows stored by builds that kept
+	// none). The caller of Insert gives a send that must never be taken
+	// for a redelivery a fingerprint of its own (NewSendFingerprint).
+	Fingerprint []byte
 
 	// Attempts counts dispatch failures so far; LastError is the latest reason.
 	Attempts  int
@@ -177,15 +193,87 @@ type Ref struct {
 	Lock string
 }
 
+// Outcome is what Insert did with one row.
+type Outcome uint8
+
+const (
+	// Stored: the row was stored, under its message id, or while a send
+	// of that id holds that key, under the key of a later send
+	// (wire.SendKey, the lowest number free).
+	Stored Outcome = iota + 1
+	// Duplicate: a pending send of the same message id with the same
+	// Fingerprint, not under a live lease, is in the store (or earlier in
+	// the same call): the row is taken for a redelivery of that send and
+	// not stored. A matching send under a live lease (being dispatched)
+	// does not count: the row is stored as another send.
+	Duplicate
+	// Cancelled: the message id was cancelled within the cancel window
+	// (see Cancel); the row is not stored.
+	Cancelled
+)
+
+func (o Outcome) String() string {
+	switch o {
+	case Stored:
+		return "stored"
+	case Duplicate:
+		return "duplicate"
+	case Cancelled:
+		return "cancelled"
+	}
+	return fmt.Sprintf("Outcome(%d)", uint8(o))
+}
+
+// NewSendFingerprint is a fingerprint no other send has: a row with it is
+// never taken for a redelivery (a first delivery from a delayed exchange,
+// which the delayed-message-exchange plugin never deduplicates).
+func NewSendFingerprint() []byte {
+	b := make([]byte, 17)
+	b[0] = 0xff // 17 bytes: never message.Fingerprint's 16
+	_, _ = rand.Read(b[1:])
+	return b
+}
+
+// CheckMessageID refuses an id Insert cannot take: empty, or holding
+// wire.SendSep (a row key, not a message id).
+func CheckMessageID(id string) error {
+	switch {
+	case id == "":
+		return errors.New("empty id")
+	case strings.Contains(id, wire.SendSep):
+		return errors.New("id holds the send separator (a row key, not a message id)")
+	}
+	return nil
+}
+
+// CancelMode says whether Cancel leaves a tombstone when nothing with the
+// id is pending.
+type CancelMode uint8
+
+const (
+	// CancelOrdered leaves one either way: a message published before the
+	// cancel may be stored after it, by another instance or after a
+	// requeue (the AMQP cancel, docs/contract.md §2.5).
+	CancelOrdered CancelMode = iota
+	// CancelFound leaves one only when it removed a send (an operator's
+	// cancel, §6.3: it has no ordering to keep, and a tombstone for an id
+	// that was never stored would drop the next message with it).
+	CancelFound
+)
+
 // Store is the contract of docs/contract.md §7. All methods are safe for concurrent
 // use. Times are compared against the store's injected clock.
 type Store interface {
-	// Insert stores timeouts in one commit. inserted[i] is false when a timeout
-	// with the same id is already pending (it is then left as it was), or
-	// when its id was cancelled within the cancel window (see Cancel; it is
-	// then not stored). Callers keep DueAt at or before MaxDueAt (ingest
-	// refuses later ones; see CheckDueAt).
-	Insert(ctx context.Context, ts []Timeout) (inserted []bool, err error)
+	// Insert stores timeouts in one commit, each under its message id
+	// (Timeout.ID) or the key of a later send of it, and says for each
+	// what it did (see Outcome): a redelivery of a pending send
+	// (Duplicate) and a cancelled id (Cancelled) are not stored. Rows of
+	// one call are taken in order, so a later one may be a Duplicate of an
+	// earlier one. An id holding wire.SendSep fails the call. When it
+	// succeeds, it sets the ID of each row it stored to that row's key.
+	// Callers keep DueAt at or before MaxDueAt (ingest refuses later
+	// ones; see CheckDueAt).
+	Insert(ctx context.Context, ts []Timeout) ([]Outcome, error)
 
 	// Lease takes up to limit rows that are due by dueBy (DueAt and NotBefore
 	// at or before it) and not leased, or whose lease expired, in due order,
@@ -195,8 +283,8 @@ type Store interface {
 	// is never handed to two concurrent callers.
 	Lease(ctx context.Context, owner string, dueBy time.Time, limit int, d time.Duration) ([]Lease, error)
 
-	// Get returns a copy of the pending timeout with this id, or ErrNotFound.
-	Get(ctx context.Context, id string) (Timeout, error)
+	// Get returns a copy of the pending timeout with this key, or ErrNotFound.
+	Get(ctx context.Context, key string) (Timeout, error)
 
 	// Remove deletes rows in one commit. results[i] is nil on success,
 	// ErrConcurrency when refs[i].Lock is set and does not hold the row, and
@@ -224,20 +312,23 @@ type Store interface {
 	// their Message, and the cursor of the next page ("" when there is none).
 	List(ctx context.Context, f ListFilter) (rows []Timeout, next string, err error)
 
-	// Cancel removes a pending timeout that is not being dispatched:
-	// ErrNotFound when there is none, ErrLeased while it is leased. Unless
-	// it is leased it also leaves a tombstone: for the store's cancel window
-	// (DefaultCancelWindow unless configured) Insert stores no timeout with
-	// this id. A cancel thus applies to a message published before it that
-	// another instance, or a requeue, stores after it, and to one stored
-	// again because the answer to its first insert was lost. Cancel and
-	// Insert of one id are atomic with respect to each other, whichever
-	// instances call them. Reap purges expired tombstones.
-	Cancel(ctx context.Context, id string) error
+	// Cancel removes every pending send of message id id that is not
+	// being dispatched: ErrNotFound when none is pending, ErrLeased when
+	// every pending one is leased (then it removes nothing). It also
+	// leaves a tombstone, unless every pending send is leased, or, with
+	// CancelFound, nothing is pending: for the store's cancel window
+	// (DefaultCancelWindow unless configured) Insert stores no timeout
+	// with this id. A cancel thus applies to a message published before it
+	// that another instance, or a requeue, stores after it, and to one
+	// stored again because the answer to its first insert was lost. Cancel
+	// and Insert of one id are atomic with respect to each other,
+	// whichever instances call them. Reap purges expired tombstones.
+	Cancel(ctx context.Context, id string, mode CancelMode) error
 
-	// Reschedule sets a new due time on a timeout that is not being
-	// dispatched (and clears any retry hold): ErrNotFound, ErrLeased, and
-	// ErrDueOutOfRange for a dueAt after MaxDueAt.
+	// Reschedule sets a new due time on every pending send of message id
+	// id that is not being dispatched (and clears any retry hold):
+	// ErrNotFound when none is pending, ErrLeased when every pending one
+	// is leased, and ErrDueOutOfRange for a dueAt after MaxDueAt.
 	Reschedule(ctx context.Context, id string, dueAt time.Time) error
 
 	Close() error
@@ -278,11 +369,11 @@ type LeaseCounter interface {
 // MultiGetter reads many rows in one call: the dispatcher reads the rows
 // behind a dispatcher message's tokens with one round trip, not one Get each.
 type MultiGetter interface {
-	// GetMany returns the pending timeouts with these ids, keyed by id, each
-	// a copy as Get returns it. An id with no pending timeout is absent from
-	// the map, not an error; a repeated id is read once. The map is not nil
-	// when err is nil, even for no ids.
-	GetMany(ctx context.Context, ids []string) (map[string]Timeout, error)
+	// GetMany returns the pending timeouts with these keys, by key, each
+	// a copy as Get returns it. A key with no pending timeout is absent from
+	// the map, not an error; a repeated key is read once. The map is not nil
+	// when err is nil, even for no keys.
+	GetMany(ctx context.Context, keys []string) (map[string]Timeout, error)
 }
 
 // SagaCanceller cancels the timeouts of a saga together: NServiceBus's
@@ -291,8 +382,9 @@ type SagaCanceller interface {
 	// CancelSaga removes, in one commit, every pending timeout whose
 	// SagaID is sagaID and that is not being dispatched, and returns how
 	// many it removed and how many it left because they are leased (an
-	// expired lease does not count as one; such a row is removed). Each id
-	// it removed gets a tombstone, as Cancel leaves, so a copy stored again
+	// expired lease does not count as one; such a row is removed). The
+	// message id of each row it removed gets a tombstone, as Cancel
+	// leaves, so a copy stored again
 	// stays cancelled; the saga id gets none: the saga may schedule new
 	// timeouts at once. As Cancel, it applies to inserts of other instances
 	// that are under way. An empty sagaID is an error.
@@ -308,17 +400,17 @@ type GroupReplacer interface {
 	// then Insert of ts, would do: it removes every pending timeout whose
 	// SagaID is one of groups and that is not being dispatched, leaving a
 	// tombstone for each, then inserts ts. It spares the pending rows
-	// whose id is that of a row of ts in one of groups: a repeat of a call
-	// whose commit went through but whose answer was lost then finds its
-	// own rows and changes nothing, rather than cancelling them and being
-	// refused by their tombstones. inserted is Insert's answer; cancelled
-	// and leased are CancelSaga's, summed over groups. An empty group is
-	// an error; no groups is an Insert.
-	ReplaceGroups(ctx context.Context, groups []string, ts []Timeout) (inserted []bool, cancelled, leased int, err error)
+	// whose message id is that of a row of ts in one of groups: a repeat
+	// of a call whose commit went through but whose answer was lost then
+	// finds its own rows and changes nothing, rather than cancelling them
+	// and being refused by their tombstones. outcomes is Insert's answer;
+	// cancelled and leased are CancelSaga's, summed over groups. An empty
+	// group is an error; no groups is an Insert.
+	ReplaceGroups(ctx context.Context, groups []string, ts []Timeout) (outcomes []Outcome, cancelled, leased int, err error)
 }
 
-// Spared is the set of ids that ReplaceGroups spares: those of the rows of
-// ts whose SagaID is one of groups.
+// Spared is the set of message ids that ReplaceGroups spares: those of the
+// rows of ts whose SagaID is one of groups.
 func Spared(groups []string, ts []Timeout) map[string]bool {
 	in := make(map[string]bool, len(groups))
 	for _, g := range groups {
@@ -488,4 +580,31 @@ func SortPaused(ps []PausedDestination) {
 		}
 		return strings.Compare(a.Destination.Key, b.Destination.Key)
 	})
+}
+
+// PendingSend is what Insert needs to know of a pending send of an id.
+type PendingSend struct {
+	Key         string
+	Fingerprint []byte
+	// Leased: under a live lease (being dispatched).
+	Leased bool
+}
+
+// PlaceSend is Insert's rule for a send of message id whose pending sends
+// are pending: Duplicate when one of them has its fingerprint and is not
+// leased; otherwise Stored, under the lowest key of id that none of them
+// holds (wire.SendKey). Every store applies it, so that both decide alike.
+func PlaceSend(id string, fingerprint []byte, pending []PendingSend) (key string, o Outcome) {
+	taken := make(map[string]bool, len(pending))
+	for _, p := range pending {
+		if !p.Leased && bytes.Equal(p.Fingerprint, fingerprint) {
+			return p.Key, Duplicate
+		}
+		taken[p.Key] = true
+	}
+	for n := 1; ; n++ {
+		if k := wire.SendKey(id, n); !taken[k] {
+			return k, Stored
+		}
+	}
 }

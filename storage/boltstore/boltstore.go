@@ -3,8 +3,10 @@
 //
 // Layout, format 2 (all buckets at the top level):
 //
-//	rows      seq (8 bytes) -> record (see codec.go, version 4)
-//	ids       id -> seq
+//	rows      seq (8 bytes) -> record (see codec.go, version 5)
+//	ids       key -> seq: a row's key is its message id, or for a later
+//	          send of an id, the id, wire.SendSep and its number, so the
+//	          keys of an id are the id and those after id+SendSep (family)
 //	ready     visible-at (8 bytes) + id -> seq, every row,
 //	          visible-at = max(DueAt, NotBefore)
 //	held      due (8 bytes) + id -> seq, the rows a retry holds back past
@@ -16,7 +18,8 @@
 //	          paused destination, which is then in neither ready nor
 //	          (for Lease) anywhere else
 //	sagas     saga id, NUL, id -> nothing
-//	cancelled id -> expiry (8 bytes, Unix ns), cancel tombstones (see Cancel)
+//	cancelled message id -> expiry (8 bytes, Unix ns), cancel tombstones
+//	          (see Cancel)
 //	meta      "format" -> file format version, "pending" -> row count
 //
 // Records are keyed by a sequence that only grows, so they are appended and
@@ -53,6 +56,7 @@ import (
 	bolterrors "go.etcd.io/bbolt/errors"
 
 	"github.com/delaybridge/delaybridge/storage"
+	"github.com/delaybridge/delaybridge/wire"
 )
 
 var (
@@ -565,7 +569,7 @@ func readyAt(r *row) time.Time { return visibleAt(&r.Timeout) }
 
 // Insert stores ts in one commit; see storage.Store. Lock and LockExpiresAt
 // of the input are ignored: a new row is never leased.
-func (s *Store) Insert(ctx context.Context, ts []storage.Timeout) ([]bool, error) {
+func (s *Store) Insert(ctx context.Context, ts []storage.Timeout) ([]storage.Outcome, error) {
 	exit, err := s.enter(ctx)
 	if err != nil {
 		return nil, err
@@ -574,9 +578,9 @@ func (s *Store) Insert(ctx context.Context, ts []storage.Timeout) ([]bool, error
 	if err := checkInsert(ts); err != nil {
 		return nil, fmt.Errorf("boltstore: insert: %w", err)
 	}
-	inserted := make([]bool, len(ts))
+	outcomes, keys := make([]storage.Outcome, len(ts)), make([]string, len(ts))
 	if len(ts) == 0 {
-		return inserted, nil
+		return outcomes, nil
 	}
 	now := s.now()
 	err = s.update(func(tx *bolt.Tx, c *counts) error {
@@ -584,20 +588,31 @@ func (s *Store) Insert(ctx context.Context, ts []storage.Timeout) ([]bool, error
 		if err != nil {
 			return err
 		}
-		return b.insert(ts, inserted, now)
+		return s.insert(b, ts, outcomes, keys, now)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("boltstore: insert: %w", err)
 	}
-	return inserted, nil
+	setKeys(ts, outcomes, keys)
+	return outcomes, nil
+}
+
+// setKeys sets the ID of each row stored to its key, once the commit is
+// done (a write run again must not see keys for ids).
+func setKeys(ts []storage.Timeout, outcomes []storage.Outcome, keys []string) {
+	for i := range ts {
+		if outcomes[i] == storage.Stored {
+			ts[i].ID = keys[i]
+		}
+	}
 }
 
 // checkInsert refuses the timeouts no record or index key can hold.
 func checkInsert(ts []storage.Timeout) error {
 	for i := range ts {
 		switch t := &ts[i]; {
-		case t.ID == "":
-			return fmt.Errorf("timeout %d has an empty id", i)
+		case storage.CheckMessageID(t.ID) != nil:
+			return fmt.Errorf("timeout %d: %w", i, storage.CheckMessageID(t.ID))
 		case len(t.ID) > maxIDLen:
 			return fmt.Errorf("timeout %d: id is %d bytes, longer than %d", i, len(t.ID), maxIDLen)
 		case t.Destination == "" && t.Exchange == "":
@@ -609,22 +624,72 @@ func checkInsert(ts []storage.Timeout) error {
 	return nil
 }
 
-// insert stores the rows of ts whose id is neither pending nor cancelled
-// at now and marks them in inserted, which it sets afresh.
-func (b txb) insert(ts []storage.Timeout, inserted []bool, now time.Time) error {
-	clear(inserted)
+// insert stores the rows of ts that are neither cancelled at now nor the
+// redelivery of a pending send (storage.PlaceSend), and sets each one's
+// outcome.
+func (s *Store) insert(b txb, ts []storage.Timeout, outcomes []storage.Outcome, keys []string, now time.Time) error {
 	for i := range ts {
-		// Get sees this transaction's own puts, so a repeated id in ts
-		// is caught here too.
-		if b.ids.Get([]byte(ts[i].ID)) != nil || b.cancelled(ts[i].ID, now) {
+		if b.cancelled(ts[i].ID, now) {
+			outcomes[i] = storage.Cancelled
 			continue
 		}
-		if err := b.add(&ts[i]); err != nil {
-			return fmt.Errorf("timeout %q: %w", ts[i].ID, err)
+		// The family read sees this transaction's own puts, so a
+		// repeated send in ts is caught here too.
+		rs, err := b.family(ts[i].ID, false)
+		if err != nil {
+			return err
 		}
-		inserted[i] = true
+		pending := make([]storage.PendingSend, len(rs))
+		for j, r := range rs {
+			pending[j] = storage.PendingSend{Key: r.ID, Fingerprint: r.Fingerprint, Leased: s.leases.leased(r.ID, now)}
+		}
+		key, o := storage.PlaceSend(ts[i].ID, ts[i].Fingerprint, pending)
+		if outcomes[i] = o; o != storage.Stored {
+			continue
+		}
+		keys[i] = key
+		t := ts[i]
+		t.ID = key
+		if len(key) > maxIDLen {
+			return fmt.Errorf("timeout %q: key of send %q is longer than %d bytes", ts[i].ID, key, maxIDLen)
+		}
+		if err := b.add(&t); err != nil {
+			return fmt.Errorf("timeout %q: %w", key, err)
+		}
 	}
 	return nil
+}
+
+// family returns the rows of message id, every send of it, in key order.
+func (b txb) family(id string, withMessage bool) ([]*row, error) {
+	var rs []*row
+	load := func(k, seq []byte) error {
+		r, err := b.loadSeq(seq, withMessage)
+		if err != nil {
+			return fmt.Errorf("record %q: %w", k, err)
+		}
+		if r.ID != string(k) {
+			return fmt.Errorf("record %q: %w: holds id %q", k, errCorrupt, r.ID)
+		}
+		rs = append(rs, r)
+		return nil
+	}
+	if seq := b.ids.Get([]byte(id)); seq != nil {
+		if err := load([]byte(id), seq); err != nil {
+			return nil, err
+		}
+	}
+	prefix := []byte(id + wire.SendSep)
+	c := b.ids.Cursor()
+	for k, seq := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, seq = c.Next() {
+		if !wire.IsKeyOf(string(k), id) {
+			continue
+		}
+		if err := load(k, seq); err != nil {
+			return nil, err
+		}
+	}
+	return rs, nil
 }
 
 // Lease leases up to limit due rows to owner for d; see storage.Store. It
@@ -925,8 +990,18 @@ func (s *Store) List(ctx context.Context, f storage.ListFilter) ([]storage.Timeo
 		if err != nil {
 			return err
 		}
-		if f.SagaID != "" {
-			rows, next, err = s.listSaga(b, f, after)
+		switch {
+		case f.ID != "":
+			rs, err := b.family(f.ID, f.HeaderName != "")
+			if err == nil {
+				rows, next = listFew(b, rs, f, after)
+			}
+			return err
+		case f.SagaID != "":
+			rs, err := b.sagaRecords(f.SagaID)
+			if err == nil {
+				rows, next = listFew(b, rs, f, after)
+			}
 			return err
 		}
 		// A row that is not held sits in ready at its due time; a held one
@@ -977,7 +1052,7 @@ func (s *Store) List(ctx context.Context, f storage.ListFilter) ([]storage.Timeo
 			if !f.Selects(&r.Timeout) {
 				continue
 			}
-			r.Message = nil
+			r.Message, r.Fingerprint = nil, nil
 			if len(rows) == f.Limit {
 				next = hex.EncodeToString(dueKey(&rows[len(rows)-1]))
 				return nil
@@ -1000,15 +1075,12 @@ func (s *Store) List(ctx context.Context, f storage.ListFilter) ([]storage.Timeo
 	return rows, next, nil
 }
 
-// listSaga is List for a filter with a SagaID. It reads the saga's rows
-// from the saga index, whose keys are not in due order, and sorts them by
-// their due-index keys: pages and cursors are those of the due index, at
-// the cost of reading the saga's rows on every page (a saga has a few).
-func (s *Store) listSaga(b txb, f storage.ListFilter, after []byte) ([]storage.Timeout, string, error) {
-	rs, err := b.sagaRecords(f.SagaID)
-	if err != nil {
-		return nil, "", err
-	}
+// listFew is List for a filter with an ID or a SagaID, over rs, the rows
+// of that id (every send) or saga, read from their index, whose keys are
+// not in due order: it sorts them by their due-index keys, so pages and
+// cursors are those of the due index, at the cost of reading the rows on
+// every page (an id or a saga has a few).
+func listFew(b txb, rs []*row, f storage.ListFilter, after []byte) ([]storage.Timeout, string) {
 	var found []storage.Timeout
 	for _, r := range rs {
 		switch {
@@ -1016,7 +1088,7 @@ func (s *Store) listSaga(b txb, f storage.ListFilter, after []byte) ([]storage.T
 			!f.Selects(&r.Timeout):
 			continue
 		}
-		r.Message = nil
+		r.Message, r.Fingerprint = nil, nil
 		r.Paused = b.isPaused(&r.Timeout)
 		found = append(found, r.Timeout)
 	}
@@ -1026,49 +1098,56 @@ func (s *Store) listSaga(b txb, f storage.ListFilter, after []byte) ([]storage.T
 		found = found[:f.Limit]
 		next = hex.EncodeToString(dueKey(&found[len(found)-1]))
 	}
-	return found, next, nil // annotated by List
+	return found, next // annotated by List
 }
 
-// Cancel removes a row that is not leased and records a tombstone, in the
-// same transaction as the lookup; see storage.Store. bbolt's single writer
-// makes Cancel and Insert atomic.
-func (s *Store) Cancel(ctx context.Context, id string) error {
+// Cancel removes the sends of id that are not leased and records a
+// tombstone, in the same transaction as the lookup; see storage.Store.
+// bbolt's single writer makes Cancel and Insert atomic.
+func (s *Store) Cancel(ctx context.Context, id string, mode storage.CancelMode) error {
 	exit, err := s.enter(ctx)
 	if err != nil {
 		return err
 	}
 	defer exit()
 	now := s.now()
-	missing := false
+	var found, removed int
 	pins := pinSet{t: s.leases}
 	defer pins.release()
 	err = s.update(func(tx *bolt.Tx, c *counts) error {
-		missing = false
+		found, removed = 0, 0
 		b, err := buckets(tx, c)
 		if err != nil {
 			return err
 		}
-		r, err := b.load(id)
-		switch {
-		case err != nil:
+		rs, err := b.family(id, false)
+		if err != nil {
 			return err
-		case r == nil:
-			missing = true
-			if len(id) == 0 || len(id) > maxIDLen {
-				return nil // no row can have it; nothing to remember
-			}
-		default:
-			if err := pins.pin(id, now); err != nil {
-				return err // storage.ErrLeased
+		}
+		found = len(rs)
+		for _, r := range rs {
+			if pins.pin(r.ID, now) != nil {
+				continue // leased: too late for this send
 			}
 			if err := b.forget(r); err != nil {
 				return err
 			}
+			removed++
+		}
+		switch {
+		case found > 0 && removed == 0:
+			return nil // every send is being dispatched: no tombstone
+		case found == 0 && (mode == storage.CancelFound || len(id) == 0 || len(id) > maxIDLen):
+			return nil // nothing to remember
 		}
 		return s.tombstone(b, id, now)
 	})
-	if err == nil && missing {
+	switch {
+	case err != nil:
+	case found == 0:
 		err = storage.ErrNotFound
+	case removed == 0:
+		err = storage.ErrLeased
 	}
 	if err != nil {
 		return fmt.Errorf("boltstore: cancel %q: %w", id, err)
@@ -1106,7 +1185,7 @@ func (s *Store) CancelSaga(ctx context.Context, sagaID string) (cancelled, lease
 
 // ReplaceGroups cancels the groups' rows and inserts ts in one
 // transaction; see storage.GroupReplacer.
-func (s *Store) ReplaceGroups(ctx context.Context, groups []string, ts []storage.Timeout) (inserted []bool, cancelled, leased int, err error) {
+func (s *Store) ReplaceGroups(ctx context.Context, groups []string, ts []storage.Timeout) (outcomes []storage.Outcome, cancelled, leased int, err error) {
 	if slices.Contains(groups, "") {
 		return nil, 0, 0, errors.New("boltstore: replace groups: empty group")
 	}
@@ -1118,9 +1197,10 @@ func (s *Store) ReplaceGroups(ctx context.Context, groups []string, ts []storage
 	if err := checkInsert(ts); err != nil {
 		return nil, 0, 0, fmt.Errorf("boltstore: replace groups: %w", err)
 	}
-	inserted = make([]bool, len(ts))
+	outcomes = make([]storage.Outcome, len(ts))
+	keys := make([]string, len(ts))
 	if len(groups) == 0 && len(ts) == 0 {
-		return inserted, 0, 0, nil
+		return outcomes, 0, 0, nil
 	}
 	spared := storage.Spared(groups, ts)
 	now := s.now()
@@ -1139,12 +1219,13 @@ func (s *Store) ReplaceGroups(ctx context.Context, groups []string, ts []storage
 			}
 			cancelled, leased = cancelled+n, leased+l
 		}
-		return b.insert(ts, inserted, now)
+		return s.insert(b, ts, outcomes, keys, now)
 	})
 	if err != nil {
 		return nil, 0, 0, fmt.Errorf("boltstore: replace groups: %w", err)
 	}
-	return inserted, cancelled, leased, nil
+	setKeys(ts, outcomes, keys)
+	return outcomes, cancelled, leased, nil
 }
 
 // cancelSaga removes the rows of saga that are not leased and not spared,
@@ -1155,7 +1236,7 @@ func (s *Store) cancelSaga(b txb, pins *pinSet, saga string, spared map[string]b
 		return 0, 0, err
 	}
 	for _, r := range rs {
-		if spared[r.ID] {
+		if spared[wire.KeyID(r.ID)] {
 			continue
 		}
 		if err := pins.pin(r.ID, now); err != nil {
@@ -1198,9 +1279,10 @@ func (b txb) sagaRecords(saga string) ([]*row, error) {
 	return rs, nil
 }
 
-// tombstone records that id was cancelled at now, for the cancel window.
-func (s *Store) tombstone(b txb, id string, now time.Time) error {
-	return b.cancels.Put([]byte(id), binary.BigEndian.AppendUint64(nil, uint64(now.Add(s.window).UnixNano())))
+// tombstone records that the message id of key was cancelled at now, for
+// the cancel window: a tombstone holds for every send of the id.
+func (s *Store) tombstone(b txb, key string, now time.Time) error {
+	return b.cancels.Put([]byte(wire.KeyID(key)), binary.BigEndian.AppendUint64(nil, uint64(now.Add(s.window).UnixNano())))
 }
 
 // cancelled reports whether id has a tombstone that is live at now.
@@ -1226,14 +1308,53 @@ func (b txb) purgeCancels(now time.Time) error {
 	return err
 }
 
-// Reschedule moves a row that is not leased to a new due time.
+// Reschedule moves the sends of id that are not leased to a new due time.
 func (s *Store) Reschedule(ctx context.Context, id string, dueAt time.Time) error {
 	if err := storage.CheckDueAt(dueAt); err != nil {
 		return fmt.Errorf("boltstore: reschedule %q: %w", id, err)
 	}
-	return s.changeUnleased(ctx, "reschedule", id, func(b txb, r *row) error {
-		return b.moveDue(r, dueAt)
+	exit, err := s.enter(ctx)
+	if err != nil {
+		return err
+	}
+	defer exit()
+	now := s.now()
+	var found, moved int
+	pins := pinSet{t: s.leases}
+	defer pins.release()
+	err = s.update(func(tx *bolt.Tx, c *counts) error {
+		found, moved = 0, 0
+		b, err := buckets(tx, c)
+		if err != nil {
+			return err
+		}
+		rs, err := b.family(id, true) // save writes the whole record
+		if err != nil {
+			return err
+		}
+		found = len(rs)
+		for _, r := range rs {
+			if pins.pin(r.ID, now) != nil {
+				continue // leased
+			}
+			if err := b.moveDue(r, dueAt); err != nil {
+				return err
+			}
+			moved++
+		}
+		return nil
 	})
+	switch {
+	case err != nil:
+	case found == 0:
+		err = storage.ErrNotFound
+	case moved == 0:
+		err = storage.ErrLeased
+	}
+	if err != nil {
+		return fmt.Errorf("boltstore: reschedule %q: %w", id, err)
+	}
+	return nil
 }
 
 // moveDue sets r's due time to dueAt and clears its retry hold, in the

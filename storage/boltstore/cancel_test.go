@@ -35,10 +35,10 @@ func TestOpenAddsTheCancelBucket(t *testing.T) {
 	if _, err := s.Get(ctx, "kept"); err != nil {
 		t.Fatalf("row of the old file: %v", err)
 	}
-	if err := s.Cancel(ctx, "late"); !errors.Is(err, storage.ErrNotFound) {
+	if err := s.Cancel(ctx, "late", storage.CancelOrdered); !errors.Is(err, storage.ErrNotFound) {
 		t.Fatalf("Cancel: %v", err)
 	}
-	if got, err := s.Insert(ctx, []storage.Timeout{{ID: "late", Destination: "d", DueAt: time.Now()}}); err != nil || got[0] {
+	if got, err := s.Insert(ctx, []storage.Timeout{{ID: "late", Destination: "d", DueAt: time.Now()}}); err != nil || got[0] != storage.Cancelled {
 		t.Fatalf("Insert of a cancelled id = %v, %v; want false", got, err)
 	}
 }
@@ -53,7 +53,7 @@ func TestReapPurgesExpiredTombstones(t *testing.T) {
 	}
 	defer s.Close()
 	for i := range 5 {
-		if err := s.Cancel(ctx, fmt.Sprintf("gone-%d", i)); !errors.Is(err, storage.ErrNotFound) {
+		if err := s.Cancel(ctx, fmt.Sprintf("gone-%d", i), storage.CancelOrdered); !errors.Is(err, storage.ErrNotFound) {
 			t.Fatalf("Cancel: %v", err)
 		}
 	}

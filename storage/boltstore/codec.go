@@ -1,6 +1,7 @@
 package boltstore
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -122,11 +123,15 @@ func decodeRecord(v []byte) (*record, error) {
 // of version 3 without the index entry, which follows from the record, and
 // without the lock, which lives in memory (leases.go).
 //
-//	version     byte   = 4
+//	version     byte   = 5
 //	ID, Destination, Exchange, SagaID, DueAt, ReceivedAt, Message,
 //	Attempts, LastError as in version 3
 //	NotBefore   time
-const rowVersion = 4
+//	Fingerprint bytes (not in version 4, whose rows decode without one)
+const rowVersion = 5
+
+// rowVersion4 is the version of format 2's rows written before fingerprints.
+const rowVersion4 = 4
 
 // dropMappedAbove is the value size from which a read drops the value's
 // mapped pages after copying it (dropMapped).
@@ -140,11 +145,21 @@ const (
 )
 
 func encodeRow(t *storage.Timeout) []byte {
-	b := make([]byte, 0, 1+7*binary.MaxVarintLen64+len(t.ID)+len(t.Destination)+len(t.Exchange)+len(t.SagaID)+
-		len(t.LastError)+len(t.Message)+6*binary.MaxVarintLen64)
+	b := make([]byte, 0, 1+8*binary.MaxVarintLen64+len(t.ID)+len(t.Destination)+len(t.Exchange)+len(t.SagaID)+
+		len(t.LastError)+len(t.Message)+len(t.Fingerprint)+6*binary.MaxVarintLen64)
 	b = append(b, rowVersion)
 	b = appendHead(b, t)
-	return appendTime(b, t.NotBefore)
+	b = appendTime(b, t.NotBefore)
+	return appendBytes(b, t.Fingerprint)
+}
+
+// appendBytes writes p as the format's bytes: a nil p is length 0.
+func appendBytes(b, p []byte) []byte {
+	if p == nil {
+		return binary.AppendUvarint(b, 0)
+	}
+	b = binary.AppendUvarint(b, uint64(len(p))+1)
+	return append(b, p...)
 }
 
 // appendHead appends the fields versions 3 and 4 share, ID to LastError.
@@ -155,40 +170,43 @@ func appendHead(b []byte, t *storage.Timeout) []byte {
 	b = appendString(b, t.SagaID)
 	b = appendTime(b, t.DueAt)
 	b = appendTime(b, t.ReceivedAt)
-	if t.Message == nil {
-		b = binary.AppendUvarint(b, 0)
-	} else {
-		b = binary.AppendUvarint(b, uint64(len(t.Message))+1)
-		b = append(b, t.Message...)
-	}
+	b = appendBytes(b, t.Message)
 	b = binary.AppendVarint(b, int64(t.Attempts))
 	return appendString(b, t.LastError)
 }
 
-// decodeRow decodes a record of version 4 into a timeout that shares no
-// memory with v; without withMessage it leaves Message nil and copies
+// decodeRow decodes a record of version 4 or 5 into a timeout that shares
+// no memory with v; without withMessage it leaves Message nil and copies
 // nothing of it.
 func decodeRow(v []byte, withMessage bool) (*storage.Timeout, error) {
 	d := decoder{b: v}
-	if version := d.byte(); d.err == nil && version != rowVersion {
+	version := d.byte()
+	if d.err == nil && version != rowVersion && version != rowVersion4 {
 		return nil, fmt.Errorf("%w: unknown version %d", errCorrupt, version)
 	}
 	t := &storage.Timeout{}
-	d.head(t, rowVersion, withMessage)
+	d.head(t, version, withMessage)
 	t.NotBefore = d.time()
+	if version >= 5 {
+		if n := d.uvarint(); n > 0 {
+			if fp := d.next(n - 1); fp != nil {
+				t.Fingerprint = bytes.Clone(fp)
+			}
+		}
+	}
 	if err := d.end(); err != nil {
 		return nil, err
 	}
 	return t, nil
 }
 
-// rowDest returns the exchange and the key of a record of version 4 as
+// rowDest returns the exchange and the key of a record of version 4 or 5 as
 // slices of v: the initial count (destcount.go) reads every row of the
 // file, and decodeRow would copy five fields of each. Only the fields up to
 // the exchange are checked; a read of the row (decodeRow) checks the rest.
 func rowDest(v []byte) (exchange, key []byte, err error) {
 	d := decoder{b: v}
-	if version := d.byte(); d.err == nil && version != rowVersion {
+	if version := d.byte(); d.err == nil && version != rowVersion && version != rowVersion4 {
 		return nil, nil, fmt.Errorf("%w: unknown version %d", errCorrupt, version)
 	}
 	d.next(d.uvarint()) // ID

@@ -323,8 +323,63 @@ func TestRowDest(t *testing.T) {
 				t.Fatalf("rowDest of %d of %d bytes: %v, want errCorrupt", n, head, err)
 			}
 		}
-		if _, _, err := rowDest(append([]byte{rowVersion - 1}, row[1:]...)); !errors.Is(err, errCorrupt) {
-			t.Fatalf("rowDest of version %d: %v, want errCorrupt", rowVersion-1, err)
+		for _, v := range []byte{rowVersion4 - 1, rowVersion + 1} {
+			if _, _, err := rowDest(append([]byte{v}, row[1:]...)); !errors.Is(err, errCorrupt) {
+				t.Fatalf("rowDest of version %d: %v, want errCorrupt", v, err)
+			}
 		}
+	}
+}
+
+// A row of version 4 (format 2 before fingerprints) and the same row in
+// version 5 with a fingerprint: the bytes pin what files on disk hold. A
+// version 4 row decodes without a fingerprint; version 5 keeps nil and
+// empty apart, as Message.
+func TestRowVersions(t *testing.T) {
+	head := slices.Concat(
+		[]byte{0x02, 'v', '4'},                     // ID
+		[]byte{0x06, 'o', 'r', 'd', 'e', 'r', 's'}, // Destination
+		[]byte{0x00},                     // Exchange
+		[]byte{0x00},                     // SagaID
+		recordTail[:10],                  // DueAt: 2026-11-21T20:00:00.25Z
+		recordTail[10:18],                // ReceivedAt
+		[]byte{0x05, 'b', 'o', 'd', 'y'}, // Message
+		[]byte{0x04},                     // Attempts: 2
+		[]byte{0x00},                     // LastError
+		[]byte{0x00, 0x00},               // NotBefore: zero
+	)
+	want := storage.Timeout{ID: "v4", Destination: "orders",
+		DueAt:      time.Date(2026, 11, 21, 20, 0, 0, 250000000, time.UTC),
+		ReceivedAt: time.Date(2026, 11, 21, 6, 0, 0, 1000, time.UTC),
+		Message:    []byte("body"), Attempts: 2}
+	v4 := slices.Concat([]byte{4}, head)
+	got, err := decodeRow(v4, true)
+	if err != nil {
+		t.Fatalf("decode of a version 4 row: %v", err)
+	}
+	if diff := cmp.Diff(&want, got); diff != "" || got.Fingerprint != nil {
+		t.Fatalf("version 4 row (-want +got):\n%s (fingerprint %x)", diff, got.Fingerprint)
+	}
+	want.Fingerprint = []byte{0xab, 0xcd}
+	v5 := slices.Concat([]byte{5}, head, []byte{0x03, 0xab, 0xcd})
+	if enc := encodeRow(&want); !bytes.Equal(enc, v5) {
+		t.Fatalf("encodeRow = %x, want %x", enc, v5)
+	}
+	for _, fp := range [][]byte{nil, {}, want.Fingerprint} {
+		in := want
+		in.Fingerprint = fp
+		out, err := decodeRow(encodeRow(&in), true)
+		if err != nil {
+			t.Fatalf("decode of a version 5 row: %v", err)
+		}
+		if !bytes.Equal(out.Fingerprint, fp) || (out.Fingerprint == nil) != (fp == nil) {
+			t.Fatalf("fingerprint %#v came back %#v", fp, out.Fingerprint)
+		}
+	}
+	if _, err := decodeRow(append(v5, 0), true); !errors.Is(err, errCorrupt) {
+		t.Fatalf("a version 5 row with a trailing byte: %v, want errCorrupt", err)
+	}
+	if _, err := decodeRow(v5[:len(v5)-1], true); !errors.Is(err, errCorrupt) {
+		t.Fatalf("a version 5 row cut in its fingerprint: %v, want errCorrupt", err)
 	}
 }

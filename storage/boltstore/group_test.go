@@ -215,7 +215,7 @@ func TestCancelNeverLosesToALease(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			if i%2 == 0 {
-				changeErr = s.Cancel(ctx, id)
+				changeErr = s.Cancel(ctx, id, storage.CancelOrdered)
 			} else {
 				changeErr = s.Reschedule(ctx, id, time.Now().Add(time.Hour))
 			}

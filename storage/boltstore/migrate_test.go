@@ -172,7 +172,7 @@ func TestConvertFormat1(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Fatalf("List after conversion: %d rows, want %d in due order", len(got), len(want))
 	}
-	if ins, err := s.Insert(ctx, []storage.Timeout{{ID: "gone-id", Destination: "d", DueAt: t0}}); err != nil || ins[0] {
+	if ins, err := s.Insert(ctx, []storage.Timeout{{ID: "gone-id", Destination: "d", DueAt: t0}}); err != nil || ins[0] == storage.Stored {
 		t.Errorf("Insert of a cancelled id after conversion = %v, %v; want refused by the tombstone", ins, err)
 	}
 	if c, l, err := s.CancelSaga(ctx, "saga-1"); err != nil || c == 0 || l != 0 {

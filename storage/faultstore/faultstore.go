@@ -206,7 +206,7 @@ func enterOptional[I any](ctx context.Context, s *Store, op Op) (I, error) {
 }
 
 // Insert implements storage.Store.
-func (s *Store) Insert(ctx context.Context, ts []storage.Timeout) ([]bool, error) {
+func (s *Store) Insert(ctx context.Context, ts []storage.Timeout) ([]storage.Outcome, error) {
 	if err := s.enter(ctx, Insert); err != nil {
 		return nil, err
 	}
@@ -278,11 +278,11 @@ func (s *Store) List(ctx context.Context, f storage.ListFilter) ([]storage.Timeo
 }
 
 // Cancel delegates unless Cancel is failing.
-func (s *Store) Cancel(ctx context.Context, id string) error {
+func (s *Store) Cancel(ctx context.Context, id string, mode storage.CancelMode) error {
 	if err := s.enter(ctx, Cancel); err != nil {
 		return err
 	}
-	return s.inner.Cancel(ctx, id)
+	return s.inner.Cancel(ctx, id, mode)
 }
 
 // Reschedule delegates unless Reschedule is failing.

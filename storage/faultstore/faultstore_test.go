@@ -60,8 +60,8 @@ func mustInsert(t *testing.T, s storage.Store, ts ...storage.Timeout) {
 	if err != nil {
 		t.Fatalf("Insert: %v", err)
 	}
-	for i, ok := range ins {
-		if !ok {
+	for i, o := range ins {
+		if o != storage.Stored {
 			t.Fatalf("Insert: %s not inserted", ts[i].ID)
 		}
 	}

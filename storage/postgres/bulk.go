@@ -181,7 +181,7 @@ func (s *Store) bulkApply(ctx context.Context, f *storage.ListFilter, a storage.
 	DELETE FROM ` + s.q.table + ` t USING cur WHERE t.id = cur.id AND NOT cur.busy
 	RETURNING t.id
 ), tomb AS (
-	INSERT INTO ` + s.qs + `.cancelled AS c (id, expires_at) SELECT id, ` + arg(tsUp(now.Add(s.window))) + ` FROM done ORDER BY id
+	INSERT INTO ` + s.qs + `.cancelled AS c (id, expires_at) SELECT DISTINCT ` + messageIDSQL("id") + `, ` + arg(tsUp(now.Add(s.window))) + `::timestamptz FROM done ORDER BY 1
 	ON CONFLICT (id) DO UPDATE SET expires_at = greatest(c.expires_at, EXCLUDED.expires_at)
 )`
 	} else {

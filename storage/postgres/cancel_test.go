@@ -34,7 +34,7 @@ func TestReapPurgesExpiredTombstones(t *testing.T) {
 	clock := storetest.NewClock(t0)
 	s := open(t, clock.Now)
 	for i := range 5 {
-		if err := s.Cancel(ctx, fmt.Sprintf("gone-%d", i)); !errors.Is(err, storage.ErrNotFound) {
+		if err := s.Cancel(ctx, fmt.Sprintf("gone-%d", i), storage.CancelOrdered); !errors.Is(err, storage.ErrNotFound) {
 			t.Fatalf("Cancel: %v", err)
 		}
 	}
@@ -72,7 +72,7 @@ func TestReapPurgesExpiredTombstones(t *testing.T) {
 func TestCancelRefusedByTheDatabase(t *testing.T) {
 	s := open(t, nil)
 	insert(t, s, newTimeout("p", t0.Add(time.Hour)))
-	err := s.Cancel(ctx, "nul\x00id")
+	err := s.Cancel(ctx, "nul\x00id", storage.CancelOrdered)
 	if err == nil || errors.Is(err, storage.ErrNotFound) || errors.Is(err, storage.ErrLeased) {
 		t.Fatalf("Cancel of an id with a NUL byte: %v, want the database's refusal", err)
 	}
@@ -80,7 +80,7 @@ func TestCancelRefusedByTheDatabase(t *testing.T) {
 	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM `+s.qs+`.cancelled`).Scan(&n); err != nil || n != 0 {
 		t.Fatalf("%d tombstones (%v) after a refused cancel, want 0", n, err)
 	}
-	if err := s.Cancel(ctx, "p"); err != nil {
+	if err := s.Cancel(ctx, "p", storage.CancelOrdered); err != nil {
 		t.Fatalf("Cancel after the refused one: %v", err)
 	}
 	if _, err := s.Get(ctx, "p"); !errors.Is(err, storage.ErrNotFound) {

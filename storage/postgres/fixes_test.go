@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -41,8 +42,8 @@ func TestInsertLargeBatch(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Insert of 3 × 30 MiB: %v", err)
 	}
-	for i, ok := range inserted {
-		if !ok {
+	for i, o := range inserted {
+		if o != storage.Stored {
 			t.Fatalf("row %d not inserted", i)
 		}
 	}
@@ -59,8 +60,8 @@ func TestInsertLargeBatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !inserted[0] || inserted[1] || inserted[2] || inserted[3] {
-		t.Fatalf("inserted = %v, want [true false false false]", inserted)
+	if want := []storage.Outcome{storage.Stored, storage.Duplicate, storage.Duplicate, storage.Duplicate}; !slices.Equal(inserted, want) {
+		t.Fatalf("inserted = %v, want %v", inserted, want)
 	}
 }
 
@@ -413,7 +414,7 @@ func TestCancelDoesNotStallInsertsBehindALongInsert(t *testing.T) {
 		t.Fatal(err)
 	}
 	cancelled := make(chan error, 1)
-	go func() { cancelled <- s.Cancel(ctx, "not-stored-yet") }()
+	go func() { cancelled <- s.Cancel(ctx, "not-stored-yet", storage.CancelOrdered) }()
 	time.Sleep(50 * time.Millisecond) // the cancel's request is queued
 	inserted := make(chan error, 1)
 	go func() {
@@ -437,7 +438,7 @@ func TestCancelDoesNotStallInsertsBehindALongInsert(t *testing.T) {
 		}
 	}
 	_ = long.Rollback(ctx)
-	if err := s.Cancel(ctx, "not-stored-yet"); !errors.Is(err, storage.ErrNotFound) {
+	if err := s.Cancel(ctx, "not-stored-yet", storage.CancelOrdered); !errors.Is(err, storage.ErrNotFound) {
 		t.Fatalf("Cancel once the lock is free: %v, want ErrNotFound (and a tombstone)", err)
 	}
 }

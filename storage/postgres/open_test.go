@@ -87,14 +87,14 @@ func TestMigrationStepSaysItRuns(t *testing.T) {
 	fastProgress(t)
 	schema := pgtest.Schema(t)
 	s := openSchema(t, schema, nil)
-	for _, q := range append(undoPauses, `DELETE FROM {{s}}.schema_version WHERE version >= 7`) {
+	for _, q := range []string{undoFingerprints, `DELETE FROM {{s}}.schema_version WHERE version >= 8`} {
 		if _, err := s.pool.Exec(ctx, strings.ReplaceAll(q, "{{s}}", s.qs)); err != nil {
 			t.Fatal(err)
 		}
 	}
 	table := s.qs + ".timeouts"
 	_ = s.Close()
-	// A reader's open transaction holds off version 7's ALTER TABLE.
+	// A reader's open transaction holds off version 8's ALTER TABLE.
 	released := holdFor(t, time.Second, "COMMIT", "BEGIN", "SELECT 1 FROM "+table+" LIMIT 1")
 	defer released()
 
@@ -105,8 +105,8 @@ func TestMigrationStepSaysItRuns(t *testing.T) {
 	}
 	defer s.Close()
 	checkVersions(t, s)
-	if n := logs.Count("still applying version 7 (paused destinations)"); n == 0 {
-		t.Fatalf("no progress line while version 7 waited:\n%s", logs.String())
+	if n := logs.Count("still applying version 8 (send fingerprints)"); n == 0 {
+		t.Fatalf("no progress line while version 8 waited:\n%s", logs.String())
 	}
 	if n := logs.Count("applied schema migration"); n != 1 {
 		t.Fatalf("%d lines say a migration was applied, want 1:\n%s", n, logs.String())

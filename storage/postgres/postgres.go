@@ -437,11 +437,34 @@ func fromTS(v pgtype.Timestamptz) time.Time {
 
 // queries are the statements of one schema.
 type queries struct {
-	insert, lease, unlease, getMany, remove, release, incr, nextDue, reap, cancel, reschedule string
-	tombstone, purgeCancels, cancelSaga                                                       string
-	countLeased, countBoth, estimate, countLeasedBy                                           string
-	listCols, table                                                                           string
+	insert, insertAt, family, tombstoned                                              string
+	lease, unlease, getMany, remove, release, incr, nextDue, reap, cancel, reschedule string
+	purgeCancels, cancelSaga                                                          string
+	countLeased, countBoth, estimate, countLeasedBy                                   string
+	listCols, table                                                                   string
 }
+
+// familySQL selects the rows of the message id in the parameter p: its
+// sends' keys (wire.SendKey), the id and those after id||0x1F and before
+// id||' ' (0x20), both ranges of the primary key.
+func familySQL(p string) string {
+	return `(id = ` + p + ` OR (id > (` + p + ` || E'\x1f') AND id < (` + p + ` || ' ')))`
+}
+
+// messageIDSQL is the message id of the row key in column col.
+func messageIDSQL(col string) string { return `split_part(` + col + `, E'\x1f', 1)` }
+
+// insertSQL stores rows with one statement; {{family}} is a further
+// condition on each row (see insert and insertAt in newQueries).
+const insertSQL = `
+INSERT INTO {{t}} (id, destination, exchange, due_at, received_at, message, attempts, last_error, not_before, saga_id, fingerprint, paused)
+SELECT r.*, EXISTS (SELECT 1 FROM {{p}} p WHERE p.exchange = r.exchange AND p.destination = r.destination AND NOT p.resuming)
+FROM unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[], $5::timestamptz[], $6::bytea[], $7::bigint[], $8::text[], $9::timestamptz[], $11::text[], $12::bytea[])
+	AS r(id, destination, exchange, due_at, received_at, message, attempts, last_error, not_before, saga_id, fingerprint)
+WHERE NOT EXISTS (SELECT 1 FROM {{c}} c WHERE c.id = r.id COLLATE "C" AND c.expires_at > $10){{family}}
+ORDER BY id COLLATE "C"
+ON CONFLICT (id) DO NOTHING
+RETURNING id`
 
 func newQueries(qs string) queries {
 	r := strings.NewReplacer("{{t}}", qs+".timeouts", "{{c}}", qs+".cancelled", "{{p}}", qs+".paused", "{{seq}}", quoteLiteral(qs+".lock_seq"))
@@ -451,15 +474,23 @@ func newQueries(qs string) queries {
 		// $10 now: ids with a live cancel tombstone are not stored. A
 		// row of a paused destination is stored paused (the caller holds
 		// the cancel lock, which orders this against Pause and Resume).
-		insert: r.Replace(`
-INSERT INTO {{t}} (id, destination, exchange, due_at, received_at, message, attempts, last_error, not_before, saga_id, paused)
-SELECT r.*, EXISTS (SELECT 1 FROM {{p}} p WHERE p.exchange = r.exchange AND p.destination = r.destination AND NOT p.resuming)
-FROM unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[], $5::timestamptz[], $6::bytea[], $7::bigint[], $8::text[], $9::timestamptz[], $11::text[])
-	AS r(id, destination, exchange, due_at, received_at, message, attempts, last_error, not_before, saga_id)
-WHERE NOT EXISTS (SELECT 1 FROM {{c}} c WHERE c.id = r.id COLLATE "C" AND c.expires_at > $10)
-ORDER BY id COLLATE "C"
-ON CONFLICT (id) DO NOTHING
-RETURNING id`),
+		// insert stores each row under its message id, and only when
+		// neither that key nor a later send's holds a row (the keys after
+		// id||0x1F): the common case, decided in this one statement. The
+		// rows it leaves are placed by Insert's second step (insertAt).
+		insert: r.Replace(strings.ReplaceAll(insertSQL, "{{family}}", `
+	AND NOT EXISTS (SELECT 1 FROM {{t}} f WHERE f.id > (r.id || E'\x1f') COLLATE "C" AND f.id < (r.id || ' ') COLLATE "C")`)),
+		insertAt: r.Replace(strings.ReplaceAll(insertSQL, "{{family}}", "")),
+
+		// $1 message ids, $2 now: the pending sends of each id (its
+		// keys; see insert), their fingerprints and whether a live lease
+		// holds them.
+		family: r.Replace(`
+SELECT q.id, t.id, t.fingerprint, coalesce(t.lock_token IS NOT NULL AND t.lock_expires_at > $2, false)
+FROM unnest($1::text[]) AS q(id)
+JOIN {{t}} t ON t.id = q.id COLLATE "C" OR (t.id > (q.id || E'\x1f') COLLATE "C" AND t.id < (q.id || ' ') COLLATE "C")`),
+		// $1 message ids, $2 now: those with a live cancel tombstone.
+		tombstoned: r.Replace(`SELECT id FROM {{c}} WHERE id = ANY($1::text[]) AND expires_at > $2`),
 
 		// $1 dueBy, $2 now, $3 limit, $4 token prefix (owner:call.), $5 expiry.
 		// ready: unleased rows visible by dueBy, in due order (index
@@ -503,7 +534,7 @@ WHERE lock_token IS NOT NULL AND starts_with(lock_token, $1)`),
 		// octet_length reads a stored value's size without reading the value.
 		getMany: r.Replace(`
 SELECT id, destination, exchange, due_at, received_at, CASE WHEN octet_length(message) <= $2 THEN message END, octet_length(message),
-	attempts, last_error, lock_token, lock_expires_at, not_before, coalesce(saga_id, ''), paused
+	attempts, last_error, lock_token, lock_expires_at, not_before, coalesce(saga_id, ''), paused, fingerprint
 FROM {{t}} WHERE id = ANY($1::text[])`),
 
 		// $1 ids, $2 locks, $3 now. cur: the rows named, locked in id order,
@@ -568,57 +599,63 @@ WITH expired AS (
 UPDATE {{t}} t SET lock_token = NULL, lock_expires_at = NULL
 FROM expired WHERE t.id = expired.id`),
 
-		// $1 id, $2 now.
+		// $1 message id, $2 now, $3 tombstone expiry, $4 whether to
+		// leave one when nothing is pending (storage.CancelOrdered). The
+		// id's sends (see family), locked in key order; those under no
+		// live lease are deleted. The tombstone is left unless every send
+		// found is leased, or none was found and $4 is false; a repeated
+		// cancel extends the window. Answers how many were found and
+		// deleted.
 		cancel: r.Replace(`
 WITH cur AS (
 	SELECT id, coalesce(lock_token IS NOT NULL AND lock_expires_at > $2, false) AS busy
-	FROM {{t}} WHERE id = $1 FOR UPDATE
+	FROM {{t}} WHERE ` + familySQL("$1") + ` ORDER BY id FOR UPDATE
 ), del AS (
 	DELETE FROM {{t}} t USING cur WHERE t.id = cur.id AND NOT cur.busy
 	RETURNING t.id
+), tomb AS (
+	INSERT INTO {{c}} AS c (id, expires_at) SELECT $1, $3
+	WHERE EXISTS (SELECT 1 FROM del) OR (NOT EXISTS (SELECT 1 FROM cur) AND $4)
+	ON CONFLICT (id) DO UPDATE SET expires_at = greatest(c.expires_at, EXCLUDED.expires_at)
 )
-SELECT busy FROM cur`),
+SELECT (SELECT count(*) FROM cur), (SELECT count(*) FROM del)`),
 
-		// $1 saga ids, $2 now, $3 tombstone expiry, $4 ids spared. The
-		// sagas' rows, locked in id order (index timeouts_saga_due); those
-		// not spared nor under a live lease are deleted and leave
-		// tombstones, as Cancel's do.
+		// $1 saga ids, $2 now, $3 tombstone expiry, $4 message ids
+		// spared. The sagas' rows, locked in id order (index
+		// timeouts_saga_due); those not spared nor under a live lease are
+		// deleted and leave tombstones for their message ids, as Cancel's
+		// do.
 		cancelSaga: r.Replace(`
 WITH cur AS (
 	SELECT id, coalesce(lock_token IS NOT NULL AND lock_expires_at > $2, false) AS busy
-	FROM {{t}} WHERE saga_id = ANY($1::text[]) AND id <> ALL($4::text[])
+	FROM {{t}} WHERE saga_id = ANY($1::text[]) AND ` + messageIDSQL("id") + ` <> ALL($4::text[])
 	ORDER BY id
 	FOR UPDATE
 ), del AS (
 	DELETE FROM {{t}} t USING cur WHERE t.id = cur.id AND NOT cur.busy
 	RETURNING t.id
 ), tomb AS (
-	INSERT INTO {{c}} AS c (id, expires_at) SELECT id, $3 FROM del ORDER BY id
+	INSERT INTO {{c}} AS c (id, expires_at) SELECT DISTINCT ` + messageIDSQL("id") + `, $3::timestamptz FROM del ORDER BY 1
 	ON CONFLICT (id) DO UPDATE SET expires_at = greatest(c.expires_at, EXCLUDED.expires_at)
 )
 SELECT (SELECT count(*) FROM del), (SELECT count(*) FROM cur WHERE busy)`),
 
-		// $1 id, $2 expiry, $3 now; after the cancel statement, in its
-		// transaction: none while the row is leased (too late). A repeated
-		// cancel extends the window.
-		tombstone: r.Replace(`INSERT INTO {{c}} AS c (id, expires_at) SELECT $1, $2
-WHERE NOT EXISTS (SELECT 1 FROM {{t}} WHERE id = $1 AND lock_token IS NOT NULL AND lock_expires_at > $3)
-ON CONFLICT (id) DO UPDATE SET expires_at = greatest(c.expires_at, EXCLUDED.expires_at)`),
-
 		// $1 now.
 		purgeCancels: r.Replace(`DELETE FROM {{c}} WHERE expires_at <= $1`),
 
-		// $1 id, $2 now, $3 dueAt. An expired lease ends here.
+		// $1 message id, $2 now, $3 dueAt: every send of the id (see
+		// family) under no live lease. An expired lease ends here.
+		// Answers how many were found and moved.
 		reschedule: r.Replace(`
 WITH cur AS (
 	SELECT id, coalesce(lock_token IS NOT NULL AND lock_expires_at > $2, false) AS busy
-	FROM {{t}} WHERE id = $1 FOR UPDATE
+	FROM {{t}} WHERE ` + familySQL("$1") + ` ORDER BY id FOR UPDATE
 ), upd AS (
 	UPDATE {{t}} t SET due_at = $3, not_before = NULL, lock_token = NULL, lock_expires_at = NULL
 	FROM cur WHERE t.id = cur.id AND NOT cur.busy
 	RETURNING t.id
 )
-SELECT busy FROM cur`),
+SELECT (SELECT count(*) FROM cur), (SELECT count(*) FROM upd)`),
 
 		countLeased: r.Replace(`SELECT count(*) FROM {{t}} WHERE lock_token IS NOT NULL`),
 		countBoth:   r.Replace(`SELECT (SELECT count(*) FROM {{t}} WHERE lock_token IS NOT NULL), (SELECT count(*) FROM {{t}})`),
@@ -640,16 +677,16 @@ SELECT busy FROM cur`),
 	}
 }
 
-// Insert stores the timeouts in one statement (one transaction); see storage.Store.
-// Lock and LockExpiresAt of the input are ignored: a new row is never leased.
-func (s *Store) Insert(ctx context.Context, in []storage.Timeout) ([]bool, error) {
+// Insert stores the timeouts in one transaction; see storage.Store. Lock
+// and LockExpiresAt of the input are ignored: a new row is never leased.
+func (s *Store) Insert(ctx context.Context, in []storage.Timeout) ([]storage.Outcome, error) {
 	if err := checkInsert(in); err != nil {
 		return nil, fmt.Errorf("postgres: insert: %w", err)
 	}
-	inserted := make([]bool, len(in))
+	outcomes, keys := make([]storage.Outcome, len(in)), make([]string, len(in))
 	bytes := messageBytes(in)
 	err := s.runMoving(ctx, "insert", func(ctx context.Context, c *pgxpool.Conn, expect func(int64)) error {
-		clear(inserted)
+		clear(outcomes)
 		if len(in) == 0 {
 			return nil
 		}
@@ -667,7 +704,7 @@ func (s *Store) Insert(ctx context.Context, in []storage.Timeout) ([]bool, error
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock_shared($1)`, s.cancelKey); err != nil {
 			return err
 		}
-		count, err := s.insertRows(ctx, tx, in, inserted, ts(s.now()))
+		count, err := s.insertRows(ctx, tx, in, outcomes, keys, ts(s.now()))
 		if err != nil {
 			return err
 		}
@@ -680,15 +717,16 @@ func (s *Store) Insert(ctx context.Context, in []storage.Timeout) ([]bool, error
 	if err != nil {
 		return nil, err
 	}
-	return inserted, nil
+	setKeys(in, outcomes, keys)
+	return outcomes, nil
 }
 
 // checkInsert refuses timeouts no row can hold.
 func checkInsert(in []storage.Timeout) error {
 	for i := range in {
 		switch t := &in[i]; {
-		case t.ID == "":
-			return fmt.Errorf("timeout %d has an empty id", i)
+		case storage.CheckMessageID(t.ID) != nil:
+			return fmt.Errorf("timeout %d: %w", i, storage.CheckMessageID(t.ID))
 		case t.Destination == "" && t.Exchange == "":
 			return fmt.Errorf("timeout %q has an empty destination", t.ID)
 		}
@@ -704,24 +742,145 @@ func messageBytes(in []storage.Timeout) int64 {
 	return n
 }
 
+// placeRounds bounds the rounds of insertRows' second step: a round is
+// lost only to another instance storing a send of the same id between
+// this one's read and its insert.
+const placeRounds = 5
+
 // insertRows inserts in within tx, whose caller holds the cancel lock,
-// marks in inserted (set afresh) what it stored, and returns how many.
-func (s *Store) insertRows(ctx context.Context, tx pgx.Tx, in []storage.Timeout, inserted []bool, now time.Time) (int, error) {
-	clear(inserted)
-	// The first copy of an id wins, as if inserted one by one.
-	first := make(map[string]int, len(in))
-	order := make([]int, 0, len(in))
+// sets the outcome of each, and returns how many it stored. First, one
+// statement stores the first row of each id that nothing of its id holds
+// a key of (the common case). The others are placed as storage.PlaceSend
+// says, from their ids' tombstones and pending sends read in one round
+// trip, earlier rows of the call included, and stored under the keys it
+// chose with ON CONFLICT DO NOTHING; a key that another instance took
+// meanwhile sends its row round again.
+func (s *Store) insertRows(ctx context.Context, tx pgx.Tx, in []storage.Timeout, outcomes []storage.Outcome, keys []string, now time.Time) (int, error) {
+	clear(outcomes)
+	clear(keys)
+	seen := make(map[string]bool, len(in))
+	var first, rest []int
 	for i := range in {
-		if _, dup := first[in[i].ID]; !dup {
-			first[in[i].ID] = i
-			order = append(order, i)
+		if seen[in[i].ID] {
+			rest = append(rest, i)
+			continue
+		}
+		seen[in[i].ID] = true
+		first = append(first, i)
+	}
+	for _, i := range first {
+		keys[i] = in[i].ID
+	}
+	count, err := s.insertKeyed(ctx, tx, s.q.insert, in, keys, first, outcomes, now)
+	if err != nil {
+		return 0, err
+	}
+	for _, i := range first {
+		if outcomes[i] == 0 {
+			rest = append(rest, i)
 		}
 	}
-	// Rows go in id order across statements too (see the insert
-	// statement), and a batch of large messages is split so that no
-	// statement exceeds what the protocol carries; the statements of
-	// one batch share one transaction, so the batch is still one commit.
-	slices.SortFunc(order, func(a, b int) int { return strings.Compare(in[a].ID, in[b].ID) })
+	slices.Sort(rest) // the call's order: a later row may repeat an earlier one
+	for round := 0; len(rest) > 0; round++ {
+		if round == placeRounds {
+			return 0, fmt.Errorf("insert: %d rows found their keys taken by concurrent inserts %d times", len(rest), placeRounds)
+		}
+		n, left, err := s.place(ctx, tx, in, rest, keys, outcomes, now)
+		if err != nil {
+			return 0, err
+		}
+		count += n
+		rest = left
+	}
+	return count, nil
+}
+
+// place decides the outcome of rows rest of in (in order), stores those to
+// be stored, and returns how many it stored and the rows whose key another
+// insert took meanwhile.
+func (s *Store) place(ctx context.Context, tx pgx.Tx, in []storage.Timeout, rest []int, keys []string, outcomes []storage.Outcome, now time.Time) (int, []int, error) {
+	ids := make([]string, 0, len(rest))
+	for _, i := range rest {
+		if !slices.Contains(ids, in[i].ID) {
+			ids = append(ids, in[i].ID)
+		}
+	}
+	b := &pgx.Batch{}
+	b.Queue(s.q.tombstoned, ids, now)
+	b.Queue(s.q.family, ids, now)
+	dead := make(map[string]bool)
+	pending := make(map[string][]storage.PendingSend)
+	err := func() (err error) {
+		br := tx.SendBatch(ctx, b)
+		defer func() {
+			if cerr := br.Close(); err == nil {
+				err = cerr
+			}
+		}()
+		rows, err := br.Query()
+		if err != nil {
+			return err
+		}
+		var id string
+		if _, err := pgx.ForEachRow(rows, []any{&id}, func() error { dead[id] = true; return nil }); err != nil {
+			return err
+		}
+		if rows, err = br.Query(); err != nil {
+			return err
+		}
+		var p storage.PendingSend
+		_, err = pgx.ForEachRow(rows, []any{&id, &p.Key, &p.Fingerprint, &p.Leased}, func() error {
+			pending[id] = append(pending[id], p)
+			p = storage.PendingSend{}
+			return nil
+		})
+		return err
+	}()
+	if err != nil {
+		return 0, nil, err
+	}
+	var store []int
+	for _, i := range rest {
+		id := in[i].ID
+		if dead[id] {
+			outcomes[i] = storage.Cancelled
+			continue
+		}
+		key, o := storage.PlaceSend(id, in[i].Fingerprint, pending[id])
+		outcomes[i] = o
+		if o != storage.Stored {
+			continue
+		}
+		keys[i] = key
+		// Later rows of the call see this one as pending.
+		pending[id] = append(pending[id], storage.PendingSend{Key: key, Fingerprint: in[i].Fingerprint})
+		store = append(store, i)
+	}
+	for _, i := range store {
+		outcomes[i] = 0 // until its insert says
+	}
+	n, err := s.insertKeyed(ctx, tx, s.q.insertAt, in, keys, store, outcomes, now)
+	if err != nil {
+		return 0, nil, err
+	}
+	var left []int
+	for _, i := range store {
+		if outcomes[i] == 0 {
+			left = append(left, i)
+		}
+	}
+	return n, left, nil
+}
+
+// insertKeyed inserts in[i] under keys[i] for i in idx with the statement
+// stmt (insert or insertAt), rows in key order across statements too (see
+// the insert statement), a batch of large messages split so that no
+// statement exceeds what the protocol carries; the statements share tx,
+// so the batch is still one commit. It sets outcomes[i] to Stored for
+// each row stored and returns how many.
+func (s *Store) insertKeyed(ctx context.Context, tx pgx.Tx, stmt string, in []storage.Timeout, keys []string, idx []int, outcomes []storage.Outcome, now time.Time) (int, error) {
+	order := slices.Clone(idx)
+	slices.SortFunc(order, func(a, b int) int { return strings.Compare(keys[a], keys[b]) })
 	count := 0
 	for lo := 0; lo < len(order); {
 		hi, bytes := lo, 0
@@ -729,7 +888,7 @@ func (s *Store) insertRows(ctx context.Context, tx pgx.Tx, in []storage.Timeout,
 			bytes += len(in[order[hi]].Message)
 			hi++
 		}
-		n, err := s.insertChunk(ctx, tx, in, order[lo:hi], first, inserted, now)
+		n, err := s.insertChunk(ctx, tx, stmt, in, keys, order[lo:hi], outcomes, now)
 		if err != nil {
 			return 0, err
 		}
@@ -744,11 +903,11 @@ func (s *Store) insertRows(ctx context.Context, tx pgx.Tx, in []storage.Timeout,
 // keep the server's memory per statement in check.
 const maxInsertBytes = 64 << 20
 
-// insertChunk inserts in[i] for i in chunk (ids ascending) with one
-// statement and marks what it inserted.
+// insertChunk inserts in[i] under keys[i] for i in chunk (keys ascending)
+// with one statement and marks what it stored.
 func (s *Store) insertChunk(ctx context.Context, q interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-}, in []storage.Timeout, chunk []int, first map[string]int, inserted []bool, now time.Time) (int, error) {
+}, stmt string, in []storage.Timeout, keys []string, chunk []int, outcomes []storage.Outcome, now time.Time) (int, error) {
 	n := len(chunk)
 	var (
 		ids, dests, lastErrs = make([]string, 0, n), make([]string, 0, n), make([]string, 0, n)
@@ -756,8 +915,9 @@ func (s *Store) insertChunk(ctx context.Context, q interface {
 		sagas                = make([]*string, 0, n) // nil: no saga (NULL)
 		dues                 = make([]time.Time, 0, n)
 		recvs, notBefores    = make([]pgtype.Timestamptz, 0, n), make([]pgtype.Timestamptz, 0, n)
-		msgs                 = make([][]byte, 0, n)
+		msgs, fingerprints   = make([][]byte, 0, n), make([][]byte, 0, n)
 		attempts             = make([]int64, 0, n)
+		byKey                = make(map[string]int, n)
 	)
 	for _, i := range chunk {
 		t := &in[i]
@@ -765,7 +925,8 @@ func (s *Store) insertChunk(ctx context.Context, q interface {
 		if msg == nil {
 			msg = []byte{}
 		}
-		ids, dests, lastErrs = append(ids, t.ID), append(dests, t.Destination), append(lastErrs, t.LastError)
+		byKey[keys[i]] = i
+		ids, dests, lastErrs = append(ids, keys[i]), append(dests, t.Destination), append(lastErrs, t.LastError)
 		exchanges = append(exchanges, t.Exchange)
 		if t.SagaID != "" {
 			sagas = append(sagas, &t.SagaID)
@@ -774,21 +935,21 @@ func (s *Store) insertChunk(ctx context.Context, q interface {
 		}
 		dues = append(dues, tsUp(t.DueAt))
 		recvs, notBefores = append(recvs, nullTS(t.ReceivedAt)), append(notBefores, nullTSUp(t.NotBefore))
-		msgs = append(msgs, msg)
+		msgs, fingerprints = append(msgs, msg), append(fingerprints, t.Fingerprint) // nil: NULL
 		attempts = append(attempts, int64(t.Attempts))
 	}
-	rows, err := q.Query(ctx, s.q.insert, ids, dests, exchanges, dues, recvs, msgs, attempts, lastErrs, notBefores, now, sagas)
+	rows, err := q.Query(ctx, stmt, ids, dests, exchanges, dues, recvs, msgs, attempts, lastErrs, notBefores, now, sagas, fingerprints)
 	if err != nil {
 		return 0, err
 	}
-	var id string
+	var key string
 	count := 0
-	_, err = pgx.ForEachRow(rows, []any{&id}, func() error {
-		i, ok := first[id]
+	_, err = pgx.ForEachRow(rows, []any{&key}, func() error {
+		i, ok := byKey[key]
 		if !ok {
-			return fmt.Errorf("inserted unknown id %q", id)
+			return fmt.Errorf("inserted unknown key %q", key)
 		}
-		inserted[i] = true
+		outcomes[i] = storage.Stored
 		count++
 		return nil
 	})
@@ -862,7 +1023,7 @@ type rowScan struct {
 
 func (r *rowScan) dest() []any {
 	return []any{&r.t.ID, &r.t.Destination, &r.t.Exchange, &r.t.DueAt, &r.recv, &r.t.Message, &r.size,
-		&r.attempts, &r.t.LastError, &r.lock, &r.expires, &r.notBefore, &r.t.SagaID, &r.t.Paused}
+		&r.attempts, &r.t.LastError, &r.lock, &r.expires, &r.notBefore, &r.t.SagaID, &r.t.Paused, &r.t.Fingerprint}
 }
 
 func (r *rowScan) timeout() storage.Timeout {
@@ -1138,7 +1299,7 @@ func (s *Store) Reap(ctx context.Context) (int, error) {
 // ingest's requeue repeats. So it first takes the cancel lock exclusively,
 // which waits for every insert under way (they hold it shared), then looks,
 // and records the tombstone before any later insert can check for it.
-func (s *Store) Cancel(ctx context.Context, id string) error {
+func (s *Store) Cancel(ctx context.Context, id string, mode storage.CancelMode) error {
 	return s.run(ctx, fmt.Sprintf("cancel %q", id), func(ctx context.Context) error {
 		now := ts(s.now())
 		tx, err := s.pool.Begin(ctx)
@@ -1147,23 +1308,29 @@ func (s *Store) Cancel(ctx context.Context, id string) error {
 		}
 		defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 		b := s.cancelLocked()
-		b.Queue(s.q.cancel, id, now)
-		b.Queue(s.q.tombstone, id, tsUp(now.Add(s.window)), now)
-		found, err := cancelResults(tx.SendBatch(ctx, b))
-		switch {
-		case err != nil:
+		b.Queue(s.q.cancel, id, now, tsUp(now.Add(s.window)), mode == storage.CancelOrdered)
+		found, removed, err := lockedCounts(tx.SendBatch(ctx, b))
+		if err != nil {
 			return err
-		case errors.Is(found, storage.ErrLeased):
-			return found // too late: the id stays free
 		}
 		if err := tx.Commit(ctx); err != nil {
 			return err
 		}
-		if found == nil {
-			s.stats.addPending(-1)
-		}
-		return found
+		s.stats.addPending(-removed)
+		return foundErr(found, removed)
 	})
+}
+
+// foundErr is the answer of a cancel or reschedule of a message id that
+// found found sends and changed changed of them (the others are leased).
+func foundErr(found, changed int) error {
+	switch {
+	case found == 0:
+		return storage.ErrNotFound
+	case changed == 0:
+		return storage.ErrLeased
+	}
+	return nil
 }
 
 // CancelSaga deletes the rows of saga sagaID that no live lease holds and
@@ -1200,13 +1367,13 @@ func (s *Store) CancelSaga(ctx context.Context, sagaID string) (cancelled, lease
 // ReplaceGroups cancels the groups' rows and inserts ts in one
 // transaction; see storage.GroupReplacer. It holds the cancel lock
 // exclusively, as CancelSaga, and inserts under it.
-func (s *Store) ReplaceGroups(ctx context.Context, groups []string, in []storage.Timeout) (inserted []bool, cancelled, leased int, err error) {
+func (s *Store) ReplaceGroups(ctx context.Context, groups []string, in []storage.Timeout) (outcomes []storage.Outcome, cancelled, leased int, err error) {
 	if slices.Contains(groups, "") {
 		return nil, 0, 0, errors.New("postgres: replace groups: empty group")
 	}
 	if len(groups) == 0 {
-		inserted, err = s.Insert(ctx, in)
-		return inserted, 0, 0, err
+		outcomes, err = s.Insert(ctx, in)
+		return outcomes, 0, 0, err
 	}
 	if err := checkInsert(in); err != nil {
 		return nil, 0, 0, fmt.Errorf("postgres: replace groups: %w", err)
@@ -1215,7 +1382,8 @@ func (s *Store) ReplaceGroups(ctx context.Context, groups []string, in []storage
 	for id := range storage.Spared(groups, in) {
 		spared = append(spared, id)
 	}
-	inserted = make([]bool, len(in))
+	outcomes = make([]storage.Outcome, len(in))
+	keys := make([]string, len(in))
 	err = s.runMoving(ctx, "replace groups", func(ctx context.Context, c *pgxpool.Conn, expect func(int64)) error {
 		expect(messageBytes(in))
 		tx, err := c.Begin(ctx)
@@ -1228,7 +1396,7 @@ func (s *Store) ReplaceGroups(ctx context.Context, groups []string, in []storage
 		if err != nil {
 			return err
 		}
-		count, err := s.insertRows(ctx, tx, in, inserted, now)
+		count, err := s.insertRows(ctx, tx, in, outcomes, keys, now)
 		if err != nil {
 			return err
 		}
@@ -1242,7 +1410,18 @@ func (s *Store) ReplaceGroups(ctx context.Context, groups []string, in []storage
 	if err != nil {
 		return nil, 0, 0, err
 	}
-	return inserted, cancelled, leased, nil
+	setKeys(in, outcomes, keys)
+	return outcomes, cancelled, leased, nil
+}
+
+// setKeys sets the ID of each row stored to its key, once the commit is
+// done (an attempt run again must see the ids, not keys).
+func setKeys(in []storage.Timeout, outcomes []storage.Outcome, keys []string) {
+	for i := range in {
+		if outcomes[i] == storage.Stored {
+			in[i].ID = keys[i]
+		}
+	}
 }
 
 // cancelGroups runs the cancelSaga statement for groups, sparing the ids
@@ -1284,9 +1463,9 @@ func (s *Store) cancelLocked() *pgx.Batch {
 	return b
 }
 
-// cancelResults reads the results of Cancel's batch: the cancel
-// statement's (nil, ErrLeased or ErrNotFound), or the first failure.
-func cancelResults(br pgx.BatchResults) (found, err error) {
+// lockedCounts reads the results of a batch of cancelLocked and one
+// statement answering two counts, or the first failure.
+func lockedCounts(br pgx.BatchResults) (a, b int, err error) {
 	defer func() {
 		if cerr := br.Close(); err == nil {
 			err = cerr
@@ -1294,43 +1473,27 @@ func cancelResults(br pgx.BatchResults) (found, err error) {
 	}()
 	for range 2 {
 		if _, err := br.Exec(); err != nil {
-			return nil, err
+			return 0, 0, err
 		}
 	}
-	found = scanUnleased(br.QueryRow())
-	if found != nil && !errors.Is(found, storage.ErrLeased) && !errors.Is(found, storage.ErrNotFound) {
-		return nil, found
-	}
-	_, err = br.Exec()
-	return found, err
+	var x, y int64
+	err = br.QueryRow().Scan(&x, &y)
+	return int(x), int(y), err
 }
 
-// Reschedule moves a row that is not leased to a new due time and clears its
-// NotBefore; an expired lease on it ends.
+// Reschedule moves the sends of id that are not leased to a new due time
+// and clears their NotBefore; an expired lease on one ends.
 func (s *Store) Reschedule(ctx context.Context, id string, dueAt time.Time) error {
 	if err := storage.CheckDueAt(dueAt); err != nil {
 		return fmt.Errorf("postgres: reschedule %q: %w", id, err)
 	}
 	return s.run(ctx, fmt.Sprintf("reschedule %q", id), func(ctx context.Context) error {
-		return scanUnleased(s.pool.QueryRow(ctx, s.q.reschedule, id, ts(s.now()), tsUp(dueAt)))
+		var found, moved int64
+		if err := s.pool.QueryRow(ctx, s.q.reschedule, id, ts(s.now()), tsUp(dueAt)).Scan(&found, &moved); err != nil {
+			return err
+		}
+		return foundErr(int(found), int(moved))
 	})
-}
-
-// scanUnleased reads the answer of a cancel or reschedule statement, which
-// reports whether the row holds a valid lease (and then leaves it alone):
-// nil when it changed the row, ErrLeased, or ErrNotFound.
-func scanUnleased(row pgx.Row) error {
-	var busy bool
-	err := row.Scan(&busy)
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		return storage.ErrNotFound
-	case err != nil:
-		return err
-	case busy:
-		return storage.ErrLeased
-	}
-	return nil
 }
 
 // cursorVersion starts every List cursor.
@@ -1388,6 +1551,9 @@ func filterConds(f *storage.ListFilter, arg func(any) string) []string {
 	}
 	if f.IDPrefix != "" {
 		conds = append(conds, "starts_with(id, "+arg(f.IDPrefix)+")")
+	}
+	if f.ID != "" {
+		conds = append(conds, familySQL(arg(f.ID)))
 	}
 	return conds
 }

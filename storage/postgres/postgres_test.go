@@ -57,9 +57,9 @@ func insert(t testing.TB, s *Store, ts ...storage.Timeout) {
 	if err != nil {
 		t.Fatalf("Insert: %v", err)
 	}
-	for i, ok := range got {
-		if !ok {
-			t.Fatalf("Insert of %q returned false", ts[i].ID)
+	for i, o := range got {
+		if o != storage.Stored {
+			t.Fatalf("Insert of %q returned %v", ts[i].ID, o)
 		}
 	}
 }
@@ -217,6 +217,9 @@ func fromOldSchema(t *testing.T, since int, stmts ...string) *Store {
 	if since <= 7 {
 		stmts = append(undoPauses[:len(undoPauses):len(undoPauses)], stmts...)
 	}
+	if since <= 8 {
+		stmts = append([]string{undoFingerprints}, stmts...)
+	}
 	stmts = append(stmts,
 		fmt.Sprintf(`DELETE FROM %s.schema_version WHERE version >= %d`, s.qs, since),
 		`INSERT INTO `+s.qs+`.timeouts (id, destination, due_at, received_at, message)
@@ -235,6 +238,29 @@ func fromOldSchema(t *testing.T, since int, stmts ...string) *Store {
 		t.Fatalf("row of version %d: %v (-want +got):\n%s", since-1, err, diff)
 	}
 	return s
+}
+
+// undoFingerprints takes a schema back from version 8 (send fingerprints).
+const undoFingerprints = `ALTER TABLE {{s}}.timeouts DROP COLUMN fingerprint`
+
+// TestMigrateToFingerprints: a schema at version 7 gets the fingerprint
+// column; its rows have none, so a send without one is a redelivery of
+// them (as before: one row per pending id) and a send with one is another
+// send, stored under the key of send 2.
+func TestMigrateToFingerprints(t *testing.T) {
+	s := fromOldSchema(t, 8)
+	old := newTimeout("old", t0)
+	got, err := s.Insert(ctx, []storage.Timeout{old})
+	if err != nil || got[0] != storage.Duplicate {
+		t.Fatalf("Insert of the old row's id without a fingerprint = %v, %v; want duplicate", got, err)
+	}
+	old.Fingerprint = []byte("new")
+	if got, err = s.Insert(ctx, []storage.Timeout{old}); err != nil || got[0] != storage.Stored {
+		t.Fatalf("Insert of a send with a fingerprint = %v, %v; want stored", got, err)
+	}
+	if row, err := s.Get(ctx, wire.SendKey("old", 2)); err != nil || string(row.Fingerprint) != "new" {
+		t.Fatalf("send 2 = %+v, %v", row, err)
+	}
 }
 
 // undoPauses takes a schema back from version 7 (paused destinations).
@@ -446,7 +472,7 @@ func TestEveryMethodClosed(t *testing.T) {
 	_, _, err := s.List(ctx, storage.ListFilter{Limit: 1})
 	for what, err := range map[string]error{
 		"List":       err,
-		"Cancel":     s.Cancel(ctx, "x"),
+		"Cancel":     s.Cancel(ctx, "x", storage.CancelOrdered),
 		"Reschedule": s.Reschedule(ctx, "x", t0),
 		"Stats":      func() error { _, _, err := s.Stats(ctx); return err }(),
 		"Remove nil": func() error { _, err := s.Remove(ctx, nil); return err }(),
@@ -514,7 +540,7 @@ func TestStats(t *testing.T) {
 		t.Fatal(err)
 	}
 	check(s, 1498, 599)
-	if err := s.Cancel(ctx, "s1498"); err != nil {
+	if err := s.Cancel(ctx, "s1498", storage.CancelOrdered); err != nil {
 		t.Fatal(err)
 	}
 	check(s, 1497, 599)

@@ -171,7 +171,7 @@ func TestMovingCallsOutlastCallTimeout(t *testing.T) {
 	}
 	slow("Insert", func() error {
 		inserted, err := s.Insert(ctx, []storage.Timeout{big, small})
-		if err == nil && (!inserted[0] || !inserted[1]) {
+		if err == nil && (inserted[0] != storage.Stored || inserted[1] != storage.Stored) {
 			t.Fatalf("inserted = %v", inserted)
 		}
 		return err

@@ -135,6 +135,16 @@ var migrations = []migration{
 		`DROP INDEX {{s}}.timeouts_ready`,
 		`CREATE INDEX timeouts_paused ON {{s}}.timeouts (exchange, destination, id) WHERE paused`,
 	}},
+	// Version 8: the send a row holds (storage.Timeout.Fingerprint), so
+	// that a redelivery of a pending send is told from another send of the
+	// same message id, which is stored under a key of its own
+	// (wire.SendKey: the id, 0x1F and its number; the keys of an id are
+	// the id and the range after id||0x1F, read from the primary key).
+	// NULL for rows stored before: they match only sends without one. A
+	// column without a default: the table is not rewritten.
+	{8, "send fingerprints", []string{
+		`ALTER TABLE {{s}}.timeouts ADD COLUMN fingerprint bytea`,
+	}},
 }
 
 // ErrOtherEndpoint means the schema already serves another endpoint.

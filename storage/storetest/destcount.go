@@ -51,7 +51,7 @@ func testCountByDestination(e *env) {
 	l := e.leaseOne("q-a", time.Minute)
 	expect("a lease", counts{q: dc(3, 1), q2: dc(1, 1), xk: dc(2, 1), xe: dc(1, 0)})
 	e.remove(storage.Ref{ID: "q-a", Lock: l.Lock})
-	if err := e.s.Cancel(e.ctx, "q2-a"); err != nil {
+	if err := e.s.Cancel(e.ctx, "q2-a", storage.CancelOrdered); err != nil {
 		e.Fatal(err)
 	}
 	if err := e.s.Reschedule(e.ctx, "q-c", at(20*time.Second)); err != nil {

@@ -113,7 +113,7 @@ func testStats(e *env) {
 	expect("removing leased b, unleased later and a missing row", 3, 1)
 	e.remove(storage.Ref{ID: "c"})
 	expect("removing leased c without its lock", 2, 0)
-	if err := e.s.Cancel(e.ctx, "a"); err != nil {
+	if err := e.s.Cancel(e.ctx, "a", storage.CancelOrdered); err != nil {
 		e.Fatal(err)
 	}
 	expect("cancelling a", 1, 0)
@@ -138,7 +138,7 @@ func testStats(e *env) {
 	expect("rescheduling d after its lease expired", 1, 0)
 	e.leaseOne("d", time.Minute)
 	e.clock.Advance(time.Minute)
-	if err := e.s.Cancel(e.ctx, "d"); err != nil {
+	if err := e.s.Cancel(e.ctx, "d", storage.CancelOrdered); err != nil {
 		e.Fatal(err)
 	}
 	expect("cancelling d after its lease expired", 0, 0)
@@ -396,7 +396,11 @@ func testReplaceGroups(e *env) {
 	lease := e.leaseOne("g1-leased", time.Minute)
 	replace := func(groups []string, ts []storage.Timeout, wantInserted []bool, wantCancelled, wantLeased int) {
 		e.Helper()
-		got, c, l, err := gr.ReplaceGroups(e.ctx, groups, ts)
+		outcomes, c, l, err := gr.ReplaceGroups(e.ctx, groups, ts)
+		got := make([]bool, len(outcomes))
+		for i, o := range outcomes {
+			got[i] = o == storage.Stored
+		}
 		if err != nil || !slices.Equal(got, wantInserted) || c != wantCancelled || l != wantLeased {
 			e.Fatalf("ReplaceGroups(%v) = %v, %d cancelled, %d leased, %v; want %v, %d, %d",
 				groups, got, c, l, err, wantInserted, wantCancelled, wantLeased)

@@ -121,7 +121,7 @@ func testPause(e *env) {
 	if err := e.s.Reschedule(e.ctx, "q-c", at(-time.Hour)); err != nil {
 		e.Fatal(err)
 	}
-	if err := e.s.Cancel(e.ctx, "q-b"); err != nil {
+	if err := e.s.Cancel(e.ctx, "q-b", storage.CancelOrdered); err != nil {
 		e.Fatal(err)
 	}
 	if res := e.remove(storage.Ref{ID: "idle-a"}); res[0] != nil {

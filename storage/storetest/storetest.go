@@ -62,6 +62,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/delaybridge/delaybridge/storage"
+	"github.com/delaybridge/delaybridge/wire"
 )
 
 // T0 is the time every fake clock of the suite starts at.
@@ -98,6 +99,8 @@ var tests = []struct {
 	{"InsertIdempotent", testInsertIdempotent},
 	{"InsertIdempotentWithinBatch", testInsertIdempotentWithinBatch},
 	{"InsertIdempotentWhileLeased", testInsertIdempotentWhileLeased},
+	{"InsertSends", testInsertSends},
+	{"InsertSetsKeys", testInsertSetsKeys},
 	{"InsertConcurrentSameIDs", testInsertConcurrentSameIDs},
 	{"InsertValidation", testInsertValidation},
 	{"ReinsertAfterRemove", testReinsertAfterRemove},
@@ -138,6 +141,11 @@ var tests = []struct {
 	{"CancelTombstoneRepeated", testCancelTombstoneRepeated},
 	{"CancelTombstoneSurvivesReap", testCancelTombstoneSurvivesReap},
 	{"CancelInsertConcurrent", testCancelInsertConcurrent},
+	{"CancelSends", testCancelSends},
+	{"CancelFound", testCancelFound},
+	{"RescheduleSends", testRescheduleSends},
+	{"CancelSagaSends", testCancelSagaSends},
+	{"BulkCancelSends", testBulkCancelSends},
 	{"Reschedule", testReschedule},
 	{"RescheduleRange", testRescheduleRange},
 	{"Stats", testStats},
@@ -181,7 +189,19 @@ func newTimeout(id string, due time.Time) storage.Timeout {
 	}
 }
 
+// insert inserts ts and reports for each whether it was stored.
 func (e *env) insert(ts ...storage.Timeout) []bool {
+	e.Helper()
+	got := e.insertOutcomes(ts...)
+	stored := make([]bool, len(got))
+	for i, o := range got {
+		stored[i] = o == storage.Stored
+	}
+	return stored
+}
+
+// insertOutcomes inserts ts and returns Insert's outcomes.
+func (e *env) insertOutcomes(ts ...storage.Timeout) []storage.Outcome {
 	e.Helper()
 	got, err := e.s.Insert(e.ctx, ts)
 	if err != nil {
@@ -297,6 +317,14 @@ func leaseIDs(ls []storage.Lease) []string {
 	ids := make([]string, len(ls))
 	for i, l := range ls {
 		ids[i] = l.ID
+	}
+	return ids
+}
+
+func rowIDs(ts []storage.Timeout) []string {
+	ids := make([]string, len(ts))
+	for i := range ts {
+		ids[i] = ts[i].ID
 	}
 	return ids
 }
@@ -532,19 +560,111 @@ func testInsertIdempotentWithinBatch(e *env) {
 	e.leaseOne("same", time.Minute) // exactly one row for the id
 }
 
+// testInsertIdempotentWhileLeased: a send that matches a leased one (being
+// dispatched: forwarded, its removal still to come) is another send, stored
+// under the key of send 2, not a redelivery: the leased row may be gone any
+// moment (docs/contract.md §2.4). The lease is untouched.
 func testInsertIdempotentWhileLeased(e *env) {
 	e.insertDue("l")
 	l := e.leaseOne("l", time.Hour)
-	if got := e.insert(newTimeout("l", at(-time.Hour))); got[0] {
-		e.Fatal("Insert of a leased id returned true")
+	again := newTimeout("l", at(-time.Hour))
+	if got := e.insertOutcomes(again); got[0] != storage.Stored {
+		e.Fatalf("Insert of the send of a leased row = %v, want stored (another send)", got[0])
 	}
+	key := wire.SendKey("l", 2)
 	row := e.get("l")
 	if row.Lock != l.Lock {
 		e.Fatalf("Insert of a leased id changed the lock to %q", row.Lock)
 	}
-	e.expectNoLease()
+	if got := e.get(key); !got.DueAt.Equal(at(-time.Hour)) || got.Lock != "" {
+		e.Fatalf("send 2 = due %s, lock %q; want due %s, no lock", got.DueAt, got.Lock, at(-time.Hour))
+	}
+	if ls := e.lease("other", 1000, time.Minute); len(ls) != 1 || ls[0].ID != key {
+		e.Fatalf("Lease = %v, want exactly send 2 (%q)", leaseIDs(ls), key)
+	}
 	if res := e.remove(storage.Ref{ID: "l", Lock: l.Lock}); res[0] != nil {
-		e.Fatalf("Remove with the lease's lock after a duplicate Insert: %v", res[0])
+		e.Fatalf("Remove with the lease's lock after a second send: %v", res[0])
+	}
+	e.get(key)
+}
+
+// testInsertSends: sends of one id that differ (their fingerprints) are
+// all stored, under the id and then the lowest free key of a later send;
+// a redelivery of any of them (same fingerprint, not leased) is a
+// duplicate wherever it is, also once the id's own key is free again.
+func testInsertSends(e *env) {
+	send := func(id string, fp string, due time.Duration) storage.Timeout {
+		t := newTimeout(id, at(due))
+		t.Fingerprint = []byte(fp)
+		return t
+	}
+	got := e.insertOutcomes(send("s", "one", time.Hour), send("s", "two", 2*time.Hour), send("s", "one", time.Hour),
+		send("s", "three", -time.Minute))
+	want := []storage.Outcome{storage.Stored, storage.Stored, storage.Duplicate, storage.Stored}
+	if !slices.Equal(got, want) {
+		e.Fatalf("Insert outcomes = %v, want %v", got, want)
+	}
+	for key, fp := range map[string]string{"s": "one", wire.SendKey("s", 2): "two", wire.SendKey("s", 3): "three"} {
+		if row := e.get(key); string(row.Fingerprint) != fp {
+			e.Fatalf("Get(%q) holds fingerprint %q, want %q", key, row.Fingerprint, fp)
+		}
+	}
+	rows, _, err := e.s.List(e.ctx, storage.ListFilter{ID: "s", Limit: 10})
+	if err != nil {
+		e.Fatalf("List(ID s): %v", err)
+	}
+	if diff := cmp.Diff([]string{wire.SendKey("s", 3), "s", wire.SendKey("s", 2)}, rowIDs(rows)); diff != "" {
+		e.Fatalf("List(ID s) keys, due order (-want +got):\n%s", diff)
+	}
+	// Send 3 is due: leased, it is being forwarded; its redelivery is then
+	// a new send, under the lowest free key.
+	l := e.leaseOne(wire.SendKey("s", 3), time.Minute)
+	if got := e.insertOutcomes(send("s", "three", time.Hour)); got[0] != storage.Stored {
+		e.Fatalf("a send matching a leased one = %v, want stored", got[0])
+	}
+	e.get(wire.SendKey("s", 4))
+	if res := e.remove(storage.Ref{ID: l.ID, Lock: l.Lock}); res[0] != nil {
+		e.Fatalf("Remove(%q): %v", l.ID, res[0])
+	}
+	// The id's own key is taken by nothing once "s" goes, yet a
+	// redelivery of send 2 still finds it and is a duplicate.
+	if res := e.remove(storage.Ref{ID: "s"}); res[0] != nil {
+		e.Fatalf("Remove(s): %v", res[0])
+	}
+	if got := e.insertOutcomes(send("s", "two", time.Hour)); got[0] != storage.Duplicate {
+		e.Fatalf("redelivery of send 2 with the id's key free = %v, want duplicate", got[0])
+	}
+	e.expectMissing("s")
+	// A new send takes the lowest free key: the id's own.
+	if got := e.insertOutcomes(send("s", "five", time.Hour)); got[0] != storage.Stored {
+		e.Fatalf("a new send = %v, want stored", got[0])
+	}
+	if row := e.get("s"); string(row.Fingerprint) != "five" {
+		e.Fatalf("the new send is not under the id's key: %q", row.Fingerprint)
+	}
+	// Ids that share a prefix are not sends of one another.
+	if got := e.insertOutcomes(send("s2", "two", time.Hour), send("s ", "two", time.Hour)); got[0] != storage.Stored || got[1] != storage.Stored {
+		e.Fatalf("ids s2 and \"s \" = %v, want both stored", got)
+	}
+	e.get("s2")
+	e.get("s ")
+	// An id holding the separator is a key, not an id: refused.
+	if _, err := e.s.Insert(e.ctx, []storage.Timeout{newTimeout(wire.SendKey("s", 2), at(time.Hour))}); err == nil {
+		e.Fatal("Insert of an id holding wire.SendSep succeeded")
+	}
+}
+
+// testInsertSetsKeys: Insert sets the ID of each row it stored to its key,
+// and leaves the others.
+func testInsertSetsKeys(e *env) {
+	a, b, c := newTimeout("k", at(time.Hour)), newTimeout("k", at(time.Hour)), newTimeout("k", at(time.Hour))
+	b.Fingerprint = []byte("b")
+	ts := []storage.Timeout{a, b, c}
+	if _, err := e.s.Insert(e.ctx, ts); err != nil {
+		e.Fatalf("Insert: %v", err)
+	}
+	if diff := cmp.Diff([]string{"k", wire.SendKey("k", 2), "k"}, rowIDs(ts)); diff != "" {
+		e.Fatalf("ids after Insert (-want +got):\n%s", diff)
 	}
 }
 
@@ -567,8 +687,8 @@ func testInsertConcurrentSameIDs(e *env) {
 			}
 			mu.Lock()
 			defer mu.Unlock()
-			for i, ok := range got {
-				if ok {
+			for i, o := range got {
+				if o == storage.Stored {
 					wins[ts[i].ID]++
 				}
 			}
@@ -1680,23 +1800,23 @@ func testCancel(e *env) {
 	if leased == "a" {
 		free = "b"
 	}
-	if err := e.s.Cancel(e.ctx, free); err != nil {
+	if err := e.s.Cancel(e.ctx, free, storage.CancelOrdered); err != nil {
 		e.Fatalf("Cancel(%s): %v", free, err)
 	}
 	if _, err := e.s.Get(e.ctx, free); !errors.Is(err, storage.ErrNotFound) {
 		e.Fatalf("cancelled row still there: %v", err)
 	}
-	if err := e.s.Cancel(e.ctx, free); !errors.Is(err, storage.ErrNotFound) {
+	if err := e.s.Cancel(e.ctx, free, storage.CancelOrdered); !errors.Is(err, storage.ErrNotFound) {
 		e.Fatalf("Cancel of a missing row = %v, want ErrNotFound", err)
 	}
-	if err := e.s.Cancel(e.ctx, leased); !errors.Is(err, storage.ErrLeased) {
+	if err := e.s.Cancel(e.ctx, leased, storage.CancelOrdered); !errors.Is(err, storage.ErrLeased) {
 		e.Fatalf("Cancel of a leased row = %v, want ErrLeased", err)
 	}
 	if _, err := e.s.Get(e.ctx, leased); err != nil {
 		e.Fatalf("a refused Cancel removed the row: %v", err)
 	}
 	e.clock.Advance(time.Minute)
-	if err := e.s.Cancel(e.ctx, leased); err != nil {
+	if err := e.s.Cancel(e.ctx, leased, storage.CancelOrdered); err != nil {
 		e.Fatalf("Cancel after the lease expired: %v", err)
 	}
 	if rows, _, _ := e.s.List(e.ctx, storage.ListFilter{Limit: 10}); len(rows) != 0 {

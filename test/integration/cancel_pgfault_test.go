@@ -8,6 +8,8 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/delaybridge/delaybridge/wire"
 )
 
 // ingestOutcomes is what the bridges' logs say became of each message and
@@ -42,7 +44,8 @@ func readIngestOutcomes(insts map[string]*bridgeProc) ingestOutcomes {
 			case l.Message == "forwarding":
 				ids, _ := l.Fields["ids"].([]any)
 				for _, v := range ids {
-					if id, _ := v.(string); o.firstForward[id].IsZero() || l.Time.Before(o.firstForward[id]) {
+					key, _ := v.(string)
+					if id := wire.KeyID(key); o.firstForward[id].IsZero() || l.Time.Before(o.firstForward[id]) {
 						o.firstForward[id] = l.Time
 					}
 				}

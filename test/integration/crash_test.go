@@ -23,6 +23,8 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/delaybridge/delaybridge/wire"
 )
 
 // TestCrashSafetyRepeatedKill: one store file; ~5,000 messages (unique ids,
@@ -649,19 +651,25 @@ func checkDuplicatesExplainedByKills(t reporter, rep faultReport, due map[string
 // (the dispatcher's "forwarding" line, earlier). The test publishes each id
 // once, so the row forwarded earlier came from an earlier commit, and the
 // broker redelivers only what a channel closed on without the ack. Each
-// "forwarding" line proves at most one such commit.
+// "forwarding" line proves at most one such commit. So does a redelivery
+// stored as another send of its id (ingest's "stored" line with a send
+// above 1): the restarted process had leased its first commit, to forward
+// it, when the redelivery came (docs/contract.md §2.4, §3.3). Forwards name
+// row keys, counted for their message id.
 func restoredAfterKills(logs []string) map[string]int {
 	type event struct {
 		at     time.Time
 		stored bool // else forwarding
 	}
 	events := map[string][]event{}
+	leasedAgain := map[string]int{}
 	for i, log := range logs {
 		for _, line := range strings.Split(log, "\n") {
 			var m struct {
 				Message, Time, ID string
 				IDs               []string
 				Redelivered       bool
+				Send              int
 			}
 			if json.Unmarshal([]byte(line), &m) != nil {
 				continue
@@ -672,15 +680,18 @@ func restoredAfterKills(logs []string) map[string]int {
 			}
 			switch {
 			case m.Message == "forwarding":
-				for _, id := range m.IDs {
+				for _, key := range m.IDs {
+					id := wire.KeyID(key)
 					events[id] = append(events[id], event{at: at})
 				}
+			case m.Message == "stored" && m.Redelivered && i > 0 && m.Send > 1:
+				leasedAgain[m.ID]++
 			case m.Message == "stored" && m.Redelivered && i > 0:
 				events[m.ID] = append(events[m.ID], event{at: at, stored: true})
 			}
 		}
 	}
-	restored := map[string]int{}
+	restored := leasedAgain
 	for id, evs := range events {
 		slices.SortFunc(evs, func(a, b event) int {
 			if c := a.at.Compare(b.at); c != 0 || a.stored == b.stored {

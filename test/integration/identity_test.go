@@ -9,9 +9,12 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
-// TestDedupeWhilePending: a message whose id is already pending is not
-// stored a second time; once delivered, the id is free again (docs/contract.md §2).
-func TestDedupeWhilePending(t *testing.T) {
+// TestRedeliveryWhilePendingIsDropped: a message that repeats a pending
+// one exactly (its id, properties, headers and body: a publisher's repeat
+// after a lost confirm) is not stored a second time; another send with the
+// same id is (docs/contract.md §2.4), and so is the repeat once the first
+// was delivered.
+func TestRedeliveryWhilePendingIsDropped(t *testing.T) {
 	t.Parallel()
 	b := startBridge(t, nil)
 	conn := dial(t)
@@ -19,21 +22,21 @@ func TestDedupeWhilePending(t *testing.T) {
 
 	type variant struct {
 		name string
-		// msg builds one message with the given id, body and due time.
-		first, second amqp.Publishing
+		// first is the message; other another send with its id.
+		first, other amqp.Publishing
 	}
 	idHeader := func(id string) amqp.Table { return amqp.Table{"NServiceBus.MessageId": id} }
 	variants := []variant{
 		{name: "message-id",
-			first:  amqp.Publishing{MessageId: "dup-prop"},
-			second: amqp.Publishing{MessageId: "dup-prop"}},
+			first: amqp.Publishing{MessageId: "dup-prop"},
+			other: amqp.Publishing{MessageId: "dup-prop"}},
 		{name: "nsb-message-id-header",
-			first:  amqp.Publishing{Headers: idHeader("dup-nsb")},
-			second: amqp.Publishing{Headers: idHeader("dup-nsb")}},
+			first: amqp.Publishing{Headers: idHeader("dup-nsb")},
+			other: amqp.Publishing{Headers: idHeader("dup-nsb")}},
 		{name: "property-then-header",
 			// Identity is message-id, else NServiceBus.MessageId: both are "dup-mixed".
-			first:  amqp.Publishing{MessageId: "dup-mixed"},
-			second: amqp.Publishing{Headers: idHeader("dup-mixed")}},
+			first: amqp.Publishing{MessageId: "dup-mixed"},
+			other: amqp.Publishing{Headers: idHeader("dup-mixed")}},
 	}
 	for _, v := range variants {
 		t.Run(v.name, func(t *testing.T) {
@@ -51,36 +54,36 @@ func TestDedupeWhilePending(t *testing.T) {
 				p.Body = []byte(body)
 				return p
 			}
-			// The second copy is due sooner: if it were stored it would
-			// arrive first, with its own body.
-			firstDue := time.Now().Add(2500 * time.Millisecond)
-			pub.Publish(b.TimeoutsQueue(), withDue(v.first, firstDue, "first"))
-			pub.Publish(b.TimeoutsQueue(), withDue(v.second, time.Now().Add(500*time.Millisecond), "second"))
+			firstDue, otherDue := time.Now().Add(2500*time.Millisecond), time.Now().Add(500*time.Millisecond)
+			first := withDue(v.first, firstDue, "first")
+			pub.Publish(b.TimeoutsQueue(), first)
+			pub.Publish(b.TimeoutsQueue(), first) // the repeat: dropped
+			pub.Publish(b.TimeoutsQueue(), withDue(v.other, otherDue, "other"))
 
-			c.WaitFor(1, livenessBound)
-			got := c.Quiet(quietPeriod)
-			if len(got) != 1 {
-				t.Fatalf("got %d deliveries (%s), want exactly 1: a pending id was stored twice", len(got), bodies(got))
-			}
-			if string(got[0].Body) != "first" {
-				t.Errorf("delivered body %q, want %q: the second message replaced the pending one", got[0].Body, "first")
-			}
-			if got[0].At.Before(firstDue) {
-				t.Errorf("delivered EARLY at %s, due %s", got[0].At.Format(time.RFC3339Nano), firstDue.Format(time.RFC3339Nano))
-			}
-
-			// Delivered: no longer pending, so the same id is scheduled again.
-			againDue := time.Now().Add(300 * time.Millisecond)
-			pub.Publish(b.TimeoutsQueue(), withDue(v.second, againDue, "again"))
 			c.WaitFor(2, livenessBound)
+			got := c.Quiet(quietPeriod)
+			if len(got) != 2 || string(got[0].Body) != "other" || string(got[1].Body) != "first" {
+				t.Fatalf("got %d deliveries (%s), want other, then first: the repeat dropped, the other send delivered", len(got), bodies(got))
+			}
+			if got[0].At.Before(otherDue) || got[1].At.Before(firstDue) {
+				t.Errorf("delivered EARLY: %s (due %s), %s (due %s)", got[0].At.Format(time.RFC3339Nano), otherDue.Format(time.RFC3339Nano),
+					got[1].At.Format(time.RFC3339Nano), firstDue.Format(time.RFC3339Nano))
+			}
+
+			// Delivered: the repeat is a send of its own now.
+			againDue := time.Now().Add(300 * time.Millisecond)
+			first.Headers["x-due-at"] = againDue.UTC().Format(time.RFC3339Nano)
+			first.Body = []byte("again")
+			pub.Publish(b.TimeoutsQueue(), first)
+			c.WaitFor(3, livenessBound)
 			got = c.Quiet(quietPeriod)
-			if len(got) != 2 {
-				t.Fatalf("got %d deliveries (%s), want 2 after re-sending a delivered id", len(got), bodies(got))
+			if len(got) != 3 {
+				t.Fatalf("got %d deliveries (%s), want 3 after re-sending a delivered id", len(got), bodies(got))
 			}
-			if string(got[1].Body) != "again" {
-				t.Errorf("second delivery body %q, want %q", got[1].Body, "again")
+			if string(got[2].Body) != "again" {
+				t.Errorf("third delivery body %q, want %q", got[2].Body, "again")
 			}
-			if got[1].At.Before(againDue) {
+			if got[2].At.Before(againDue) {
 				t.Errorf("re-sent message delivered EARLY")
 			}
 		})

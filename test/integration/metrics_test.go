@@ -106,6 +106,9 @@ func TestMetrics(t *testing.T) {
 		"delaybridge_messages_dispatched_total",
 		"delaybridge_dispatch_failures_total",
 		"delaybridge_duplicates_suppressed_total",
+		`delaybridge_messages_dropped_total{reason="duplicate"}`,
+		`delaybridge_messages_dropped_total{reason="cancelled"}`,
+		`delaybridge_messages_dropped_total{reason="replaced"}`,
 		`delaybridge_error_queue_messages_total{stage="ingest"}`,
 		`delaybridge_error_queue_messages_total{stage="dispatch"}`,
 		"delaybridge_pending",
@@ -131,8 +134,9 @@ func TestMetrics(t *testing.T) {
 		delayed("unroutable", b.Endpoint+".no-such-queue", 0, "lost"),
 		{MessageId: "invalid", Body: []byte("no destination"), Headers: amqp.Table{"x-delay": int32(0)}},
 	})
-	// The duplicate must find its id pending: publish it once the first
-	// copy is stored, while it waits for its due time.
+	// The duplicate, a repeat of the very same publish, must find the
+	// first copy pending: publish it once that is stored, while it waits
+	// for its due time.
 	// One scrape reads its series concurrently: the counter can see the
 	// commit that a store read begun a moment earlier did not, so the
 	// next-due series is waited for too, not taken from the first scrape
@@ -144,7 +148,7 @@ func TestMetrics(t *testing.T) {
 	if v, ok := m["delaybridge_next_due_seconds"]; !ok || v > 2 {
 		t.Errorf("with 'dup' due within 2 s, delaybridge_next_due_seconds = %v (present %v)", v, ok)
 	}
-	pub.Publish(b.TimeoutsQueue(), delayed("dup", dest, 0, "second"))
+	pub.Publish(b.TimeoutsQueue(), delayed("dup", dest, 2000, "first"))
 
 	got.WaitFor(3, livenessBound)
 	errs.WaitFor(2, livenessBound)
@@ -154,7 +158,7 @@ func TestMetrics(t *testing.T) {
 		bodies[d.MessageId] = string(d.Body)
 	}
 	if len(deliveries) != 3 || bodies["dup"] != "first" {
-		t.Fatalf("destination got %d deliveries %v; want good-1, good-2 and the first 'dup' only", len(deliveries), bodies)
+		t.Fatalf("destination got %d deliveries %v; want good-1, good-2 and 'dup' once", len(deliveries), bodies)
 	}
 
 	// The counters move after the broker confirmed and the store removed:
@@ -167,6 +171,8 @@ func TestMetrics(t *testing.T) {
 	want := map[string]float64{
 		"delaybridge_messages_ingested_total":                      4,
 		"delaybridge_duplicates_suppressed_total":                  1,
+		`delaybridge_messages_dropped_total{reason="duplicate"}`:   1,
+		`delaybridge_messages_dropped_total{reason="cancelled"}`:   0,
 		"delaybridge_messages_dispatched_total":                    3,
 		"delaybridge_dispatch_failures_total":                      1,
 		`delaybridge_error_queue_messages_total{stage="ingest"}`:   1,
