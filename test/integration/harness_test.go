@@ -143,17 +143,25 @@ func freeAddr(t testing.TB) string {
 // ---------------------------------------------------------------------------
 // The bridge process
 
-// syncBuffer collects a process's output; safe for concurrent use.
+// syncBuffer collects a process's output; safe for concurrent use. While
+// held, it takes nothing: the process's writes to the pipe block once the
+// pipe is full.
 type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
+	mu   sync.Mutex
+	buf  bytes.Buffer
+	gate sync.RWMutex // write-held while held
 }
 
 func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.gate.RLock()
+	defer b.gate.RUnlock()
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.Write(p)
 }
+
+func (b *syncBuffer) hold()    { b.gate.Lock() }
+func (b *syncBuffer) release() { b.gate.Unlock() }
 
 func (b *syncBuffer) String() string {
 	b.mu.Lock()
@@ -361,6 +369,22 @@ func (b *bridgeProc) Stop() {
 	if code := b.Wait(15 * time.Second); code != 0 {
 		b.t.Fatalf("after SIGTERM the bridge exited with code %d, want 0", code)
 	}
+}
+
+// KillWhileLogging stops taking the process's stderr for d, so that the
+// process blocks in its next log line once the pipe is full, and then
+// kills it: with debug logs, ingest is caught between a commit and its
+// acknowledgement, where it logs what it stored.
+func (b *bridgeProc) KillWhileLogging(d time.Duration) {
+	b.t.Helper()
+	b.stderr.hold()
+	time.Sleep(d)
+	err := b.cmd.Process.Kill()
+	b.stderr.release()
+	if err != nil && !errors.Is(err, os.ErrProcessDone) {
+		b.t.Fatalf("SIGKILL: %v", err)
+	}
+	b.Wait(10 * time.Second)
 }
 
 // Kill sends SIGKILL and waits for the process to be gone.
