@@ -55,10 +55,11 @@ const (
 	StepNSBTimeouts = "nsbtm"
 	StepSteady      = "steady"
 	StepBigMsg      = "bigmsg"
+	StepResend      = "resend"
 )
 
 // AllSteps lists every step in run order.
-var AllSteps = []string{StepCeiling, StepIngest, StepPunctuality, StepBurst, StepTTL, StepExchange, StepScale, StepScaleOut, StepRebus, StepNSB, StepMassTransit, StepNSBTimeouts, StepSteady, StepBigMsg}
+var AllSteps = []string{StepCeiling, StepIngest, StepPunctuality, StepBurst, StepTTL, StepExchange, StepScale, StepScaleOut, StepRebus, StepNSB, StepMassTransit, StepNSBTimeouts, StepSteady, StepBigMsg, StepResend}
 
 // Options configure a run. Zero values take the defaults of DefaultOptions.
 type Options struct {
@@ -117,6 +118,11 @@ type Options struct {
 	SteadyStores   []string
 	SteadySearch   bool
 	SteadyProfile  string
+
+	// ResendRate is the new messages a second of each workload of the
+	// resend step, sent for ResendDuration (0: the step's defaults).
+	ResendRate     int
+	ResendDuration time.Duration
 
 	// SentinelOnly makes the bench tell when a workload is stored by a
 	// sentinel message even when the bridge serves delaybridge.pending.
@@ -192,6 +198,7 @@ type Results struct {
 	NSBTimeouts *Protocol `json:"nsbtm,omitempty"`       // as NServiceBus endpoints defer to the timeout manager, and plain
 	Steady      *Steady   `json:"steady,omitempty"`
 	BigMsg      *BigMsg   `json:"bigmsg,omitempty"`
+	Resend      *Resend   `json:"resend,omitempty"`
 
 	BridgeLogs []BridgeLog `json:"bridge_logs,omitempty"`
 	Warnings   []string    `json:"warnings,omitempty"`
@@ -485,7 +492,7 @@ func Run(ctx context.Context, opts Options) (*Results, error) {
 		StepPunctuality: b.stepPunctuality, StepBurst: b.stepBurst, StepTTL: b.stepTTL, StepExchange: b.stepExchange,
 		StepScale: b.stepScale, StepScaleOut: b.stepScaleOut, StepRebus: b.stepRebus, StepNSB: b.stepNSB,
 		StepMassTransit: b.stepMassTransit, StepNSBTimeouts: b.stepNSBTimeouts,
-		StepSteady: b.stepSteady, StepBigMsg: b.stepBigMsg,
+		StepSteady: b.stepSteady, StepBigMsg: b.stepBigMsg, StepResend: b.stepResend,
 	}
 	for _, s := range b.res.Params.Steps {
 		if ctx.Err() != nil {

@@ -85,6 +85,7 @@ func BuildRows(r *Results) []Row {
 	}
 	rows = append(rows, protocolRows(StepMassTransit, "MassTransit ScheduleMessages", "MassTransit's scheduler (Quartz, Hangfire)", r.MassTransit)...)
 	rows = append(rows, protocolRows(StepNSBTimeouts, "NServiceBus timeouts", "NServiceBus's timeout manager", r.NSBTimeouts)...)
+	rows = append(rows, resendRows(r.Resend)...)
 	if x := r.Exchange; x != nil {
 		rows = append(rows, exchangeRows(x)...)
 	}

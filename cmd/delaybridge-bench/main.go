@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/delaybridge/delaybridge/bench"
 )
@@ -60,6 +61,8 @@ func run(args []string) int {
 	steadyStore := fs.String("steady-store", strings.Join(def.SteadyStores, ","), "stores of the steady step's bridge, comma-separated: bbolt, postgres (postgres uses --postgres-url)")
 	steadySearch := fs.Bool("steady-search", false, "steady step: also step the rate up from 1000 by 500 until the bridge's p99 exceeds 10 ms or the publisher falls behind, and report the highest as a ratio to the ceiling (measured if not run)")
 	steadyProfile := fs.String("steady-profile", "", "steady step: directory for a CPU profile of the bridge (DELAYBRIDGE_PPROF) over the steady window of every rate, saved as steady-R.pprof")
+	resendRate := fs.Int("resend-rate", 50, "resend step: new messages a second of each workload")
+	resendDuration := fs.Duration("resend-duration", 10*time.Second, "resend step: how long new messages are sent")
 	only := fs.String("only", "", "run only these steps, comma-separated: "+strings.Join(bench.AllSteps, ","))
 	lead := fs.Duration("lead", 0, "time from publishing to the first due time (0: from the measured ingest rate, at least 3s)")
 	publishers := fs.Int("publishers", def.Publishers, "publishing goroutines, each with its own confirm-mode channel")
@@ -99,6 +102,12 @@ Measures the bridge against a real broker and prints a table (and writes JSON):
                lateness p50/p99/p99.9/max per rate, and the broker's own hop at R and 2R
   scaleout     (--scaleout) one, then two bridges sharing a PostgreSQL store (--postgres-url):
                ingest rate, burst delivery rate and lateness, and what each instance did
+  resend       (--only resend) clients sending a message again, same id, the moment it arrives:
+               NServiceBus delayed retries (v2 chain), second-level retries to the timeout manager,
+               and the same message re-published with x-delay, --resend-rate new messages a second
+               each for --resend-duration, 3 sends each, due 1 s after each send; through one bridge
+               (bbolt), then two on PostgreSQL (--postgres-url): sends lost (must be 0), duplicates,
+               early, lateness
 
 Every bridge is the delaybridge binary (--bridge) run as a child process with its own
 endpoint, store and HTTP port; everything the bench declares on the broker is deleted at
@@ -131,6 +140,7 @@ the end.
 		TTLQueueType: *ttlQueueType, Publishers: *publishers, ConfirmWindow: *confirmWindow,
 		SentinelOnly: *sentinel, Log: os.Stderr,
 		SteadyDuration: *steadyDuration, SteadySearch: *steadySearch, SteadyProfile: *steadyProfile,
+		ResendRate: *resendRate, ResendDuration: *resendDuration,
 	}
 	if opts.SteadyRates, err = parseInts(*steadyRates); err != nil {
 		fmt.Fprintln(os.Stderr, "delaybridge-bench: --steady-rates:", err)
