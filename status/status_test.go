@@ -16,6 +16,7 @@ import (
 	"github.com/delaybridge/delaybridge/circuit"
 	"github.com/delaybridge/delaybridge/metrics"
 	"github.com/delaybridge/delaybridge/storage"
+	"github.com/delaybridge/delaybridge/wire"
 )
 
 type clock struct {
@@ -62,7 +63,7 @@ func TestReadsTheBridgesMetricNames(t *testing.T) {
 		exported[mf.GetName()] = true
 	}
 	for _, name := range []string{metricIngested, metricDispatched, metricFailures, metricErrorQueue,
-		metricLateness, metricBreaker, metricConnected} {
+		metricLateness, metricBreaker, metricConnected, metricDropped} {
 		if !exported[name] {
 			t.Errorf("the page reads %s, which package metrics does not export", name)
 		}
@@ -183,6 +184,33 @@ func TestThroughputAndLateness(t *testing.T) {
 	}
 	if rows[2].Known {
 		t.Errorf("minute without samples: %+v", rows[2])
+	}
+}
+
+// Messages taken in and not stored show per minute and since start, by
+// reason; a later send of an id pending twice is marked with its number.
+func TestDroppedAndSendsShown(t *testing.T) {
+	clk := &clock{t: time.Date(2026, 11, 21, 20, 0, 0, 0, time.UTC)}
+	r := newRegistry()
+	h := New(Options{Gatherer: r.reg, Now: clk.Now,
+		List: func(context.Context, storage.ListFilter) ([]storage.Timeout, string, error) {
+			return []storage.Timeout{
+				{ID: "m", Destination: "q", DueAt: clk.Now().Add(time.Minute)},
+				{ID: wire.SendKey("m", 2), Destination: "q", DueAt: clk.Now().Add(time.Minute)},
+			}, "", nil
+		}})
+	h.sample(false)
+	for range 6 {
+		clk.Advance(SampleInterval)
+		r.m.Dropped("duplicate", 3)
+		r.m.Dropped("cancelled", 1)
+		h.sample(false)
+	}
+	page := get(t, h)
+	mustContain(t, page, "not stored /min", ">24<", // 4 each 10 s
+		"duplicate 18", "cancelled 6", "replaced 0", `>m <span class="sub">(send 2)</span><`)
+	if strings.Contains(page, "\x1f") || strings.Contains(page, "\u001f") || strings.Contains(page, "&#x1f;") {
+		t.Error("the page shows a row key, not the id and its send")
 	}
 }
 

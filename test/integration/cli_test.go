@@ -337,3 +337,51 @@ func TestCLIListAllJSONIsOneDocument(t *testing.T) {
 		}
 	}
 }
+
+// A cancel of an id with nothing pending (a typo, or a message already
+// delivered) says so and exits 1, and does not block the id: the message
+// scheduled with it next is delivered (docs/contract.md §6.3). A cancel
+// that removed a message does block its id for the cancel window, and the
+// message dropped then is counted and logged (§2.5, §6.2).
+func TestCLICancelOfNothingLeavesTheIDFree(t *testing.T) {
+	t.Parallel()
+	b := startBridge(t, map[string]string{"DELAYBRIDGE_ADMIN_TOKEN": adminToken})
+	dest := b.Endpoint + ".dst"
+	c := declareAndConsume(t, dial(t), dest)
+	env := map[string]string{"DELAYBRIDGE_AMQP_URL": amqpURL, "DELAYBRIDGE_ENDPOINT": b.Endpoint}
+
+	code, out, errOut := runCLI(t, b, true, "cancel", "typo")
+	if code != 1 || out != "" || !strings.Contains(errOut, `no pending timeout with id "typo"`) {
+		t.Fatalf("cancel of nothing: exit %d, stdout %q, stderr %q; want exit 1 saying nothing is pending", code, out, errOut)
+	}
+	if code, _, errOut = runBin(t, env, "schedule", "--id", "typo", "--to", dest, "--in", "200ms", "hello"); code != 0 {
+		t.Fatalf("schedule: exit %d, stderr %q", code, errOut)
+	}
+	if got := c.WaitFor(1, livenessBound); got[0].MessageId != "typo" || string(got[0].Body) != "hello" {
+		t.Fatalf("delivered %q %q, want typo hello", got[0].MessageId, got[0].Body)
+	}
+
+	if code, _, errOut = runBin(t, env, "schedule", "--id", "kept", "--to", dest, "--in", "1h", "one"); code != 0 {
+		t.Fatalf("schedule: exit %d, stderr %q", code, errOut)
+	}
+	deadline := time.Now().Add(livenessBound)
+	for listIDs(t, b)["kept"].ID == "" {
+		if time.Now().After(deadline) {
+			t.Fatal("kept never showed in ls")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	mustCLI(t, b, "cancel", "kept")
+	if code, _, errOut = runBin(t, env, "schedule", "--id", "kept", "--to", dest, "--in", "100ms", "two"); code != 0 {
+		t.Fatalf("schedule: exit %d, stderr %q", code, errOut)
+	}
+	waitMetrics(t, b, livenessBound, "the message of the cancelled id dropped", func(m map[string]float64) bool {
+		return m[`delaybridge_messages_dropped_total{reason="cancelled"}`] == 1
+	})
+	if got := c.Quiet(quietPeriod); len(got) != 1 {
+		t.Errorf("%d deliveries, want only typo's", len(got))
+	}
+	if !strings.Contains(b.Stderr(), `"level":"warn","component":"ingest","reason":"cancelled","id":"kept"`) {
+		t.Errorf("no warning for the dropped message of cancelled id kept:\n%s", tail(b.Stderr(), 4<<10))
+	}
+}
