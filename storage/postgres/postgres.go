@@ -1516,7 +1516,7 @@ func decodeCursor(c string) (due time.Time, id string, err error) {
 		return time.Time{}, "", fmt.Errorf("invalid cursor %q (pass back the next cursor of a previous page)", c)
 	}
 	id = string(b[9:])
-	if wire.ValidateID("cursor id", id) != nil {
+	if wire.ValidateKey("cursor id", id) != nil {
 		// A forged cursor: PostgreSQL would refuse a NUL or invalid UTF-8
 		// id with an error that reads as an outage.
 		return time.Time{}, "", fmt.Errorf("invalid cursor %q (pass back the next cursor of a previous page)", c)

@@ -616,6 +616,12 @@ func testInsertSends(e *env) {
 	if diff := cmp.Diff([]string{wire.SendKey("s", 3), "s", wire.SendKey("s", 2)}, rowIDs(rows)); diff != "" {
 		e.Fatalf("List(ID s) keys, due order (-want +got):\n%s", diff)
 	}
+	// A cursor may end on a later send's key: pages go on from it.
+	for _, f := range []storage.ListFilter{{Limit: 1}, {ID: "s", Limit: 1}} {
+		if got := e.listAll(f); !slices.Equal(got, []string{wire.SendKey("s", 3), "s", wire.SendKey("s", 2)}) {
+			e.Fatalf("List(%+v) pages = %q", f, got)
+		}
+	}
 	// Send 3 is due: leased, it is being forwarded; its redelivery is then
 	// a new send, under the lowest free key.
 	l := e.leaseOne(wire.SendKey("s", 3), time.Minute)
