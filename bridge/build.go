@@ -68,10 +68,16 @@ func (b *Bridge) build(ctx context.Context, srv *httpapi.Server) (_ *components,
 	}
 	sources := []ingest.Source{ingest.TimeoutsSource(topo.TimeoutsQueue(), topo.DelayedExchanges...)}
 	reserved := []string{topo.TimeoutsQueue(), topo.DispatcherQueue(), cfg.ErrorQueue}
+	// NServiceBus endpoints send timeouts to E.Timeouts, and ServiceControl
+	// sends back the error copies that name it in NServiceBus.FailedQ, the
+	// way their routing topology sends to any address; the default one
+	// publishes to an exchange of its name (docs/contract.md §1).
+	topo.Foreign = append(topo.Foreign, broker.ConventionalExchange(topo.TimeoutsQueue()))
 	if cfg.RebusQueue != "" {
-		// Rebus's external timeout manager (docs/contract.md §2.8).
+		// Rebus's external timeout manager (docs/contract.md §2.8). Its
+		// error copies name its queue in NServiceBus.FailedQ too.
 		rb := rebus.Options{Queue: cfg.RebusQueue, DirectExchange: cfg.RebusDirectExchange, QueueType: cfg.QueueType}
-		topo.Foreign = append(topo.Foreign, rb.Topology())
+		topo.Foreign = append(topo.Foreign, rb.Topology(), broker.ConventionalExchange(rb.Queue))
 		sources, reserved = append(sources, rb.Source()), append(reserved, rb.Queue)
 		allowed = allowed.WithExchanges(rb.DirectExchange)
 	}

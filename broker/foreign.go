@@ -25,6 +25,20 @@ type ForeignQueue struct {
 	RoutingKey   string
 }
 
+// ConventionalExchange is what NServiceBus's conventional routing topology,
+// its default, declares for an address it sends to: a durable fanout
+// exchange of the address's name, no arguments, bound to the queue of that
+// name with an empty routing key. Its senders publish to that exchange,
+// mandatory, so an address without it refuses every send with 404 and
+// closes the sender's channel (Particular/NServiceBus.RabbitMQ,
+// src/NServiceBus.Transport.RabbitMQ/Routing/ConventionalRoutingTopology.cs:
+// Send, Initialize, CreateExchange; the same since the 1.x transport's
+// src/NServiceBus.RabbitMQ/Routing/ConventionalRoutingTopology.cs). The
+// queue must be declared before (docs/contract.md §1).
+func ConventionalExchange(queue string) ForeignQueue {
+	return ForeignQueue{Queue: queue, Exchange: queue, ExchangeType: amqp.ExchangeFanout}
+}
+
 // DeclareForeign declares every foreign queue, its exchange and its
 // binding (ForeignQueue), each step on a channel of its own: a passive
 // declaration of what is missing closes its channel.

@@ -341,9 +341,19 @@ func (c Config) rebus() error {
 	if err := wire.ValidateExchange("the exchange name", c.RebusDirectExchange); err != nil {
 		return fmt.Errorf("%s_REBUS_DIRECT_EXCHANGE: %w", Prefix, err)
 	}
+	// The bridge's queues and the Rebus queue each have a fanout exchange
+	// of their name (docs/contract.md §1).
+	for _, own := range []string{wire.TimeoutsQueue(c.Endpoint), wire.DispatcherQueue(c.Endpoint), c.ErrorQueue, c.RebusQueue} {
+		if c.RebusDirectExchange == own {
+			return fmt.Errorf("%s_REBUS_DIRECT_EXCHANGE: %q is the name of a queue the bridge declares an exchange for; use the endpoints' direct exchange", Prefix, own)
+		}
+	}
 	for _, x := range c.DelayedExchangeList() {
-		if c.RebusDirectExchange == x.Name || c.RebusDirectExchange == x.Route() {
-			return fmt.Errorf("%s_REBUS_DIRECT_EXCHANGE: %q is an exchange of %s_DELAYED_EXCHANGES", Prefix, c.RebusDirectExchange, Prefix)
+		for _, name := range []string{c.RebusDirectExchange, c.RebusQueue} {
+			if name == x.Name || name == x.Route() {
+				return fmt.Errorf("%s_REBUS_%s: %q is an exchange of %s_DELAYED_EXCHANGES", Prefix,
+					map[bool]string{true: "QUEUE", false: "DIRECT_EXCHANGE"}[name == c.RebusQueue], name, Prefix)
+			}
 		}
 	}
 	return nil

@@ -309,7 +309,6 @@ func TestRebus(t *testing.T) {
 		{"DELAYBRIDGE_REBUS_QUEUE": "timeouts"},
 		{"DELAYBRIDGE_REBUS_QUEUE": "timeouts@x", "DELAYBRIDGE_REBUS_DIRECT_EXCHANGE": "amq.direct"},
 		{"DELAYBRIDGE_REBUS_DIRECT_EXCHANGE": ""}, // off: not checked
-		{"DELAYBRIDGE_REBUS_QUEUE": "timeouts", "DELAYBRIDGE_DELAYED_EXCHANGES": "timeouts:direct"},
 	} {
 		if _, err := loadClean(t, env); err != nil {
 			t.Errorf("%v refused: %v", env, err)
@@ -328,6 +327,10 @@ func TestRebus(t *testing.T) {
 		{map[string]string{"DELAYBRIDGE_REBUS_QUEUE": "timeouts", "DELAYBRIDGE_REBUS_DIRECT_EXCHANGE": "Bus\xffDirect"}, "REBUS_DIRECT_EXCHANGE", "UTF-8"},
 		{map[string]string{"DELAYBRIDGE_REBUS_QUEUE": "timeouts", "DELAYBRIDGE_DELAYED_EXCHANGES": "RebusDirect:direct"}, "REBUS_DIRECT_EXCHANGE", "DELAYBRIDGE_DELAYED_EXCHANGES"},
 		{map[string]string{"DELAYBRIDGE_REBUS_QUEUE": "timeouts", "DELAYBRIDGE_DELAYED_EXCHANGES": "Rebus:direct", "DELAYBRIDGE_REBUS_DIRECT_EXCHANGE": "Rebus.route"}, "REBUS_DIRECT_EXCHANGE", "DELAYBRIDGE_DELAYED_EXCHANGES"},
+		// The queue has a fanout exchange of its name (docs/contract.md §1).
+		{map[string]string{"DELAYBRIDGE_REBUS_QUEUE": "timeouts", "DELAYBRIDGE_DELAYED_EXCHANGES": "timeouts:direct"}, "REBUS_QUEUE", "DELAYBRIDGE_DELAYED_EXCHANGES"},
+		{map[string]string{"DELAYBRIDGE_REBUS_QUEUE": "timeouts", "DELAYBRIDGE_REBUS_DIRECT_EXCHANGE": "timeouts"}, "REBUS_DIRECT_EXCHANGE", "declares an exchange for"},
+		{map[string]string{"DELAYBRIDGE_REBUS_QUEUE": "timeouts", "DELAYBRIDGE_REBUS_DIRECT_EXCHANGE": "delaybridge.Timeouts"}, "REBUS_DIRECT_EXCHANGE", "declares an exchange for"},
 	} {
 		_, err := loadClean(t, tc.env)
 		if err == nil {

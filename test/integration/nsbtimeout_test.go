@@ -185,3 +185,35 @@ func nsbForwardedAs(t *testing.T, a arrival, msg amqp.Publishing, due time.Time,
 	}
 	forwardedWithout(t, a, msg, due, "", queue, "NServiceBus.Timeout.Expire")
 }
+
+// TestNServiceBusConventionalRoutingTopology: an NServiceBus endpoint on the
+// RabbitMQ transport's default, conventional routing topology sends to an
+// address by publishing, mandatory, to the exchange of the address's name
+// with an empty routing key (ConventionalRoutingTopology.Send in
+// Particular/NServiceBus.RabbitMQ, src/NServiceBus.Transport.RabbitMQ/Routing/,
+// and src/NServiceBus.RabbitMQ/Routing/ in the 3.x transport of NServiceBus
+// 5). The bridge's E.Timeouts exchange takes a saga's timeout that way, and
+// its ClearTimeouts: neither is returned nor closes the channel, the
+// timeout arrives when due, and the cleared saga's timeout never does.
+func TestNServiceBusConventionalRoutingTopology(t *testing.T) {
+	t.Parallel()
+	b := startBridge(t, map[string]string{"DELAYBRIDGE_POLL_INTERVAL": "100ms"})
+	conn := dial(t)
+	pub := newPublisher(t, conn)
+	shop := b.Endpoint + ".Shop"
+	shopC := declareAndConsume(t, conn, shop)
+	const kept, cleared = "5e6f7a8b-0000-4c1d-9e2f-000000000001", "5e6f7a8b-0000-4c1d-9e2f-000000000002"
+	start := time.Now()
+	timeout, due := nsbSagaTimeout("conv-kept", kept, shop, shop, start.Add(2*time.Second))
+	gone, goneDue := nsbSagaTimeout("conv-cleared", cleared, shop, shop, start.Add(2*time.Second))
+	// Publishing to a missing exchange would close the channel: PublishTo
+	// fails then, and on a return.
+	pub.PublishTo(b.TimeoutsQueue(), "", timeout, gone, nsbClearTimeouts("conv-clear", cleared, shop))
+
+	got := shopC.WaitFor(1, livenessBound)
+	nsbForwardedAs(t, got[0], timeout, due, shop)
+	time.Sleep(time.Until(goneDue.Add(1500 * time.Millisecond)))
+	if n := shopC.Count(); n != 1 {
+		t.Fatalf("%d deliveries on %s, want 1: the cleared saga's timeout was delivered", n, shop)
+	}
+}
