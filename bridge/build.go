@@ -76,7 +76,8 @@ func (b *Bridge) build(ctx context.Context, srv *httpapi.Server) (_ *components,
 	if cfg.RebusQueue != "" {
 		// Rebus's external timeout manager (docs/contract.md §2.8). Its
 		// error copies name its queue in NServiceBus.FailedQ too.
-		rb := rebus.Options{Queue: cfg.RebusQueue, DirectExchange: cfg.RebusDirectExchange, QueueType: cfg.QueueType}
+		rb := rebus.Options{Queue: cfg.RebusQueue, DirectExchange: cfg.RebusDirectExchange, QueueType: cfg.QueueType,
+			DirectExchangeArgs: cfg.RebusDirectExchangeArguments()}
 		topo.Foreign = append(topo.Foreign, rb.Topology(), broker.ConventionalExchange(rb.Queue))
 		sources, reserved = append(sources, rb.Source()), append(reserved, rb.Queue)
 		allowed = allowed.WithExchanges(rb.DirectExchange)
@@ -84,7 +85,7 @@ func (b *Bridge) build(ctx context.Context, srv *httpapi.Server) (_ *components,
 	if cfg.MassTransitQueue != "" {
 		// MassTransit's message scheduler (docs/contract.md §2.10). Its
 		// destinations are exchanges the allowed patterns decide on.
-		mt := masstransit.Options{Queue: cfg.MassTransitQueue, QueueType: cfg.QueueType}
+		mt := masstransit.Options{Queue: cfg.MassTransitQueue}
 		topo.Foreign = append(topo.Foreign, mt.Topology()...)
 		sources, reserved = append(sources, mt.Source()), append(reserved, mt.Queue)
 	}

@@ -164,6 +164,26 @@ func TestDeclareForeignReportsOtherFailures(t *testing.T) {
 	}
 }
 
+// An exchange the bridge declares has the framework's arguments, so the
+// framework's own declaration, made after it, is accepted (Rebus declares
+// its direct exchange with AddArgumentToDirectExchange's arguments, and
+// RabbitMQ compares alternate-exchange): without them it would be refused.
+func TestDeclareForeignUsesTheFrameworksArguments(t *testing.T) {
+	topo, f, conn := foreignTopology(t)
+	theirs := amqp.Table{"alternate-exchange": f.Exchange + ".unrouted"}
+	topo.Foreign[0].ExchangeArgs = theirs
+	if err := topo.DeclareForeign(conn); err != nil {
+		t.Fatal(err)
+	}
+	routes(t, conn, f)
+	err := onChannel(conn, func(ch *amqp.Channel) error {
+		return ch.ExchangeDeclare(f.Exchange, amqp.ExchangeDirect, true, false, false, false, theirs)
+	})
+	if err != nil {
+		t.Fatalf("the framework's declaration after the bridge's: %v", err)
+	}
+}
+
 // ConventionalExchange is NServiceBus's conventional topology for a queue:
 // a message its senders publish to the exchange of the queue's name,
 // mandatory, lands on the queue, and their own declaration of that exchange
@@ -190,7 +210,7 @@ func TestConventionalExchange(t *testing.T) {
 		t.Fatal(err)
 	}
 	f := ConventionalExchange(q)
-	if f.Exchange != q || f.ExchangeType != amqp.ExchangeFanout || f.RoutingKey != "" {
+	if f.Exchange != q || f.ExchangeType != amqp.ExchangeFanout || f.RoutingKey != "" || f.ExchangeArgs != nil {
 		t.Fatalf("%+v", f)
 	}
 	topo := Topology{Foreign: []ForeignQueue{f}}

@@ -10,8 +10,10 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/kelseyhightower/envconfig"
+	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/rs/zerolog"
 
 	"github.com/delaybridge/delaybridge/broker"
@@ -68,6 +70,7 @@ type Config struct {
 	QueueType                        string        `envconfig:"DELAYBRIDGE_QUEUE_TYPE" default:"classic"`
 	RebusQueue                       string        `envconfig:"DELAYBRIDGE_REBUS_QUEUE"`
 	RebusDirectExchange              string        `envconfig:"DELAYBRIDGE_REBUS_DIRECT_EXCHANGE" default:"RebusDirect"`
+	RebusDirectExchangeArgs          []string      `envconfig:"DELAYBRIDGE_REBUS_DIRECT_EXCHANGE_ARGUMENTS"`
 	MassTransitQueue                 string        `envconfig:"DELAYBRIDGE_MASSTRANSIT_QUEUE"`
 	LogLevel                         string        `envconfig:"DELAYBRIDGE_LOG_LEVEL" default:"info"`
 	LogFormat                        string        `envconfig:"DELAYBRIDGE_LOG_FORMAT" default:"json"`
@@ -356,7 +359,42 @@ func (c Config) rebus() error {
 			}
 		}
 	}
+	if _, err := c.rebusDirectExchangeArgs(); err != nil {
+		return fmt.Errorf("%s_REBUS_DIRECT_EXCHANGE_ARGUMENTS: %w", Prefix, err)
+	}
 	return nil
+}
+
+// RebusDirectExchangeArguments returns DELAYBRIDGE_REBUS_DIRECT_EXCHANGE_ARGUMENTS,
+// which Validate has checked: the arguments the Rebus endpoints declare
+// their direct exchange with, string values as AddArgumentToDirectExchange
+// takes them; nil when none.
+func (c Config) RebusDirectExchangeArguments() amqp.Table {
+	args, _ := c.rebusDirectExchangeArgs()
+	return args
+}
+
+// rebusDirectExchangeArgs parses key=value entries: a key once, not empty.
+func (c Config) rebusDirectExchangeArgs() (amqp.Table, error) {
+	var args amqp.Table
+	for i, raw := range c.RebusDirectExchangeArgs {
+		key, value, ok := strings.Cut(raw, "=")
+		key, value = strings.TrimSpace(key), strings.TrimSpace(value)
+		if !ok || key == "" {
+			return nil, fmt.Errorf("entry %d must be key=value, as an endpoint's AddArgumentToDirectExchange(key, value)", i+1)
+		}
+		if _, dup := args[key]; dup {
+			return nil, fmt.Errorf("entry %d repeats the argument %q", i+1, key)
+		}
+		if !utf8.ValidString(raw) {
+			return nil, fmt.Errorf("entry %d is not valid UTF-8", i+1)
+		}
+		if args == nil {
+			args = amqp.Table{}
+		}
+		args[key] = value
+	}
+	return args, nil
 }
 
 // massTransit checks DELAYBRIDGE_MASSTRANSIT_QUEUE: a queue name the broker

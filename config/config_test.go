@@ -1,12 +1,14 @@
 package config
 
 import (
+	"maps"
 	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/delaybridge/delaybridge/broker"
 )
@@ -56,7 +58,7 @@ var allNames = []string{
 	"DELAYBRIDGE_MAX_INFLIGHT_BYTES", "DELAYBRIDGE_ALLOWED_DESTINATIONS", "DELAYBRIDGE_ADMIN_TOKEN", "DELAYBRIDGE_QUEUE_TYPE",
 	"DELAYBRIDGE_LOG_LEVEL", "DELAYBRIDGE_LOG_FORMAT", "DELAYBRIDGE_AMQP_FAILOVER_URLS",
 	"DELAYBRIDGE_POSTGRES_SCHEMA", "DELAYBRIDGE_DELAYED_EXCHANGES",
-	"DELAYBRIDGE_REBUS_QUEUE", "DELAYBRIDGE_REBUS_DIRECT_EXCHANGE",
+	"DELAYBRIDGE_REBUS_QUEUE", "DELAYBRIDGE_REBUS_DIRECT_EXCHANGE", "DELAYBRIDGE_REBUS_DIRECT_EXCHANGE_ARGUMENTS",
 	"DELAYBRIDGE_NSB_NATIVE_DELAYS", "DELAYBRIDGE_MASSTRANSIT_QUEUE",
 	"DELAYBRIDGE_METRICS_MAX_DESTINATIONS", "DELAYBRIDGE_METRICS_DESTINATION_INTERVAL",
 }
@@ -76,6 +78,7 @@ func TestEveryContractVariableIsRead(t *testing.T) {
 		"DELAYBRIDGE_ADMIN_TOKEN":        "tok", "DELAYBRIDGE_QUEUE_TYPE": "quorum", "DELAYBRIDGE_LOG_LEVEL": "debug",
 		"DELAYBRIDGE_LOG_FORMAT": "console", "DELAYBRIDGE_DELAYED_EXCHANGES": "orders:topic",
 		"DELAYBRIDGE_REBUS_QUEUE": "timeouts", "DELAYBRIDGE_REBUS_DIRECT_EXCHANGE": "BusDirect",
+		"DELAYBRIDGE_REBUS_DIRECT_EXCHANGE_ARGUMENTS": "alternate-exchange=x",
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -88,7 +91,8 @@ func TestEveryContractVariableIsRead(t *testing.T) {
 		c.MaxRecoveryFailuresPerSecond != 4 || c.MaxDelay != 48*time.Hour || c.MaxMessageBytes != 1024 || c.MaxInflightBytes != 2048 ||
 		strings.Join(c.AllowedDestinations, "|") != "orders.*|billing" || c.AdminToken != "tok" ||
 		c.QueueType != "quorum" || c.LogLevel != "debug" || c.LogFormat != "console" ||
-		strings.Join(c.DelayedExchanges, "|") != "orders:topic" || c.RebusQueue != "timeouts" || c.RebusDirectExchange != "BusDirect" {
+		strings.Join(c.DelayedExchanges, "|") != "orders:topic" || c.RebusQueue != "timeouts" || c.RebusDirectExchange != "BusDirect" ||
+		strings.Join(c.RebusDirectExchangeArgs, "|") != "alternate-exchange=x" {
 		t.Fatalf("not every variable was read: %+v", c)
 	}
 }
@@ -309,10 +313,23 @@ func TestRebus(t *testing.T) {
 		{"DELAYBRIDGE_REBUS_QUEUE": "timeouts"},
 		{"DELAYBRIDGE_REBUS_QUEUE": "timeouts@x", "DELAYBRIDGE_REBUS_DIRECT_EXCHANGE": "amq.direct"},
 		{"DELAYBRIDGE_REBUS_DIRECT_EXCHANGE": ""}, // off: not checked
+		{"DELAYBRIDGE_REBUS_QUEUE": "timeouts", "DELAYBRIDGE_REBUS_DIRECT_EXCHANGE_ARGUMENTS": "alternate-exchange=unrouted, x-note = a=b "},
 	} {
 		if _, err := loadClean(t, env); err != nil {
 			t.Errorf("%v refused: %v", env, err)
 		}
+	}
+	// AddArgumentToDirectExchange's strings, as given.
+	c, err := loadClean(t, map[string]string{"DELAYBRIDGE_REBUS_QUEUE": "timeouts",
+		"DELAYBRIDGE_REBUS_DIRECT_EXCHANGE_ARGUMENTS": "alternate-exchange=unrouted, x-note = a=b "})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := c.RebusDirectExchangeArguments(), (amqp.Table{"alternate-exchange": "unrouted", "x-note": "a=b"}); !maps.Equal(got, want) {
+		t.Errorf("arguments %v, want %v", got, want)
+	}
+	if c, _ := loadClean(t, map[string]string{"DELAYBRIDGE_REBUS_QUEUE": "timeouts"}); c.RebusDirectExchangeArguments() != nil {
+		t.Errorf("arguments %v by default, want none", c.RebusDirectExchangeArguments())
 	}
 	for _, tc := range []struct {
 		env       map[string]string
@@ -331,6 +348,10 @@ func TestRebus(t *testing.T) {
 		{map[string]string{"DELAYBRIDGE_REBUS_QUEUE": "timeouts", "DELAYBRIDGE_DELAYED_EXCHANGES": "timeouts:direct"}, "REBUS_QUEUE", "DELAYBRIDGE_DELAYED_EXCHANGES"},
 		{map[string]string{"DELAYBRIDGE_REBUS_QUEUE": "timeouts", "DELAYBRIDGE_REBUS_DIRECT_EXCHANGE": "timeouts"}, "REBUS_DIRECT_EXCHANGE", "declares an exchange for"},
 		{map[string]string{"DELAYBRIDGE_REBUS_QUEUE": "timeouts", "DELAYBRIDGE_REBUS_DIRECT_EXCHANGE": "delaybridge.Timeouts"}, "REBUS_DIRECT_EXCHANGE", "declares an exchange for"},
+		{map[string]string{"DELAYBRIDGE_REBUS_QUEUE": "timeouts", "DELAYBRIDGE_REBUS_DIRECT_EXCHANGE_ARGUMENTS": "alternate-exchange"}, "REBUS_DIRECT_EXCHANGE_ARGUMENTS", "key=value"},
+		{map[string]string{"DELAYBRIDGE_REBUS_QUEUE": "timeouts", "DELAYBRIDGE_REBUS_DIRECT_EXCHANGE_ARGUMENTS": "=x"}, "REBUS_DIRECT_EXCHANGE_ARGUMENTS", "key=value"},
+		{map[string]string{"DELAYBRIDGE_REBUS_QUEUE": "timeouts", "DELAYBRIDGE_REBUS_DIRECT_EXCHANGE_ARGUMENTS": "a=1,a=2"}, "REBUS_DIRECT_EXCHANGE_ARGUMENTS", "repeats"},
+		{map[string]string{"DELAYBRIDGE_REBUS_QUEUE": "timeouts", "DELAYBRIDGE_REBUS_DIRECT_EXCHANGE_ARGUMENTS": "a=\xff"}, "REBUS_DIRECT_EXCHANGE_ARGUMENTS", "UTF-8"},
 	} {
 		_, err := loadClean(t, tc.env)
 		if err == nil {
