@@ -204,7 +204,7 @@ func (b *Bridge) build(ctx context.Context, srv *httpapi.Server) (_ *components,
 		Reconnected: reconnected,
 		// Always: rows stored while the MassTransit intake was on are
 		// stamped even after it is turned off.
-		Stamp:    masstransit.Stamper{},
+		Stamp:    dispatch.Stampers{masstransit.Stamper{}, ingest.NSBTimeoutStamper{}},
 		Prefetch: cfg.Prefetch, Workers: dispatchWorkers, LeaseDuration: cfg.LockLeaseDuration, NumberOfRetries: cfg.NumberOfRetries, Allowed: allowed,
 		Budget: dispatchBudget, ExpectedRowBytes: cfg.MaxMessageBytes, RemoveHold: commitHold,
 		// Failure handling that itself keeps failing is a critical error.

@@ -551,7 +551,7 @@ const stampHeader = "x-delaybridge-masstransit-stamp"
 type Stamper struct{}
 
 // Stamp implements dispatch.Stamper.
-func (Stamper) Stamp(msg amqp.Publishing, sentAt time.Time) amqp.Publishing {
+func (Stamper) Stamp(msg amqp.Publishing, _ string, sentAt time.Time) amqp.Publishing {
 	exp, ok := msg.Headers[stampHeader].(string)
 	if !ok {
 		return msg

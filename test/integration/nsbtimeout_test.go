@@ -2,11 +2,14 @@ package integration
 
 import (
 	"encoding/json"
+	"maps"
 	"strings"
 	"testing"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/delaybridge/delaybridge/wire"
 )
 
 // NServiceBus's timeout manager protocol (docs/contract.md §2.2, §2.3, §2.5):
@@ -176,14 +179,38 @@ func TestNServiceBusTimeoutManager(t *testing.T) {
 }
 
 // nsbForwardedAs asserts that a is msg as its destination receives it, not
-// before due: through the default exchange to queue, the body and every
-// property as sent, every header as sent but NServiceBus.Timeout.Expire.
+// before due, and as NServiceBus's timeout manager dispatches a timeout
+// (DispatchTimeoutBehavior in Particular/NServiceBus 7.x, TimeoutData
+// .ToTransportMessage in 5.x): through the default exchange to queue, the
+// body and every property as sent, every header as sent but
+// NServiceBus.Timeout.Expire, except NServiceBus.TimeSent, the time of the
+// forward (from the due time to the arrival, in the wire format), and
+// NServiceBus.RelatedToTimeoutId, the id the timeout was stored under (its
+// message id).
 func nsbForwardedAs(t *testing.T, a arrival, msg amqp.Publishing, due time.Time, queue string) {
 	t.Helper()
 	if a.MessageId != msg.MessageId {
 		t.Fatalf("no delivery of %s (got %q)", msg.MessageId, a.MessageId)
 	}
-	forwardedWithout(t, a, msg, due, "", queue, "NServiceBus.Timeout.Expire")
+	sent, _ := a.Headers["NServiceBus.TimeSent"].(string)
+	at, err := wire.ParseNSBTime(sent)
+	if err != nil || at.Before(due.Truncate(time.Microsecond)) || at.After(a.At) {
+		t.Errorf("%s: NServiceBus.TimeSent %q (%v), want the time of the forward, from %v to %v", msg.MessageId, sent, err, due, a.At)
+	}
+	if id := a.Headers["NServiceBus.RelatedToTimeoutId"]; id != msg.MessageId {
+		t.Errorf("%s: NServiceBus.RelatedToTimeoutId %#v, want the id it was stored under", msg.MessageId, id)
+	}
+	if _, ok := a.Headers["x-delaybridge-nsb-timeout"]; ok {
+		t.Errorf("%s: the bridge's mark reached the destination", msg.MessageId)
+	}
+	want := msg
+	want.Headers = maps.Clone(msg.Headers)
+	a.Headers = maps.Clone(a.Headers)
+	for _, h := range []string{"NServiceBus.TimeSent", "NServiceBus.RelatedToTimeoutId"} {
+		delete(want.Headers, h)
+		delete(a.Headers, h)
+	}
+	forwardedWithout(t, a, want, due, "", queue, "NServiceBus.Timeout.Expire")
 }
 
 // TestNServiceBusConventionalRoutingTopology: an NServiceBus endpoint on the

@@ -53,6 +53,8 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/delaybridge/delaybridge/wire"
 )
 
 // Levels is the number of delay levels (MaxNumberOfBitsToUse).
@@ -70,7 +72,7 @@ const (
 	// HeaderTimeSent is when the sender's pipeline sent the message, in
 	// the NServiceBus wire format (wire.ParseNSBTime). A delayed retry
 	// keeps the failed message's, which can be much older than the retry.
-	HeaderTimeSent = "NServiceBus.TimeSent"
+	HeaderTimeSent = wire.HeaderNSBTimeSent
 	// HeaderRetriesTimestamp is when NServiceBus dispatched a delayed
 	// retry, in the same format (Headers.DelayedRetriesTimestamp).
 	HeaderRetriesTimestamp = "NServiceBus.Retries.Timestamp"
