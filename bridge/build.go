@@ -18,6 +18,7 @@ import (
 	"github.com/delaybridge/delaybridge/ingest"
 	"github.com/delaybridge/delaybridge/ingest/masstransit"
 	"github.com/delaybridge/delaybridge/ingest/rebus"
+	"github.com/delaybridge/delaybridge/management"
 	"github.com/delaybridge/delaybridge/metrics"
 	"github.com/delaybridge/delaybridge/poller"
 	"github.com/delaybridge/delaybridge/storage"
@@ -49,6 +50,9 @@ type components struct {
 	// errorGate paces the error copies of ingest and dispatch alike while
 	// the error queue refuses them, and declares it again if it is gone.
 	errorGate *broker.ErrorGate
+	// bindings watches the delayed exchanges for foreign bindings; nil
+	// without delayed exchanges.
+	bindings *management.Watcher
 }
 
 // build opens the store, connects to the broker and builds every component;
@@ -219,11 +223,41 @@ func (b *Bridge) build(ctx context.Context, srv *httpapi.Server) (_ *components,
 		Metrics: met,
 		Now:     now, Logger: log.With().Str("component", "dispatch").Logger(),
 	})
+	if len(topo.DelayedExchanges) > 0 {
+		if c.bindings, err = b.bindingWatch(topo); err != nil {
+			return nil, err
+		}
+	}
 	if srv != nil {
 		b.serveHTTP(c, srv)
 	}
 	b.setPhase("starting: waiting for the dispatcher queue")
 	return c, nil
+}
+
+// bindingWatch watches the delayed exchanges, through the management API,
+// for bindings other than the bridge's own (docs/contract.md §2.7): AMQP
+// cannot list bindings.
+func (b *Bridge) bindingWatch(topo broker.Topology) (*management.Watcher, error) {
+	cfg, met := b.cfg, b.deps.Metrics
+	client, err := management.New(cfg.ManagementURL, cfg.AMQPURL, b.deps.TLS)
+	if err != nil {
+		return nil, fmt.Errorf("DELAYBRIDGE_MANAGEMENT_URL: %w", err)
+	}
+	names := make([]string, len(topo.DelayedExchanges))
+	for i, x := range topo.DelayedExchanges {
+		names[i] = x.Name
+	}
+	return management.NewWatcher(management.WatchOptions{
+		Lister: client, Exchanges: names, Interval: cfg.BindingCheckInterval,
+		Own: func(bd management.Binding) bool {
+			return broker.OwnDelayedBinding(topo.TimeoutsQueue(), bd.DestinationType == "queue", bd.Destination, bd.Arguments)
+		},
+		Report: func(x string, foreign []management.Binding) { met.ForeignBindings(x, len(foreign)) },
+		Hint: "Enable the rabbitmq_management plugin, or set DELAYBRIDGE_MANAGEMENT_URL to the API " +
+			"(http://user:password@host:15672/; the user needs the monitoring or management tag and read access to the vhost).",
+		Logger: b.log.With().Str("component", "bindings").Logger(),
+	}), nil
 }
 
 // connect makes the consume, ingest and publish connections. They are

@@ -71,6 +71,8 @@ type Config struct {
 	RebusQueue                       string        `envconfig:"DELAYBRIDGE_REBUS_QUEUE"`
 	RebusDirectExchange              string        `envconfig:"DELAYBRIDGE_REBUS_DIRECT_EXCHANGE" default:"RebusDirect"`
 	RebusDirectExchangeArgs          []string      `envconfig:"DELAYBRIDGE_REBUS_DIRECT_EXCHANGE_ARGUMENTS"`
+	ManagementURL                    string        `envconfig:"DELAYBRIDGE_MANAGEMENT_URL"`
+	BindingCheckInterval             time.Duration `envconfig:"DELAYBRIDGE_BINDING_CHECK_INTERVAL" default:"1m"`
 	MassTransitQueue                 string        `envconfig:"DELAYBRIDGE_MASSTRANSIT_QUEUE"`
 	LogLevel                         string        `envconfig:"DELAYBRIDGE_LOG_LEVEL" default:"info"`
 	LogFormat                        string        `envconfig:"DELAYBRIDGE_LOG_FORMAT" default:"json"`
@@ -240,6 +242,16 @@ func (c Config) Validate() error {
 	}
 	if _, err := c.delayedExchanges(); err != nil {
 		return bad("DELAYED_EXCHANGES", "%v", err)
+	}
+	if c.ManagementURL != "" {
+		m, err := url.Parse(c.ManagementURL)
+		if err != nil || (m.Scheme != "http" && m.Scheme != "https") || m.Host == "" {
+			// Never echo the URL: it may carry the password.
+			return bad("MANAGEMENT_URL", "must be an http:// or https:// URL with a host (the RabbitMQ management API, e.g. http://rabbit:15672/)")
+		}
+	}
+	if c.BindingCheckInterval < time.Second {
+		return bad("BINDING_CHECK_INTERVAL", "must be at least 1s, got %s", c.BindingCheckInterval)
 	}
 	if err := c.rebus(); err != nil {
 		return err

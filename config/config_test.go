@@ -26,7 +26,7 @@ func TestDefaultsMatchTheContract(t *testing.T) {
 		TimeToTriggerDispatchBreaker: 30 * time.Second, MaxRecoveryFailuresPerSecond: 1,
 		MaxMessageBytes: 16777216, MaxInflightBytes: 64 << 20, AllowedDestinations: []string{"*"}, QueueType: "classic",
 		LogLevel: "info", LogFormat: "json", RebusDirectExchange: "RebusDirect",
-		MetricsMaxDestinations: 50, MetricsDestinationInterval: 15 * time.Second,
+		MetricsMaxDestinations: 50, MetricsDestinationInterval: 15 * time.Second, BindingCheckInterval: time.Minute,
 	}
 	if diff := cmp.Diff(want, c); diff != "" {
 		t.Fatalf("defaults differ from docs/contract.md §5 (-want +got):\n%s", diff)
@@ -59,7 +59,7 @@ var allNames = []string{
 	"DELAYBRIDGE_LOG_LEVEL", "DELAYBRIDGE_LOG_FORMAT", "DELAYBRIDGE_AMQP_FAILOVER_URLS",
 	"DELAYBRIDGE_POSTGRES_SCHEMA", "DELAYBRIDGE_DELAYED_EXCHANGES",
 	"DELAYBRIDGE_REBUS_QUEUE", "DELAYBRIDGE_REBUS_DIRECT_EXCHANGE", "DELAYBRIDGE_REBUS_DIRECT_EXCHANGE_ARGUMENTS",
-	"DELAYBRIDGE_NSB_NATIVE_DELAYS", "DELAYBRIDGE_MASSTRANSIT_QUEUE",
+	"DELAYBRIDGE_MANAGEMENT_URL", "DELAYBRIDGE_BINDING_CHECK_INTERVAL", "DELAYBRIDGE_NSB_NATIVE_DELAYS", "DELAYBRIDGE_MASSTRANSIT_QUEUE",
 	"DELAYBRIDGE_METRICS_MAX_DESTINATIONS", "DELAYBRIDGE_METRICS_DESTINATION_INTERVAL",
 }
 
@@ -78,7 +78,8 @@ func TestEveryContractVariableIsRead(t *testing.T) {
 		"DELAYBRIDGE_ADMIN_TOKEN":        "tok", "DELAYBRIDGE_QUEUE_TYPE": "quorum", "DELAYBRIDGE_LOG_LEVEL": "debug",
 		"DELAYBRIDGE_LOG_FORMAT": "console", "DELAYBRIDGE_DELAYED_EXCHANGES": "orders:topic",
 		"DELAYBRIDGE_REBUS_QUEUE": "timeouts", "DELAYBRIDGE_REBUS_DIRECT_EXCHANGE": "BusDirect",
-		"DELAYBRIDGE_REBUS_DIRECT_EXCHANGE_ARGUMENTS": "alternate-exchange=x",
+		"DELAYBRIDGE_REBUS_DIRECT_EXCHANGE_ARGUMENTS": "alternate-exchange=x", "DELAYBRIDGE_MANAGEMENT_URL": "https://m:p@rabbit:15671/",
+		"DELAYBRIDGE_BINDING_CHECK_INTERVAL": "5s",
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -92,7 +93,8 @@ func TestEveryContractVariableIsRead(t *testing.T) {
 		strings.Join(c.AllowedDestinations, "|") != "orders.*|billing" || c.AdminToken != "tok" ||
 		c.QueueType != "quorum" || c.LogLevel != "debug" || c.LogFormat != "console" ||
 		strings.Join(c.DelayedExchanges, "|") != "orders:topic" || c.RebusQueue != "timeouts" || c.RebusDirectExchange != "BusDirect" ||
-		strings.Join(c.RebusDirectExchangeArgs, "|") != "alternate-exchange=x" {
+		strings.Join(c.RebusDirectExchangeArgs, "|") != "alternate-exchange=x" || c.ManagementURL != "https://m:p@rabbit:15671/" ||
+		c.BindingCheckInterval != 5*time.Second {
 		t.Fatalf("not every variable was read: %+v", c)
 	}
 }
@@ -121,6 +123,8 @@ func TestBadValuesNameTheVariable(t *testing.T) {
 		"DELAYBRIDGE_REBUS_QUEUE":                           "time\x01outs",
 		"DELAYBRIDGE_METRICS_MAX_DESTINATIONS":              "0",
 		"DELAYBRIDGE_METRICS_DESTINATION_INTERVAL":          "100ms",
+		"DELAYBRIDGE_MANAGEMENT_URL":                        "amqp://guest:secret@host:15672/",
+		"DELAYBRIDGE_BINDING_CHECK_INTERVAL":                "500ms",
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := loadClean(t, map[string]string{name: value})

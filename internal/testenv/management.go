@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -129,4 +130,29 @@ func managementDo(ctx context.Context, base, method, path string, body []byte) (
 		return nil, fmt.Errorf("%s %s: %s %s", method, path, resp.Status, bytes.TrimSpace(out))
 	}
 	return out, nil
+}
+
+// ManagementUser creates a user of the test broker with the given tags
+// ("management", "" for none) and no permissions on any vhost, deleted
+// when t ends, and returns its name and password.
+func ManagementUser(t testing.TB, tags string) (user, password string) {
+	t.Helper()
+	m := ManagementURL(t)
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	user, password = "delaybridge-test-"+hex.EncodeToString(b), "pw-"+hex.EncodeToString(b)
+	body, _ := json.Marshal(map[string]string{"password": password, "tags": tags})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := managementDo(ctx, m, http.MethodPut, "api/users/"+url.PathEscape(user), body); err != nil {
+		t.Fatalf("create user %s: %v", user, err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if _, err := managementDo(ctx, m, http.MethodDelete, "api/users/"+url.PathEscape(user), nil); err != nil {
+			t.Logf("delete user %s: %v", user, err)
+		}
+	})
+	return user, password
 }
