@@ -46,6 +46,8 @@ func run(args []string, out, errOut io.Writer) int {
 		return runSchedule(args, out, errOut)
 	case "declare-queue":
 		return runDeclareQueue(args, out, errOut)
+	case "migrate-bindings":
+		return runMigrateBindings(args, out, errOut)
 	case "version", "--version", "-version":
 		return runVersion(args, out, errOut)
 	case "bench":
@@ -99,6 +101,11 @@ const usage = `usage:
   delaybridge declare-queue [--quorum] NAME...
                                  declare durable queues (e.g. a destination)
                                  on DELAYBRIDGE_AMQP_URL
+  delaybridge migrate-bindings --exchange NAME [--apply]
+                                 move the bindings of a delayed exchange other
+                                 than the bridge's own to NAME.route (through
+                                 the RabbitMQ management API; dry run without
+                                 --apply)
   delaybridge version            version, VCS revision and Go version (also --version)
   delaybridge help [COMMAND]     this text, or COMMAND's flags (as COMMAND --help)
 

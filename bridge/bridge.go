@@ -161,7 +161,7 @@ func (b *Bridge) Run(ctx context.Context) error {
 	// intake begin, so a second instance is refused before it takes in a
 	// single message.
 	dispatcher := st.start("dispatch", c.dispatcher.Run)
-	var poller, reaper, intake, sampler *stage
+	var poller, reaper, intake, sampler, bindings *stage
 	runErr, up := b.await(ctx, c.dispatching, c.critical, st.failed)
 	if up {
 		poller = st.start("poller", c.poller.Run)
@@ -169,6 +169,9 @@ func (b *Bridge) Run(ctx context.Context) error {
 		intake = st.start("ingest", c.ingester.Run)
 		if c.sampler != nil {
 			sampler = st.start("status sampler", c.sampler)
+		}
+		if c.bindings != nil {
+			bindings = st.start("binding check", c.bindings.Run)
 		}
 		b.ready.Store(true)
 		b.log.Info().Str("endpoint", b.cfg.Endpoint).Str("owner", b.owner).Msg("delaybridge running")
@@ -184,7 +187,7 @@ func (b *Bridge) Run(ctx context.Context) error {
 	// requeued, nothing is lost).
 	deadline := time.After(ShutdownDrain)
 	cut := func() { c.publishConn.Close(); c.consumeConn.Close(); c.ingestConn.Close() }
-	for _, s := range []*stage{sampler, intake, reaper, poller, dispatcher} {
+	for _, s := range []*stage{bindings, sampler, intake, reaper, poller, dispatcher} {
 		st.drain(s, deadline, cut)
 	}
 	c.errorGate.Flush() // no count of refused copies left unlogged

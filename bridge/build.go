@@ -18,6 +18,7 @@ import (
 	"github.com/delaybridge/delaybridge/ingest"
 	"github.com/delaybridge/delaybridge/ingest/masstransit"
 	"github.com/delaybridge/delaybridge/ingest/rebus"
+	"github.com/delaybridge/delaybridge/management"
 	"github.com/delaybridge/delaybridge/metrics"
 	"github.com/delaybridge/delaybridge/poller"
 	"github.com/delaybridge/delaybridge/storage"
@@ -49,6 +50,9 @@ type components struct {
 	// errorGate paces the error copies of ingest and dispatch alike while
 	// the error queue refuses them, and declares it again if it is gone.
 	errorGate *broker.ErrorGate
+	// bindings watches the delayed exchanges for foreign bindings; nil
+	// without delayed exchanges.
+	bindings *management.Watcher
 }
 
 // build opens the store, connects to the broker and builds every component;
@@ -68,17 +72,24 @@ func (b *Bridge) build(ctx context.Context, srv *httpapi.Server) (_ *components,
 	}
 	sources := []ingest.Source{ingest.TimeoutsSource(topo.TimeoutsQueue(), topo.DelayedExchanges...)}
 	reserved := []string{topo.TimeoutsQueue(), topo.DispatcherQueue(), cfg.ErrorQueue}
+	// NServiceBus endpoints send timeouts to E.Timeouts, and ServiceControl
+	// sends back the error copies that name it in NServiceBus.FailedQ, the
+	// way their routing topology sends to any address; the default one
+	// publishes to an exchange of its name (docs/contract.md §1).
+	topo.Foreign = append(topo.Foreign, broker.ConventionalExchange(topo.TimeoutsQueue()))
 	if cfg.RebusQueue != "" {
-		// Rebus's external timeout manager (docs/contract.md §2.8).
-		rb := rebus.Options{Queue: cfg.RebusQueue, DirectExchange: cfg.RebusDirectExchange, QueueType: cfg.QueueType}
-		topo.Foreign = append(topo.Foreign, rb.Topology())
+		// Rebus's external timeout manager (docs/contract.md §2.8). Its
+		// error copies name its queue in NServiceBus.FailedQ too.
+		rb := rebus.Options{Queue: cfg.RebusQueue, DirectExchange: cfg.RebusDirectExchange, QueueType: cfg.QueueType,
+			DirectExchangeArgs: cfg.RebusDirectExchangeArguments()}
+		topo.Foreign = append(topo.Foreign, rb.Topology(), broker.ConventionalExchange(rb.Queue))
 		sources, reserved = append(sources, rb.Source()), append(reserved, rb.Queue)
 		allowed = allowed.WithExchanges(rb.DirectExchange)
 	}
 	if cfg.MassTransitQueue != "" {
 		// MassTransit's message scheduler (docs/contract.md §2.10). Its
 		// destinations are exchanges the allowed patterns decide on.
-		mt := masstransit.Options{Queue: cfg.MassTransitQueue, QueueType: cfg.QueueType}
+		mt := masstransit.Options{Queue: cfg.MassTransitQueue}
 		topo.Foreign = append(topo.Foreign, mt.Topology()...)
 		sources, reserved = append(sources, mt.Source()), append(reserved, mt.Queue)
 	}
@@ -197,7 +208,7 @@ func (b *Bridge) build(ctx context.Context, srv *httpapi.Server) (_ *components,
 		Reconnected: reconnected,
 		// Always: rows stored while the MassTransit intake was on are
 		// stamped even after it is turned off.
-		Stamp:    masstransit.Stamper{},
+		Stamp:    dispatch.Stampers{masstransit.Stamper{}, ingest.NSBTimeoutStamper{}},
 		Prefetch: cfg.Prefetch, Workers: dispatchWorkers, LeaseDuration: cfg.LockLeaseDuration, NumberOfRetries: cfg.NumberOfRetries, Allowed: allowed,
 		Budget: dispatchBudget, ExpectedRowBytes: cfg.MaxMessageBytes, RemoveHold: commitHold,
 		// Failure handling that itself keeps failing is a critical error.
@@ -212,11 +223,41 @@ func (b *Bridge) build(ctx context.Context, srv *httpapi.Server) (_ *components,
 		Metrics: met,
 		Now:     now, Logger: log.With().Str("component", "dispatch").Logger(),
 	})
+	if len(topo.DelayedExchanges) > 0 {
+		if c.bindings, err = b.bindingWatch(topo); err != nil {
+			return nil, err
+		}
+	}
 	if srv != nil {
 		b.serveHTTP(c, srv)
 	}
 	b.setPhase("starting: waiting for the dispatcher queue")
 	return c, nil
+}
+
+// bindingWatch watches the delayed exchanges, through the management API,
+// for bindings other than the bridge's own (docs/contract.md §2.7): AMQP
+// cannot list bindings.
+func (b *Bridge) bindingWatch(topo broker.Topology) (*management.Watcher, error) {
+	cfg, met := b.cfg, b.deps.Metrics
+	client, err := management.New(cfg.ManagementURL, cfg.AMQPURL, b.deps.TLS)
+	if err != nil {
+		return nil, fmt.Errorf("DELAYBRIDGE_MANAGEMENT_URL: %w", err)
+	}
+	names := make([]string, len(topo.DelayedExchanges))
+	for i, x := range topo.DelayedExchanges {
+		names[i] = x.Name
+	}
+	return management.NewWatcher(management.WatchOptions{
+		Lister: client, Exchanges: names, Interval: cfg.BindingCheckInterval,
+		Own: func(bd management.Binding) bool {
+			return broker.OwnDelayedBinding(topo.TimeoutsQueue(), bd.DestinationType == "queue", bd.Destination, bd.Arguments)
+		},
+		Report: func(x string, foreign []management.Binding) { met.ForeignBindings(x, len(foreign)) },
+		Hint: "Enable the rabbitmq_management plugin, or set DELAYBRIDGE_MANAGEMENT_URL to the API " +
+			"(http://user:password@host:15672/; the user needs the monitoring or management tag and read access to the vhost).",
+		Logger: b.log.With().Str("component", "bindings").Logger(),
+	}), nil
 }
 
 // connect makes the consume, ingest and publish connections. They are

@@ -3,12 +3,15 @@ package bridge
 import (
 	"cmp"
 	"context"
+	"fmt"
+	"maps"
 	"os"
 	"slices"
 	"time"
 
 	"github.com/delaybridge/delaybridge/admin"
 	"github.com/delaybridge/delaybridge/internal/buildinfo"
+	"github.com/delaybridge/delaybridge/management"
 	"github.com/delaybridge/delaybridge/status"
 	"github.com/delaybridge/delaybridge/wire"
 )
@@ -29,6 +32,7 @@ func (b *Bridge) newStatusPage(c *components, ops *admin.Ops, errs admin.ErrorsF
 			return map[string]bool{"consume": c.consumeConn.Connected(), "ingest": c.ingestConn.Connected(), "publish": c.publishConn.Connected()}
 		},
 		ErrorQueue: func(ctx context.Context) (status.ErrorQueue, error) { return errorQueue(ctx, errs) },
+		Problems:   func() []status.Problem { return foreignBindings(c.bindings) },
 		Gatherer:   b.deps.Metrics.Registry(),
 		Token:      cfg.AdminToken, Actions: ops,
 		Log: func(action, id, outcome string) {
@@ -64,4 +68,21 @@ func errorQueue(ctx context.Context, errs admin.ErrorsFunc) (status.ErrorQueue, 
 		eq.Newest = eq.Newest[:status.MoreErrorRows]
 	}
 	return eq, nil
+}
+
+// foreignBindings are the status page's problems for the delayed exchanges
+// with bindings besides the bridge's own (docs/contract.md §6.4).
+func foreignBindings(w *management.Watcher) []status.Problem {
+	if w == nil {
+		return nil
+	}
+	foreign := w.Foreign()
+	var ps []status.Problem
+	for _, x := range slices.Sorted(maps.Keys(foreign)) {
+		ps = append(ps, status.Problem{Name: "foreign binding on a delayed exchange",
+			Detail: fmt.Sprintf("%s: %s; every message published to %s reaches it at once, delays ignored: "+
+				"bind to %s instead (delaybridge migrate-bindings --exchange %s moves it)",
+				x, management.Describe(foreign[x]), x, wire.DelayedRoute(x), x)})
+	}
+	return ps
 }

@@ -71,6 +71,30 @@ func (t Topology) DeclareDelayed(conn *amqp.Connection) error {
 	return nil
 }
 
+// OwnDelayedBinding reports whether a binding of a delayed exchange, to a
+// queue named destination (isQueue) with arguments args as the management
+// API lists them, is the one DeclareDelayed makes to timeoutsQueue. The API
+// writes the void x-delay as the string "undefined" (RabbitMQ 3.10's
+// rabbit_mgmt_format) or as null. Any other binding on a delayed exchange is foreign: on a
+// headers exchange a binding without arguments matches every message, so
+// its destination gets each message published to the exchange at once,
+// delays ignored, and while it matches the broker skips the alternate
+// exchange (docs/contract.md §2.7).
+func OwnDelayedBinding(timeoutsQueue string, isQueue bool, destination string, args map[string]any) bool {
+	return isQueue && destination == timeoutsQueue && DelayedBindingArgs(args)
+}
+
+// DelayedBindingArgs reports whether args, as the management API lists a
+// binding's arguments, are those of the binding DeclareDelayed makes: of
+// this bridge's or of another endpoint's.
+func DelayedBindingArgs(args map[string]any) bool {
+	if len(args) != 2 || args[argMatch] != matchAnyWithX {
+		return false
+	}
+	v, ok := args[wire.HeaderDelay]
+	return ok && (v == nil || v == "undefined")
+}
+
 // bindError explains a refused binding; a broker older than 3.10 refuses
 // its x-match.
 func bindError(exchange, queue string, err error) error {

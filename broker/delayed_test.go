@@ -263,3 +263,29 @@ func TestDelayedExchangeOtherRefusals(t *testing.T) {
 		t.Fatalf("error %q: only an x-match refusal names the version", other)
 	}
 }
+
+// The bridge's own binding of a delayed exchange, as the management API
+// lists it (void as "undefined" on RabbitMQ 3.10, or null), and nothing
+// else.
+func TestOwnDelayedBinding(t *testing.T) {
+	own := map[string]any{"x-match": "any-with-x", "x-delay": "undefined"}
+	for _, c := range []struct {
+		isQueue bool
+		dest    string
+		args    map[string]any
+		want    bool
+	}{
+		{true, "E.Timeouts", own, true},
+		{true, "E.Timeouts", map[string]any{"x-match": "any-with-x", "x-delay": nil}, true},
+		{false, "E.Timeouts", own, false},
+		{true, "F.Timeouts", own, false},
+		{true, "E.Timeouts", nil, false},
+		{true, "E.Timeouts", map[string]any{"x-match": "any", "x-delay": nil}, false},
+		{true, "E.Timeouts", map[string]any{"x-match": "any-with-x", "x-delay": "5000"}, false},
+		{true, "E.Timeouts", map[string]any{"x-match": "any-with-x", "x-delay": nil, "x-other": 1.0}, false},
+	} {
+		if got := OwnDelayedBinding("E.Timeouts", c.isQueue, c.dest, c.args); got != c.want {
+			t.Errorf("%v %q %v: %v, want %v", c.isQueue, c.dest, c.args, got, c.want)
+		}
+	}
+}

@@ -10,19 +10,35 @@ import (
 // ForeignQueue is an intake queue that a framework's senders publish to
 // through an exchange of the framework's (Rebus's timeout manager queue
 // behind RebusDirect). The framework's endpoints may have declared the queue
-// or the exchange already, with arguments of their own; so the bridge
-// declares each only when it is missing, and leaves an existing one as it
-// is: its declaration can never conflict with theirs. Then it binds the
-// queue to the exchange, as the senders themselves do.
+// or the exchange already; so the bridge declares each only when it is
+// missing, and then exactly as the framework declares it (QueueArgs,
+// ExchangeArgs), so that the framework's own declaration, made before or
+// after, is never refused; an existing one is left as it is. Then it binds
+// the queue to the exchange, as the senders themselves do.
 type ForeignQueue struct {
 	Queue string
 	// QueueArgs are the arguments of a queue the bridge declares (durable).
 	QueueArgs amqp.Table
 	Exchange  string
-	// ExchangeType is the type of an exchange the bridge declares
-	// (durable, no arguments).
+	// ExchangeType and ExchangeArgs are the type and arguments of an
+	// exchange the bridge declares (durable, not auto-delete).
 	ExchangeType string
+	ExchangeArgs amqp.Table
 	RoutingKey   string
+}
+
+// ConventionalExchange is what NServiceBus's conventional routing topology,
+// its default, declares for an address it sends to: a durable fanout
+// exchange of the address's name, no arguments, bound to the queue of that
+// name with an empty routing key. Its senders publish to that exchange,
+// mandatory, so an address without it refuses every send with 404 and
+// closes the sender's channel (Particular/NServiceBus.RabbitMQ,
+// src/NServiceBus.Transport.RabbitMQ/Routing/ConventionalRoutingTopology.cs:
+// Send, Initialize, CreateExchange; the same since the 1.x transport's
+// src/NServiceBus.RabbitMQ/Routing/ConventionalRoutingTopology.cs). The
+// queue must be declared before (docs/contract.md §1).
+func ConventionalExchange(queue string) ForeignQueue {
+	return ForeignQueue{Queue: queue, Exchange: queue, ExchangeType: amqp.ExchangeFanout}
 }
 
 // DeclareForeign declares every foreign queue, its exchange and its
@@ -33,7 +49,7 @@ func (t Topology) DeclareForeign(conn *amqp.Connection) error {
 		err := declareMissing(conn, func(ch *amqp.Channel) error {
 			return ch.ExchangeDeclarePassive(f.Exchange, f.ExchangeType, true, false, false, false, nil)
 		}, func(ch *amqp.Channel) error {
-			return ch.ExchangeDeclare(f.Exchange, f.ExchangeType, true, false, false, false, nil)
+			return ch.ExchangeDeclare(f.Exchange, f.ExchangeType, true, false, false, false, f.ExchangeArgs)
 		})
 		if err != nil {
 			return fmt.Errorf("declare exchange %q: %w", f.Exchange, err)

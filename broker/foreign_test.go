@@ -163,3 +163,66 @@ func TestDeclareForeignReportsOtherFailures(t *testing.T) {
 		t.Fatalf("binding with a 256-byte routing key: %v, want an error", err)
 	}
 }
+
+// An exchange the bridge declares has the framework's arguments, so the
+// framework's own declaration, made after it, is accepted (Rebus declares
+// its direct exchange with AddArgumentToDirectExchange's arguments, and
+// RabbitMQ compares alternate-exchange): without them it would be refused.
+func TestDeclareForeignUsesTheFrameworksArguments(t *testing.T) {
+	topo, f, conn := foreignTopology(t)
+	theirs := amqp.Table{"alternate-exchange": f.Exchange + ".unrouted"}
+	topo.Foreign[0].ExchangeArgs = theirs
+	if err := topo.DeclareForeign(conn); err != nil {
+		t.Fatal(err)
+	}
+	routes(t, conn, f)
+	err := onChannel(conn, func(ch *amqp.Channel) error {
+		return ch.ExchangeDeclare(f.Exchange, amqp.ExchangeDirect, true, false, false, false, theirs)
+	})
+	if err != nil {
+		t.Fatalf("the framework's declaration after the bridge's: %v", err)
+	}
+}
+
+// ConventionalExchange is NServiceBus's conventional topology for a queue:
+// a message its senders publish to the exchange of the queue's name,
+// mandatory, lands on the queue, and their own declaration of that exchange
+// (ConventionalRoutingTopology.CreateExchange: durable fanout, no
+// arguments) is accepted.
+func TestConventionalExchange(t *testing.T) {
+	conn := testConn(t)
+	q := "broker-conventional-" + uuid.NewString()[:8] + ".Timeouts"
+	t.Cleanup(func() {
+		c, err := amqp.Dial(testURL())
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		if ch, err := c.Channel(); err == nil {
+			_, _ = ch.QueueDelete(q, false, false, false)
+			_ = ch.ExchangeDelete(q, false, false)
+		}
+	})
+	if err := onChannel(conn, func(ch *amqp.Channel) error {
+		_, err := ch.QueueDeclare(q, true, false, false, false, amqp.Table{amqp.QueueTypeArg: amqp.QueueTypeQuorum})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	f := ConventionalExchange(q)
+	if f.Exchange != q || f.ExchangeType != amqp.ExchangeFanout || f.RoutingKey != "" || f.ExchangeArgs != nil {
+		t.Fatalf("%+v", f)
+	}
+	topo := Topology{Foreign: []ForeignQueue{f}}
+	for i := range 2 { // every connection declares it again
+		if err := topo.DeclareForeign(conn); err != nil {
+			t.Fatalf("declaration %d: %v", i+1, err)
+		}
+	}
+	routes(t, conn, f)
+	if err := onChannel(conn, func(ch *amqp.Channel) error {
+		return ch.ExchangeDeclare(q, amqp.ExchangeFanout, true, false, false, false, nil)
+	}); err != nil {
+		t.Fatalf("NServiceBus's declaration of the exchange: %v", err)
+	}
+}

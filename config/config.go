@@ -10,8 +10,10 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/kelseyhightower/envconfig"
+	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/rs/zerolog"
 
 	"github.com/delaybridge/delaybridge/broker"
@@ -68,6 +70,9 @@ type Config struct {
 	QueueType                        string        `envconfig:"DELAYBRIDGE_QUEUE_TYPE" default:"classic"`
 	RebusQueue                       string        `envconfig:"DELAYBRIDGE_REBUS_QUEUE"`
 	RebusDirectExchange              string        `envconfig:"DELAYBRIDGE_REBUS_DIRECT_EXCHANGE" default:"RebusDirect"`
+	RebusDirectExchangeArgs          []string      `envconfig:"DELAYBRIDGE_REBUS_DIRECT_EXCHANGE_ARGUMENTS"`
+	ManagementURL                    string        `envconfig:"DELAYBRIDGE_MANAGEMENT_URL"`
+	BindingCheckInterval             time.Duration `envconfig:"DELAYBRIDGE_BINDING_CHECK_INTERVAL" default:"1m"`
 	MassTransitQueue                 string        `envconfig:"DELAYBRIDGE_MASSTRANSIT_QUEUE"`
 	LogLevel                         string        `envconfig:"DELAYBRIDGE_LOG_LEVEL" default:"info"`
 	LogFormat                        string        `envconfig:"DELAYBRIDGE_LOG_FORMAT" default:"json"`
@@ -238,6 +243,16 @@ func (c Config) Validate() error {
 	if _, err := c.delayedExchanges(); err != nil {
 		return bad("DELAYED_EXCHANGES", "%v", err)
 	}
+	if c.ManagementURL != "" {
+		m, err := url.Parse(c.ManagementURL)
+		if err != nil || (m.Scheme != "http" && m.Scheme != "https") || m.Host == "" {
+			// Never echo the URL: it may carry the password.
+			return bad("MANAGEMENT_URL", "must be an http:// or https:// URL with a host (the RabbitMQ management API, e.g. http://rabbit:15672/)")
+		}
+	}
+	if c.BindingCheckInterval < time.Second {
+		return bad("BINDING_CHECK_INTERVAL", "must be at least 1s, got %s", c.BindingCheckInterval)
+	}
 	if err := c.rebus(); err != nil {
 		return err
 	}
@@ -341,12 +356,57 @@ func (c Config) rebus() error {
 	if err := wire.ValidateExchange("the exchange name", c.RebusDirectExchange); err != nil {
 		return fmt.Errorf("%s_REBUS_DIRECT_EXCHANGE: %w", Prefix, err)
 	}
-	for _, x := range c.DelayedExchangeList() {
-		if c.RebusDirectExchange == x.Name || c.RebusDirectExchange == x.Route() {
-			return fmt.Errorf("%s_REBUS_DIRECT_EXCHANGE: %q is an exchange of %s_DELAYED_EXCHANGES", Prefix, c.RebusDirectExchange, Prefix)
+	// The bridge's queues and the Rebus queue each have a fanout exchange
+	// of their name (docs/contract.md §1).
+	for _, own := range []string{wire.TimeoutsQueue(c.Endpoint), wire.DispatcherQueue(c.Endpoint), c.ErrorQueue, c.RebusQueue} {
+		if c.RebusDirectExchange == own {
+			return fmt.Errorf("%s_REBUS_DIRECT_EXCHANGE: %q is the name of a queue the bridge declares an exchange for; use the endpoints' direct exchange", Prefix, own)
 		}
 	}
+	for _, x := range c.DelayedExchangeList() {
+		for _, name := range []string{c.RebusDirectExchange, c.RebusQueue} {
+			if name == x.Name || name == x.Route() {
+				return fmt.Errorf("%s_REBUS_%s: %q is an exchange of %s_DELAYED_EXCHANGES", Prefix,
+					map[bool]string{true: "QUEUE", false: "DIRECT_EXCHANGE"}[name == c.RebusQueue], name, Prefix)
+			}
+		}
+	}
+	if _, err := c.rebusDirectExchangeArgs(); err != nil {
+		return fmt.Errorf("%s_REBUS_DIRECT_EXCHANGE_ARGUMENTS: %w", Prefix, err)
+	}
 	return nil
+}
+
+// RebusDirectExchangeArguments returns DELAYBRIDGE_REBUS_DIRECT_EXCHANGE_ARGUMENTS,
+// which Validate has checked: the arguments the Rebus endpoints declare
+// their direct exchange with, string values as AddArgumentToDirectExchange
+// takes them; nil when none.
+func (c Config) RebusDirectExchangeArguments() amqp.Table {
+	args, _ := c.rebusDirectExchangeArgs()
+	return args
+}
+
+// rebusDirectExchangeArgs parses key=value entries: a key once, not empty.
+func (c Config) rebusDirectExchangeArgs() (amqp.Table, error) {
+	var args amqp.Table
+	for i, raw := range c.RebusDirectExchangeArgs {
+		key, value, ok := strings.Cut(raw, "=")
+		key, value = strings.TrimSpace(key), strings.TrimSpace(value)
+		if !ok || key == "" {
+			return nil, fmt.Errorf("entry %d must be key=value, as an endpoint's AddArgumentToDirectExchange(key, value)", i+1)
+		}
+		if _, dup := args[key]; dup {
+			return nil, fmt.Errorf("entry %d repeats the argument %q", i+1, key)
+		}
+		if !utf8.ValidString(raw) {
+			return nil, fmt.Errorf("entry %d is not valid UTF-8", i+1)
+		}
+		if args == nil {
+			args = amqp.Table{}
+		}
+		args[key] = value
+	}
+	return args, nil
 }
 
 // massTransit checks DELAYBRIDGE_MASSTRANSIT_QUEUE: a queue name the broker

@@ -1,12 +1,14 @@
 package config
 
 import (
+	"maps"
 	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/delaybridge/delaybridge/broker"
 )
@@ -24,7 +26,7 @@ func TestDefaultsMatchTheContract(t *testing.T) {
 		TimeToTriggerDispatchBreaker: 30 * time.Second, MaxRecoveryFailuresPerSecond: 1,
 		MaxMessageBytes: 16777216, MaxInflightBytes: 64 << 20, AllowedDestinations: []string{"*"}, QueueType: "classic",
 		LogLevel: "info", LogFormat: "json", RebusDirectExchange: "RebusDirect",
-		MetricsMaxDestinations: 50, MetricsDestinationInterval: 15 * time.Second,
+		MetricsMaxDestinations: 50, MetricsDestinationInterval: 15 * time.Second, BindingCheckInterval: time.Minute,
 	}
 	if diff := cmp.Diff(want, c); diff != "" {
 		t.Fatalf("defaults differ from docs/contract.md §5 (-want +got):\n%s", diff)
@@ -56,8 +58,8 @@ var allNames = []string{
 	"DELAYBRIDGE_MAX_INFLIGHT_BYTES", "DELAYBRIDGE_ALLOWED_DESTINATIONS", "DELAYBRIDGE_ADMIN_TOKEN", "DELAYBRIDGE_QUEUE_TYPE",
 	"DELAYBRIDGE_LOG_LEVEL", "DELAYBRIDGE_LOG_FORMAT", "DELAYBRIDGE_AMQP_FAILOVER_URLS",
 	"DELAYBRIDGE_POSTGRES_SCHEMA", "DELAYBRIDGE_DELAYED_EXCHANGES",
-	"DELAYBRIDGE_REBUS_QUEUE", "DELAYBRIDGE_REBUS_DIRECT_EXCHANGE",
-	"DELAYBRIDGE_NSB_NATIVE_DELAYS", "DELAYBRIDGE_MASSTRANSIT_QUEUE",
+	"DELAYBRIDGE_REBUS_QUEUE", "DELAYBRIDGE_REBUS_DIRECT_EXCHANGE", "DELAYBRIDGE_REBUS_DIRECT_EXCHANGE_ARGUMENTS",
+	"DELAYBRIDGE_MANAGEMENT_URL", "DELAYBRIDGE_BINDING_CHECK_INTERVAL", "DELAYBRIDGE_NSB_NATIVE_DELAYS", "DELAYBRIDGE_MASSTRANSIT_QUEUE",
 	"DELAYBRIDGE_METRICS_MAX_DESTINATIONS", "DELAYBRIDGE_METRICS_DESTINATION_INTERVAL",
 }
 
@@ -76,6 +78,8 @@ func TestEveryContractVariableIsRead(t *testing.T) {
 		"DELAYBRIDGE_ADMIN_TOKEN":        "tok", "DELAYBRIDGE_QUEUE_TYPE": "quorum", "DELAYBRIDGE_LOG_LEVEL": "debug",
 		"DELAYBRIDGE_LOG_FORMAT": "console", "DELAYBRIDGE_DELAYED_EXCHANGES": "orders:topic",
 		"DELAYBRIDGE_REBUS_QUEUE": "timeouts", "DELAYBRIDGE_REBUS_DIRECT_EXCHANGE": "BusDirect",
+		"DELAYBRIDGE_REBUS_DIRECT_EXCHANGE_ARGUMENTS": "alternate-exchange=x", "DELAYBRIDGE_MANAGEMENT_URL": "https://m:p@rabbit:15671/",
+		"DELAYBRIDGE_BINDING_CHECK_INTERVAL": "5s",
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -88,7 +92,9 @@ func TestEveryContractVariableIsRead(t *testing.T) {
 		c.MaxRecoveryFailuresPerSecond != 4 || c.MaxDelay != 48*time.Hour || c.MaxMessageBytes != 1024 || c.MaxInflightBytes != 2048 ||
 		strings.Join(c.AllowedDestinations, "|") != "orders.*|billing" || c.AdminToken != "tok" ||
 		c.QueueType != "quorum" || c.LogLevel != "debug" || c.LogFormat != "console" ||
-		strings.Join(c.DelayedExchanges, "|") != "orders:topic" || c.RebusQueue != "timeouts" || c.RebusDirectExchange != "BusDirect" {
+		strings.Join(c.DelayedExchanges, "|") != "orders:topic" || c.RebusQueue != "timeouts" || c.RebusDirectExchange != "BusDirect" ||
+		strings.Join(c.RebusDirectExchangeArgs, "|") != "alternate-exchange=x" || c.ManagementURL != "https://m:p@rabbit:15671/" ||
+		c.BindingCheckInterval != 5*time.Second {
 		t.Fatalf("not every variable was read: %+v", c)
 	}
 }
@@ -117,6 +123,8 @@ func TestBadValuesNameTheVariable(t *testing.T) {
 		"DELAYBRIDGE_REBUS_QUEUE":                           "time\x01outs",
 		"DELAYBRIDGE_METRICS_MAX_DESTINATIONS":              "0",
 		"DELAYBRIDGE_METRICS_DESTINATION_INTERVAL":          "100ms",
+		"DELAYBRIDGE_MANAGEMENT_URL":                        "amqp://guest:secret@host:15672/",
+		"DELAYBRIDGE_BINDING_CHECK_INTERVAL":                "500ms",
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := loadClean(t, map[string]string{name: value})
@@ -309,11 +317,23 @@ func TestRebus(t *testing.T) {
 		{"DELAYBRIDGE_REBUS_QUEUE": "timeouts"},
 		{"DELAYBRIDGE_REBUS_QUEUE": "timeouts@x", "DELAYBRIDGE_REBUS_DIRECT_EXCHANGE": "amq.direct"},
 		{"DELAYBRIDGE_REBUS_DIRECT_EXCHANGE": ""}, // off: not checked
-		{"DELAYBRIDGE_REBUS_QUEUE": "timeouts", "DELAYBRIDGE_DELAYED_EXCHANGES": "timeouts:direct"},
+		{"DELAYBRIDGE_REBUS_QUEUE": "timeouts", "DELAYBRIDGE_REBUS_DIRECT_EXCHANGE_ARGUMENTS": "alternate-exchange=unrouted, x-note = a=b "},
 	} {
 		if _, err := loadClean(t, env); err != nil {
 			t.Errorf("%v refused: %v", env, err)
 		}
+	}
+	// AddArgumentToDirectExchange's strings, as given.
+	c, err := loadClean(t, map[string]string{"DELAYBRIDGE_REBUS_QUEUE": "timeouts",
+		"DELAYBRIDGE_REBUS_DIRECT_EXCHANGE_ARGUMENTS": "alternate-exchange=unrouted, x-note = a=b "})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := c.RebusDirectExchangeArguments(), (amqp.Table{"alternate-exchange": "unrouted", "x-note": "a=b"}); !maps.Equal(got, want) {
+		t.Errorf("arguments %v, want %v", got, want)
+	}
+	if c, _ := loadClean(t, map[string]string{"DELAYBRIDGE_REBUS_QUEUE": "timeouts"}); c.RebusDirectExchangeArguments() != nil {
+		t.Errorf("arguments %v by default, want none", c.RebusDirectExchangeArguments())
 	}
 	for _, tc := range []struct {
 		env       map[string]string
@@ -328,6 +348,14 @@ func TestRebus(t *testing.T) {
 		{map[string]string{"DELAYBRIDGE_REBUS_QUEUE": "timeouts", "DELAYBRIDGE_REBUS_DIRECT_EXCHANGE": "Bus\xffDirect"}, "REBUS_DIRECT_EXCHANGE", "UTF-8"},
 		{map[string]string{"DELAYBRIDGE_REBUS_QUEUE": "timeouts", "DELAYBRIDGE_DELAYED_EXCHANGES": "RebusDirect:direct"}, "REBUS_DIRECT_EXCHANGE", "DELAYBRIDGE_DELAYED_EXCHANGES"},
 		{map[string]string{"DELAYBRIDGE_REBUS_QUEUE": "timeouts", "DELAYBRIDGE_DELAYED_EXCHANGES": "Rebus:direct", "DELAYBRIDGE_REBUS_DIRECT_EXCHANGE": "Rebus.route"}, "REBUS_DIRECT_EXCHANGE", "DELAYBRIDGE_DELAYED_EXCHANGES"},
+		// The queue has a fanout exchange of its name (docs/contract.md §1).
+		{map[string]string{"DELAYBRIDGE_REBUS_QUEUE": "timeouts", "DELAYBRIDGE_DELAYED_EXCHANGES": "timeouts:direct"}, "REBUS_QUEUE", "DELAYBRIDGE_DELAYED_EXCHANGES"},
+		{map[string]string{"DELAYBRIDGE_REBUS_QUEUE": "timeouts", "DELAYBRIDGE_REBUS_DIRECT_EXCHANGE": "timeouts"}, "REBUS_DIRECT_EXCHANGE", "declares an exchange for"},
+		{map[string]string{"DELAYBRIDGE_REBUS_QUEUE": "timeouts", "DELAYBRIDGE_REBUS_DIRECT_EXCHANGE": "delaybridge.Timeouts"}, "REBUS_DIRECT_EXCHANGE", "declares an exchange for"},
+		{map[string]string{"DELAYBRIDGE_REBUS_QUEUE": "timeouts", "DELAYBRIDGE_REBUS_DIRECT_EXCHANGE_ARGUMENTS": "alternate-exchange"}, "REBUS_DIRECT_EXCHANGE_ARGUMENTS", "key=value"},
+		{map[string]string{"DELAYBRIDGE_REBUS_QUEUE": "timeouts", "DELAYBRIDGE_REBUS_DIRECT_EXCHANGE_ARGUMENTS": "=x"}, "REBUS_DIRECT_EXCHANGE_ARGUMENTS", "key=value"},
+		{map[string]string{"DELAYBRIDGE_REBUS_QUEUE": "timeouts", "DELAYBRIDGE_REBUS_DIRECT_EXCHANGE_ARGUMENTS": "a=1,a=2"}, "REBUS_DIRECT_EXCHANGE_ARGUMENTS", "repeats"},
+		{map[string]string{"DELAYBRIDGE_REBUS_QUEUE": "timeouts", "DELAYBRIDGE_REBUS_DIRECT_EXCHANGE_ARGUMENTS": "a=\xff"}, "REBUS_DIRECT_EXCHANGE_ARGUMENTS", "UTF-8"},
 	} {
 		_, err := loadClean(t, tc.env)
 		if err == nil {

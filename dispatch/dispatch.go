@@ -162,11 +162,23 @@ type Options struct {
 	Logger zerolog.Logger
 }
 
-// Stamper finishes a forward at the time it is sent. It returns msg
-// unchanged when msg is not its protocol's, and must not change where msg
-// goes.
+// Stamper finishes a forward at the time it is sent; id is the id it is
+// stored under. It returns msg unchanged when msg is not its protocol's,
+// and must not change where msg goes.
 type Stamper interface {
-	Stamp(msg amqp.Publishing, sentAt time.Time) amqp.Publishing
+	Stamp(msg amqp.Publishing, id string, sentAt time.Time) amqp.Publishing
+}
+
+// Stampers is a Stamper that has each of its own finish the forward, in
+// order.
+type Stampers []Stamper
+
+// Stamp implements Stamper.
+func (ss Stampers) Stamp(msg amqp.Publishing, id string, sentAt time.Time) amqp.Publishing {
+	for _, s := range ss {
+		msg = s.Stamp(msg, id, sentAt)
+	}
+	return msg
 }
 
 // Dispatcher forwards due timeouts.
@@ -766,7 +778,7 @@ func (d *Dispatcher) forward(wctx, ctx context.Context, pub Publisher, items []i
 		msg := it.msg
 		if d.opts.Stamp != nil {
 			// The publisher holds it until notBefore at the latest.
-			msg = d.opts.Stamp.Stamp(msg, latest(now, notBefore))
+			msg = d.opts.Stamp.Stamp(msg, it.row.ID, latest(now, notBefore))
 		}
 		out[i] = broker.Outgoing{Exchange: it.row.Exchange, RoutingKey: it.row.Destination, Mandatory: true, Msg: msg,
 			NotBefore: notBefore}

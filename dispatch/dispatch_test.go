@@ -574,3 +574,29 @@ func TestPausedAfterLeaseIsReleasedNotForwarded(t *testing.T) {
 		t.Fatalf("forwarded %d after resume, want 2", n)
 	}
 }
+
+// stampFunc is a Stamper of one function.
+type stampFunc func(amqp.Publishing, string, time.Time) amqp.Publishing
+
+func (f stampFunc) Stamp(m amqp.Publishing, id string, at time.Time) amqp.Publishing {
+	return f(m, id, at)
+}
+
+// Stampers has each of its own finish the forward, in order, with the id
+// and the time of the send.
+func TestStampers(t *testing.T) {
+	at := time.Date(2026, 11, 21, 20, 0, 0, 0, time.UTC)
+	add := func(s string) Stamper {
+		return stampFunc(func(m amqp.Publishing, id string, when time.Time) amqp.Publishing {
+			if id != "row-1" || !when.Equal(at) {
+				t.Errorf("stamper %s got id %q at %v", s, id, when)
+			}
+			m.Body = append(m.Body, s...)
+			return m
+		})
+	}
+	got := Stampers{add("a"), add("b")}.Stamp(amqp.Publishing{Body: []byte(">")}, "row-1", at)
+	if string(got.Body) != ">ab" {
+		t.Fatalf("stamped %q, want >ab", got.Body)
+	}
+}

@@ -71,13 +71,19 @@ func parseNSBNative(d *amqp.Delivery, receivedAt time.Time, c nsbdelay.Chain, k 
 //   - for a message the transport's tools re-published with a key for
 //     what was left of its delay (the delay header no longer matches the
 //     key), NServiceBus.TimeSent plus the delay header, as the tools
-//     computed it;
-//   - otherwise the later of NServiceBus.TimeSent and
-//     NServiceBus.Retries.Timestamp, plus the key's delay: the time sent
-//     plus the delay, as the transport's tools take it, except for a
-//     delayed retry, which keeps the failed message's (older) time sent and
-//     is dispatched at its retries timestamp;
-//   - with none of these, the upper bound.
+//     computed it and the chain then delivers it;
+//   - NServiceBus.DeliverAt, when the send that put the message on the
+//     chain stamped it (nsbdelay.DeliverAtOfThisSend): the time the sender
+//     asked for;
+//   - otherwise the upper bound: what the key says is left from the moment
+//     the message was taken. NServiceBus.TimeSent plus the key's delay is
+//     no due time: a handler's sends are stamped when it sends and dispatched
+//     when it is done, and the delay counts from the dispatch, so that sum is
+//     early by the rest of the handler's time; nor is
+//     NServiceBus.Retries.Timestamp plus it, which precedes the publish too.
+//     Taken as it is published, the message is then due within the broker's
+//     hop of when the chain would deliver it; taken from a level it waited
+//     in (the bridge was down), that much later (docs/contract.md §2.9).
 //
 // A header that is present but unreadable is an error: it was not written
 // by NServiceBus.
@@ -118,20 +124,20 @@ func nsbHint(h amqp.Table, c nsbdelay.Chain, k, keyDelay int, left time.Duration
 	if err != nil {
 		return time.Time{}, err
 	}
+	deliverAt, err := nsbTime(h, nsbdelay.HeaderDeliverAt)
+	if err != nil {
+		return time.Time{}, err
+	}
 	if hasDelay && keyDelayOf(delay) != keyDelay {
 		if sent.IsZero() {
 			return time.Time{}, nil
 		}
 		return sent.Add(time.Duration(delay) * time.Second), nil
 	}
-	base := sent
-	if retried.After(base) {
-		base = retried
+	if nsbdelay.DeliverAtOfThisSend(deliverAt, sent, retried) {
+		return deliverAt, nil
 	}
-	if base.IsZero() {
-		return time.Time{}, nil
-	}
-	return base.Add(time.Duration(keyDelay) * time.Second), nil
+	return time.Time{}, nil
 }
 
 // keyDelayOf is the delay the key spells for a delay header's value

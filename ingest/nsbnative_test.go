@@ -53,10 +53,11 @@ func nsbSend(id string, delay int32, sent time.Time) nsbendpoint.Send {
 // endpoint sent it (the dead-letter headers gone, the delay header kept:
 // the chain delivers it and the receiving endpoint drops it), its id, the
 // chain's delivery exchange with the message's own routing key, and the
-// time sent plus the delay.
+// time the sender asked for (NServiceBus.DeliverAt).
 func TestNSBNativeStoresTheMessageAsSent(t *testing.T) {
 	sent := nsbReceivedAt.Add(-20 * time.Millisecond)
 	s := nsbSend("b7a1c9e2-0001", 10, sent)
+	s.DeliverAt = sent.Add(10 * time.Second)
 	for _, c := range []nsbdelay.Chain{nsbdelay.V2, nsbdelay.V1} {
 		d := asDelivered(s)
 		_, level := s.Key()
@@ -65,8 +66,8 @@ func TestNSBNativeStoresTheMessageAsSent(t *testing.T) {
 		if it.Op != OpSchedule || it.ID != "b7a1c9e2-0001" || it.Exchange != c.Delivery || it.Destination != key {
 			t.Fatalf("%s: %+v", c.Version, it)
 		}
-		if want := sent.Truncate(time.Microsecond).Add(10 * time.Second); !it.DueAt.Equal(want) {
-			t.Errorf("%s: due %v, want %v (time sent + 10 s)", c.Version, it.DueAt, want)
+		if want := s.DeliverAt.Truncate(time.Microsecond); !it.DueAt.Equal(want) {
+			t.Errorf("%s: due %v, want %v (NServiceBus.DeliverAt)", c.Version, it.DueAt, want)
 		}
 		if diff := cmp.Diff(s.Publishing(), it.Msg); diff != "" {
 			t.Errorf("%s: stored message (-sent +stored):\n%s", c.Version, diff)
@@ -108,9 +109,26 @@ func TestNSBNativeDueTime(t *testing.T) {
 	r := nsbReceivedAt
 	sec := func(n float64) time.Duration { return time.Duration(n * float64(time.Second)) }
 	level := func(s nsbendpoint.Send) int { _, k := s.Key(); return k }
+	// RequestTimeout(at T0 + 60 s) at T0 = r - 3 s, in a handler that took
+	// 3 s more: dispatched at r, the transport's delay is 57 s.
+	handler := nsbSend("handler", 57, r.Add(-3*time.Second))
+	handler.DeliverAt = r.Add(-3*time.Second + 60*time.Second)
+	handlerBefore77 := nsbSend("handler-7.6", 57, r.Add(-3*time.Second))
+	// A delayed retry keeps the failed message's time sent and DeliverAt,
+	// hours old; its retries timestamp is its own.
 	retry := nsbSend("retry", 10, r.Add(-2*time.Hour))
 	retry.Retried = r.Add(-5 * time.Millisecond)
-	oldRetry := nsbSend("old-retry", 10, r.Add(-2*time.Hour))
+	retry.DeliverAt = r.Add(-2*time.Hour + time.Minute)
+	// From NServiceBus 8 a retry of a message that had no DeliverAt gets
+	// one of its own, stamped after the retries timestamp.
+	retry8 := nsbSend("retry-8", 10, r.Add(-2*time.Hour))
+	retry8.Retried = r.Add(-5 * time.Millisecond)
+	retry8.DeliverAt = r.Add(-4*time.Millisecond + 10*time.Second)
+	// DeliverAt not after the time sent: no send stamps that.
+	stale := nsbSend("stale", 10, r.Add(-time.Second))
+	stale.DeliverAt = r.Add(-time.Minute)
+	drained := nsbSend("drained", 1000, r.Add(-100*time.Second))
+	drained.DeliverAt = r.Add(-100*time.Second + 1000*time.Second)
 	raw := nsbSend("raw", 10, r)
 	rekeyed := nsbSend("rekeyed", 600, r.Add(-3010*time.Second)) // the key spells 600, the header 3600
 	for _, c := range []struct {
@@ -119,20 +137,35 @@ func TestNSBNativeDueTime(t *testing.T) {
 		level int
 		want  time.Time
 	}{
-		// Sent 2 s before it is taken (a queue drained at start-up):
-		// still the time sent plus the delay.
-		{"drained", asDelivered(nsbSend("drained", 1000, r.Add(-100*time.Second))), 9, r.Add(-100*time.Second + 1000*time.Second)},
-		// A delayed retry keeps the failed message's time sent, hours
-		// old; it was dispatched at its retries timestamp.
-		{"delayed retry", asDelivered(retry), level(retry), r.Add(-5*time.Millisecond + 10*time.Second)},
-		// Without that timestamp an old time sent cannot make it earlier
-		// than the chain could: receipt plus the digits below level 3
-		// (10 = 8 + 2).
-		{"old time sent", func() amqp.Delivery {
-			d := asDelivered(oldRetry)
-			delete(d.Headers, nsbdelay.HeaderRetriesTimestamp)
+		// The time the sender asked for, not the time sent plus the delay
+		// (3 s early); the chain delivers it at r + 57 s too.
+		{"DeliverAt of this send", asDelivered(handler), level(handler), r.Add(57 * time.Second)},
+		// NServiceBus before 7.7 sends no DeliverAt: what the key says is
+		// left from receipt, never the time sent plus the delay.
+		{"no DeliverAt", asDelivered(handlerBefore77), level(handlerBefore77), r.Add(57 * time.Second)},
+		// Sent 100 s before it is taken (a queue drained at start-up):
+		// still the time asked for.
+		{"drained", asDelivered(drained), 9, r.Add(-100*time.Second + 1000*time.Second)},
+		// ... and, without DeliverAt, the latest the chain would deliver
+		// it: late by the time it waited, never early.
+		{"drained without DeliverAt", func() amqp.Delivery {
+			d := asDelivered(drained)
+			delete(d.Headers, nsbdelay.HeaderDeliverAt)
 			return d
-		}(), level(oldRetry), r.Add(2 * time.Second)},
+		}(), 9, r.Add(1000 * time.Second)},
+		// A delayed retry's DeliverAt is the failed message's: ignored,
+		// so not delivered at once (its lower bound, r + 2 s, is no due
+		// time either).
+		{"delayed retry", asDelivered(retry), level(retry), r.Add(10 * time.Second)},
+		{"delayed retry with a DeliverAt of its own", asDelivered(retry8), level(retry8), r.Add(-4*time.Millisecond + 10*time.Second)},
+		{"DeliverAt before the time sent", asDelivered(stale), level(stale), r.Add(10 * time.Second)},
+		// A DeliverAt further out than the chain could deliver (the
+		// sender's clock ahead) cannot make it later than the chain would.
+		{"DeliverAt ahead", func() amqp.Delivery {
+			s := nsbSend("ahead", 10, r)
+			s.DeliverAt = r.Add(time.Hour)
+			return asDelivered(s)
+		}(), 3, r.Add(10 * time.Second)},
 		// Nothing to tell: the latest the chain could deliver.
 		{"no NServiceBus headers", func() amqp.Delivery {
 			d := asDelivered(raw)
@@ -141,9 +174,6 @@ func TestNSBNativeDueTime(t *testing.T) {
 			}
 			return d
 		}(), level(raw), r.Add(10 * time.Second)},
-		// A time sent in the future (a sender's clock ahead) cannot make
-		// it later than the chain would.
-		{"time sent ahead", asDelivered(nsbSend("ahead", 10, r.Add(time.Hour))), 3, r.Add(10 * time.Second)},
 		// Re-published by the transport's tools for what was left: the
 		// time sent plus the original delay.
 		{"re-keyed", func() amqp.Delivery {
@@ -167,7 +197,7 @@ func TestNSBNativeDueTime(t *testing.T) {
 			0, r.Add(-sec(1.25) + 2*time.Second)},
 		// Deaths elsewhere say nothing about the chain.
 		{"a death in another queue", asDelivered(nsbSend("other", 10, r.Add(-time.Second)),
-			death("Sales.Orders", r.Add(-time.Hour), "")), 3, r.Add(-time.Second + 10*time.Second)},
+			death("Sales.Orders", r.Add(-time.Hour), "")), 3, r.Add(10 * time.Second)},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			for _, ch := range []nsbdelay.Chain{nsbdelay.V2, nsbdelay.V1} {
@@ -233,6 +263,7 @@ func TestNSBNativeRefuses(t *testing.T) {
 		{"time sent in ISO 8601", with(nsbdelay.HeaderTimeSent, "2026-11-21T20:00:00Z"), nsbdelay.HeaderTimeSent + ` "2026-11-21T20:00:00Z" is not in the NServiceBus wire format`},
 		{"time sent a number", with(nsbdelay.HeaderTimeSent, int64(5)), nsbdelay.HeaderTimeSent + " must be a string"},
 		{"retries timestamp garbled", with(nsbdelay.HeaderRetriesTimestamp, "yesterday"), nsbdelay.HeaderRetriesTimestamp},
+		{"DeliverAt garbled", with(nsbdelay.HeaderDeliverAt, "2026-11-21T20:00:00Z"), nsbdelay.HeaderDeliverAt + ` "2026-11-21T20:00:00Z" is not in the NServiceBus wire format`},
 		{"message id with NUL", func() amqp.Delivery { d := asDelivered(good); d.MessageId = "a\x00b"; return d }(), "message-id property contains control characters"},
 	} {
 		t.Run(c.name, func(t *testing.T) {

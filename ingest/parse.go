@@ -159,7 +159,7 @@ func destination(h amqp.Table, replyTo string) (wire.Destination, error) {
 // (DelayedDelivery/TimeoutManager/StoreTimeoutBehavior.cs,
 // GetReplyToAddress); 3.x to 5.x read TransportMessage.ReplyToAddress
 // (Timeout/Hosting/Windows/TimeoutMessageProcessor.cs), which the RabbitMQ
-// transport of 3.x and 4.x carried in the reply-to property. The header
+// transport of NServiceBus 4 (its first) carried in the reply-to property. The header
 // wins: a sender that sets both means the same queue. Only NServiceBus
 // timeouts fall back; for any other message a missing destination is an
 // error, not a guess.

@@ -246,6 +246,9 @@ func ParseHeaders(d *amqp.Delivery, receivedAt time.Time) Intake {
 		}
 		it = Intake{Op: OpSchedule, ID: p.ID, Destination: p.Destination.Key, Exchange: p.Destination.Exchange, DueAt: p.DueAt,
 			Msg: broker.Forwardable(message.FromDelivery(d), wire.DueTimeHeaders)}
+		if isNSBTimeout(d.Headers) {
+			it.Msg = markNSBTimeout(it.Msg)
+		}
 	}
 	if it.Op == OpReject {
 		return it

@@ -67,6 +67,9 @@ type Metrics struct {
 	handover        prometheus.Histogram
 
 	breakers *prometheus.GaugeVec
+	// foreignBindings counts, per delayed exchange, the bindings on it
+	// that are not the bridge's own.
+	foreignBindings *prometheus.GaugeVec
 
 	store   *storeCollector
 	dests   *destCollector
@@ -120,6 +123,10 @@ func New() *Metrics {
 			Namespace: namespace, Name: "circuit_breaker_state",
 			Help: "State of each circuit breaker: 0 disarmed, 1 armed, 2 triggered.",
 		}, []string{"breaker"}),
+		foreignBindings: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: namespace, Name: "delayed_exchange_foreign_bindings",
+			Help: "Bindings on a delayed exchange other than the bridge's own, at the last check through the management API: each gets every message published to the exchange at once, delays ignored. Absent until a check succeeded.",
+		}, []string{"exchange"}),
 		store: newStoreCollector(),
 		dests: newDestCollector(),
 		conns: newConnCollector("broker_connected",
@@ -148,7 +155,7 @@ func New() *Metrics {
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.ingested, m.dispatched, m.dispatchFailures, m.errorQueued, m.duplicates, m.dropped, m.staleTokens,
 		m.lateness, m.ingestCommit, m.dispatchConfirm, m.pollLease, m.handover,
-		m.breakers, m.store, m.dests, m.conns, m.blocked, buildInfo,
+		m.breakers, m.foreignBindings, m.store, m.dests, m.conns, m.blocked, buildInfo,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Namespace: namespace, Name: "error_queue_refusing",
 			Help: "1 while the error queue refuses copies (returned or nacked: deleted and not declarable, or full); 0 otherwise.",
@@ -330,6 +337,14 @@ func (m *Metrics) BreakerState(name string, s circuit.State) {
 		return
 	}
 	m.breakers.WithLabelValues(name).Set(float64(s))
+}
+
+// ForeignBindings sets delaybridge_delayed_exchange_foreign_bindings{exchange}.
+func (m *Metrics) ForeignBindings(exchange string, n int) {
+	if m == nil {
+		return
+	}
+	m.foreignBindings.WithLabelValues(exchange).Set(float64(n))
 }
 
 // storeCollector reads the store's counts and next due time at scrape time.

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Make sure a RabbitMQ broker answers at the AMQP URL the tests use.
+# Make sure a RabbitMQ broker answers at the AMQP URL the tests use, with its
+# management HTTP API on.
 #
 #   ./scripts/ensure-rabbitmq.sh            # uses $DELAYBRIDGE_TEST_AMQP_URL
 #   DELAYBRIDGE_TEST_AMQP_URL=amqp://u:p@host:5672/ ./scripts/ensure-rabbitmq.sh
@@ -9,15 +10,22 @@
 # node if it is down (`rabbitmq-server -detached`, no systemd needed), starts
 # the RabbitMQ application if the node runs but the app was stopped
 # (`rabbitmqctl start_app`), and waits until the AMQP port accepts connections.
-# When the port is already open it does nothing else and returns at once.
-# For any other host it only reports whether the port is reachable.
+# Then, when nothing listens on the management port, it enables the management
+# plugin (`rabbitmq-plugins enable rabbitmq_management`, which the running node
+# takes at once and keeps across restarts) and waits for the port: the tests of
+# `delaybridge migrate-bindings` and of the bridge's binding check use the
+# management API, and tests that need a virtual host of their own create it
+# there. With both ports open it does nothing and returns at once.
+# For any other host it only reports whether the ports are reachable.
 #
 # Environment:
 #   DELAYBRIDGE_TEST_AMQP_URL     broker URL (default amqp://guest:guest@127.0.0.1:5672/)
+#   DELAYBRIDGE_TEST_MANAGEMENT_PORT  the management API's port on that host (default 15672)
 #   RABBITMQ_START_TIMEOUT        seconds to wait for the broker (default 90)
 set -euo pipefail
 
 AMQP_URL="${DELAYBRIDGE_TEST_AMQP_URL:-amqp://guest:guest@127.0.0.1:5672/}"
+MGMT_PORT="${DELAYBRIDGE_TEST_MANAGEMENT_PORT:-15672}"
 START_TIMEOUT="${RABBITMQ_START_TIMEOUT:-90}"
 
 # The RabbitMQ tools live in /usr/sbin, which is not on every user's PATH.
@@ -62,29 +70,63 @@ case "${host}" in
     else
       log "WARNING: external broker ${host}:${port} is not reachable; not managing it"
     fi
+    if ! port_open "${host}" "${MGMT_PORT}"; then
+      log "WARNING: nothing answers on ${host}:${MGMT_PORT}: enable the management plugin there (the tests that use the management API skip, or fail under CI=true)"
+    fi
     exit 0
     ;;
 esac
 
+# Acting on the local broker needs root.
+SUDO=()
+have_root() {
+  [[ "$(id -u)" -eq 0 ]] && return 0
+  if command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
+    SUDO=(sudo -n)
+    return 0
+  fi
+  return 1
+}
+as_root() { "${SUDO[@]}" "$@"; }
+
+# ensure_management enables the management plugin unless its port answers,
+# and waits for the port. rabbitmq-plugins enables it on the running node
+# and records it in the node's enabled_plugins file, so doing it again is a
+# no-op and a restarted node keeps it.
+ensure_management() {
+  if port_open "${host}" "${MGMT_PORT}"; then
+    return 0
+  fi
+  if ! have_root; then
+    log "WARNING: nothing answers on ${host}:${MGMT_PORT} and enabling the management plugin needs root; run: rabbitmq-plugins enable rabbitmq_management"
+    return 0
+  fi
+  log "enabling the management plugin ('rabbitmq-plugins enable rabbitmq_management')"
+  as_root rabbitmq-plugins enable rabbitmq_management >/dev/null || die "'rabbitmq-plugins enable rabbitmq_management' failed"
+  local deadline=$((SECONDS + START_TIMEOUT))
+  until port_open "${host}" "${MGMT_PORT}"; do
+    if ((SECONDS >= deadline)); then
+      die "the management API did not open ${host}:${MGMT_PORT} within ${START_TIMEOUT}s (is management.tcp.port set elsewhere in rabbitmq.conf? then set DELAYBRIDGE_TEST_MANAGEMENT_PORT)"
+    fi
+    sleep 1
+  done
+  log "the management API is up on ${host}:${MGMT_PORT}"
+}
+
 # Fast path: something already listens on the AMQP port.
 if port_open "${host}" "${port}"; then
   log "RabbitMQ is up on ${host}:${port}"
+  ensure_management
   exit 0
 fi
 
 # --- from here we have to act on the local broker: need root ---------------
-SUDO=()
-if [[ "$(id -u)" -ne 0 ]]; then
-  if command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
-    SUDO=(sudo -n)
-  else
-    die "RabbitMQ is not reachable on ${host}:${port}, and managing it needs root.
+if ! have_root; then
+  die "RabbitMQ is not reachable on ${host}:${port}, and managing it needs root.
   Run this script as root (or with passwordless sudo), or start a broker yourself, e.g.:
     sudo apt-get install -y rabbitmq-server && sudo rabbitmq-server -detached
   or point DELAYBRIDGE_TEST_AMQP_URL at a running broker."
-  fi
 fi
-as_root() { "${SUDO[@]}" "$@"; }
 
 if ! command -v rabbitmq-server >/dev/null 2>&1; then
   log "rabbitmq-server is not installed; installing it from the Debian repositories"
@@ -144,3 +186,4 @@ until port_open "${host}" "${port}"; do
   sleep 1
 done
 log "RabbitMQ is up on ${host}:${port}"
+ensure_management

@@ -7,7 +7,8 @@
 #
 # 1. makes sure RabbitMQ answers at $DELAYBRIDGE_TEST_AMQP_URL
 #    (default amqp://guest:guest@127.0.0.1:5672/; a local broker is installed
-#    and started when needed, see scripts/ensure-rabbitmq.sh), and PostgreSQL
+#    and started when needed, and its management plugin enabled when its port
+#    is closed, see scripts/ensure-rabbitmq.sh), and PostgreSQL
 #    at $DELAYBRIDGE_TEST_POSTGRES_URL (see scripts/ensure-postgres.sh), and
 #    installs Node's amqplib for the real-client test (npm ci in
 #    test/integration/amqplib, only when its lockfile changed), and Debian's

@@ -296,3 +296,16 @@ func TestSlowErrorQueueDoesNotHoldThePage(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// Problems found elsewhere (a foreign binding on a delayed exchange) make
+// the badge attention and are named under it; none, and it stays healthy.
+func TestProblemsFromOptions(t *testing.T) {
+	var problems []Problem
+	h := New(Options{Problems: func() []Problem { return problems }})
+	if page := get(t, h); !strings.Contains(page, ">healthy<") {
+		t.Fatalf("not healthy without problems")
+	}
+	problems = []Problem{{Name: "foreign binding on a delayed exchange", Detail: `orders: queue "orders-q" <b>`}}
+	page := get(t, h)
+	mustContain(t, page, ">attention<", `class="problem">foreign binding on a delayed exchange<`, `orders: queue &#34;orders-q&#34; &lt;b&gt;`)
+}

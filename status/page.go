@@ -164,6 +164,9 @@ func (h *Handler) page(w http.ResponseWriter, r *http.Request) {
 		p.Connections = append(p.Connections, n)
 	}
 
+	if o.Problems != nil {
+		p.Problems = append(p.Problems, o.Problems()...)
+	}
 	if g.ok {
 		h.rates(p, g, problem)
 	}

@@ -104,6 +104,10 @@ type Options struct {
 	// Broker returns whether each broker connection is up. Nil: read
 	// delaybridge_broker_connected from Gatherer.
 	Broker func() map[string]bool
+	// Problems returns further reasons the badge is not green, found
+	// outside the page's own sources (foreign bindings on a delayed
+	// exchange); nil: none.
+	Problems func() []Problem
 	// Gatherer is the bridge's registry; its counters, per-destination
 	// series and lateness histogram give rates, counts and lateness.
 	Gatherer prometheus.Gatherer

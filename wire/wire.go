@@ -60,6 +60,21 @@ const (
 	HeaderCancel = "x-delaybridge-cancel"
 )
 
+// What NServiceBus's timeout manager sets on a timeout it dispatches
+// (docs/contract.md §3.2): Particular/NServiceBus,
+// src/NServiceBus.Core/DelayedDelivery/TimeoutManager/DispatchTimeoutBehavior.cs
+// in 6.x and 7.x, src/NServiceBus.Core/Timeout/Core/TimeoutData.cs
+// (ToTransportMessage) in 4.x and 5.x: NServiceBus.TimeSent the time of the
+// dispatch, in the wire format (FormatNSBTime), and
+// NServiceBus.RelatedToTimeoutId the id it stored the timeout under.
+const (
+	HeaderNSBTimeSent           = "NServiceBus.TimeSent"
+	HeaderNSBRelatedToTimeoutID = "NServiceBus.RelatedToTimeoutId"
+	// HeaderNSBTimeoutStamp marks a stored NServiceBus timeout until the
+	// dispatcher sets those two headers when it forwards it.
+	HeaderNSBTimeoutStamp = "x-delaybridge-nsb-timeout"
+)
+
 // DueTimeHeaders are removed before forwarding so a forwarded message can
 // never loop back into a delay.
 var DueTimeHeaders = []string{HeaderDueAt, HeaderNSBExpire, HeaderDelay}

@@ -126,8 +126,6 @@ const (
 type Options struct {
 	// Queue is the scheduler's queue, as the endpoints address it.
 	Queue string
-	// QueueType is the x-queue-type of Queue when the bridge declares it.
-	QueueType string
 }
 
 // Source is the intake of Queue.
@@ -144,16 +142,22 @@ func (o Options) boundExchanges() []string {
 }
 
 // Topology is what the bridge declares for the intake: Queue and each
-// exchange (fanout, as MassTransit declares them), each only when missing,
-// and their bindings. MassTransit binds a contract's exchange to the
-// endpoint's exchange; binding it to the queue as well delivers each
-// message once all the same (a queue gets one copy of a publish however
-// many routes lead to it).
+// exchange, each only when missing, and their bindings. Each is declared
+// as MassTransit declares it, since its senders declare them again on every
+// channel (ConfigureRabbitMqTopologyFilter) and RabbitMQ refuses a
+// declaration whose x-queue-type or alternate-exchange differs: the queue
+// durable with no arguments at all, as a send to queue:Queue declares it
+// (RabbitMqEndpointAddress: durable, not auto-delete, bound; RabbitMqSendSettings:
+// empty QueueArguments), so a quorum DELAYBRIDGE_QUEUE_TYPE does not apply
+// to it; the exchanges durable fanout without arguments
+// (RabbitMqSendSettings.GetBrokerTopology, RabbitMqMessagePublishTopology).
+// MassTransit binds a contract's exchange to the endpoint's exchange;
+// binding it to the queue as well delivers each message once all the same
+// (a queue gets one copy of a publish however many routes lead to it).
 func (o Options) Topology() []broker.ForeignQueue {
 	var fs []broker.ForeignQueue
 	for _, x := range o.boundExchanges() {
-		fs = append(fs, broker.ForeignQueue{Queue: o.Queue, QueueArgs: amqp.Table{amqp.QueueTypeArg: o.QueueType},
-			Exchange: x, ExchangeType: amqp.ExchangeFanout})
+		fs = append(fs, broker.ForeignQueue{Queue: o.Queue, Exchange: x, ExchangeType: amqp.ExchangeFanout})
 	}
 	return fs
 }
@@ -547,7 +551,7 @@ const stampHeader = "x-delaybridge-masstransit-stamp"
 type Stamper struct{}
 
 // Stamp implements dispatch.Stamper.
-func (Stamper) Stamp(msg amqp.Publishing, sentAt time.Time) amqp.Publishing {
+func (Stamper) Stamp(msg amqp.Publishing, _ string, sentAt time.Time) amqp.Publishing {
 	exp, ok := msg.Headers[stampHeader].(string)
 	if !ok {
 		return msg

@@ -12,7 +12,7 @@ import (
 	"github.com/delaybridge/delaybridge/ingest"
 )
 
-var opts = Options{Queue: "quartz", QueueType: "quorum"}
+var opts = Options{Queue: "quartz"}
 
 // The fixtures are what an endpoint "orders" configured with
 // UseMessageScheduler(new Uri("queue:quartz")) sends (testdata): the JSON
@@ -64,7 +64,7 @@ func TestParseSchedule(t *testing.T) {
 		t.Fatalf("stored without the stamp mark: %v", it.Msg.Headers)
 	}
 	// Sent exactly at its due time.
-	m := Stamper{}.Stamp(it.Msg, fixtureDue)
+	m := Stamper{}.Stamp(it.Msg, "", fixtureDue)
 	if want := read(t, "scheduled.json"); string(m.Body) != string(want) {
 		t.Fatalf("forwarded envelope:\n%s\nwant:\n%s", m.Body, want)
 	}
@@ -215,11 +215,13 @@ func TestParseTime(t *testing.T) {
 }
 
 // The queue is bound to its own exchange and to each contract's, all
-// fanout.
+// fanout without arguments; the queue has no arguments at all, as a
+// MassTransit sender declares it (no x-queue-type: a quorum one would be
+// refused to every sender).
 func TestTopology(t *testing.T) {
 	var got []string
 	for _, f := range opts.Topology() {
-		if f.Queue != "quartz" || f.ExchangeType != "fanout" || f.RoutingKey != "" || f.QueueArgs[amqp.QueueTypeArg] != "quorum" {
+		if f.Queue != "quartz" || f.ExchangeType != "fanout" || f.RoutingKey != "" || len(f.QueueArgs) != 0 || len(f.ExchangeArgs) != 0 {
 			t.Fatalf("%+v", f)
 		}
 		got = append(got, f.Exchange)
@@ -241,7 +243,7 @@ func TestStamp(t *testing.T) {
 		t.Fatalf("op %d, reason %q", it.Op, it.Reason)
 	}
 	late := fixtureDue.Add(1500 * time.Millisecond)
-	m := Stamper{}.Stamp(it.Msg, late)
+	m := Stamper{}.Stamp(it.Msg, "", late)
 	want := strings.Replace(string(read(t, "scheduled.json")), `"MT-Quartz-Sent":"2026-11-24T12:45:30.1234567+00:00"`,
 		`"MT-Quartz-Sent":"2026-11-24T12:45:31.6234567+00:00"`, 1)
 	want = strings.Replace(want, `"expirationTime":null`, `"expirationTime":"2026-11-24T12:46:00.1234567Z"`, 1)
@@ -260,12 +262,12 @@ func TestStamp(t *testing.T) {
 	if _, ok := it.Msg.Headers[stampHeader]; !ok {
 		t.Fatal("Stamp changed the stored message's headers")
 	}
-	if m := (Stamper{}).Stamp(it.Msg, fixtureDue.Add(time.Hour)); m.Expiration != "1000" {
+	if m := (Stamper{}).Stamp(it.Msg, "", fixtureDue.Add(time.Hour)); m.Expiration != "1000" {
 		t.Fatalf("expired: expiration %q", m.Expiration)
 	}
 	// Not this package's: untouched.
 	other := amqp.Publishing{Headers: amqp.Table{HeaderSent: "x"}, Body: []byte("{}"), Expiration: "5"}
-	if got := (Stamper{}).Stamp(other, late); got.Headers[HeaderSent] != "x" || got.Expiration != "5" {
+	if got := (Stamper{}).Stamp(other, "", late); got.Headers[HeaderSent] != "x" || got.Expiration != "5" {
 		t.Fatalf("foreign message changed: %+v", got)
 	}
 }

@@ -43,9 +43,13 @@
 //     (RabbitMqTransport.CheckQueueExistence). So the timeout manager queue
 //     must exist before an endpoint defers anything. An endpoint whose input
 //     queue it is declares it durable with the argument x-ha-policy=all
-//     (Rebus.RabbitMq/Config/RabbitMqQueueOptionsBuilder.cs), and the
-//     exchange durable, of type direct, with no arguments unless configured
-//     (RabbitMqTransport.DeclareExchanges).
+//     (Rebus.RabbitMq/Config/RabbitMqQueueOptionsBuilder.cs). Every
+//     endpoint declares the direct exchange when it starts: durable, of type
+//     direct, with the arguments its AddArgumentToDirectExchange(key, value)
+//     calls gave, strings, none by default (RabbitMqTransport.DeclareExchanges,
+//     Rebus.RabbitMq/Config/RabbitMqExchangeOptionsBuilder.cs). RabbitMQ
+//     compares an exchange's alternate-exchange argument on every
+//     declaration, so the bridge declares it with the same arguments.
 //   - Rebus's own timeout manager stores a deferred message with
 //     rbs2-deferred-until removed and every other header kept, and at the
 //     due time sends it to rbs2-defer-recipient; a deferred message without
@@ -87,6 +91,10 @@ type Options struct {
 	DirectExchange string
 	// QueueType is the x-queue-type of Queue when the bridge declares it.
 	QueueType string
+	// DirectExchangeArgs are the arguments the endpoints declare
+	// DirectExchange with (AddArgumentToDirectExchange), which the bridge
+	// declares it with when it is missing.
+	DirectExchangeArgs amqp.Table
 }
 
 // Source is the intake of Queue.
@@ -95,11 +103,12 @@ func (o Options) Source() ingest.Source {
 }
 
 // Topology is what the bridge declares for the intake: Queue and the direct
-// exchange, each only when missing, and the binding the senders route by.
+// exchange, each only when missing (the exchange as the endpoints declare
+// it), and the binding the senders route by.
 func (o Options) Topology() broker.ForeignQueue {
 	return broker.ForeignQueue{
 		Queue: o.Queue, QueueArgs: amqp.Table{amqp.QueueTypeArg: o.QueueType},
-		Exchange: o.DirectExchange, ExchangeType: amqp.ExchangeDirect, RoutingKey: o.Queue,
+		Exchange: o.DirectExchange, ExchangeType: amqp.ExchangeDirect, ExchangeArgs: o.DirectExchangeArgs, RoutingKey: o.Queue,
 	}
 }
 

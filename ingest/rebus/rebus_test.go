@@ -310,10 +310,11 @@ func TestDeferID(t *testing.T) {
 }
 
 // The source consumes the configured queue with this package's parser; the
-// topology declares the queue with the bridge's queue type and binds it to
-// the direct exchange by its name, as the senders route.
+// topology declares the queue with the bridge's queue type and the direct
+// exchange with the endpoints' arguments, and binds the queue to it by its
+// name, as the senders route.
 func TestSourceAndTopology(t *testing.T) {
-	o := Options{Queue: "tm", DirectExchange: "BusDirect", QueueType: "classic"}
+	o := Options{Queue: "tm", DirectExchange: "BusDirect", QueueType: "classic", DirectExchangeArgs: amqp.Table{"alternate-exchange": "unrouted"}}
 	src := o.Source()
 	if src.Queue != "tm" || src.Name != "rebus" || src.Parser == nil {
 		t.Fatalf("source %+v", src)
@@ -324,7 +325,7 @@ func TestSourceAndTopology(t *testing.T) {
 	}
 	f := o.Topology()
 	if f.Queue != "tm" || f.Exchange != "BusDirect" || f.ExchangeType != "direct" || f.RoutingKey != "tm" ||
-		!maps.Equal(f.QueueArgs, amqp.Table{"x-queue-type": "classic"}) {
+		!maps.Equal(f.QueueArgs, amqp.Table{"x-queue-type": "classic"}) || !maps.Equal(f.ExchangeArgs, amqp.Table{"alternate-exchange": "unrouted"}) {
 		t.Fatalf("topology %+v", f)
 	}
 }

@@ -138,7 +138,14 @@ type Send struct {
 	// a delayed retry, sent with the failed message's headers (TimeSent
 	// among them) by the recoverability pipeline.
 	Retried time.Time
-	Body    []byte
+	// DeliverAt, when set, is NServiceBus.DeliverAt, which NServiceBus 7.7
+	// and later stamp on a delayed send (the send's time plus
+	// DelayDeliveryWith's delay, or DoNotDeliverBefore's time) and a delayed
+	// retry keeps from the failed message
+	// (AttachSenderRelatedInfoOnMessageBehavior). Zero: none, as NServiceBus
+	// before 7.7 sends.
+	DeliverAt time.Time
+	Body      []byte
 	// SeqNo is the channel's publish sequence number, which RabbitMQ.Client
 	// adds as a header.
 	SeqNo int64
@@ -153,7 +160,8 @@ func (s Send) Key() (key string, level int) { return nsbdelay.RoutingKey(int(s.D
 
 // Publishing is the message as the transport publishes it: the headers an
 // NServiceBus 9 pipeline sets for a send (strings, written as AMQP long
-// strings), the delay header (an AMQP int), the publish sequence number (an
+// strings; NServiceBus.DeliverAt only when DeliverAt is set, to send also
+// as NServiceBus before 7.7 does), the delay header (an AMQP int), the publish sequence number (an
 // AMQP long), and the properties BasicPropertiesExtensions.Fill derives from
 // the headers: message-id, persistent delivery, correlation-id, type (the
 // first enclosed message type), content-type, reply-to.
@@ -182,6 +190,9 @@ func (s Send) Publishing() amqp.Publishing {
 	if !s.Retried.IsZero() {
 		h["NServiceBus.Retries"] = "1"
 		h[nsbdelay.HeaderRetriesTimestamp] = wire.FormatNSBTime(s.Retried)
+	}
+	if !s.DeliverAt.IsZero() {
+		h[nsbdelay.HeaderDeliverAt] = wire.FormatNSBTime(s.DeliverAt)
 	}
 	for k, v := range s.Headers {
 		h[k] = v

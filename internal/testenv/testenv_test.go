@@ -1,12 +1,17 @@
 package testenv
 
 import (
+	"context"
 	"fmt"
+	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
+
+	amqp "github.com/rabbitmq/amqp091-go"
 )
 
 // fakeT records how a helper ended the test it was given. Skipf and Fatalf
@@ -156,5 +161,36 @@ func TestDisruptiveGate(t *testing.T) {
 				t.Errorf("deferred file written (%q, %v) though nothing was deferred", got, err)
 			}
 		})
+	}
+}
+
+// A vhost of the test's own is there while the test runs, the test's user
+// may use it, and it is gone afterwards.
+func TestVhost(t *testing.T) {
+	var vhost string
+	t.Run("uses", func(t *testing.T) {
+		u, vh := Vhost(t)
+		vhost = vh
+		conn, err := amqp.Dial(u)
+		if err != nil {
+			t.Fatalf("dial the vhost: %v", err)
+		}
+		defer conn.Close()
+		ch, err := conn.Channel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ch.QueueDeclare("q", false, true, false, false, nil); err != nil {
+			t.Fatalf("declare on the vhost: %v", err)
+		}
+		if conn.Config.Vhost != vh {
+			t.Fatalf("connected to vhost %q, want %q", conn.Config.Vhost, vh)
+		}
+	})
+	if vhost == "" {
+		return
+	}
+	if _, err := managementDo(context.Background(), ManagementURLFromEnv(), http.MethodGet, "api/vhosts/"+url.PathEscape(vhost), nil); err == nil {
+		t.Fatalf("vhost %s is still there after its test", vhost)
 	}
 }

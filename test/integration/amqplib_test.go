@@ -72,10 +72,7 @@ type amqplibResult struct {
 // straight from the broker.
 func TestAmqplibDelayedTopicExchange(t *testing.T) {
 	t.Parallel()
-	node, err := exec.LookPath("node")
-	testenv.Require(t, err == nil, "node is not installed (Node 18 or later runs the amqplib check): %v", err)
-	_, err = os.Stat(filepath.Join(amqplibDir, "node_modules", "amqplib", "package.json"))
-	testenv.Require(t, err == nil, "amqplib is not installed: run npm ci in test/integration/%s (scripts/test.sh does): %v", amqplibDir, err)
+	node := amqplibNode(t)
 
 	name := delayedExchange(t, "amqplib")
 	startBridge(t, map[string]string{"DELAYBRIDGE_DELAYED_EXCHANGES": name + ":topic", "DELAYBRIDGE_POLL_INTERVAL": "100ms"})
@@ -178,6 +175,40 @@ func TestAmqplibDelayedTopicExchange(t *testing.T) {
 		}
 	}
 	t.Logf("%d deliveries; node stderr: %s", len(res.Received), stderr.String())
+}
+
+// amqplibNode returns the node binary once node and amqplib are there; the
+// test is Unavailable otherwise.
+func amqplibNode(t *testing.T) string {
+	t.Helper()
+	node, err := exec.LookPath("node")
+	testenv.Require(t, err == nil, "node is not installed (Node 18 or later runs the amqplib check): %v", err)
+	_, err = os.Stat(filepath.Join(amqplibDir, "node_modules", "amqplib", "package.json"))
+	testenv.Require(t, err == nil, "amqplib is not installed: run npm ci in test/integration/%s (scripts/test.sh does): %v", amqplibDir, err)
+	return node
+}
+
+// runNode runs script of the amqplib project with plan as JSON on stdin and
+// decodes the JSON it prints into res.
+func runNode(t *testing.T, node, script string, plan, res any) {
+	t.Helper()
+	in, err := json.Marshal(plan)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, node, script)
+	cmd.Dir = amqplibDir
+	cmd.Stdin = bytes.NewReader(in)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("node %s: %v\nstderr:\n%s", script, err, stderr.String())
+	}
+	if err := json.Unmarshal(stdout.Bytes(), res); err != nil {
+		t.Fatalf("node %s printed no result: %v\nstdout:\n%s\nstderr:\n%s", script, err, stdout.String(), stderr.String())
+	}
 }
 
 func (p *amqplibPlan) message(id string) *amqplibMessage {

@@ -283,6 +283,11 @@ func startBridge(t testing.TB, env map[string]string) *bridgeProc {
 	// process is gone.
 	deleteQueuesOnCleanup(t, full["DELAYBRIDGE_ENDPOINT"]+".Timeouts",
 		full["DELAYBRIDGE_ENDPOINT"]+".TimeoutsDispatcher", full["DELAYBRIDGE_ERROR_QUEUE"])
+	// The fanout exchanges of NServiceBus's conventional topology.
+	deleteExchangesOnCleanup(t, full["DELAYBRIDGE_ENDPOINT"]+".Timeouts")
+	if q := full["DELAYBRIDGE_REBUS_QUEUE"]; q != "" {
+		deleteExchangesOnCleanup(t, q)
+	}
 	b := execBridge(t, full)
 	b.waitReady(20 * time.Second)
 	return b

@@ -35,6 +35,7 @@ func TestNSBNative(t *testing.T) {
 		run  func(*testing.T)
 	}{
 		{"Delivers", testNSBNativeDelivers},
+		{"NeverBeforeTheChainCould", testNSBNativeNeverBeforeTheChainCould},
 		{"ListAndCancel", testNSBNativeListAndCancel},
 		{"V1", testNSBNativeV1},
 		{"WaitsForTheLevelQueues", testNSBNativeWaitsForTheLevelQueues},
@@ -150,9 +151,12 @@ func nsbPublish(t *testing.T, pub *publisher, c nsbdelay.Chain, s nsbendpoint.Se
 	pub.PublishTo(c.Level(level), key, s.Publishing())
 }
 
+// nsbMessage is a message an NServiceBus 9 endpoint sends with
+// DelayDeliveryWith(delay) at sent: NServiceBus.DeliverAt is the time sent
+// plus the delay.
 func nsbMessage(id, address string, delay int32, sent time.Time) nsbendpoint.Send {
 	return nsbendpoint.Send{MessageID: id, Address: address, Delay: delay, TimeSent: sent,
-		Body: []byte(`{"OrderId":"` + id + `"}`), SeqNo: 3}
+		DeliverAt: sent.Add(time.Duration(delay) * time.Second), Body: []byte(`{"OrderId":"` + id + `"}`), SeqNo: 3}
 }
 
 // checkAsSent asserts that d is s exactly as the endpoint sent it: body,
@@ -223,6 +227,48 @@ func testNSBNativeDelivers(t *testing.T) {
 	}
 }
 
+// A message is never delivered before the chain itself could deliver it,
+// whatever its NServiceBus.TimeSent says: a handler that sent a message
+// with DelayDeliveryWith(4 s) and worked 3 s more dispatches it 3 s after
+// its time sent, and the chain delivers it 4 s after the publish. So does
+// the bridge, with no NServiceBus.DeliverAt (NServiceBus 7.0 to 7.6) and
+// with a delayed retry's stale one (the failed message's, an hour old);
+// with a DeliverAt of its own (DoNotDeliverBefore, NServiceBus 7.7 and
+// later) it is delivered at that time, never before.
+func testNSBNativeNeverBeforeTheChainCould(t *testing.T) {
+	conn := nsbClean(t)
+	install(t, conn, nsbdelay.V2)
+	b := startBridge(t, map[string]string{"DELAYBRIDGE_NSB_NATIVE_DELAYS": "true", "DELAYBRIDGE_POLL_INTERVAL": "100ms"})
+	waitConsumed(t, conn, nsbdelay.V2)
+	dest := b.Endpoint + ".dst"
+	got := nsbDestination(t, conn, nsbdelay.V2, nsbendpoint.Direct, dest)
+	pub := newPublisher(t, conn)
+	now := time.Now()
+	late := nsbMessage("nsb-handler-7.6", dest, 4, now.Add(-3*time.Second))
+	late.DeliverAt = time.Time{}
+	retry := nsbMessage("nsb-retry", dest, 3, now.Add(-time.Hour))
+	retry.DeliverAt, retry.Retried = now.Add(-time.Hour+time.Minute), now
+	asked := nsbMessage("nsb-handler-9", dest, 3, now.Add(-3*time.Second))
+	asked.DeliverAt = now.Add(3 * time.Second)
+	notBefore := map[string]time.Time{}
+	for _, s := range []nsbendpoint.Send{late, retry, asked} {
+		published := time.Now()
+		nsbPublish(t, pub, nsbdelay.V2, s)
+		notBefore[s.MessageID] = published.Add(time.Duration(s.Delay) * time.Second)
+	}
+	notBefore[asked.MessageID] = asked.DeliverAt.Truncate(time.Microsecond)
+	got.WaitFor(3, livenessBound)
+	for id, as := range byMessageID(got.Quiet(quietPeriod)) {
+		if len(as) != 1 {
+			t.Errorf("%s: %d deliveries", id, len(as))
+			continue
+		}
+		if as[0].At.Before(notBefore[id]) {
+			t.Errorf("%s delivered %s EARLY: before the chain could", id, notBefore[id].Sub(as[0].At))
+		}
+	}
+}
+
 // nsbRow is a row of the admin API's list.
 type nsbRow struct {
 	ID         string    `json:"id"`
@@ -254,10 +300,10 @@ func waitListed(t *testing.T, b *bridgeProc, id string) nsbRow {
 }
 
 // A pending NServiceBus message is a row like any other: listed with its
-// delivery exchange, routing key and due time (its time sent plus its
-// delay, to the microsecond), on the status page, and cancelled by its
-// NServiceBus message id, over the admin API or AMQP. The chain holds no
-// copy.
+// delivery exchange, routing key and due time (its NServiceBus.DeliverAt,
+// the time sent plus the delay, to the microsecond), on the status page,
+// and cancelled by its NServiceBus message id, over the admin API or AMQP.
+// The chain holds no copy.
 func testNSBNativeListAndCancel(t *testing.T) {
 	conn := nsbClean(t)
 	install(t, conn, nsbdelay.V2)
@@ -410,9 +456,10 @@ func testNSBNativeFailSafe(t *testing.T) {
 
 // Messages already in the level queues when the bridge starts are taken in
 // (the migration of pending delays): one still at its first level keeps its
-// due time, the time sent plus the delay; one the chain moved down a level
-// while the bridge was down is due when the chain would deliver it. Neither
-// is delivered early, and both come from the bridge (no x-death).
+// due time, its NServiceBus.DeliverAt (the time sent plus the delay); one
+// the chain moved down a level while the bridge was down is due when the
+// chain would deliver it. Neither is delivered early, and both come from the
+// bridge (no x-death).
 func testNSBNativeDrainsPendingDelays(t *testing.T) {
 	conn := nsbClean(t)
 	install(t, conn, nsbdelay.V2)

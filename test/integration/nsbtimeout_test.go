@@ -2,11 +2,14 @@ package integration
 
 import (
 	"encoding/json"
+	"maps"
 	"strings"
 	"testing"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/delaybridge/delaybridge/wire"
 )
 
 // NServiceBus's timeout manager protocol (docs/contract.md §2.2, §2.3, §2.5):
@@ -176,12 +179,68 @@ func TestNServiceBusTimeoutManager(t *testing.T) {
 }
 
 // nsbForwardedAs asserts that a is msg as its destination receives it, not
-// before due: through the default exchange to queue, the body and every
-// property as sent, every header as sent but NServiceBus.Timeout.Expire.
+// before due, and as NServiceBus's timeout manager dispatches a timeout
+// (DispatchTimeoutBehavior in Particular/NServiceBus 7.x, TimeoutData
+// .ToTransportMessage in 5.x): through the default exchange to queue, the
+// body and every property as sent, every header as sent but
+// NServiceBus.Timeout.Expire, except NServiceBus.TimeSent, the time of the
+// forward (from the due time to the arrival, in the wire format), and
+// NServiceBus.RelatedToTimeoutId, the id the timeout was stored under (its
+// message id).
 func nsbForwardedAs(t *testing.T, a arrival, msg amqp.Publishing, due time.Time, queue string) {
 	t.Helper()
 	if a.MessageId != msg.MessageId {
 		t.Fatalf("no delivery of %s (got %q)", msg.MessageId, a.MessageId)
 	}
-	forwardedWithout(t, a, msg, due, "", queue, "NServiceBus.Timeout.Expire")
+	sent, _ := a.Headers["NServiceBus.TimeSent"].(string)
+	at, err := wire.ParseNSBTime(sent)
+	if err != nil || at.Before(due.Truncate(time.Microsecond)) || at.After(a.At) {
+		t.Errorf("%s: NServiceBus.TimeSent %q (%v), want the time of the forward, from %v to %v", msg.MessageId, sent, err, due, a.At)
+	}
+	if id := a.Headers["NServiceBus.RelatedToTimeoutId"]; id != msg.MessageId {
+		t.Errorf("%s: NServiceBus.RelatedToTimeoutId %#v, want the id it was stored under", msg.MessageId, id)
+	}
+	if _, ok := a.Headers["x-delaybridge-nsb-timeout"]; ok {
+		t.Errorf("%s: the bridge's mark reached the destination", msg.MessageId)
+	}
+	want := msg
+	want.Headers = maps.Clone(msg.Headers)
+	a.Headers = maps.Clone(a.Headers)
+	for _, h := range []string{"NServiceBus.TimeSent", "NServiceBus.RelatedToTimeoutId"} {
+		delete(want.Headers, h)
+		delete(a.Headers, h)
+	}
+	forwardedWithout(t, a, want, due, "", queue, "NServiceBus.Timeout.Expire")
+}
+
+// TestNServiceBusConventionalRoutingTopology: an NServiceBus endpoint on the
+// RabbitMQ transport's default, conventional routing topology sends to an
+// address by publishing, mandatory, to the exchange of the address's name
+// with an empty routing key (ConventionalRoutingTopology.Send in
+// Particular/NServiceBus.RabbitMQ, src/NServiceBus.Transport.RabbitMQ/Routing/,
+// and src/NServiceBus.RabbitMQ/Routing/ in the 3.x transport of NServiceBus
+// 5). The bridge's E.Timeouts exchange takes a saga's timeout that way, and
+// its ClearTimeouts: neither is returned nor closes the channel, the
+// timeout arrives when due, and the cleared saga's timeout never does.
+func TestNServiceBusConventionalRoutingTopology(t *testing.T) {
+	t.Parallel()
+	b := startBridge(t, map[string]string{"DELAYBRIDGE_POLL_INTERVAL": "100ms"})
+	conn := dial(t)
+	pub := newPublisher(t, conn)
+	shop := b.Endpoint + ".Shop"
+	shopC := declareAndConsume(t, conn, shop)
+	const kept, cleared = "5e6f7a8b-0000-4c1d-9e2f-000000000001", "5e6f7a8b-0000-4c1d-9e2f-000000000002"
+	start := time.Now()
+	timeout, due := nsbSagaTimeout("conv-kept", kept, shop, shop, start.Add(2*time.Second))
+	gone, goneDue := nsbSagaTimeout("conv-cleared", cleared, shop, shop, start.Add(2*time.Second))
+	// Publishing to a missing exchange would close the channel: PublishTo
+	// fails then, and on a return.
+	pub.PublishTo(b.TimeoutsQueue(), "", timeout, gone, nsbClearTimeouts("conv-clear", cleared, shop))
+
+	got := shopC.WaitFor(1, livenessBound)
+	nsbForwardedAs(t, got[0], timeout, due, shop)
+	time.Sleep(time.Until(goneDue.Add(1500 * time.Millisecond)))
+	if n := shopC.Count(); n != 1 {
+		t.Fatalf("%d deliveries on %s, want 1: the cleared saga's timeout was delivered", n, shop)
+	}
 }

@@ -19,6 +19,21 @@
 //     pending message's due time as NServiceBus.TimeSent plus the delay
 //     header, and re-publish it with a routing key for what is left.
 //
+// And from NServiceBus itself (Particular/NServiceBus, src/NServiceBus.Core/):
+//
+//   - Pipeline/Outgoing/AttachSenderRelatedInfoOnMessageBehavior.cs stamps
+//     NServiceBus.TimeSent, and (from 7.7) NServiceBus.DeliverAt, when a
+//     message is sent, each only when the message does not carry it yet.
+//     A handler's sends are dispatched together when the handler is done,
+//     and only then does the transport compute the delay (BasicPropertiesExtensions
+//     .Fill: DelayDeliveryWith's delay, or DoNotDeliverBefore's time less
+//     the dispatch time), so TimeSent plus the delay is early by the rest
+//     of the handler's time.
+//   - Recoverability/DelayedRetry.cs (DelayedRetryExecutor.cs in 7.x) sends
+//     a delayed retry with the failed message's headers, TimeSent and any
+//     DeliverAt among them, and a fresh NServiceBus.Retries.Timestamp
+//     (DelayedRetriesHeaderExtensions.SetDelayedDeliveryTimestamp).
+//
 // The delay travels in the routing key, 28 binary digits (2^27 first) then
 // the destination address. Each level k is a topic exchange and a queue of
 // the same name; the queue holds messages for 2^k seconds (x-message-ttl)
@@ -35,8 +50,11 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/delaybridge/delaybridge/wire"
 )
 
 // Levels is the number of delay levels (MaxNumberOfBitsToUse).
@@ -54,10 +72,16 @@ const (
 	// HeaderTimeSent is when the sender's pipeline sent the message, in
 	// the NServiceBus wire format (wire.ParseNSBTime). A delayed retry
 	// keeps the failed message's, which can be much older than the retry.
-	HeaderTimeSent = "NServiceBus.TimeSent"
+	HeaderTimeSent = wire.HeaderNSBTimeSent
 	// HeaderRetriesTimestamp is when NServiceBus dispatched a delayed
 	// retry, in the same format (Headers.DelayedRetriesTimestamp).
 	HeaderRetriesTimestamp = "NServiceBus.Retries.Timestamp"
+	// HeaderDeliverAt is when the sender asked the message to be
+	// delivered, in the same format (Headers.DeliverAt, NServiceBus 7.7 and
+	// later): the time of the send plus DelayDeliveryWith's delay, or
+	// DoNotDeliverBefore's time. A delayed retry carries the failed
+	// message's, which is no longer its own (DeliverAtOfThisSend).
+	HeaderDeliverAt = "NServiceBus.DeliverAt"
 	// HeaderPublishSeqNo is the publish sequence number RabbitMQ.Client 7
 	// adds to every message a channel with confirmation tracking publishes
 	// (an AMQP long), as the transport's channels do
@@ -199,4 +223,25 @@ func clip(s string) string {
 		return s
 	}
 	return s[:n] + "…"
+}
+
+// DeliverAtOfThisSend reports whether a message's NServiceBus.DeliverAt,
+// deliverAt, was stamped by the send that put it on the chain, given its
+// NServiceBus.TimeSent and NServiceBus.Retries.Timestamp (zero when absent).
+// A send stamps both times at once, and the transport delays a message
+// only while its time is ahead of the dispatch (the delay is at least a
+// second), so DeliverAt is after TimeSent. A delayed retry is sent with
+// the failed message's headers, an earlier send's DeliverAt among them, and
+// a retries timestamp of its own; that DeliverAt was due before the
+// message was received, failed and retried, so it is not after the
+// timestamp, while one stamped for the retry is (the stamp, then the
+// routing that stamps DeliverAt, NServiceBus 8 and later).
+func DeliverAtOfThisSend(deliverAt, timeSent, retried time.Time) bool {
+	if deliverAt.IsZero() {
+		return false
+	}
+	if !timeSent.IsZero() && !deliverAt.After(timeSent) {
+		return false
+	}
+	return retried.IsZero() || deliverAt.After(retried)
 }

@@ -6,16 +6,7 @@
 'use strict';
 
 const amqp = require('amqplib');
-
-function readStdin() {
-  return new Promise((resolve, reject) => {
-    let data = '';
-    process.stdin.setEncoding('utf8');
-    process.stdin.on('data', (chunk) => { data += chunk; });
-    process.stdin.on('end', () => resolve(data));
-    process.stdin.on('error', reject);
-  });
-}
+const { readStdin } = require('./stdin');
 
 // The x-delay header as the plan asks for it: a JS number (amqplib picks
 // the smallest signed integer type that holds it), a double, a string,
