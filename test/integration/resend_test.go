@@ -15,6 +15,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/delaybridge/delaybridge/internal/nsbendpoint"
+	"github.com/delaybridge/delaybridge/internal/testenv"
 	"github.com/delaybridge/delaybridge/wire"
 	"github.com/delaybridge/delaybridge/wire/nsbdelay"
 )
@@ -35,12 +36,12 @@ const (
 )
 
 // TestResendsOfAnIDAreDelivered runs the loop with bbolt, then with two
-// instances on PostgreSQL. It holds the NServiceBus names (the delay-level
-// queues are the broker's, one set per virtual host).
+// instances on PostgreSQL, each in a virtual host of its own: the
+// NServiceBus delay levels and MassTransit's message-type exchanges are
+// names every endpoint of a vhost shares.
 func TestResendsOfAnIDAreDelivered(t *testing.T) {
 	t.Parallel()
 	requireBroker(t)
-	lockNSBNames(t)
 	t.Run("bbolt", func(t *testing.T) {
 		h := newResendHarness(t)
 		h.start(func(env map[string]string) { h.bridges = append(h.bridges, startBridge(t, env)) }, nil)
@@ -69,6 +70,7 @@ type resendCase struct {
 
 type resendHarness struct {
 	t       *testing.T
+	url     string // of the test's vhost
 	conn    *amqp.Connection
 	ep      string
 	bridges []*bridgeProc
@@ -76,7 +78,13 @@ type resendHarness struct {
 }
 
 func newResendHarness(t *testing.T) *resendHarness {
-	return &resendHarness{t: t, conn: nsbClean(t), ep: uniqueEndpoint(t)}
+	vhostURL, _ := testenv.Vhost(t)
+	conn, err := amqp.Dial(vhostURL)
+	if err != nil {
+		t.Fatalf("dial the test's vhost: %v", err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	return &resendHarness{t: t, url: vhostURL, conn: conn, ep: uniqueEndpoint(t)}
 }
 
 // start declares the intakes' entities as their frameworks do, starts the
@@ -87,10 +95,8 @@ func (h *resendHarness) start(startBridges func(env map[string]string), pg *pgTe
 	install(t, conn, nsbdelay.V2)
 	install(t, conn, nsbdelay.V1)
 	rebusQ, rebusX, mtQ, dx := ep+".rebus", ep+".RebusDirect", ep+".quartz", ep+".dx"
-	deleteQueuesOnCleanup(t, rebusQ, mtQ)
-	deleteExchangesOnCleanup(t, rebusX, mtQ, dx, dx+".route")
 	env := map[string]string{
-		"DELAYBRIDGE_ENDPOINT": ep, "DELAYBRIDGE_POLL_INTERVAL": "100ms",
+		"DELAYBRIDGE_AMQP_URL": h.url, "DELAYBRIDGE_ENDPOINT": ep, "DELAYBRIDGE_POLL_INTERVAL": "100ms",
 		"DELAYBRIDGE_NSB_NATIVE_DELAYS": "true",
 		"DELAYBRIDGE_REBUS_QUEUE":       rebusQ, "DELAYBRIDGE_REBUS_DIRECT_EXCHANGE": rebusX,
 		"DELAYBRIDGE_MASSTRANSIT_QUEUE": mtQ,
@@ -98,7 +104,7 @@ func (h *resendHarness) start(startBridges func(env map[string]string), pg *pgTe
 	}
 	if pg != nil {
 		env, _, _ = pg.sharedEnv(t, env)
-		env["DELAYBRIDGE_ENDPOINT"] = ep
+		env["DELAYBRIDGE_ENDPOINT"], env["DELAYBRIDGE_AMQP_URL"] = ep, h.url
 		env["DELAYBRIDGE_ERROR_QUEUE"] = ep + ".error"
 	}
 	startBridges(env)
@@ -134,7 +140,6 @@ func (h *resendHarness) start(startBridges func(env map[string]string), pg *pgTe
 	bindQueue(t, conn, rebus, rebus, rebusX)
 	// MassTransit: the token scheduled again when it fired.
 	billing := dest("billing")
-	deleteExchangesOnCleanup(t, billing)
 	declareExchange(t, conn, billing, amqp.ExchangeFanout)
 	bindQueue(t, conn, billing, "", billing)
 	// A delayed exchange: the very same message published again.
