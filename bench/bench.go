@@ -56,10 +56,11 @@ const (
 	StepSteady      = "steady"
 	StepBigMsg      = "bigmsg"
 	StepResend      = "resend"
+	StepCrash       = "crash"
 )
 
 // AllSteps lists every step in run order.
-var AllSteps = []string{StepCeiling, StepIngest, StepPunctuality, StepBurst, StepTTL, StepExchange, StepScale, StepScaleOut, StepRebus, StepNSB, StepMassTransit, StepNSBTimeouts, StepSteady, StepBigMsg, StepResend}
+var AllSteps = []string{StepCeiling, StepIngest, StepPunctuality, StepBurst, StepTTL, StepExchange, StepScale, StepScaleOut, StepRebus, StepNSB, StepMassTransit, StepNSBTimeouts, StepSteady, StepBigMsg, StepResend, StepCrash}
 
 // Options configure a run. Zero values take the defaults of DefaultOptions.
 type Options struct {
@@ -123,6 +124,10 @@ type Options struct {
 	// resend step, sent for ResendDuration (0: the step's defaults).
 	ResendRate     int
 	ResendDuration time.Duration
+	// CrashRate is the steady rate of the crash step, run for
+	// CrashDuration (0: the step's defaults).
+	CrashRate     int
+	CrashDuration time.Duration
 
 	// SentinelOnly makes the bench tell when a workload is stored by a
 	// sentinel message even when the bridge serves delaybridge.pending.
@@ -199,6 +204,7 @@ type Results struct {
 	Steady      *Steady   `json:"steady,omitempty"`
 	BigMsg      *BigMsg   `json:"bigmsg,omitempty"`
 	Resend      *Resend   `json:"resend,omitempty"`
+	Crash       *Crash    `json:"crash,omitempty"`
 
 	BridgeLogs []BridgeLog `json:"bridge_logs,omitempty"`
 	Warnings   []string    `json:"warnings,omitempty"`
@@ -492,7 +498,7 @@ func Run(ctx context.Context, opts Options) (*Results, error) {
 		StepPunctuality: b.stepPunctuality, StepBurst: b.stepBurst, StepTTL: b.stepTTL, StepExchange: b.stepExchange,
 		StepScale: b.stepScale, StepScaleOut: b.stepScaleOut, StepRebus: b.stepRebus, StepNSB: b.stepNSB,
 		StepMassTransit: b.stepMassTransit, StepNSBTimeouts: b.stepNSBTimeouts,
-		StepSteady: b.stepSteady, StepBigMsg: b.stepBigMsg, StepResend: b.stepResend,
+		StepSteady: b.stepSteady, StepBigMsg: b.stepBigMsg, StepResend: b.stepResend, StepCrash: b.stepCrash,
 	}
 	for _, s := range b.res.Params.Steps {
 		if ctx.Err() != nil {

@@ -86,6 +86,7 @@ func BuildRows(r *Results) []Row {
 	rows = append(rows, protocolRows(StepMassTransit, "MassTransit ScheduleMessages", "MassTransit's scheduler (Quartz, Hangfire)", r.MassTransit)...)
 	rows = append(rows, protocolRows(StepNSBTimeouts, "NServiceBus timeouts", "NServiceBus's timeout manager", r.NSBTimeouts)...)
 	rows = append(rows, resendRows(r.Resend)...)
+	rows = append(rows, crashRows(r.Crash)...)
 	if x := r.Exchange; x != nil {
 		rows = append(rows, exchangeRows(x)...)
 	}

@@ -63,6 +63,8 @@ func run(args []string) int {
 	steadyProfile := fs.String("steady-profile", "", "steady step: directory for a CPU profile of the bridge (DELAYBRIDGE_PPROF) over the steady window of every rate, saved as steady-R.pprof")
 	resendRate := fs.Int("resend-rate", 50, "resend step: new messages a second of each workload")
 	resendDuration := fs.Duration("resend-duration", 10*time.Second, "resend step: how long new messages are sent")
+	crashRate := fs.Int("crash-rate", 1000, "crash step: steady rate of messages a second")
+	crashDuration := fs.Duration("crash-duration", 20*time.Second, "crash step: how long messages are sent (3 kills spread over it)")
 	only := fs.String("only", "", "run only these steps, comma-separated: "+strings.Join(bench.AllSteps, ","))
 	lead := fs.Duration("lead", 0, "time from publishing to the first due time (0: from the measured ingest rate, at least 3s)")
 	publishers := fs.Int("publishers", def.Publishers, "publishing goroutines, each with its own confirm-mode channel")
@@ -108,6 +110,10 @@ Measures the bridge against a real broker and prints a table (and writes JSON):
                each for --resend-duration, 3 sends each, due 1 s after each send; through one bridge
                (bbolt), then two on PostgreSQL (--postgres-url): sends lost (must be 0), duplicates,
                early, lateness
+  crash        (--only crash) the steady workload (--crash-rate, due 1–5 s after each send) through a
+               bridge on bbolt killed with SIGKILL 3 times over --crash-duration and restarted at once:
+               duplicates per kill (what it had forwarded and not yet removed) and how many ms of
+               forwards they are; lost and early must be 0
 
 Every bridge is the delaybridge binary (--bridge) run as a child process with its own
 endpoint, store and HTTP port; everything the bench declares on the broker is deleted at
@@ -141,6 +147,7 @@ the end.
 		SentinelOnly: *sentinel, Log: os.Stderr,
 		SteadyDuration: *steadyDuration, SteadySearch: *steadySearch, SteadyProfile: *steadyProfile,
 		ResendRate: *resendRate, ResendDuration: *resendDuration,
+		CrashRate: *crashRate, CrashDuration: *crashDuration,
 	}
 	if opts.SteadyRates, err = parseInts(*steadyRates); err != nil {
 		fmt.Fprintln(os.Stderr, "delaybridge-bench: --steady-rates:", err)
