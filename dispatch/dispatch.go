@@ -201,6 +201,8 @@ type Dispatcher struct {
 	rowBytes atomic.Int64
 	// sessions counts consuming sessions (Options.Reconnected).
 	sessions atomic.Int64
+	// commitTook is how long removal commits take (holdEnd).
+	commitTook commitTime
 }
 
 // Stats count what the dispatcher did.
@@ -477,6 +479,9 @@ type removal struct {
 	refs     []storage.Ref
 	dests    []wire.Destination // refs' destinations, index for index
 	leaseEnd time.Time          // the earliest lease among refs
+	// since is when the earliest of refs was confirmed: a crash from then
+	// on forwards it again.
+	since time.Time
 }
 
 // handle processes one dispatcher message, its removal included, and
@@ -613,7 +618,7 @@ func (d *Dispatcher) handleGroup(ctx context.Context, toks []wire.Token, pub Pub
 		d.forward(actx, ctx, pub, again, &r)
 		acancel()
 	}
-	rm = &removal{refs: r.done, dests: r.dests, leaseEnd: r.leaseEnd}
+	rm = &removal{refs: r.done, dests: r.dests, leaseEnd: r.leaseEnd, since: r.since}
 	if r.brokerErr == nil && len(blocked) == 0 {
 		return ack, rm, nil
 	}
@@ -693,7 +698,7 @@ func (d *Dispatcher) removeLoop(ctx context.Context, in <-chan owed) error {
 	defer hold.Stop()
 	for o := range in {
 		batch = append(batch[:0], o)
-		until := d.holdUntil(o.rm, d.opts.Now().Add(d.opts.RemoveHold))
+		until := d.holdUntil(o.rm, d.holdEnd(o.rm))
 		hold.Reset(until.Sub(d.opts.Now()))
 	more:
 		for len(batch) < maxRemovalBatch {
@@ -713,7 +718,7 @@ func (d *Dispatcher) removeLoop(ctx context.Context, in <-chan owed) error {
 				break more
 			}
 			batch = append(batch, o)
-			if u := d.holdUntil(o.rm, until); u.Before(until) {
+			if u := d.holdUntil(o.rm, d.holdEnd(o.rm)); u.Before(until) {
 				until = u
 				hold.Reset(until.Sub(d.opts.Now()))
 			}
@@ -723,7 +728,9 @@ func (d *Dispatcher) removeLoop(ctx context.Context, in <-chan owed) error {
 		for _, o := range batch {
 			rms = append(rms, o.rm)
 		}
+		began := d.opts.Now()
 		d.removeAll(ctx, rms)
+		d.commitTook.observe(d.opts.Now().Sub(began))
 		for i := range batch {
 			if err := settle(&batch[i].del, ack); err != nil && firstErr == nil {
 				firstErr = err
@@ -733,6 +740,35 @@ func (d *Dispatcher) removeLoop(ctx context.Context, in <-chan owed) error {
 	}
 	return firstErr
 }
+
+// holdEnd is when the removal of rm must start for its rows to be removed
+// RemoveHold after the first of them was confirmed: the hold counts from
+// that confirm, and leaves the time recent removals took to commit. So a
+// crash forwards again about RemoveHold of forwards (docs/contract.md
+// §3.3), however long the confirm or the commit took.
+func (d *Dispatcher) holdEnd(rm *removal) time.Time {
+	since := d.opts.Now()
+	if rm != nil && !rm.since.IsZero() && rm.since.Before(since) {
+		since = rm.since
+	}
+	return since.Add(d.opts.RemoveHold - d.commitTook.estimate())
+}
+
+// commitTime estimates how long a removal commit takes: an exponentially
+// weighted mean of the recent ones, which a slow one raises at once.
+type commitTime struct{ ns atomic.Int64 }
+
+func (c *commitTime) observe(d time.Duration) {
+	old := time.Duration(c.ns.Load())
+	switch {
+	case d > old:
+		c.ns.Store(int64(d)) // a slow commit counts at once
+	default:
+		c.ns.Store(int64(old - (old-d)/8))
+	}
+}
+
+func (c *commitTime) estimate() time.Duration { return time.Duration(c.ns.Load()) }
 
 // holdUntil is until, or earlier when rm's lease would otherwise leave less
 // than removeSlack for its removal.
@@ -754,6 +790,8 @@ type forwarded struct {
 	// leaseEnd is the earliest lease expiry among done: the removal must
 	// happen before it.
 	leaseEnd time.Time
+	// since is the earliest confirm among done.
+	since time.Time
 	// brokerErr is set when the broker failed under a publish.
 	brokerErr error
 }
@@ -782,9 +820,9 @@ func (d *Dispatcher) forward(wctx, ctx context.Context, pub Publisher, items []i
 		}
 		out[i] = broker.Outgoing{Exchange: it.row.Exchange, RoutingKey: it.row.Destination, Mandatory: true, Msg: msg,
 			NotBefore: notBefore}
-		if !unmeasured {
-			out[i].Confirmed = func(latency time.Duration) {
-				confirmedAt[i] = d.opts.Now()
+		out[i].Confirmed = func(latency time.Duration) {
+			confirmedAt[i] = d.opts.Now()
+			if !unmeasured {
 				d.opts.Metrics.ObserveDispatchConfirm(latency)
 			}
 		}
@@ -815,6 +853,9 @@ func (d *Dispatcher) forward(wctx, ctx context.Context, pub Publisher, items []i
 			at := confirmedAt[i]
 			if at.IsZero() { // a Publisher that does not report confirms
 				at = returnedAt
+			}
+			if r.since.IsZero() || at.Before(r.since) {
+				r.since = at
 			}
 			d.opts.Metrics.ObserveLateness(at.Sub(effectiveDue(&it.row)))
 		case errors.Is(err, broker.ErrNotConfirmed):

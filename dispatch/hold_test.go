@@ -126,3 +126,55 @@ func TestRemoveLoopHoldKeepsTheLease(t *testing.T) {
 		t.Error("acked but still pending")
 	}
 }
+
+// The hold counts from the first confirm of what it removes, and leaves
+// the time recent removals took to commit: a removal whose forwards were
+// confirmed a hold ago, or whose commit would end past the hold, is done
+// at once, so a crash forwards again about RemoveHold of forwards.
+func TestRemoveLoopHoldCountsFromTheConfirm(t *testing.T) {
+	for name, c := range map[string]struct {
+		confirmedAgo, commitTook time.Duration
+	}{
+		"confirmed a hold ago":        {confirmedAgo: time.Hour},
+		"commits take the whole hold": {commitTook: time.Hour},
+	} {
+		t.Run(name, func(t *testing.T) {
+			f := newFixture(t, 3)
+			f.insert("r", "q", t0, amqp.Publishing{Body: []byte("b")})
+			f.d.opts.RemoveHold = time.Hour
+			f.d.commitTook.observe(c.commitTook)
+			a := amqptest.New(t)
+			o := f.owedFor(a, f.lease())
+			o.rm.since = o.rm.since.Add(-c.confirmedAgo)
+			in := make(chan owed, 1)
+			done := make(chan error, 1)
+			go func() { done <- f.d.removeLoop(context.Background(), in) }()
+			defer func() {
+				close(in)
+				if err := <-done; err != nil {
+					t.Error(err)
+				}
+			}()
+			in <- o
+			deadline := time.Now().Add(30 * time.Second)
+			for a.Outcome(o.del.DeliveryTag) != amqptest.Acked {
+				if time.Now().After(deadline) {
+					t.Fatal("removal still held 30 s later")
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+		})
+	}
+	// A fast commit lowers the estimate by an eighth of the difference;
+	// a slow one raises it at once.
+	var c commitTime
+	c.observe(80 * time.Millisecond)
+	c.observe(0)
+	if got := c.estimate(); got != 70*time.Millisecond {
+		t.Errorf("estimate after 80 ms, 0 = %s, want 70ms", got)
+	}
+	c.observe(time.Second)
+	if got := c.estimate(); got != time.Second {
+		t.Errorf("estimate after a 1 s commit = %s", got)
+	}
+}
