@@ -322,7 +322,7 @@ func (h *resendHarness) run(t *testing.T) {
 				extra += len(g.at) - resendRounds
 			}
 			for r := range min(len(g.at), len(g.due)) {
-				if g.at[r].Before(g.due[r]) {
+				if g.at[r].Round(0).Before(g.due[r].Round(0)) { // wall clocks, as the bridge keeps due times
 					early++
 					t.Errorf("%s: message %s, send %d arrived %s EARLY", c.name, k, r, g.due[r].Sub(g.at[r]))
 				}
