@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"os"
 	"regexp"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +13,8 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/delaybridge/delaybridge/metrics"
+	"github.com/delaybridge/delaybridge/storage"
+	"github.com/delaybridge/delaybridge/wire"
 )
 
 const (
@@ -26,8 +27,9 @@ var metricName = regexp.MustCompile(`\bdelaybridge[_:][a-zA-Z0-9_:]*`)
 
 // exported returns every series name the bridge's /metrics serves (with
 // every collector fed, so that the scrape-time ones appear) and every
-// recording rule of rules.yml.
-func exported(t *testing.T) map[string]bool {
+// recording rule of rules.yml, each with the labels its series carry (nil
+// for a recording rule, whose labels its expression decides).
+func exported(t *testing.T) map[string]map[string]bool {
 	t.Helper()
 	m := metrics.New()
 	m.WatchStore(func(context.Context) (int, int, error) { return 1, 0, nil },
@@ -35,22 +37,102 @@ func exported(t *testing.T) map[string]bool {
 	m.WatchConnection("publish", func() bool { return true })
 	m.WatchBlocked("publish", func() bool { return false })
 	m.WatchErrorQueue(func() bool { return false })
+	m.WatchDestinations(metrics.DestinationOptions{
+		Count: func(context.Context, time.Time, time.Time) (map[wire.Destination]storage.DestinationCount, error) {
+			return map[wire.Destination]storage.DestinationCount{wire.Queue("q"): {Pending: 1}}, nil
+		},
+		Paused: func(context.Context) ([]storage.PausedDestination, error) { return nil, nil },
+	})
+	m.DestinationDispatched(wire.Queue("q"), 1)
+	m.DestinationDispatchFailed(wire.Queue("q"))
 	fams, err := m.Registry().Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
-	names := map[string]bool{}
+	series := map[string]map[string]bool{}
 	for _, f := range fams {
-		names[f.GetName()] = true
+		labels := map[string]bool{}
+		for _, mm := range f.GetMetric() {
+			for _, lp := range mm.GetLabel() {
+				labels[lp.GetName()] = true
+			}
+		}
+		series[f.GetName()] = labels
 		if f.GetType() == dto.MetricType_HISTOGRAM {
 			for _, s := range []string{"_bucket", "_sum", "_count"} {
-				names[f.GetName()+s] = true
+				series[f.GetName()+s] = labels
 			}
+			series[f.GetName()+"_bucket"] = withLabel(labels, "le")
 		}
 	}
 	for _, r := range loadRules(t) {
 		if r.Record != "" {
-			names[r.Record] = true
+			series[r.Record] = nil
+		}
+	}
+	return series
+}
+
+func withLabel(labels map[string]bool, l string) map[string]bool {
+	c := map[string]bool{l: true}
+	for k := range labels {
+		c[k] = true
+	}
+	return c
+}
+
+// selector finds a series name and its label matchers in PromQL.
+var selector = regexp.MustCompile(`\b(delaybridge[_:][a-zA-Z0-9_:]*)\{([^}]*)\}`)
+
+// grouping finds the labels of a by clause in PromQL.
+var grouping = regexp.MustCompile(`\bby\s*\(([^)]*)\)`)
+
+// matcherLabel is the label name of one matcher.
+var matcherLabel = regexp.MustCompile(`([a-zA-Z_][a-zA-Z0-9_]*)\s*(=~|!~|!=|=)`)
+
+// targetLabels are the labels Prometheus itself puts on every series it
+// scrapes (and Kubernetes service discovery adds): a selector may use them.
+var targetLabels = map[string]bool{"job": true, "instance": true, "namespace": true, "pod": true}
+
+// checkSeries fails t for each series expr names that the bridge does not
+// export, and for each label a selector of expr matches on that the series
+// does not carry (such a selector matches nothing, silently).
+func checkSeries(t *testing.T, known map[string]map[string]bool, what, expr string) []string {
+	t.Helper()
+	var names []string
+	for _, n := range metricName.FindAllString(expr, -1) {
+		names = append(names, n)
+		if _, ok := known[n]; !ok {
+			t.Errorf("%s queries %s, which neither /metrics nor %s has: %s", what, n, rulesFile, expr)
+		}
+	}
+	// An aggregation by a label none of expr's series carry yields one
+	// series with that label empty: the panel draws a single line.
+	carried, derived := map[string]bool{}, false
+	for _, n := range names {
+		if labels, ok := known[n]; ok && labels == nil {
+			derived = true
+		}
+		for l := range known[n] {
+			carried[l] = true
+		}
+	}
+	for _, m := range grouping.FindAllStringSubmatch(expr, -1) {
+		for _, l := range strings.Split(m[1], ",") {
+			if l = strings.TrimSpace(l); l != "" && !derived && !carried[l] && !targetLabels[l] {
+				t.Errorf("%s groups by label %q, which none of its series carry: %s", what, l, expr)
+			}
+		}
+	}
+	for _, m := range selector.FindAllStringSubmatch(expr, -1) {
+		labels, ok := known[m[1]]
+		if !ok || labels == nil {
+			continue
+		}
+		for _, lm := range matcherLabel.FindAllStringSubmatch(m[2], -1) {
+			if l := lm[1]; !labels[l] && !targetLabels[l] {
+				t.Errorf("%s selects %s by label %q, which its series do not carry: %s", what, m[1], l, expr)
+			}
 		}
 	}
 	return names
@@ -60,6 +142,7 @@ type rule struct {
 	Record      string            `yaml:"record"`
 	Alert       string            `yaml:"alert"`
 	Expr        string            `yaml:"expr"`
+	Labels      map[string]string `yaml:"labels"`
 	Annotations map[string]string `yaml:"annotations"`
 }
 
@@ -122,26 +205,19 @@ func TestDashboardQueriesExistingSeries(t *testing.T) {
 	known := exported(t)
 	used := map[string]bool{}
 	for _, e := range exprs {
-		for _, n := range metricName.FindAllString(e, -1) {
+		for _, n := range checkSeries(t, known, "the dashboard", e) {
 			used[n] = true
-			if !known[n] {
-				t.Errorf("the dashboard queries %s, which neither /metrics nor %s has: %s", n, rulesFile, e)
-			}
 		}
 	}
 	// The panels the dashboard exists for.
 	for _, n := range []string{
 		"delaybridge:lateness_seconds:p99", "delaybridge:messages_dispatched:rate1m", "delaybridge:messages_ingested:rate1m",
 		"delaybridge_pending", "delaybridge_error_queue_messages_total", "delaybridge_circuit_breaker_state",
+		"delaybridge_destination_pending",
 	} {
 		if !used[n] {
 			t.Errorf("no panel queries %s", n)
 		}
-	}
-	if !slices.ContainsFunc(exprs, func(e string) bool {
-		return strings.Contains(e, "delaybridge_pending{") && strings.Contains(e, "destination")
-	}) {
-		t.Error("no per-destination panel (delaybridge_pending{destination})")
 	}
 
 	ids := map[float64]bool{}
@@ -176,13 +252,12 @@ func TestRulesNoJobName(t *testing.T) {
 		if jobMatcher.MatchString(r.Expr) {
 			t.Errorf("rule %s selects a job by name: %s", name, r.Expr)
 		}
-		for _, n := range metricName.FindAllString(r.Expr, -1) {
-			if !known[n] {
-				t.Errorf("rule %s uses %s, which /metrics does not serve", name, n)
-			}
-		}
+		checkSeries(t, known, "rule "+name, r.Expr)
 		if r.Alert != "" && r.Annotations["summary"] == "" {
 			t.Errorf("alert %s has no summary", r.Alert)
+		}
+		if sev := r.Labels["severity"]; r.Alert != "" && sev != "critical" && sev != "warning" {
+			t.Errorf("alert %s has severity %q, want critical or warning (an Alertmanager route keys on it)", r.Alert, sev)
 		}
 	}
 }
