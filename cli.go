@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/delaybridge/delaybridge/admin"
 	"github.com/delaybridge/delaybridge/broker"
+	"github.com/delaybridge/delaybridge/config"
 	"github.com/delaybridge/delaybridge/wire"
 )
 
@@ -55,6 +57,8 @@ type adminClient struct {
 
 	// tokenSet: --token was given; otherwise the env var is read when needed.
 	tokenSet bool
+	// tokenFileErr: why the token file could not be read (bearer).
+	tokenFileErr error
 	// timeout bounds one call; zero: 60 seconds.
 	timeout time.Duration
 }
@@ -71,7 +75,7 @@ func runAdmin(cmd string, args []string, out, errOut io.Writer) int {
 	}
 	fs.StringVar(&c.base, "url", def, "admin API base URL (env DELAYBRIDGE_ADMIN_URL)")
 	// Not the env var as the flag's default: usage text prints defaults.
-	fs.Var(tokenFlag{c}, "token", "admin bearer `token` (default: $DELAYBRIDGE_ADMIN_TOKEN)")
+	fs.Var(tokenFlag{c}, "token", "admin bearer `token` (default: $DELAYBRIDGE_ADMIN_TOKEN, else for a bridge on this machine the file $DELAYBRIDGE_ADMIN_TOKEN_FILE, default ./data/admin-token)")
 	fs.BoolVar(&c.json, "json", false, "print the API's JSON instead of a table")
 	return impl(c, fs, args)
 }
@@ -148,13 +152,64 @@ func (c *adminClient) fail(err error) int {
 type apiError struct {
 	Status int
 	Msg    string
+	// tokenFile is why the token file could not be read, if it was tried.
+	tokenFile error
 }
 
 func (e *apiError) Error() string {
 	if e.Status == http.StatusUnauthorized {
-		return fmt.Sprintf("%s (HTTP 401: pass --token or set DELAYBRIDGE_ADMIN_TOKEN)", e.Msg)
+		hint := "pass --token or set DELAYBRIDGE_ADMIN_TOKEN"
+		if e.tokenFile != nil {
+			hint += "; the token file: " + e.tokenFile.Error()
+		}
+		return fmt.Sprintf("%s (HTTP 401: %s)", e.Msg, hint)
 	}
 	return fmt.Sprintf("%s (HTTP %d)", e.Msg, e.Status)
+}
+
+// bearer is the token to send: --token, else $DELAYBRIDGE_ADMIN_TOKEN, else,
+// for a bridge on this machine, the token file a bridge keeps when it has
+// no token set (DELAYBRIDGE_ADMIN_TOKEN_FILE, docs/contract.md §6.3). A
+// remote bridge never gets the local file's token.
+func (c *adminClient) bearer() string {
+	if c.tokenSet {
+		return c.token
+	}
+	if tok := os.Getenv("DELAYBRIDGE_ADMIN_TOKEN"); tok != "" {
+		return tok
+	}
+	if !isLoopback(c.base) {
+		return ""
+	}
+	path, ok := os.LookupEnv("DELAYBRIDGE_ADMIN_TOKEN_FILE")
+	if !ok {
+		path = config.DefaultAdminTokenFile
+	}
+	if path == "" {
+		return ""
+	}
+	tok, err := admin.ReadTokenFile(path)
+	if err != nil {
+		if !errors.Is(err, os.ErrNotExist) {
+			c.tokenFileErr = err
+		}
+		return ""
+	}
+	return tok
+}
+
+// isLoopback reports whether the URL's host is this machine.
+func isLoopback(rawURL string) bool {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return false
+	}
+	h := u.Hostname()
+	if h == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(h)
+	return ip != nil && ip.IsLoopback()
 }
 
 // do calls the API and decodes a JSON answer into out (when not nil). It
@@ -186,11 +241,7 @@ func (c *adminClient) do(method, path string, query url.Values, body any, out an
 		req.Header.Set("Content-Type", "application/json")
 	}
 	req.Header.Set("Accept", "application/json")
-	token := c.token
-	if !c.tokenSet {
-		token = os.Getenv("DELAYBRIDGE_ADMIN_TOKEN")
-	}
-	if token != "" {
+	if token := c.bearer(); token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
 	resp, err := c.http.Do(req)
@@ -213,7 +264,7 @@ func (c *adminClient) do(method, path string, query url.Values, body any, out an
 				e.Error = "no admin API at " + c.base + " (is it a delaybridge with DELAYBRIDGE_HTTP_ADDR there?)"
 			}
 		}
-		return raw, &apiError{Status: resp.StatusCode, Msg: e.Error}
+		return raw, &apiError{Status: resp.StatusCode, Msg: e.Error, tokenFile: c.tokenFileErr}
 	}
 	if out != nil && len(raw) > 0 {
 		if err := json.Unmarshal(raw, out); err != nil {

@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/delaybridge/delaybridge/admin"
 )
 
 // The admin token must not show in usage text: it used to be the --token
@@ -42,22 +45,56 @@ func TestCLIUsageNeverShowsTheToken(t *testing.T) {
 // The env var is read when --token is not given, and --token (even empty)
 // wins over it.
 func TestCLITokenFromFlagOrEnv(t *testing.T) {
+	t.Setenv("DELAYBRIDGE_ADMIN_TOKEN", "from-env")
+	got := authorizations(t, []string{}, []string{"--token", "from-flag"}, []string{"--token="})
+	want := []string{"Bearer from-env", "Bearer from-flag", ""}
+	if strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Fatalf("Authorization headers %q, want %q", got, want)
+	}
+}
+
+// authorizations runs `stats` with each of args against a server on this
+// machine and returns the Authorization header of each request.
+func authorizations(t *testing.T, args ...[]string) []string {
+	t.Helper()
 	var got []string
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		got = append(got, r.Header.Get("Authorization"))
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write([]byte(`{"pending":0,"leased":0}`))
 	}))
-	t.Cleanup(srv.Close)
-	t.Setenv("DELAYBRIDGE_ADMIN_TOKEN", "from-env")
-	for _, args := range [][]string{{}, {"--token", "from-flag"}, {"--token="}} {
+	defer srv.Close()
+	for _, a := range args {
 		var out, errOut bytes.Buffer
-		if code := runAdmin("stats", append([]string{"--url", srv.URL}, args...), &out, &errOut); code != 0 {
-			t.Fatalf("stats %v: exit %d: %s", args, code, errOut.String())
+		if code := runAdmin("stats", append([]string{"--url", srv.URL}, a...), &out, &errOut); code != 0 {
+			t.Fatalf("stats %v: exit %d: %s", a, code, errOut.String())
 		}
 	}
-	want := []string{"Bearer from-env", "Bearer from-flag", ""}
-	if strings.Join(got, "|") != strings.Join(want, "|") {
+	return got
+}
+
+// The CLI sends the token file's token to a bridge on this machine when no
+// token is given, and never to another host.
+func TestCLITokenFromTheFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "admin-token")
+	tok, _, err := admin.TokenFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("DELAYBRIDGE_ADMIN_TOKEN", "")
+	t.Setenv("DELAYBRIDGE_ADMIN_TOKEN_FILE", path)
+	got := authorizations(t, []string{}, []string{"--token", "from-flag"})
+	if want := []string{"Bearer " + tok, "Bearer from-flag"}; strings.Join(got, "|") != strings.Join(want, "|") {
 		t.Fatalf("Authorization headers %q, want %q", got, want)
+	}
+
+	for u, want := range map[string]bool{
+		"http://127.0.0.1:8080": true, "http://localhost:8080/": true, "http://[::1]:8080": true,
+		"http://127.9.9.9": true, "http://bridge.example:8080": false, "http://10.0.0.5:8080": false,
+		"http://localhost.example.com": false, "::bad": false,
+	} {
+		if isLoopback(u) != want {
+			t.Errorf("isLoopback(%q) = %v, want %v", u, !want, want)
+		}
 	}
 }

@@ -27,6 +27,7 @@ func runSchedule(args []string, out, errOut io.Writer) int {
 	id := fs.String("id", "", "message-id (default: a new UUID)")
 	contentType := fs.String("content-type", "text/plain", "content-type of the message")
 	empty := fs.Bool("empty", false, "send an empty body (without it a missing BODY is an error)")
+	noCheck := fs.Bool("no-check", false, "publish even if QUEUE does not exist now (it must by the due time)")
 	var headers headerFlags
 	fs.Var(&headers, "header", "extra header name=value (repeatable)")
 	setUsage(fs, "schedule --to QUEUE (--in DURATION | --at TIME) [flags] (BODY | --empty)",
@@ -34,7 +35,9 @@ func runSchedule(args []string, out, errOut io.Writer) int {
 broker at DELAYBRIDGE_AMQP_URL, with its due time as an absolute x-due-at, and
 waits for the broker's confirm; the bridge delivers it to QUEUE when due.
 Prints the message id on stdout (and what was scheduled on stderr).
-The destination queue must exist: delaybridge declare-queue QUEUE declares it.`)
+The destination queue must exist: delaybridge declare-queue QUEUE declares it.
+A QUEUE that does not exist is refused (exit 1, nothing published) unless
+--no-check is given.`)
 	pos, code := parseFlags(fs, args, out, errOut)
 	if code >= 0 {
 		return code
@@ -84,6 +87,19 @@ The destination queue must exist: delaybridge declare-queue QUEUE declares it.`)
 		return code
 	}
 	defer conn.Close()
+	if !*noCheck {
+		// A missing destination would surface only at the due time, as
+		// retries and then a copy on the error queue: say so now.
+		exists, err := queueExists(conn, *to)
+		if err != nil {
+			fmt.Fprintf(errOut, "delaybridge schedule: check queue %q: %v\n", *to, err)
+			return exitCritical
+		}
+		if !exists {
+			fmt.Fprintf(errOut, "delaybridge schedule: queue %q does not exist, so nothing was scheduled; declare it (delaybridge declare-queue %s), or give --no-check if it will exist by the due time\n", *to, *to)
+			return exitCritical
+		}
+	}
 	pub, err := broker.NewPublisher(conn, 1)
 	if err != nil {
 		fmt.Fprintln(errOut, "delaybridge schedule:", err)
@@ -173,20 +189,12 @@ func runDeclareQueue(args []string, out, errOut io.Writer) int {
 // it), so that an existing queue of another type or with other arguments is
 // not an error.
 func declareQueue(conn *amqp.Connection, name string, args amqp.Table) (verb string, err error) {
+	exists, err := queueExists(conn, name)
+	if err != nil || exists {
+		return "exists", err
+	}
 	ch, err := conn.Channel()
 	if err != nil {
-		return "", err
-	}
-	_, perr := ch.QueueDeclarePassive(name, false, false, false, false, nil)
-	if perr == nil {
-		ch.Close()
-		return "exists", nil
-	}
-	var ae *amqp.Error
-	if !errors.As(perr, &ae) || ae.Code != amqp.NotFound {
-		return "", perr
-	}
-	if ch, err = conn.Channel(); err != nil {
 		return "", err
 	}
 	defer ch.Close()
@@ -194,6 +202,26 @@ func declareQueue(conn *amqp.Connection, name string, args amqp.Table) (verb str
 		return "", err
 	}
 	return "declared", nil
+}
+
+// queueExists asks the broker with a passive declare, on a channel of its
+// own: a missing queue closes the channel.
+func queueExists(conn *amqp.Connection, name string) (bool, error) {
+	ch, err := conn.Channel()
+	if err != nil {
+		return false, err
+	}
+	_, err = ch.QueueDeclarePassive(name, false, false, false, false, nil)
+	var ae *amqp.Error
+	switch {
+	case err == nil:
+		ch.Close()
+		return true, nil
+	case errors.As(err, &ae) && ae.Code == amqp.NotFound:
+		return false, nil
+	default:
+		return false, err
+	}
 }
 
 type headerFlags map[string]any

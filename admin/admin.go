@@ -268,7 +268,7 @@ func New(opts Options) http.Handler {
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if h.opts.Token == "" {
-		writeError(w, http.StatusNotFound, "the admin API is disabled (set DELAYBRIDGE_ADMIN_TOKEN to enable it)")
+		writeError(w, http.StatusNotFound, "the admin API is disabled (set DELAYBRIDGE_ADMIN_TOKEN, or DELAYBRIDGE_ADMIN_TOKEN_FILE to a file the bridge can write)")
 		return
 	}
 	if !h.authorized(r) {

@@ -95,6 +95,9 @@ func (b *bencher) startBridgeEnv(ctx context.Context, endpoint, storePath string
 		"DELAYBRIDGE_HTTP_ADDR":   addr,
 		"DELAYBRIDGE_LOG_LEVEL":   "warn",
 		"DELAYBRIDGE_LOG_FORMAT":  "json",
+		// No token file in the bench's working directory; steps that use
+		// the admin API set DELAYBRIDGE_ADMIN_TOKEN.
+		"DELAYBRIDGE_ADMIN_TOKEN_FILE": "",
 	}
 	for k, v := range extra {
 		set[k] = v

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -41,11 +42,30 @@ func dial(rawURL, name string, cfg amqp.Config) (*amqp.Connection, error) {
 	}
 	conn, err := amqp.DialConfig(rawURL, cfg)
 	if err != nil {
-		// Not %w: the wrapped error's text may carry the password.
-		return nil, fmt.Errorf("connect to %s: %s", Redact(rawURL), RedactText(err.Error(), rawURL))
+		// Not wrapped: the error's text may carry the password.
+		var op *net.OpError
+		return nil, &dialError{
+			msg:         fmt.Sprintf("connect to %s: %s", Redact(rawURL), RedactText(err.Error(), rawURL)),
+			unreachable: errors.As(err, &op),
+		}
 	}
 	return conn, nil
 }
+
+// ErrUnreachable matches a connection error where no broker accepted a TCP
+// connection at the URL (refused, no route, unknown host), as opposed to a
+// broker that answered and refused the bridge (credentials, TLS, vhost).
+var ErrUnreachable = errors.New("no broker accepted a connection")
+
+// dialError is a failed dial, its text redacted.
+type dialError struct {
+	msg         string
+	unreachable bool
+}
+
+func (e *dialError) Error() string { return e.msg }
+
+func (e *dialError) Is(target error) bool { return target == ErrUnreachable && e.unreachable }
 
 // Topology names the queues the bridge owns (docs/contract.md §1).
 type Topology struct {

@@ -79,7 +79,7 @@ func (c *Conn) Connect() error {
 			// another form: the error says what to change.
 			return err
 		}
-		return fmt.Errorf("%w: %v", ErrNeverConnected, err)
+		return fmt.Errorf("%w: %w", ErrNeverConnected, err)
 	}
 	c.set(conn)
 	return nil

@@ -5,9 +5,11 @@ package config
 import (
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -67,6 +69,7 @@ type Config struct {
 	DelayedExchanges                 []string      `envconfig:"DELAYBRIDGE_DELAYED_EXCHANGES"`
 	NSBNativeDelays                  bool          `envconfig:"DELAYBRIDGE_NSB_NATIVE_DELAYS" default:"false"`
 	AdminToken                       string        `envconfig:"DELAYBRIDGE_ADMIN_TOKEN"`
+	AdminTokenFile                   string        `envconfig:"DELAYBRIDGE_ADMIN_TOKEN_FILE" default:"./data/admin-token"`
 	QueueType                        string        `envconfig:"DELAYBRIDGE_QUEUE_TYPE" default:"classic"`
 	RebusQueue                       string        `envconfig:"DELAYBRIDGE_REBUS_QUEUE"`
 	RebusDirectExchange              string        `envconfig:"DELAYBRIDGE_REBUS_DIRECT_EXCHANGE" default:"RebusDirect"`
@@ -80,6 +83,10 @@ type Config struct {
 	MetricsMaxDestinations           int           `envconfig:"DELAYBRIDGE_METRICS_MAX_DESTINATIONS" default:"50"`
 	MetricsDestinationInterval       time.Duration `envconfig:"DELAYBRIDGE_METRICS_DESTINATION_INTERVAL" default:"15s"`
 }
+
+// DefaultAdminTokenFile is DELAYBRIDGE_ADMIN_TOKEN_FILE's default, which
+// the admin CLI reads too.
+const DefaultAdminTokenFile = "./data/admin-token"
 
 // Prefix is the environment variable prefix.
 const Prefix = "DELAYBRIDGE"
@@ -189,6 +196,9 @@ func (c Config) Validate() error {
 		}
 	default:
 		return bad("STORE", "%q is not one of bbolt, postgres", c.Store)
+	}
+	if err := httpAddr(c.HTTPAddr); err != nil {
+		return bad("HTTP_ADDR", "%v", err)
 	}
 	if c.PollInterval <= 0 {
 		return bad("POLL_INTERVAL", "must be positive, got %s", c.PollInterval)
@@ -433,6 +443,24 @@ func (c Config) massTransit() error {
 		if q == x.Name || q == x.Route() {
 			return fmt.Errorf("%s_MASSTRANSIT_QUEUE: %q is an exchange of %s_DELAYED_EXCHANGES", Prefix, q, Prefix)
 		}
+	}
+	return nil
+}
+
+// httpAddr checks a listen address: empty (HTTP off) or host:port.
+func httpAddr(a string) error {
+	if a == "" {
+		return nil
+	}
+	_, port, err := net.SplitHostPort(a)
+	if err != nil || port == "" {
+		if _, nerr := strconv.Atoi(a); nerr == nil {
+			return fmt.Errorf("%q is not host:port; for port %s on every interface write \":%s\"", a, a, a)
+		}
+		return fmt.Errorf("%q is not host:port (e.g. :8080 or 127.0.0.1:8080; empty turns HTTP off)", a)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		return fmt.Errorf("%q: port %q is not a number from 0 to 65535", a, port)
 	}
 	return nil
 }

@@ -27,6 +27,7 @@ func TestDefaultsMatchTheContract(t *testing.T) {
 		MaxMessageBytes: 16777216, MaxInflightBytes: 64 << 20, AllowedDestinations: []string{"*"}, QueueType: "classic",
 		LogLevel: "info", LogFormat: "json", RebusDirectExchange: "RebusDirect",
 		MetricsMaxDestinations: 50, MetricsDestinationInterval: 15 * time.Second, BindingCheckInterval: time.Minute,
+		AdminTokenFile: "./data/admin-token",
 	}
 	if diff := cmp.Diff(want, c); diff != "" {
 		t.Fatalf("defaults differ from docs/contract.md §5 (-want +got):\n%s", diff)
@@ -48,20 +49,8 @@ func loadClean(t *testing.T, env map[string]string) (Config, error) {
 	return Load()
 }
 
-var allNames = []string{
-	"DELAYBRIDGE_AMQP_URL", "DELAYBRIDGE_ENDPOINT", "DELAYBRIDGE_ERROR_QUEUE", "DELAYBRIDGE_STORE",
-	"DELAYBRIDGE_STORE_PATH", "DELAYBRIDGE_POSTGRES_URL", "DELAYBRIDGE_HTTP_ADDR", "DELAYBRIDGE_POLL_INTERVAL",
-	"DELAYBRIDGE_BATCH_SIZE", "DELAYBRIDGE_LOCK_LEASE_DURATION", "DELAYBRIDGE_PREFETCH",
-	"DELAYBRIDGE_NUMBER_OF_RETRIES", "DELAYBRIDGE_TIME_TO_TRIGGER_STORE_CIRCUIT_BREAKER",
-	"DELAYBRIDGE_TIME_TO_TRIGGER_FETCH_CIRCUIT_BREAKER", "DELAYBRIDGE_TIME_TO_TRIGGER_DISPATCH_CIRCUIT_BREAKER",
-	"DELAYBRIDGE_MAXIMUM_RECOVERY_FAILURES_PER_SECOND", "DELAYBRIDGE_MAX_DELAY", "DELAYBRIDGE_MAX_MESSAGE_BYTES",
-	"DELAYBRIDGE_MAX_INFLIGHT_BYTES", "DELAYBRIDGE_ALLOWED_DESTINATIONS", "DELAYBRIDGE_ADMIN_TOKEN", "DELAYBRIDGE_QUEUE_TYPE",
-	"DELAYBRIDGE_LOG_LEVEL", "DELAYBRIDGE_LOG_FORMAT", "DELAYBRIDGE_AMQP_FAILOVER_URLS",
-	"DELAYBRIDGE_POSTGRES_SCHEMA", "DELAYBRIDGE_DELAYED_EXCHANGES",
-	"DELAYBRIDGE_REBUS_QUEUE", "DELAYBRIDGE_REBUS_DIRECT_EXCHANGE", "DELAYBRIDGE_REBUS_DIRECT_EXCHANGE_ARGUMENTS",
-	"DELAYBRIDGE_MANAGEMENT_URL", "DELAYBRIDGE_BINDING_CHECK_INTERVAL", "DELAYBRIDGE_NSB_NATIVE_DELAYS", "DELAYBRIDGE_MASSTRANSIT_QUEUE",
-	"DELAYBRIDGE_METRICS_MAX_DESTINATIONS", "DELAYBRIDGE_METRICS_DESTINATION_INTERVAL",
-}
+// allNames are the variables Config reads.
+var allNames = Variables()
 
 func TestEveryContractVariableIsRead(t *testing.T) {
 	c, err := loadClean(t, map[string]string{
@@ -75,7 +64,7 @@ func TestEveryContractVariableIsRead(t *testing.T) {
 		"DELAYBRIDGE_MAXIMUM_RECOVERY_FAILURES_PER_SECOND": "4", "DELAYBRIDGE_MAX_DELAY": "48h",
 		"DELAYBRIDGE_MAX_MESSAGE_BYTES": "1024", "DELAYBRIDGE_ALLOWED_DESTINATIONS": "orders.*,billing",
 		"DELAYBRIDGE_MAX_INFLIGHT_BYTES": "2048",
-		"DELAYBRIDGE_ADMIN_TOKEN":        "tok", "DELAYBRIDGE_QUEUE_TYPE": "quorum", "DELAYBRIDGE_LOG_LEVEL": "debug",
+		"DELAYBRIDGE_ADMIN_TOKEN":        "tok", "DELAYBRIDGE_ADMIN_TOKEN_FILE": "/run/tok", "DELAYBRIDGE_QUEUE_TYPE": "quorum", "DELAYBRIDGE_LOG_LEVEL": "debug",
 		"DELAYBRIDGE_LOG_FORMAT": "console", "DELAYBRIDGE_DELAYED_EXCHANGES": "orders:topic",
 		"DELAYBRIDGE_REBUS_QUEUE": "timeouts", "DELAYBRIDGE_REBUS_DIRECT_EXCHANGE": "BusDirect",
 		"DELAYBRIDGE_REBUS_DIRECT_EXCHANGE_ARGUMENTS": "alternate-exchange=x", "DELAYBRIDGE_MANAGEMENT_URL": "https://m:p@rabbit:15671/",
@@ -94,7 +83,7 @@ func TestEveryContractVariableIsRead(t *testing.T) {
 		c.QueueType != "quorum" || c.LogLevel != "debug" || c.LogFormat != "console" ||
 		strings.Join(c.DelayedExchanges, "|") != "orders:topic" || c.RebusQueue != "timeouts" || c.RebusDirectExchange != "BusDirect" ||
 		strings.Join(c.RebusDirectExchangeArgs, "|") != "alternate-exchange=x" || c.ManagementURL != "https://m:p@rabbit:15671/" ||
-		c.BindingCheckInterval != 5*time.Second {
+		c.BindingCheckInterval != 5*time.Second || c.AdminTokenFile != "/run/tok" {
 		t.Fatalf("not every variable was read: %+v", c)
 	}
 }
@@ -125,6 +114,7 @@ func TestBadValuesNameTheVariable(t *testing.T) {
 		"DELAYBRIDGE_METRICS_DESTINATION_INTERVAL":          "100ms",
 		"DELAYBRIDGE_MANAGEMENT_URL":                        "amqp://guest:secret@host:15672/",
 		"DELAYBRIDGE_BINDING_CHECK_INTERVAL":                "500ms",
+		"DELAYBRIDGE_HTTP_ADDR":                             "8080",
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := loadClean(t, map[string]string{name: value})

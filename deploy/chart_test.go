@@ -267,6 +267,26 @@ func TestChartPostgres(t *testing.T) {
 	}
 }
 
+// The admin API has the Secret's token, or is off: no pod makes a token
+// file of its own, which no one outside the pod could read and which would
+// differ between replicas.
+func TestChartAdminToken(t *testing.T) {
+	_, _, _, e := renderMode(t, "bbolt", "Recreate") // with admin.existingSecret
+	if ref := get(t, e["DELAYBRIDGE_ADMIN_TOKEN"], "valueFrom.secretKeyRef.name"); ref != "delaybridge-admin" {
+		t.Errorf("DELAYBRIDGE_ADMIN_TOKEN not from the Secret: %v", e["DELAYBRIDGE_ADMIN_TOKEN"])
+	}
+	if f, ok := e["DELAYBRIDGE_ADMIN_TOKEN_FILE"]; ok {
+		t.Errorf("DELAYBRIDGE_ADMIN_TOKEN_FILE set beside the Secret: %v", f)
+	}
+	_, _, _, e = renderMode(t, "postgres", "RollingUpdate") // without
+	if _, ok := e["DELAYBRIDGE_ADMIN_TOKEN"]; ok {
+		t.Errorf("DELAYBRIDGE_ADMIN_TOKEN set without a Secret: %v", e["DELAYBRIDGE_ADMIN_TOKEN"])
+	}
+	if f, ok := e["DELAYBRIDGE_ADMIN_TOKEN_FILE"]; !ok || f["value"] != "" {
+		t.Errorf("DELAYBRIDGE_ADMIN_TOKEN_FILE %v, want it set empty", f)
+	}
+}
+
 // A URL given in values lands in a Secret of the chart, never in the pod spec.
 func TestChartSecretFromValues(t *testing.T) {
 	const amqpURL, pgURL = "amqp://u:amqp-secret@rabbit:5672/", "postgres://u:pg-secret@db/app"

@@ -3,8 +3,10 @@ package integration
 import (
 	"bytes"
 	"encoding/json"
+	"maps"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -178,13 +180,62 @@ func TestAdminCLI(t *testing.T) {
 	}
 }
 
-// TestAdminDisabledWithoutToken: no DELAYBRIDGE_ADMIN_TOKEN, no admin API.
+// TestAdminDisabledWithoutToken: no DELAYBRIDGE_ADMIN_TOKEN and
+// DELAYBRIDGE_ADMIN_TOKEN_FILE empty (execBridge's default), no admin API.
 func TestAdminDisabledWithoutToken(t *testing.T) {
 	t.Parallel()
 	b := startBridge(t, nil)
 	code, _, errOut := runCLI(t, b, true, "stats")
 	if code != 1 || !strings.Contains(errOut, "disabled") {
 		t.Errorf("stats against a bridge without a token: exit %d, stderr %q", code, errOut)
+	}
+}
+
+// TestAdminTokenFile: with no DELAYBRIDGE_ADMIN_TOKEN the bridge makes a
+// token in DELAYBRIDGE_ADMIN_TOKEN_FILE, owner-only; the CLI on this
+// machine uses it without being told; a restart keeps it.
+func TestAdminTokenFile(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "data", "admin-token")
+	b := startBridge(t, map[string]string{"DELAYBRIDGE_ADMIN_TOKEN_FILE": path})
+	fi, err := os.Stat(path)
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("token file: %v, mode %v; want one with mode 0600", err, fi)
+	}
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok := strings.TrimSpace(string(raw))
+	cli := func(b *bridgeProc, env map[string]string) (int, string) {
+		full := map[string]string{"DELAYBRIDGE_ADMIN_URL": "http://" + b.HTTPAddr}
+		maps.Copy(full, env)
+		code, out, errOut := runBin(t, full, "stats")
+		return code, out + errOut
+	}
+	if code, out := cli(b, map[string]string{"DELAYBRIDGE_ADMIN_TOKEN_FILE": path}); code != 0 || !strings.Contains(out, "pending") {
+		t.Fatalf("stats with the token file: exit %d: %s", code, out)
+	}
+	if code, out := cli(b, map[string]string{"DELAYBRIDGE_ADMIN_TOKEN_FILE": ""}); code != 1 || !strings.Contains(out, "401") {
+		t.Fatalf("stats without a token: exit %d: %s; want 401", code, out)
+	}
+	if strings.Contains(b.Stderr(), tok) || !strings.Contains(b.Stderr(), path) {
+		t.Fatalf("the log must name the file and never the token:\n%s", b.Stderr())
+	}
+	b.Stop()
+	b = b.Restart(nil)
+	if code, out := cli(b, map[string]string{"DELAYBRIDGE_ADMIN_TOKEN": tok}); code != 0 {
+		t.Fatalf("after a restart the first token no longer works: exit %d: %s", code, out)
+	}
+
+	// Made readable by others, it is refused at start: exit 2, saying why.
+	b.Stop()
+	if err := os.Chmod(path, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p := execBridge(t, bridgeEnv(t, b.Env))
+	if code := p.Wait(20 * time.Second); code != 2 || !strings.Contains(p.Stderr(), "DELAYBRIDGE_ADMIN_TOKEN_FILE") || !strings.Contains(p.Stderr(), "chmod 600") {
+		t.Fatalf("a world-readable token file: exit %d, stderr %q; want 2 naming the variable", code, p.Stderr())
 	}
 }
 

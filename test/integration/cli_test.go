@@ -145,8 +145,13 @@ func TestScheduleSendsAbsoluteDueAt(t *testing.T) {
 	declareQueue(t, conn, timeouts)
 	env := map[string]string{"DELAYBRIDGE_AMQP_URL": amqpURL, "DELAYBRIDGE_ENDPOINT": ep}
 
+	// "orders" does not exist: refused at once, nothing published.
+	code, out, errOut := runBin(t, env, "schedule", "--to", "orders", "--in", "1h", "--id", "refused", "hello")
+	if code != 1 || out != "" || !strings.Contains(errOut, `queue "orders" does not exist`) || !strings.Contains(errOut, "declare-queue orders") {
+		t.Fatalf("schedule to a missing queue: exit %d, stdout %q, stderr %q; want exit 1 naming the queue and declare-queue", code, out, errOut)
+	}
 	before := time.Now()
-	code, out, errOut := runBin(t, env, "schedule", "--to", "orders", "--in", "1h", "--header", "k=v", "hello")
+	code, out, errOut = runBin(t, env, "schedule", "--no-check", "--to", "orders", "--in", "1h", "--header", "k=v", "hello")
 	after := time.Now()
 	if code != 0 {
 		t.Fatalf("schedule: exit %d, stderr %q", code, errOut)
@@ -158,7 +163,7 @@ func TestScheduleSendsAbsoluteDueAt(t *testing.T) {
 	if !strings.Contains(errOut, "scheduled "+id+" for orders at ") {
 		t.Errorf("stderr %q", errOut)
 	}
-	code, out, errOut = runBin(t, env, "schedule", "--to", "orders", "--at", "2030-01-02T03:04:05.123456789Z", "--id", "given", "--empty")
+	code, out, errOut = runBin(t, env, "schedule", "--no-check", "--to", "orders", "--at", "2030-01-02T03:04:05.123456789Z", "--id", "given", "--empty")
 	if code != 0 || out != "given\n" {
 		t.Fatalf("schedule --empty: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
@@ -193,6 +198,9 @@ func TestScheduleSendsAbsoluteDueAt(t *testing.T) {
 	d = get()
 	if d.MessageId != "given" || len(d.Body) != 0 || headerString(d.Headers, "x-due-at") != "2030-01-02T03:04:05.123456789Z" {
 		t.Errorf("--empty --at: message-id %q, body %q, headers %v", d.MessageId, d.Body, d.Headers)
+	}
+	if d, ok, err := ch.Get(timeouts, true); err != nil || ok {
+		t.Errorf("a third message on %s (%v): id %q", timeouts, err, d.MessageId)
 	}
 }
 
@@ -249,7 +257,7 @@ func TestCLITimesRoundTrip(t *testing.T) {
 	env := map[string]string{"DELAYBRIDGE_AMQP_URL": amqpURL, "DELAYBRIDGE_ENDPOINT": b.Endpoint}
 	// Odd nanoseconds, so that a print that rounds shows.
 	due := time.Now().Add(time.Hour).Truncate(time.Second).Add(123456789 * time.Nanosecond)
-	code, out, errOut := runBin(t, env, "schedule", "--to", dest, "--at", due.Format(time.RFC3339Nano), "x")
+	code, out, errOut := runBin(t, env, "schedule", "--no-check", "--to", dest, "--at", due.Format(time.RFC3339Nano), "x")
 	if code != 0 {
 		t.Fatalf("schedule: exit %d, stderr %q", code, errOut)
 	}

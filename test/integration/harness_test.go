@@ -215,7 +215,10 @@ func bridgeEnv(t testing.TB, env map[string]string) map[string]string {
 }
 
 // execBridge starts the binary with args and exactly the given DELAYBRIDGE_*
-// variables (none inherited from the test's environment).
+// variables (none inherited from the test's environment), except that
+// DELAYBRIDGE_ADMIN_TOKEN_FILE is empty unless given: a test's bridge makes
+// no token file in the working directory, and its admin API is on only with
+// a token the test sets.
 func execBridge(t testing.TB, env map[string]string, args ...string) *bridgeProc {
 	t.Helper()
 	if bridgeBin == "" {
@@ -227,6 +230,9 @@ func execBridge(t testing.TB, env map[string]string, args ...string) *bridgeProc
 		if !strings.HasPrefix(kv, "DELAYBRIDGE_") {
 			cmd.Env = append(cmd.Env, kv)
 		}
+	}
+	if _, ok := env["DELAYBRIDGE_ADMIN_TOKEN_FILE"]; !ok {
+		cmd.Env = append(cmd.Env, "DELAYBRIDGE_ADMIN_TOKEN_FILE=")
 	}
 	for k, v := range env {
 		cmd.Env = append(cmd.Env, k+"="+v)

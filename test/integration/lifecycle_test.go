@@ -206,6 +206,7 @@ func TestBadConfiguration(t *testing.T) {
 		{"DELAYBRIDGE_DELAYED_EXCHANGES", "orders:x-delayed-message"},
 		{"DELAYBRIDGE_DELAYED_EXCHANGES", "orders:topic,orders.route:direct"},
 		{"DELAYBRIDGE_AMQP_URL", "http://guest:s3cretpw@127.0.0.1:5672/"},
+		{"DELAYBRIDGE_HTTP_ADDR", "8080"},
 	}
 	for _, c := range cases {
 		t.Run(c.variable+"="+c.value, func(t *testing.T) {
@@ -273,7 +274,39 @@ func TestBrokerPasswordNeverLogged(t *testing.T) {
 			if strings.TrimSpace(stderr) == "" {
 				t.Errorf("the bridge exited without saying why")
 			}
+			// No broker at all: the last line says how to get one; a broker
+			// that refused the password gets no such advice.
+			hint := strings.Contains(lastLine(stderr), "ensure-rabbitmq.sh")
+			if hint != (name == "connection-refused") {
+				t.Errorf("%s: the last line names how to start a broker: %v, want %v:\n%s", name, hint, !hint, lastLine(stderr))
+			}
 			t.Logf("stderr:\n%s", stderr)
 		})
+	}
+}
+
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return lines[len(lines)-1]
+}
+
+// TestUnknownVariableWarned: a misspelt DELAYBRIDGE_ variable is named in a
+// warning at start, with the setting it is probably meant to be, and its
+// value is never printed (docs/contract.md §5.2).
+func TestUnknownVariableWarned(t *testing.T) {
+	t.Parallel()
+	const secret = "s3cret-typo-value"
+	b := startBridge(t, map[string]string{"DELAYBRIDGE_STOR": "postgres", "DELAYBRIDGE_ADMIN_TOKN": secret})
+	logs := b.Stderr()
+	for _, want := range []string{
+		`"variable":"DELAYBRIDGE_STOR","did_you_mean":"DELAYBRIDGE_STORE"`,
+		`"variable":"DELAYBRIDGE_ADMIN_TOKN","did_you_mean":"DELAYBRIDGE_ADMIN_TOKEN"`,
+	} {
+		if !strings.Contains(logs, want) {
+			t.Errorf("no warning with %s in:\n%s", want, logs)
+		}
+	}
+	if strings.Contains(logs, secret) {
+		t.Errorf("the value of an unknown variable was logged:\n%s", logs)
 	}
 }
