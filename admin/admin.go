@@ -1,5 +1,5 @@
-// Package admin serves the bridge's admin API under /api/v1/ (docs/contract.md §6,
-// the operations issue): list, inspect, cancel, reschedule and dispatch
+// Package admin serves the bridge's admin API under /api/v1/ (docs/contract.md §6.3):
+// list, inspect, cancel, reschedule and dispatch
 // pending timeouts, count them, replay dispatch failures from the error
 // queue back into the store, and pause and resume destinations (pause.go).
 //

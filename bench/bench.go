@@ -170,7 +170,7 @@ var (
 	TargetBurst        = 3 * time.Second
 	TargetHeap         = uint64(64 << 20)
 	TargetRestartReady = time.Second
-	// Issue 14, item 3: the fill against an empty store's ingest, and the
+	// The scale step's targets: the fill against an empty store's ingest, and the
 	// steady p99 with N pending against an empty store's at the same rate.
 	TargetScaleFillRatio   = 0.7
 	TargetScaleSteadyRatio = 1.5
@@ -328,7 +328,7 @@ type Scale struct {
 	Method          string    `json:"method"`
 	Punctual        *Punctual `json:"punctuality,omitempty"`
 	// Steady is the steady workload at SteadyRate while N are pending
-	// (issue 14: its p99 within 1.5× of the same rate on an empty store,
+	// (target: its p99 within 1.5× of the same rate on an empty store,
 	// which the steady step measures when it runs too).
 	SteadyRate     int        `json:"steady_rate,omitempty"`
 	Steady         *SteadyLeg `json:"steady,omitempty"`

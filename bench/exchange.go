@@ -19,7 +19,7 @@ import (
 	"github.com/delaybridge/delaybridge/wire"
 )
 
-// The destinations the exchange step compares (issue 12), in run order.
+// The destinations the exchange step compares, in run order.
 const (
 	PathQueue    = "queue"    // x-destination: the punctuality workload
 	PathExchange = "exchange" // x-destination-exchange to a topic exchange

@@ -101,7 +101,7 @@ func BuildRows(r *Results) []Row {
 		if p := s.Punctual; p != nil {
 			rows = append(rows, latenessRows(StepScale, fmt.Sprintf("%d over %s with %d pending", p.N, FmtMs(p.WindowMs), s.N), p.Lateness, true)...)
 		}
-		rows = append(rows, scaleIssue14Rows(r, s)...)
+		rows = append(rows, scaleTargetRows(r, s)...)
 		if s.HeapAvailable {
 			add(StepScale, "Go heap (HeapAlloc peak during due stream)", FmtBytes(int64(s.HeapPeak)), "≤ "+FmtBytes(int64(TargetHeap)), verdict(s.HeapPeak <= TargetHeap))
 			add(StepScale, "Go heap at end / HeapInuse / Go Sys", FmtBytes(int64(s.HeapAlloc))+" / "+FmtBytes(int64(s.HeapInuse))+" / "+FmtBytes(int64(s.Sys)), "", "")
@@ -342,11 +342,11 @@ func jsonSafe(r *Results) *Results {
 	return &c
 }
 
-// scaleIssue14Rows are the scale step's figures against issue 14's targets
+// scaleTargetRows are the scale step's figures against its targets
 // that need another step's: the steady workload while N are pending against
 // the same rate on an empty store (steady step), and the fill rate against
 // the empty store's ingest rate (ingest step).
-func scaleIssue14Rows(r *Results, s *Scale) []Row {
+func scaleTargetRows(r *Results, s *Scale) []Row {
 	var rows []Row
 	add := func(metric, value, target, result string) {
 		rows = append(rows, Row{Step: StepScale, Metric: metric, Value: value, Target: target, Result: result})

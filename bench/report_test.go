@@ -128,14 +128,14 @@ func TestBridgeEnv(t *testing.T) {
 	}
 }
 
-// TestScaleIssue14Rows: the fill is judged against the empty store's ingest
+// TestScaleTargetRows: the fill is judged against the empty store's ingest
 // and the steady p99 with N pending against the steady step's bbolt p99 at
 // the same rate; without those steps the ratios are left out.
-func TestScaleIssue14Rows(t *testing.T) {
+func TestScaleTargetRows(t *testing.T) {
 	s := &Scale{N: 1000, FillRate: 700, SteadyRate: 1000, Steady: &SteadyLeg{Lateness: Lateness{Percentiles: Percentiles{P50Ms: 2, P99Ms: 16, MaxMs: 30}}}}
 	verdicts := func(r *Results) map[string]string {
 		m := map[string]string{}
-		for _, row := range scaleIssue14Rows(r, s) {
+		for _, row := range scaleTargetRows(r, s) {
 			m[row.Metric] = row.Result
 		}
 		return m

@@ -15,7 +15,7 @@ import (
 	"time"
 )
 
-// The steady step (issue 14): messages published at a constant rate R for a
+// The steady step: messages published at a constant rate R for a
 // fixed time, each due U[1 s, 5 s] after its own send, to four destination
 // queues, so that the bridge takes messages in while others fall due. The
 // baseline is the broker's own single hop at R and at 2R (the bridge's path

@@ -28,7 +28,7 @@ import (
 // before its first due time, until its last forward is confirmed and removed:
 // about a lookahead each. The poller hands one over per poll, every quarter
 // lookahead or sooner, so four workers were all busy under steady load and
-// hand-overs queued (issue 14); sixteen leave room for slow commits. Each
+// hand-overs queued; sixteen leave room for slow commits. Each
 // has its own channel.
 const dispatchWorkers = 16
 

@@ -16,7 +16,7 @@ import (
 	"github.com/delaybridge/delaybridge/wire"
 )
 
-// newStatusPage builds the status page served at GET / (issue 5, issue 15).
+// newStatusPage builds the status page served at GET / (docs/contract.md §6.4).
 // Breaker states come from the delaybridge_circuit_breaker_state gauges of
 // the bridge's metrics; its actions are the admin API's operations, behind
 // the same token.

@@ -1,6 +1,6 @@
 package bridge
 
-// Issue 11 against the real broker: failures do not storm, and a forward
+// Against the real broker: failures do not storm, and a forward
 // AMQP cannot encode fails alone.
 
 import (

@@ -55,7 +55,7 @@ func TestPublishable(t *testing.T) {
 	}
 }
 
-// Issue 11, item 3: a message the client cannot encode fails alone, as
+// A message the client cannot encode fails alone, as
 // ErrUnpublishable: the channel and connection stay up, and the other
 // messages of its window are confirmed. (amqp091-go shuts the connection
 // down when it cannot write a frame, which failed every publish in flight.)

@@ -40,7 +40,6 @@ var (
 	mConnCloseOK  = [2]uint16{10, 51}
 	mChanOpenOK   = [2]uint16{20, 11}
 	mChanClose    = [2]uint16{20, 40}
-	mChanCloseOK  = [2]uint16{20, 41}
 	mBasicQosOK   = [2]uint16{60, 11}
 	mBasicGetOK   = [2]uint16{60, 71}
 	mBasicGetNone = [2]uint16{60, 72}

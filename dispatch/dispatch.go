@@ -188,8 +188,6 @@ type Dispatcher struct {
 	store  Store
 	opts   Options
 	log    zerolog.Logger
-	stats  Stats
-	statsM sync.Mutex
 
 	dests    *destinations
 	failures *failureLog
@@ -203,11 +201,6 @@ type Dispatcher struct {
 	sessions atomic.Int64
 	// commitTook is how long removal commits take (holdEnd).
 	commitTook commitTime
-}
-
-// Stats count what the dispatcher did.
-type Stats struct {
-	Forwarded, Stale, Failed, ErrorQueued, RemoveConflicts int64
 }
 
 // New returns a Dispatcher consuming on conn, with opts.Workers workers that
@@ -283,7 +276,7 @@ func latest(a, b time.Time) time.Time {
 // when it was stored after it (published with a past due time, replayed) or
 // held back for a retry (NotBefore). Lateness counts from there, so a
 // message that was due an hour before it became leasable does not read as an
-// hour late (issue 15). A store keeps no time of an operator's reschedule:
+// hour late (docs/contract.md §6.2). A store keeps no time of an operator's reschedule:
 // one into the past still counts from the due time it was given.
 func effectiveDue(t *storage.Timeout) time.Time {
 	return latest(latest(t.DueAt, t.NotBefore), t.ReceivedAt)
@@ -296,19 +289,6 @@ func DefaultBackoff(failures int) time.Duration {
 	}
 	d := time.Second << min(failures-1, 20)
 	return min(d, 5*time.Minute)
-}
-
-// Stats returns a snapshot of the counters.
-func (d *Dispatcher) Stats() Stats {
-	d.statsM.Lock()
-	defer d.statsM.Unlock()
-	return d.stats
-}
-
-func (d *Dispatcher) count(f func(*Stats)) {
-	d.statsM.Lock()
-	f(&d.stats)
-	d.statsM.Unlock()
 }
 
 // Run consumes until ctx ends, then stops consuming and lets every worker
@@ -484,17 +464,6 @@ type removal struct {
 	since time.Time
 }
 
-// handle processes one dispatcher message, its removal included, and
-// decides its outcome; the caller settles it. It returns an error only when
-// the broker connection failed; per-token problems are dealt with here.
-func (d *Dispatcher) handle(ctx context.Context, del *amqp.Delivery, pub Publisher) (outcome, error) {
-	o, rm, err := d.forwardAll(ctx, del, pub)
-	if rm != nil {
-		d.removeAll(ctx, []*removal{rm})
-	}
-	return o, err
-}
-
 // forwardAll forwards the tokens of one dispatcher message and decides its
 // outcome. When every forward was confirmed and nothing else is owed, it
 // leaves the removal to the caller (rm); otherwise it removes, and rm is
@@ -665,7 +634,6 @@ func (d *Dispatcher) removeAll(ctx context.Context, rms []*removal) {
 			}
 		}
 	}
-	d.count(func(s *Stats) { s.Forwarded += int64(n) })
 	d.opts.Metrics.Dispatched(n)
 	if err == nil && len(refs) > 0 {
 		d.opts.Breaker.Success()
@@ -687,7 +655,7 @@ const maxRemovalBatch = 64
 // closed: the removals of whatever queued meanwhile share a commit. A
 // worker moves on to its next message as soon as its forwards are
 // confirmed, so a slow commit (an fsync behind the store's other writes)
-// no longer holds up forwards that fall due meanwhile (issue 14). It
+// does not hold up forwards that fall due meanwhile. It
 // returns the first error settling a message.
 func (d *Dispatcher) removeLoop(ctx context.Context, in <-chan owed) error {
 	var firstErr error
@@ -964,7 +932,6 @@ func (d *Dispatcher) load(ctx context.Context, pub Publisher, tok wire.Token, ro
 }
 
 func (d *Dispatcher) stale(tok wire.Token, why string) {
-	d.count(func(s *Stats) { s.Stale++ })
 	d.opts.Metrics.StaleToken()
 	d.log.Debug().Str("id", tok.ID).Str("why", why).Msg("stale dispatcher token skipped")
 }
@@ -987,7 +954,6 @@ func storeFault(err error) bool {
 // retried after the backoff, or after the last retry the message moves to
 // the error queue.
 func (d *Dispatcher) fail(ctx context.Context, pub Publisher, it item, reason string) {
-	d.count(func(s *Stats) { s.Failed++ })
 	d.opts.Metrics.DispatchFailed()
 	if dm, ok := d.opts.Metrics.(DestinationMetrics); ok {
 		dm.DestinationDispatchFailed(it.row.Dest())
@@ -1055,11 +1021,10 @@ func (d *Dispatcher) moveToErrorQueue(ctx context.Context, pub Publisher, it ite
 	d.log.Error().Str("id", it.tok.ID).Stringer("destination", it.row.Dest()).Str("reason", facts.Reason).
 		Str("error_queue", d.opts.ErrorQueue).Msg("message moved to the error queue")
 	d.opts.Metrics.ErrorQueued(wire.StageDispatch, 1)
-	n, err := d.remove(ctx, []storage.Ref{{ID: it.tok.ID, Lock: it.tok.Lock}}, it.row.LockExpiresAt)
+	_, err := d.remove(ctx, []storage.Ref{{ID: it.tok.ID, Lock: it.tok.Lock}}, it.row.LockExpiresAt)
 	if err != nil {
 		d.recovery.failure(fmt.Errorf("remove a message moved to the error queue: %w", err))
 	}
-	d.count(func(s *Stats) { s.ErrorQueued += int64(n) })
 }
 
 // removeAttempts bounds the tries of one removal; removeSlack is the lease
@@ -1110,7 +1075,6 @@ func (d *Dispatcher) removeEach(ctx context.Context, refs []storage.Ref, leaseEn
 			Msg("removing forwarded timeouts failed; trying again while their lease holds")
 		wait *= 2
 	}
-	var conflicts int64
 	var removed []string
 	debug := d.log.Debug().Enabled()
 	for i, rerr := range results {
@@ -1121,7 +1085,6 @@ func (d *Dispatcher) removeEach(ctx context.Context, refs []storage.Ref, leaseEn
 		}
 		ok[i] = rerr == nil
 		if rerr != nil {
-			conflicts++
 			d.log.Warn().Err(rerr).Str("id", refs[i].ID).Msg("forwarded timeout could not be removed with its lease; a duplicate is possible")
 		} else if debug {
 			removed = append(removed, refs[i].ID)
@@ -1130,7 +1093,6 @@ func (d *Dispatcher) removeEach(ctx context.Context, refs []storage.Ref, leaseEn
 	if debug {
 		d.log.Debug().Strs("ids", removed).Msg("removed")
 	}
-	d.count(func(s *Stats) { s.RemoveConflicts += conflicts })
 	return ok, nil
 }
 

@@ -77,9 +77,19 @@ func newFixture(t *testing.T, retries int) *fixture {
 	pub := &fakePublisher{}
 	d := New(nil, func(context.Context) (Publisher, error) { return pub, nil }, store, Options{
 		Queue: "e.TimeoutsDispatcher", TimeoutsQueue: "e.Timeouts", ErrorQueue: "error",
-		NumberOfRetries: retries, Now: clock.Now, Logger: zerolog.Nop(),
+		NumberOfRetries: retries, Now: clock.Now, Logger: zerolog.Nop(), Metrics: &recorder{},
 	})
 	return &fixture{t: t, clock: clock, store: store, pub: pub, d: d}
+}
+
+// counted is what the dispatcher told its Metrics (a recorder) so far.
+func (f *fixture) counted() counts {
+	f.t.Helper()
+	r, ok := f.d.opts.Metrics.(*recorder)
+	if !ok {
+		f.t.Fatalf("the dispatcher's Metrics are a %T, not a recorder", f.d.opts.Metrics)
+	}
+	return r.counts()
 }
 
 func (f *fixture) insert(id, dest string, due time.Time, p amqp.Publishing) {
@@ -117,17 +127,24 @@ func (f *fixture) deliver(toks ...wire.Token) (amqptest.Outcome, error) {
 	return f.deliverBody(body)
 }
 
-// deliverBody runs a dispatcher message with this body through the
-// dispatcher and settles it as a worker does.
+// deliverBody runs a dispatcher message with this body through a worker and
+// the removal loop, as a consuming session does, and returns how it was
+// settled and the worker's error.
 func (f *fixture) deliverBody(body []byte) (amqptest.Outcome, error) {
 	f.t.Helper()
 	a := amqptest.New(f.t)
-	del := a.Deliver(amqp.Delivery{Body: body})
-	o, err := f.d.handle(context.Background(), &del, f.pub)
-	if serr := settle(&del, o); serr != nil {
-		f.t.Fatal(serr)
+	deliveries := make(chan amqp.Delivery, 1)
+	deliveries <- a.Deliver(amqp.Delivery{Body: body})
+	close(deliveries)
+	removals := make(chan owed, 1)
+	removed := make(chan error, 1)
+	go func() { removed <- f.d.removeLoop(context.Background(), removals) }()
+	err := f.d.work(context.Background(), nil, deliveries, f.pub, removals)
+	close(removals)
+	if rerr := <-removed; rerr != nil {
+		f.t.Fatal(rerr)
 	}
-	return a.Outcome(del.DeliveryTag), err
+	return a.Outcome(1), err
 }
 
 func (f *fixture) pending(id string) (storage.Timeout, bool) {
@@ -156,8 +173,8 @@ func TestForwardsThenRemoves(t *testing.T) {
 	if _, ok := f.pending("a"); ok {
 		t.Fatal("row still pending after a confirmed forward")
 	}
-	if s := f.d.Stats(); s.Forwarded != 1 {
-		t.Fatalf("stats %+v", s)
+	if c := f.counted(); c.dispatched != 1 {
+		t.Fatalf("dispatched %d, want 1", c.dispatched)
 	}
 }
 
@@ -186,8 +203,8 @@ func TestStaleTokensAreNotForwarded(t *testing.T) {
 	if n := len(f.pub.to("orders")); n != 1 {
 		t.Fatalf("forwarded %d times, want 1", n)
 	}
-	if s := f.d.Stats(); s.Stale != 2 {
-		t.Fatalf("stale = %d, want 2", s.Stale)
+	if c := f.counted(); c.stale != 2 {
+		t.Fatalf("stale = %d, want 2", c.stale)
 	}
 }
 
@@ -460,7 +477,7 @@ func TestBatchOfTokensIsReadInOneCall(t *testing.T) {
 		bs := &batchStore{Store: f.store, failMany: failMany}
 		f.d = New(nil, func(context.Context) (Publisher, error) { return f.pub, nil }, bs, Options{
 			Queue: "e.TimeoutsDispatcher", TimeoutsQueue: "e.Timeouts", ErrorQueue: "error",
-			NumberOfRetries: 3, Now: f.clock.Now, Logger: zerolog.Nop(),
+			NumberOfRetries: 3, Now: f.clock.Now, Logger: zerolog.Nop(), Metrics: &recorder{},
 		})
 		for _, id := range []string{"a", "b", "c"} {
 			f.insert(id, "orders", t0, amqp.Publishing{MessageId: id})
@@ -479,8 +496,8 @@ func TestBatchOfTokensIsReadInOneCall(t *testing.T) {
 		if bs.getManys != 1 || bs.gets != wantGets {
 			t.Fatalf("failMany=%v: %d GetMany and %d Get calls, want 1 and %d", failMany, bs.getManys, bs.gets, wantGets)
 		}
-		if s := f.d.Stats(); s.Stale != 1 {
-			t.Fatalf("failMany=%v: stale = %d, want 1 (the missing row)", failMany, s.Stale)
+		if c := f.counted(); c.stale != 1 {
+			t.Fatalf("failMany=%v: stale = %d, want 1 (the missing row)", failMany, c.stale)
 		}
 	}
 }
@@ -535,8 +552,8 @@ func TestRemoveLoopRemovesThenAcks(t *testing.T) {
 	if got := len(f.pub.to("q")); got != 6 {
 		t.Errorf("%d forwards, want 6", got)
 	}
-	if st := f.d.Stats(); st.Forwarded != 6 {
-		t.Errorf("Stats.Forwarded = %d, want 6", st.Forwarded)
+	if c := f.counted(); c.dispatched != 6 {
+		t.Errorf("dispatched %d, want 6", c.dispatched)
 	}
 }
 

@@ -45,6 +45,15 @@ func (r *recorder) ObserveDispatchConfirm(d time.Duration) {
 	r.mu.Unlock()
 }
 
+// counts are a recorder's counters.
+type counts struct{ dispatched, failed, stale int }
+
+func (r *recorder) counts() counts {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return counts{r.dispatched, r.failed, r.stale}
+}
+
 func TestMetrics(t *testing.T) {
 	f := newFixture(t, 0)
 	rec := &recorder{}
@@ -109,8 +118,8 @@ func TestLatenessWithoutConfirmCallbacks(t *testing.T) {
 
 // TestLatenessFromEffectiveDue: lateness counts from when a message could
 // first be forwarded, not from a due time long past when it was stored or
-// while it was held back for a retry (issue 15: such messages read as
-// minutes late on the status page).
+// while it was held back for a retry (else such messages read as minutes
+// late on the status page).
 func TestLatenessFromEffectiveDue(t *testing.T) {
 	f := newFixture(t, 3)
 	rec := &recorder{}

@@ -56,6 +56,9 @@ func (b *logBuffer) lines(level string) []map[string]any {
 // clock filled in).
 func (f *fixture) rebuild(store Store, opts Options) {
 	opts.Queue, opts.TimeoutsQueue, opts.ErrorQueue, opts.Now = "e.TimeoutsDispatcher", "e.Timeouts", "error", f.clock.Now
+	if opts.Metrics == nil {
+		opts.Metrics = &recorder{}
+	}
 	f.d = New(nil, func(context.Context) (Publisher, error) { return f.pub, nil }, store, opts)
 }
 
@@ -87,7 +90,7 @@ func (f *fixture) run(batch int) {
 	}
 }
 
-// TestUnroutableDestinationDoesNotStorm is issue 11: 300 messages due to a
+// TestUnroutableDestinationDoesNotStorm: 300 messages due to a
 // queue that does not exist, default retries. Every attempt counts, so each
 // message reaches the error queue after its retries on the documented
 // backoff; the destination is probed with one forward instead of one
@@ -154,8 +157,8 @@ func TestUnroutableDestinationDoesNotStorm(t *testing.T) {
 	if publishes > 2*msgs+2*retries {
 		t.Errorf("%d publish attempts to the unroutable destination; want at most %d (first and last attempts, and a probe per round)", publishes, 2*msgs+2*retries)
 	}
-	if s := f.d.Stats(); s.Failed != msgs*(retries+1) {
-		t.Errorf("%d failures counted, want %d: every attempt counts", s.Failed, msgs*(retries+1))
+	if c := f.counted(); c.failed != msgs*(retries+1) {
+		t.Errorf("%d failures counted, want %d: every attempt counts", c.failed, msgs*(retries+1))
 	}
 	if w := len(logs.lines("warn")); w > 2*(retries+1) {
 		t.Errorf("%d warning lines; want the failures to one destination summarised, at most %d", w, 2*(retries+1))
@@ -380,7 +383,7 @@ func (s removeFailsOnce) Remove(ctx context.Context, refs []storage.Ref) ([]erro
 	return res, err
 }
 
-// Issue 11, item 6: a removal that fails once is tried again while the
+// A removal that fails once is tried again while the
 // lease holds, so the forward is not forwarded again a lease later.
 func TestForwardWhoseRemoveFailsOnceIsNotForwardedAgain(t *testing.T) {
 	f := newFixture(t, 3)
@@ -402,8 +405,8 @@ func TestForwardWhoseRemoveFailsOnceIsNotForwardedAgain(t *testing.T) {
 	if n := fs.Calls(faultstore.Remove); n != 2 {
 		t.Fatalf("%d Remove calls, want 2 (the failure and its retry)", n)
 	}
-	if s := f.d.Stats(); s.Forwarded != 1 || s.RemoveConflicts != 0 {
-		t.Fatalf("stats %+v", s)
+	if c := f.counted(); c.dispatched != 1 {
+		t.Fatalf("dispatched %d, want 1", c.dispatched)
 	}
 }
 
@@ -456,7 +459,7 @@ func unpublishable(m broker.Outgoing) error {
 	return broker.Publishable(m.Exchange, m.RoutingKey, &m.Msg, 0)
 }
 
-// Issue 11, item 3: a forward the client cannot encode (a destination over
+// A forward the client cannot encode (a destination over
 // 255 bytes) is that message's failure, counted and moved to the error
 // queue; the other forwards of its window go out and are removed, and the
 // dispatcher message is acked (no connection failure).

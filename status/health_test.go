@@ -14,7 +14,7 @@ import (
 	"github.com/delaybridge/delaybridge/wire"
 )
 
-// The incident of issue 15: every forward to a destination fails, none is
+// An incident: every forward to a destination fails, none is
 // dispatched. The page said "healthy" and showed the messages as "waiting".
 func TestFailingDispatchIsAProblemAndRowsAreNotWaiting(t *testing.T) {
 	clk := &clock{t: time.Date(2026, 11, 21, 20, 0, 0, 0, time.UTC)}

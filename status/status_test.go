@@ -144,7 +144,7 @@ func TestBreakersAndConnectionsFromGatherer(t *testing.T) {
 	r.m.BreakerState("fetch", circuit.Armed)
 	r.setConnected("publish", true)
 	page := get(t, New(Options{Gatherer: r.reg}))
-	// An armed breaker is a problem already (issue 15): its operations keep
+	// An armed breaker is a problem already: its operations keep
 	// failing, and it triggers unless they recover.
 	mustContain(t, page, "fetch breaker", "armed", "publish connection", "connected", ">attention<", "breaker fetch armed")
 	if strings.Contains(page, ">healthy<") {

@@ -160,10 +160,6 @@ func PostgresURLFromEnv() string { return postgreSQL.url() }
 // can). A URL is probed once per test binary.
 func AMQPReachable() error { return rabbitMQ.probe() }
 
-// PostgresReachable reports why the test database cannot be reached (nil if
-// it can). A URL is probed once per test binary.
-func PostgresReachable() error { return postgreSQL.probe() }
-
 // AMQPURL returns the test broker's URL (AMQPURLFromEnv) once it answers
 // there; if it does not, the test is Unavailable.
 func AMQPURL(t testing.TB) string {

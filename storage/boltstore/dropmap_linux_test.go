@@ -36,7 +36,7 @@ func rssFileKiB(t *testing.T) int {
 }
 
 // Reading large messages leaves their pages out of the process's resident
-// set (issue 14: 300 forwards of 8 MiB pinned 2.4 GiB of mapped pages), and
+// set (300 forwards of 8 MiB once pinned 2.4 GiB of mapped pages), and
 // the messages read are whole, also when read again.
 func TestLargeReadsDropTheirMappedPages(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "db")

@@ -14,7 +14,7 @@ import (
 // it finds, since one in the file was left by a predecessor that died: a
 // lease never outlives its process, so writing it down bought nothing and
 // cost a commit and two fsyncs on the path of every due message, queued
-// behind the inserts and removals of the same moment (issue 14). A leased
+// behind the inserts and removals of the same moment. A leased
 // row stays where it is in the ready index; Lease skips the rows leased
 // here, and takes a row whose lease expired again, in its due order.
 //
@@ -103,8 +103,8 @@ func (t *leaseTable) take(id, owner string, expires time.Time) string {
 	return lock
 }
 
-// check reports whether lock (unless empty) holds a valid lease on id at
-// now; see lockErr.
+// check returns storage.ErrConcurrency unless lock (when not empty) is the
+// valid lease on id at now: the lease expired, or another poller holds it.
 func (t *leaseTable) check(id, lock string, now time.Time) error {
 	if lock == "" {
 		return nil

@@ -115,7 +115,7 @@ func jsString(s string) string {
 // TestStatusPageInBrowser drives the status page in headless Chromium
 // against a real bridge: a destination whose every forward fails turns the
 // badge to "attention" with the destination failing and its messages
-// retrying (issue 15: it said "healthy", the messages "waiting"); an
+// retrying (not "healthy" with the messages "waiting"); an
 // operator logs in with the admin token, searches by id prefix, cancels a
 // message and sees it gone, and dispatches another now.
 func TestStatusPageInBrowser(t *testing.T) {

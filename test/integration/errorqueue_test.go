@@ -11,7 +11,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
-// Issue 11: the error queue refusing copies must not stall intake, storm or
+// The error queue refusing copies must not stall intake, storm or
 // lose anything (docs/contract.md §4.1).
 
 // errorQueueLoad deletes the bridge's error queue, declares it again with

@@ -13,7 +13,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
-// Issue 11: a message with more than 8,192 headers, or tables nested deeper
+// A message with more than 8,192 headers, or tables nested deeper
 // than 32, is valid AMQP and the broker takes it, but amqp091-go refuses to
 // read it and drops the connection, and the message comes back first,
 // forever. The bridge must move it to the error queue with a reason, after a
