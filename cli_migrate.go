@@ -106,7 +106,7 @@ func (m migration) run(ctx context.Context, name string) error {
 	if ae, _ := x.Arguments["alternate-exchange"].(string); x.Type != "headers" || ae != route {
 		hint := "start the bridge with it in DELAYBRIDGE_DELAYED_EXCHANGES first (docs/contract.md §2.7)"
 		if x.Type == "x-delayed-message" {
-			hint = "it is still the delayed-message-exchange plugin's exchange: drain it, delete it and start the bridge with it in DELAYBRIDGE_DELAYED_EXCHANGES (docs/migrating-from-the-plugin.md)"
+			hint = "it is still the delayed-message-exchange plugin's exchange: drain it, delete it and start the bridge with it in DELAYBRIDGE_DELAYED_EXCHANGES (docs/protocols/delayed-exchange.md)"
 		}
 		return fmt.Errorf("exchange %q on vhost %q is not a delayed exchange of the bridge (it is a %s exchange, alternate-exchange %q; the bridge's is a headers exchange whose alternate exchange is %q): %s",
 			name, m.c.Vhost(), x.Type, ae, route, hint)

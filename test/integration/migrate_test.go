@@ -215,7 +215,7 @@ func TestMigrateBindingsRefuses(t *testing.T) {
 // code written for the plugin makes on every start, is refused; RabbitMQ
 // before rabbitmq-server PR #11214 (3.10 here) refuses it with 503
 // COMMAND_INVALID, a connection error: amqplib's connection closes with every
-// channel on it (docs/migrating-from-the-plugin.md). With that PR (4.x) it
+// channel on it (docs/protocols/delayed-exchange.md). With that PR (4.x) it
 // is a 406 channel error and the connection lives on.
 func TestAmqplibDeclaresThePluginsExchange(t *testing.T) {
 	t.Parallel()
