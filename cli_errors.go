@@ -22,7 +22,7 @@ const errorsUsage = `usage: delaybridge errors COMMAND [flags]
 
 This endpoint's copies on the error queue (NServiceBus.FailedQ = E.Timeouts).
 Each command reads the head of the error queue with basic.get and requeues what
-it does not remove: see the README's error queue section for the cost.
+it does not remove: see docs/operations.md, "The error queue", for the cost.
 
 commands:
   ls [filters] [--limit N] [--cursor C] [--all]   list copies

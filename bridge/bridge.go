@@ -48,7 +48,7 @@ const lookahead = 200 * time.Millisecond
 // message) wrote 35–40 MB/s, and the disk then stalled the broker's own
 // fsyncs, and its queues, for 100–1,300 ms at times; 100 ms apart the same
 // load wrote 20–24 MB/s, with about 15% less of the bridge's CPU
-// (docs/performance.md, fifth pass). Intake due within holdUrgent is not
+// (docs/performance.md, "Steady intake while messages fall due"). Intake due within holdUrgent is not
 // held, so holding never makes a message late.
 const (
 	commitHold = 100 * time.Millisecond

@@ -80,7 +80,7 @@ type Options struct {
 	// nothing in it falls due within Urgent of its arrival. Under steady
 	// intake each commit rewrites the store pages its rows land on, wherever
 	// they are, so fewer, larger commits write less: with bbolt at 2,000
-	// msg/s, about half (docs/performance.md, fifth pass). A row due sooner
+	// msg/s, about half (docs/performance.md, "Steady intake while messages fall due"). A row due sooner
 	// ends the wait, so holding never makes a message late; so does a batch
 	// of half MaxBatch (holdBatch).
 	Hold   time.Duration

@@ -66,7 +66,7 @@ type Options struct {
 	// Transient hands tokens over as transient messages, which the broker
 	// never writes to disk: a persistent hand-over waits for the broker's
 	// fsync, and a disk that stalls then holds up every forward behind it
-	// (docs/performance.md, fifth pass). A broker restart loses them, so
+	// (docs/performance.md, "Steady intake while messages fall due"). A broker restart loses them, so
 	// only a store whose leases the bridge can free on reconnect may use it
 	// (bbolt: dispatch.Options.Reconnected).
 	Transient bool

@@ -1,6 +1,6 @@
 package integration
 
-// Broker failover at run time (README "Broker connection loss",
+// Broker failover at run time (docs/operations.md "Production",
 // DELAYBRIDGE_AMQP_FAILOVER_URLS): the bridge is given two brokers and the
 // one it uses goes away while messages are being ingested and dispatched.
 //
