@@ -107,33 +107,39 @@ func (s Schedule) NextIn(after time.Time, loc *time.Location, w Window) time.Tim
 
 // Decision is what a scheduler does with a due fire time.
 type Decision struct {
-	// Fire says whether to fire now; FireAt is then the fire's scheduled time
-	// (what Quartz reports as ScheduledFireTimeUtc: the due time when on time,
-	// now after a misfire handled by firing once now).
-	Fire   bool
-	FireAt time.Time
+	// Fire says whether to fire now.
+	Fire bool
+	// Scheduled is the fire time this fire stands for, what Quartz reports as
+	// ScheduledFireTimeUtc (MT-Quartz-Scheduled): the due time, also when a
+	// misfire is fired late (Quartz.NET 3.19 keeps the missed time there).
+	Scheduled time.Time
 	// Misfired says the due time was more than the threshold ago.
 	Misfired bool
 	// Next is the fire time to store after this one; zero when the schedule
 	// is over.
 	Next time.Time
+	// Previous is what the fire after this one reports as the previous fire
+	// time (Quartz's PreviousFireTimeUtc, MT-Quartz-PreviousSent): the due
+	// time, or, for a misfire fired late, the moment it fired, since Quartz
+	// moves the trigger's fire time to now before firing. Zero when nothing
+	// fires.
+	Previous time.Time
 }
 
 // Decide applies the misfire policy to a stored fire time due at due, seen at
 // now. On time (now - due <= threshold) it fires due. Misfired, FireOnceNow
-// (Default, Send) fires once at now and Skip fires nothing; either way the
-// next fire time is the first after now, so missed fires are never replayed
-// one by one. Unlike Quartz, which may fire once after endTime when a misfire
-// is handled, nothing fires after w.End.
+// (Default, Send) fires once now and Skip fires nothing; either way the next
+// fire time is the first after now, so missed fires are never replayed one by
+// one. Unlike Quartz, which may fire once after endTime when a misfire is
+// handled, nothing fires after w.End.
 func Decide(s Schedule, loc *time.Location, w Window, p MisfirePolicy, due, now time.Time, threshold time.Duration) Decision {
 	if now.Sub(due) <= threshold {
-		return Decision{Fire: true, FireAt: due, Next: s.NextIn(due, loc, w)}
+		return Decision{Fire: true, Scheduled: due, Previous: due, Next: s.NextIn(due, loc, w)}
 	}
+	now = now.Truncate(time.Second)
 	d := Decision{Misfired: true, Next: s.NextIn(now, loc, w)}
 	if p.QuartzInstruction().effective() == QuartzFireOnceNow && (w.End.IsZero() || !now.After(w.End)) {
-		d.Fire, d.FireAt = true, now.Truncate(time.Second)
-		// the fire at now covers every fire time up to now
-		d.Next = s.NextIn(d.FireAt, loc, w)
+		d.Fire, d.Scheduled, d.Previous = true, due, now
 	}
 	return d
 }

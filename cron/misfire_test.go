@@ -65,20 +65,21 @@ func TestDecide(t *testing.T) {
 	due := utc(t, "2026-04-01T10:00:00Z")
 	// on time (within the threshold): fire the due time, next is due + 10 min.
 	d := Decide(s, time.UTC, Window{}, MisfireSkip, due, due.Add(30*time.Second), DefaultMisfireThreshold)
-	if !d.Fire || d.Misfired || !d.FireAt.Equal(due) || !d.Next.Equal(utc(t, "2026-04-01T10:10:00Z")) {
+	if !d.Fire || d.Misfired || !d.Scheduled.Equal(due) || !d.Previous.Equal(due) || !d.Next.Equal(utc(t, "2026-04-01T10:10:00Z")) {
 		t.Errorf("on time: %+v", d)
 	}
-	// down for 2 h 5 min: Default and Send fire once now, then continue after now.
+	// down for 2 h 5 min: Default and Send fire once now, standing for the first
+	// missed time, then continue after now.
 	now := utc(t, "2026-04-01T12:05:07.5Z")
 	for _, p := range []MisfirePolicy{MisfireDefault, MisfireSend} {
 		d = Decide(s, time.UTC, Window{}, p, due, now, DefaultMisfireThreshold)
-		if !d.Fire || !d.Misfired || !d.FireAt.Equal(utc(t, "2026-04-01T12:05:07Z")) || !d.Next.Equal(utc(t, "2026-04-01T12:10:00Z")) {
+		if !d.Fire || !d.Misfired || !d.Scheduled.Equal(due) || !d.Previous.Equal(utc(t, "2026-04-01T12:05:07Z")) || !d.Next.Equal(utc(t, "2026-04-01T12:10:00Z")) {
 			t.Errorf("%v after downtime: %+v", p, d)
 		}
 	}
 	// Skip: no fire, next after now.
 	d = Decide(s, time.UTC, Window{}, MisfireSkip, due, now, DefaultMisfireThreshold)
-	if d.Fire || !d.Misfired || !d.Next.Equal(utc(t, "2026-04-01T12:10:00Z")) {
+	if d.Fire || !d.Misfired || !d.Previous.IsZero() || !d.Next.Equal(utc(t, "2026-04-01T12:10:00Z")) {
 		t.Errorf("skip after downtime: %+v", d)
 	}
 	// the end passed during the downtime: nothing fires, the schedule is over.
