@@ -4,7 +4,7 @@
 //
 //	s, err := cron.Parse("0 30 2 ? * MON-FRI")   // Quartz: 02:30:00 on weekdays
 //	loc, err := cron.LoadLocation("W. Europe Standard Time")
-//	next := s.Next(time.Now(), loc)               // a UTC instant
+//	next := s.Next(time.Now(), loc)               // the instant, in loc
 //	five := s.NextN(time.Now(), loc, 5)
 //
 // # Syntax
@@ -26,7 +26,9 @@
 //     MassTransit's Quartz integration uses).
 //   - Unix (Vixie cron, POSIX): if both are restricted (neither is '*'), a day
 //     matching either fires ("0 12 13 * 5": Fridays and the 13th); otherwise
-//     the restricted one decides.
+//     the restricted one decides. Only a field that is exactly '*' counts as
+//     unrestricted ("*/2" restricts, as robfig/cron has it; Vixie cron would
+//     treat it as '*').
 //
 // Parse errors are *FieldError naming the field ("day-of-week", "year", ...)
 // and wrap ErrSyntax. A schedule that can never fire again (a past year,

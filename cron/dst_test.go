@@ -150,3 +150,22 @@ func TestFireTimesStrictlyIncrease(t *testing.T) {
 		}
 	}
 }
+
+func TestNextInputs(t *testing.T) {
+	s, _ := Parse("0 0 9 * * ?")
+	ber, _ := LoadLocation("Europe/Berlin")
+	// after given in another zone and with a fraction of a second: the same instant counts.
+	after := time.Date(2026, 4, 1, 8, 59, 59, 999_000_000, ber) // 06:59:59.999Z
+	got := s.Next(after, ber)
+	if !got.Equal(utc(t, "2026-04-01T07:00:00Z")) || got.Location() != ber {
+		t.Errorf("Next = %s (%s), want 2026-04-01T07:00:00Z in Europe/Berlin", got, got.Location())
+	}
+	// strictly after: a fire time is not returned for itself.
+	if got2 := s.Next(got, ber); !got2.Equal(utc(t, "2026-04-02T07:00:00Z")) {
+		t.Errorf("Next(fire) = %s, want the next day", got2)
+	}
+	// nil location is UTC.
+	if got := s.Next(utc(t, "2026-04-01T00:00:00Z"), nil); !got.Equal(utc(t, "2026-04-01T09:00:00Z")) {
+		t.Errorf("nil loc: %s", got)
+	}
+}

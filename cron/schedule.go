@@ -23,7 +23,7 @@ func (s Schedule) Dialect() Dialect {
 
 // Next returns the first fire time strictly after after, evaluating the
 // expression on the wall clock of loc (nil means UTC). Fire times are whole
-// seconds. It returns the zero Time when the schedule has no fire time left
+// seconds, returned in loc. It returns the zero Time when the schedule has no fire time left
 // (a past year, a day that never exists) up to the end of 2199.
 //
 // Daylight-saving changes follow Quartz's CronExpression.GetTimeAfter; see the
