@@ -3,6 +3,7 @@ package cron
 import (
 	"errors"
 	"fmt"
+	"regexp"
 	"strconv"
 	"strings"
 )
@@ -296,26 +297,35 @@ func (sp *spec) parseDayOfMonth(tok string, quartz bool) error {
 	return nil
 }
 
+// lastDaySyntax is Quartz's grammar of the 'L' family in day-of-month: L,
+// L-n, LW, L-nW, LW-m, L-nW-m.
+var lastDaySyntax = regexp.MustCompile(`^L(?:-(\d+))?(W(?:-(\d+))?)?$`)
+
 func parseDomSpecial(item string) (domRule, error) {
-	switch {
-	case item == "L":
-		return domRule{kind: domLast}, nil
-	case item == "LW":
-		return domRule{kind: domLastWeekday}, nil
-	case strings.HasPrefix(item, "L-"):
-		n, err := strconv.Atoi(item[2:])
-		if err != nil || n < 0 || n > 30 {
-			return domRule{}, fmt.Errorf("offset from the last day in %q must be 0-30", item)
+	if strings.HasPrefix(item, "L") {
+		m := lastDaySyntax.FindStringSubmatch(item)
+		if m == nil {
+			return domRule{}, fmt.Errorf("%q: 'L' is valid as L, L-n, LW, L-nW or LW-m", item)
 		}
-		return domRule{kind: domLast, n: n}, nil
-	case strings.HasSuffix(item, "W"):
-		n, err := strconv.Atoi(item[:len(item)-1])
-		if err != nil || n < 1 || n > 31 {
-			return domRule{}, fmt.Errorf("'W' in %q needs a day of 1-31 before it", item)
+		r := domRule{kind: domLast, weekday: m[2] != ""}
+		var err error
+		if m[1] != "" {
+			if r.n, err = strconv.Atoi(m[1]); err != nil || r.n > 30 {
+				return domRule{}, fmt.Errorf("offset from the last day in %q must be 0-30", item)
+			}
 		}
-		return domRule{kind: domNearestWeekday, n: n}, nil
+		if m[3] != "" {
+			if r.after, err = strconv.Atoi(m[3]); err != nil || r.after > 30 {
+				return domRule{}, fmt.Errorf("offset from the last weekday in %q must be 0-30", item)
+			}
+		}
+		return r, nil
 	}
-	return domRule{}, fmt.Errorf("%q: 'L' is valid as L, L-n or LW", item)
+	n, err := strconv.Atoi(item[:len(item)-1])
+	if err != nil || n < 1 || n > 31 {
+		return domRule{}, fmt.Errorf("'W' in %q needs a day of 1-31 before it", item)
+	}
+	return domRule{kind: domNearestWeekday, n: n}, nil
 }
 
 // parseDayOfWeek reads the day-of-week field into 0 (Sunday) to 6 (Saturday).

@@ -32,14 +32,19 @@ type spec struct {
 type domKind int
 
 const (
-	domLast           domKind = iota + 1 // L or L-n: n days before the last day
-	domLastWeekday                       // LW: the last Monday-Friday of the month
-	domNearestWeekday                    // nW: the Monday-Friday nearest day n, within the month
+	// L-n[W[-m]]: n days before the last day; with W the weekday nearest
+	// that day, then m days earlier (not before the 1st).
+	domLast domKind = iota + 1
+	// nW: the Monday-Friday nearest day n (the last day when the month is
+	// shorter), within the month.
+	domNearestWeekday
 )
 
 type domRule struct {
-	kind domKind
-	n    int
+	kind    domKind
+	n       int
+	weekday bool // domLast: W
+	after   int  // domLast: m of LW-m
 }
 
 // nextBit returns the smallest set bit >= from, or -1.
@@ -76,47 +81,43 @@ func (sp *spec) domMatch(y int, m time.Month, d int) bool {
 	}
 	last := daysIn(y, m)
 	for _, r := range sp.domRules {
+		var want int
 		switch r.kind {
 		case domLast:
-			if d == last-r.n {
-				return true
-			}
-		case domLastWeekday:
-			w := last
-			switch weekday(y, m, last) {
-			case 6: // Saturday
-				w = last - 1
-			case 0: // Sunday
-				w = last - 2
-			}
-			if d == w {
-				return true
+			want = last - r.n
+			if r.weekday && want >= 1 {
+				want = nearestWeekday(y, m, want, last) - r.after
+				if want < 1 {
+					want = 1 // as Quartz: an offset past the 1st stays on the 1st
+				}
 			}
 		case domNearestWeekday:
-			if r.n > last {
-				continue // the day does not exist this month: no fire (Quartz skips the month)
-			}
-			w := r.n
-			switch weekday(y, m, r.n) {
-			case 6: // Saturday: Friday before, or Monday after when the 1st
-				if r.n == 1 {
-					w = 3
-				} else {
-					w = r.n - 1
-				}
-			case 0: // Sunday: Monday after, or Friday before when the last day
-				if r.n == last {
-					w = r.n - 2
-				} else {
-					w = r.n + 1
-				}
-			}
-			if d == w {
-				return true
-			}
+			want = nearestWeekday(y, m, min(r.n, last), last)
+		}
+		if d == want {
+			return true
 		}
 	}
 	return false
+}
+
+// nearestWeekday moves a Saturday to the Friday before and a Sunday to the
+// Monday after, without leaving the month (Saturday the 1st goes to Monday
+// the 3rd, Sunday the last to the Friday before), as Quartz's W does.
+func nearestWeekday(y int, m time.Month, d, last int) int {
+	switch weekday(y, m, d) {
+	case 6:
+		if d == 1 {
+			return 3
+		}
+		return d - 1
+	case 0:
+		if d == last {
+			return d - 2
+		}
+		return d + 1
+	}
+	return d
 }
 
 func (sp *spec) dowMatch(y int, m time.Month, d int) bool {

@@ -26,9 +26,22 @@ func TestQuartzSpecials(t *testing.T) {
 		// 1 Aug 2026 is a Saturday: W does not leave the month, so Monday the 3rd.
 		{"1W", "0 0 12 1W 8 ?", "UTC", "2026-07-01T00:00:00Z",
 			[]string{"2026-08-03T12:00:00Z"}},
-		// 31W: months without a 31st do not fire; 31 May 2026 is a Sunday -> Fri 29.
+		// 31W: as Quartz.NET, a day past the month's end is the last day first
+		// (30 Apr, a Thursday; 30 Jun, a Tuesday); 31 May 2026 is a Sunday -> Fri 29.
 		{"31W", "0 0 12 31W * ?", "UTC", "2026-04-01T00:00:00Z",
-			[]string{"2026-05-29T12:00:00Z", "2026-07-31T12:00:00Z"}},
+			[]string{"2026-04-30T12:00:00Z", "2026-05-29T12:00:00Z", "2026-06-30T12:00:00Z", "2026-07-31T12:00:00Z"}},
+		{"31W in February", "0 0 0 31W 2 ?", "UTC", "2026-01-01T00:00:00Z",
+			[]string{"2026-02-27T00:00:00Z"}},
+		// L-3W: the weekday nearest 3 days before the last (28 May, a Thursday;
+		// 27 Jun, a Saturday -> Fri 26).
+		{"L-3W", "0 0 12 L-3W * ?", "UTC", "2026-05-01T00:00:00Z",
+			[]string{"2026-05-28T12:00:00Z", "2026-06-26T12:00:00Z"}},
+		// LW-2: two days before the last weekday (Fri 29 May -> 27; Tue 30 Jun -> 28).
+		{"LW-2", "0 0 12 LW-2 * ?", "UTC", "2026-05-01T00:00:00Z",
+			[]string{"2026-05-27T12:00:00Z", "2026-06-28T12:00:00Z"}},
+		// L and a plain day together.
+		{"L,15", "0 0 12 L,15 * ?", "UTC", "2026-04-01T00:00:00Z",
+			[]string{"2026-04-15T12:00:00Z", "2026-04-30T12:00:00Z", "2026-05-15T12:00:00Z"}},
 		{"6#3 third Friday", "0 0 12 ? * 6#3", "UTC", "2026-04-01T00:00:00Z",
 			[]string{"2026-04-17T12:00:00Z", "2026-05-15T12:00:00Z"}},
 		{"FRI#3 by name", "0 0 12 ? * fri#3", "UTC", "2026-04-01T00:00:00Z",
@@ -94,7 +107,7 @@ func TestNeverFires(t *testing.T) {
 		"0 0 0 30 2 ?",        // 30 February
 		"0 0 0 31 4,6,9,11 ?", // 31st of 30-day months
 		"0 0 0 ? 2 1#5 2027",  // no fifth Sunday in February 2027
-		"0 0 0 31W 2 ?",       // W in a month without that day
+		"0 0 0 L-30 2 ?",      // 30 days before the last of February
 		"0 0 30 2 *",          // Unix, 30 February
 	} {
 		s, err := Parse(e)
@@ -126,6 +139,9 @@ func TestParseErrorsNameTheField(t *testing.T) {
 		{"0 0 0 L-31 * ?", "day-of-month"},
 		{"0 0 0 0W * ?", "day-of-month"},
 		{"0 0 0 LX * ?", "day-of-month"},
+		{"0 0 0 LW-31 * ?", "day-of-month"},
+		{"0 0 0 L-3W- * ?", "day-of-month"},
+		{"0 0 0 32W * ?", "day-of-month"},
 		{"0 0 0 ? 13 *", "month"},
 		{"0 0 0 1 JANX ?", "month"},
 		{"0 0 0 ? * 8", "day-of-week"},
