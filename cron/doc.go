@@ -17,7 +17,10 @@
 // with day-of-week 1-7 (1 = SUN), ranges that may wrap (FRI-MON, 22-2), and
 // '?', L, L-n, LW, L-nW, LW-m and nW in day-of-month (W never leaves the
 // month; as Quartz.NET, nW past the month's end starts from the last day), nL,
-// n#k and a lone L (Saturday) in day-of-week, years 1970-2199. Fire times are whole seconds; Unix ones are on
+// n#k and a lone L (Saturday) in day-of-week, years 1970-2199. Not supported:
+// Quartz.NET's H (hash) tokens, C (calendar) and its MON/n "every n-th week"
+// form, whose fire times depend on when it is evaluated; Unix @reboot and
+// @every. Fire times are whole seconds; Unix ones are on
 // second 0.
 //
 // Day-of-month and day-of-week combine differently in the two dialects, each

@@ -386,6 +386,15 @@ func (sp *spec) parseDayOfWeek(tok string, quartz bool) error {
 		sp.dowLast, sp.dowNthDay = true, d-1
 		return nil
 	}
+	for _, item := range strings.Split(tok, ",") {
+		if i := strings.IndexByte(item, '/'); i >= 0 {
+			if _, named := f.names[item[:i]]; named {
+				// Quartz.NET reads NAME/n as "every n-th week", counted from
+				// wherever a search starts, so its fire times are not fixed.
+				return fail("a day name followed by '/' is Quartz.NET's every-n-th-week form, which is not supported; write the days as numbers (2/2 is MON, WED, FRI)")
+			}
+		}
+	}
 	set, err := parseSet(tok, f)
 	if err != nil {
 		return err
