@@ -996,7 +996,8 @@ func (d *Dispatcher) moveToErrorQueue(ctx context.Context, pub Publisher, it ite
 	}
 	// While the error queue refuses copies, only the gate's probes are
 	// published, and it logs the refusals summed up.
-	if err := d.opts.Errors.Send(ctx, pub, []errorqueue.Failure{f})[0]; err != nil {
+	fs := []errorqueue.Failure{f}
+	if err := d.opts.Errors.Send(ctx, pub, fs)[0]; err != nil {
 		refused := errors.Is(err, broker.ErrReturned) || errors.Is(err, broker.ErrNacked)
 		// A copy the gate held back was not an attempt: it does not count.
 		if !errors.Is(err, errorqueue.ErrRefusing) && (!errors.Is(err, broker.ErrNotConfirmed) || errors.Is(err, context.DeadlineExceeded)) {
@@ -1008,7 +1009,7 @@ func (d *Dispatcher) moveToErrorQueue(ctx context.Context, pub Publisher, it ite
 		d.release(ctx, it, d.opts.Now().Add(d.opts.RetryBackoff(it.row.Attempts)))
 		return
 	}
-	d.log.Error().Str("id", it.tok.ID).Stringer("destination", it.row.Dest()).Str("reason", reason).
+	d.log.Error().Str("id", it.tok.ID).Stringer("destination", it.row.Dest()).Str("reason", fs[0].Facts.Reason).
 		Str("error_queue", d.opts.Errors.Queue()).Msg("message moved to the error queue")
 	_, err := d.remove(ctx, []storage.Ref{{ID: it.tok.ID, Lock: it.tok.Lock}}, it.row.LockExpiresAt)
 	if err != nil {

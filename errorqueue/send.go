@@ -83,7 +83,9 @@ const sendTimeout = 30 * time.Second
 // headers or properties, with the failure headers added, exceed what a
 // frame or the client can hold) is sent again with the message's whole
 // record as its body, so that nothing is lost and the message does not come
-// back forever; its reason says so.
+// back forever; its reason says so. Each failure's Facts are left as its
+// copy carries them: FailedAt and Processing filled in, and the Reason of a
+// copy sent whole.
 func (s *Sender) Send(ctx context.Context, pub Publisher, fs []Failure) []error {
 	if len(fs) == 0 {
 		return nil
@@ -127,7 +129,7 @@ func (s *Sender) Send(ctx context.Context, pub Publisher, fs []Failure) []error 
 // carry (why): no headers or properties of the message's own, its record as
 // the body, and its id when the id is valid.
 func (f *Failure) whole(why error) amqp.Publishing {
-	facts := f.Facts
+	facts := &f.Facts
 	raw := amqp.Publishing{Body: f.Record}
 	if f.Record != nil {
 		facts.Reason += "; the message itself " + why.Error() + ", so this copy's body is its stored record (package message's encoding)"
@@ -146,7 +148,7 @@ func (f *Failure) whole(why error) amqp.Publishing {
 	if wire.ValidateID("message id", id) == nil {
 		raw.MessageId = id
 	}
-	return Copy(raw, facts)
+	return Copy(raw, *facts)
 }
 
 // SendUnreadable copies a message the AMQP client cannot read (swept off its

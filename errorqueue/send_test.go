@@ -101,6 +101,9 @@ func TestSendUnpublishableCopyGoesWhole(t *testing.T) {
 			t.Errorf("%s: failed at %v, processing endpoint %v", m.MessageId, m.Headers[wire.HeaderFailedAt], m.Headers[wire.HeaderNSBProcessingEndpoint])
 		}
 	}
+	if fs[1].Facts.Reason != out.Headers[wire.HeaderError] || fs[3].Facts.Reason != "no due time" || !fs[3].Facts.FailedAt.Equal(failedAt) {
+		t.Errorf("facts left as sent: %+v, %+v", fs[1].Facts, fs[3].Facts)
+	}
 	if out.Headers[wire.HeaderAttempts] != int32(3) || out.Headers[wire.HeaderStage] != wire.StageDispatch {
 		t.Errorf("dispatch: attempts %v, stage %v", out.Headers[wire.HeaderAttempts], out.Headers[wire.HeaderStage])
 	}
