@@ -84,10 +84,9 @@ func (noMetrics) ObserveDispatchConfirm(time.Duration) {}
 type Options struct {
 	Queue         string // E.TimeoutsDispatcher
 	TimeoutsQueue string // E.Timeouts, named in NServiceBus.FailedQ
-	ErrorQueue    string
-	// Processing names the endpoint and host on the copies of the
-	// dispatcher's own Errors.
-	Processing errorqueue.Processing
+	// ErrorQueue is the queue of the dispatcher's own Errors, when none
+	// is given.
+	ErrorQueue string
 	Prefetch   int
 	// Workers process dispatcher messages in parallel, each with its own
 	// publisher, so confirms of one batch overlap the next.
@@ -237,7 +236,7 @@ func New(conn broker.Waiter, newPub NewPublisher, store Store, opts Options) *Di
 		opts.WarnInterval = 10 * time.Second
 	}
 	if opts.Errors == nil {
-		opts.Errors = errorqueue.New(errorqueue.Options{Queue: opts.ErrorQueue, Processing: opts.Processing, WarnInterval: opts.WarnInterval,
+		opts.Errors = errorqueue.New(errorqueue.Options{Queue: opts.ErrorQueue, WarnInterval: opts.WarnInterval,
 			Metrics: opts.Metrics, Now: opts.Now, Logger: opts.Logger})
 	}
 	d := &Dispatcher{conn: conn, newPub: newPub, store: store, opts: opts, log: opts.Logger,

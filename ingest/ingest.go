@@ -68,11 +68,9 @@ func (noMetrics) ObserveIngestCommit(time.Duration) {}
 // Options configure an Ingester.
 type Options struct {
 	// Sources are the queues to consume, each with its parser.
-	Sources    []Source
+	Sources []Source
+	// ErrorQueue is the queue of ingest's own Errors, when none is given.
 	ErrorQueue string
-	// Processing names the endpoint and host on the copies of ingest's
-	// own Errors.
-	Processing errorqueue.Processing
 	Prefetch   int
 	// MaxBatch caps deliveries stored in one commit (group commit), and
 	// Linger is how long a batch waits for more deliveries before its commit.
@@ -155,7 +153,7 @@ func New(conn broker.Waiter, newPub NewPublisher, store Store, opts Options) *In
 		opts.Metrics = noMetrics{}
 	}
 	if opts.Errors == nil {
-		opts.Errors = errorqueue.New(errorqueue.Options{Queue: opts.ErrorQueue, Processing: opts.Processing, Metrics: opts.Metrics,
+		opts.Errors = errorqueue.New(errorqueue.Options{Queue: opts.ErrorQueue, Metrics: opts.Metrics,
 			Now: opts.Now, Logger: opts.Logger})
 	}
 	if opts.Linger <= 0 {
