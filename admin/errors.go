@@ -11,6 +11,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/delaybridge/delaybridge/errorqueue"
 	"github.com/delaybridge/delaybridge/ingest"
 	"github.com/delaybridge/delaybridge/message"
 	"github.com/delaybridge/delaybridge/wire"
@@ -174,16 +175,10 @@ func (h *handler) routeErrors() {
 
 // describe reads a copy's summary; with detail, its message too.
 func describe(d *amqp.Delivery, pos int, detail bool) ErrorCopyJSON {
-	c := ErrorCopyJSON{Position: pos, Redelivered: d.Redelivered,
-		Stage: headerText(d.Headers[wire.HeaderStage]), Reason: headerText(d.Headers[wire.HeaderError]),
-		ExceptionType: headerText(d.Headers[wire.HeaderNSBExceptionType])}
+	f := errorqueue.Describe(d.Headers)
+	c := ErrorCopyJSON{Position: pos, Redelivered: d.Redelivered, Stage: f.Stage, Reason: f.Reason,
+		ExceptionType: f.ExceptionType, FailedAt: utc(f.FailedAt), Attempts: f.Attempts}
 	c.ID, _ = ingest.ParseID(d)
-	if t, err := time.Parse(time.RFC3339Nano, headerText(d.Headers[wire.HeaderFailedAt])); err == nil {
-		c.FailedAt = utc(t)
-	}
-	if n, ok := d.Headers[wire.HeaderAttempts].(int32); ok {
-		c.Attempts = int(n)
-	}
 	if dest, err := ingest.ForwardedTo(d.Headers); err == nil {
 		if dest.IsQueue() {
 			c.Destination = dest.Key

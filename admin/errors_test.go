@@ -14,7 +14,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/delaybridge/delaybridge/broker"
+	"github.com/delaybridge/delaybridge/errorqueue"
 	"github.com/delaybridge/delaybridge/storage/boltstore"
 	"github.com/delaybridge/delaybridge/wire"
 )
@@ -71,11 +71,11 @@ func TestErrorQueueView(t *testing.T) {
 	f, e := newErrorsFixture(t)
 	foreign := e.dispatchCopy("d1", "ok.other")
 	foreign.Headers = withHeader(foreign.Headers, wire.HeaderNSBFailedQ, "Other.Timeouts")
-	ingestCopy := broker.ErrorCopy(amqp.Publishing{MessageId: "i1", Body: []byte("x"), Headers: amqp.Table{wire.HeaderDestination: "ok.in"}},
-		broker.ErrorFacts{Reason: "no due time", Stage: wire.StageIngest, FailedAt: t0, FailedQ: wire.TimeoutsQueue(e.endpoint)})
+	ingestCopy := errorqueue.Copy(amqp.Publishing{MessageId: "i1", Body: []byte("x"), Headers: amqp.Table{wire.HeaderDestination: "ok.in"}},
+		errorqueue.Facts{Reason: "no due time", Stage: wire.StageIngest, FailedAt: t0, FailedQ: wire.TimeoutsQueue(e.endpoint)})
 	exDest := wire.Destination{Exchange: "ok.x", Key: "rk"}
-	exCopy := broker.ErrorCopy(amqp.Publishing{MessageId: "d3", Body: []byte("body of d3")},
-		broker.ErrorFacts{Reason: "nack", Stage: wire.StageDispatch, Attempts: 6, FailedAt: t0.Add(time.Minute),
+	exCopy := errorqueue.Copy(amqp.Publishing{MessageId: "d3", Body: []byte("body of d3")},
+		errorqueue.Facts{Reason: "nack", Stage: wire.StageDispatch, Attempts: 6, FailedAt: t0.Add(time.Minute),
 			FailedQ: wire.TimeoutsQueue(e.endpoint), Forward: &exDest})
 	forbidden := e.dispatchCopy("d4", "not.allowed")
 	e.publish(e.dispatchCopy("d1", "ok.one"), foreign, ingestCopy, e.dispatchCopy("d2", "ok.two"), exCopy, forbidden)

@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/delaybridge/delaybridge/broker"
+	"github.com/delaybridge/delaybridge/errorqueue"
 	"github.com/delaybridge/delaybridge/ingest"
 	"github.com/delaybridge/delaybridge/message"
 	"github.com/delaybridge/delaybridge/storage"
@@ -281,14 +281,7 @@ func (rp *Replayer) pass(ctx context.Context, req ErrorsRequest) (res ErrorsResu
 
 // foreign says why a copy is not one of this endpoint's failures, or "".
 func (rp *Replayer) foreign(d *amqp.Delivery) string {
-	q, ok := d.Headers[wire.HeaderNSBFailedQ]
-	if !ok || q == nil {
-		return fmt.Sprintf("no %s header: not a failure of %s", wire.HeaderNSBFailedQ, rp.TimeoutsQueue)
-	}
-	if headerText(q) != rp.TimeoutsQueue {
-		return fmt.Sprintf("a failure of another endpoint (%s=%s)", wire.HeaderNSBFailedQ, quoteClip(q))
-	}
-	return ""
+	return errorqueue.Foreign(d.Headers, rp.TimeoutsQueue)
 }
 
 // rebuild turns an error-queue copy back into the timeout the bridge failed
@@ -296,8 +289,7 @@ func (rp *Replayer) foreign(d *amqp.Delivery) string {
 // the rules applied, as ingest does: a copy is only a message that comes
 // back in, and nothing ingest would refuse may reach the store this way.
 func (rp *Replayer) rebuild(d *amqp.Delivery, now time.Time) (storage.Timeout, string) {
-	stage := headerText(d.Headers[wire.HeaderStage])
-	switch stage {
+	switch errorqueue.Stage(d.Headers) {
 	case wire.StageDispatch:
 	case wire.StageIngest:
 		return storage.Timeout{}, "an ingest failure (invalid or rejected input), not a dispatch failure"
@@ -327,33 +319,4 @@ func (rp *Replayer) rebuild(d *amqp.Delivery, now time.Time) (storage.Timeout, s
 	}
 	return storage.Timeout{ID: it.ID, Destination: it.Destination, Exchange: it.Exchange, DueAt: now, ReceivedAt: now, Message: enc,
 		Fingerprint: fp}, ""
-}
-
-// quoteClip quotes a header value of any type for a reason, kept short.
-func quoteClip(v any) string {
-	s, ok := v.(string)
-	if !ok {
-		if b, isBytes := v.([]byte); isBytes {
-			s = string(b)
-		} else {
-			return fmt.Sprintf("%T", v)
-		}
-	}
-	const n = 64
-	if len(s) > n {
-		return strconv.Quote(s[:n]) + "…"
-	}
-	return strconv.Quote(s)
-}
-
-// headerText reads a header as text: a string, or a byte array as some
-// clients send text.
-func headerText(v any) string {
-	switch v := v.(type) {
-	case string:
-		return v
-	case []byte:
-		return string(v)
-	}
-	return ""
 }

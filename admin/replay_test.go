@@ -63,7 +63,7 @@ func newReplayEnv(t *testing.T, store storage.Store) *replayEnv {
 }
 
 // dispatchCopy is what the bridge puts on the error queue for a dispatch
-// failure of a message for dest (see broker.ErrorCopy).
+// failure of a message for dest (see errorqueue.Copy).
 func (e *replayEnv) dispatchCopy(id, dest string) amqp.Publishing {
 	return amqp.Publishing{MessageId: id, Body: []byte("body of " + id), Headers: amqp.Table{
 		wire.HeaderDestination: dest, "custom": "kept",

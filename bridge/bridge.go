@@ -16,8 +16,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/rs/zerolog"
 
-	"github.com/delaybridge/delaybridge/broker"
 	"github.com/delaybridge/delaybridge/config"
+	"github.com/delaybridge/delaybridge/errorqueue"
 	"github.com/delaybridge/delaybridge/httpapi"
 	"github.com/delaybridge/delaybridge/metrics"
 	"github.com/delaybridge/delaybridge/storage"
@@ -93,7 +93,7 @@ type Bridge struct {
 	log   zerolog.Logger
 	owner string
 	// processing names this bridge on its error copies.
-	processing broker.Processing
+	processing errorqueue.Processing
 	ready      atomic.Bool
 	// phase is what the bridge is doing while it starts, for /readyz.
 	phase atomic.Pointer[string]
@@ -111,7 +111,7 @@ func New(cfg config.Config, deps Deps) *Bridge {
 		deps.Metrics = metrics.New()
 	}
 	return &Bridge{cfg: cfg, deps: deps, log: deps.Logger, owner: host + "-" + uuid.NewString()[:8],
-		processing: broker.NewProcessing(cfg.Endpoint, host), started: deps.Now()}
+		processing: errorqueue.NewProcessing(cfg.Endpoint, host), started: deps.Now()}
 }
 
 // Metrics are the bridge's metrics, served on GET /metrics.
@@ -190,7 +190,7 @@ func (b *Bridge) Run(ctx context.Context) error {
 	for _, s := range []*stage{bindings, sampler, intake, reaper, poller, dispatcher} {
 		st.drain(s, deadline, cut)
 	}
-	c.errorGate.Flush() // no count of refused copies left unlogged
+	c.errors.Flush() // no count of refused copies left unlogged
 	st.stop(httpSrv)
 	if err := c.store.Close(); err != nil && runErr == nil {
 		runErr = fmt.Errorf("close store: %w", err)

@@ -14,6 +14,7 @@ import (
 	"github.com/delaybridge/delaybridge/budget"
 	"github.com/delaybridge/delaybridge/circuit"
 	"github.com/delaybridge/delaybridge/dispatch"
+	"github.com/delaybridge/delaybridge/errorqueue"
 	"github.com/delaybridge/delaybridge/httpapi"
 	"github.com/delaybridge/delaybridge/ingest"
 	"github.com/delaybridge/delaybridge/ingest/masstransit"
@@ -47,9 +48,10 @@ type components struct {
 
 	// rules are ingest's, which replay applies too.
 	rules ingest.Rules
-	// errorGate paces the error copies of ingest and dispatch alike while
-	// the error queue refuses them, and declares it again if it is gone.
-	errorGate *broker.ErrorGate
+	// errors puts the error copies of ingest, dispatch and the sweep on the
+	// error queue; it paces those of ingest and dispatch alike while the
+	// queue refuses them, and declares it again if it is gone.
+	errors *errorqueue.Sender
 	// bindings watches the delayed exchanges for foreign bindings; nil
 	// without delayed exchanges.
 	bindings *management.Watcher
@@ -132,19 +134,7 @@ func (b *Bridge) build(ctx context.Context, srv *httpapi.Server) (_ *components,
 		met.WatchDestinations(dopts)
 	}
 
-	b.setPhase("starting: connecting to the broker")
-	if err := b.connect(c, topo); err != nil {
-		return nil, err
-	}
-	defer func() {
-		if err != nil {
-			c.publishConn.Close()
-			c.consumeConn.Close()
-			c.ingestConn.Close()
-		}
-	}()
-
-	c.errorGate = broker.NewErrorGate(broker.ErrorGateOptions{Queue: cfg.ErrorQueue, Now: now,
+	c.errors = errorqueue.New(errorqueue.Options{Queue: cfg.ErrorQueue, Processing: b.processing, Metrics: met, Now: now,
 		// With the arguments of every declaration (Topology.Declare).
 		Declare: func(ctx context.Context) error {
 			conn, err := c.publishConn.Wait(ctx)
@@ -160,7 +150,19 @@ func (b *Bridge) build(ctx context.Context, srv *httpapi.Server) (_ *components,
 		},
 		Logger: log.With().Str("component", "error-queue").Logger(),
 	})
-	met.WatchErrorQueue(func() bool { refusing, _, _ := c.errorGate.Refusing(); return refusing })
+	met.WatchErrorQueue(func() bool { refusing, _, _ := c.errors.Refusing(); return refusing })
+
+	b.setPhase("starting: connecting to the broker")
+	if err := b.connect(c, topo); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			c.publishConn.Close()
+			c.consumeConn.Close()
+			c.ingestConn.Close()
+		}
+	}()
 	publisher := func(window int) func(context.Context) (*broker.Publisher, error) {
 		return func(ctx context.Context) (*broker.Publisher, error) { return c.publishConn.Publisher(ctx, window) }
 	}
@@ -187,19 +189,18 @@ func (b *Bridge) build(ctx context.Context, srv *httpapi.Server) (_ *components,
 	// being forwarded: neither can starve the other.
 	intakeBudget, dispatchBudget := budget.New(cfg.MaxInflightBytes/2), budget.New(cfg.MaxInflightBytes-cfg.MaxInflightBytes/2)
 	c.ingester = ingest.New(c.ingestConn, func(ctx context.Context) (ingest.Publisher, error) { return ingestPub(ctx) }, c.store, ingest.Options{
-		Sources:    sources,
-		ErrorQueue: cfg.ErrorQueue, ErrorGate: c.errorGate, Prefetch: cfg.Prefetch, MaxBatch: min(cfg.Prefetch, 500), Wake: c.poller.Wake, Now: now,
+		Sources: sources,
+		Errors:  c.errors, Prefetch: cfg.Prefetch, MaxBatch: min(cfg.Prefetch, 500), Wake: c.poller.Wake, Now: now,
 		Hold: commitHold, Urgent: holdUrgent,
 		Budget: intakeBudget, ExpectedBytes: cfg.MaxMessageBytes,
 		Rules:        c.rules,
 		StoreBreaker: b.breaker(c, "store", cfg.TimeToTriggerStoreCircuitBreaker),
-		Processing:   b.processing,
 		Metrics:      met,
 		Logger:       log.With().Str("component", "ingest").Logger(),
 	})
 	var once sync.Once
 	c.dispatcher = dispatch.New(c.consumeConn, func(ctx context.Context) (dispatch.Publisher, error) { return dispatchPub(ctx) }, c.store, dispatch.Options{
-		Queue: topo.DispatcherQueue(), TimeoutsQueue: topo.TimeoutsQueue(), ErrorQueue: cfg.ErrorQueue, Processing: b.processing, ErrorGate: c.errorGate,
+		Queue: topo.DispatcherQueue(), TimeoutsQueue: topo.TimeoutsQueue(), Errors: c.errors,
 		// A bbolt file serves one instance; a second one on this endpoint
 		// would take tokens for rows it does not have and drop them. With
 		// PostgreSQL every instance sees every row, so any may dispatch.
@@ -284,11 +285,13 @@ func (b *Bridge) connect(c *components, topo broker.Topology) error {
 	// Consumers whose connection died on a message the client cannot read
 	// move it to the error queue with this (docs/contract.md §4.5).
 	sweeper := broker.NewSweeper(broker.SweepOptions{
-		Name: "delaybridge sweep " + b.owner, TLS: b.deps.TLS, ErrorQueue: b.cfg.ErrorQueue, Processing: b.processing,
-		Publish: func(ctx context.Context, msg amqp.Publishing) error {
-			return broker.PublishOne(ctx, c.publishConn, b.cfg.ErrorQueue, msg)
+		Name: "delaybridge sweep " + b.owner, TLS: b.deps.TLS, ErrorQueue: b.cfg.ErrorQueue,
+		Move: func(ctx context.Context, m broker.Unreadable) error {
+			return c.errors.SendUnreadable(ctx, func(ctx context.Context, msg amqp.Publishing) error {
+				return broker.PublishOne(ctx, c.publishConn, b.cfg.ErrorQueue, msg)
+			}, m)
 		},
-		Limit: b.cfg.Prefetch, Metrics: b.deps.Metrics, Now: b.deps.Now,
+		Limit:  b.cfg.Prefetch,
 		Logger: b.log.With().Str("component", "sweep").Logger(),
 	})
 	newConn := func(role string, sw *broker.Sweeper) *broker.Conn {
@@ -406,7 +409,7 @@ func (b *Bridge) readiness(c *components) error {
 		// No forward, token or error copy gets out until the alarm lifts.
 		return fmt.Errorf("the broker blocks publishing: %s", c.publishConn.Blocked())
 	}
-	if refusing, since, cause := c.errorGate.Refusing(); refusing {
+	if refusing, since, cause := c.errors.Refusing(); refusing {
 		// Invalid messages wait on E.Timeouts, holding prefetch slots, and
 		// failed ones in the store, until it takes copies again.
 		return fmt.Errorf("the error queue %q refuses copies since %s: %s", b.cfg.ErrorQueue, since.UTC().Format(time.RFC3339), cause)

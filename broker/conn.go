@@ -308,7 +308,7 @@ func (c *Conn) unset() {
 
 // backoff is the pause before reconnect attempt attempt.
 func (c *Conn) backoff(attempt int) time.Duration {
-	return backoff(c.opts.MinBackoff, c.opts.MaxBackoff, attempt)
+	return Backoff(c.opts.MinBackoff, c.opts.MaxBackoff, attempt)
 }
 
 func errString(e *amqp.Error) string {

@@ -134,7 +134,7 @@ func Consume(ctx context.Context, conn Waiter, opts ConsumeOptions, handle func(
 			attempt = 0
 		}
 		attempt++
-		wait := backoff(opts.MinBackoff, opts.MaxBackoff, attempt)
+		wait := Backoff(opts.MinBackoff, opts.MaxBackoff, attempt)
 		opts.Logger.Warn().Err(err).Str("queue", opts.Queue).Dur("retry_in", wait).
 			Msg(opts.Name + " interrupted; resuming on the next broker connection")
 		if !Sleep(ctx, wait) {
@@ -171,7 +171,7 @@ func sweepUnreadable(ctx context.Context, sw unreadableSweeper, opts ConsumeOpti
 		if err != nil {
 			opts.Logger.Error().Err(err).Str("queue", opts.Queue).Int("attempt", attempt).Msg(opts.Name + ": sweeping unreadable messages failed")
 		}
-		if attempt < sweepAttempts && !Sleep(ctx, backoff(opts.MinBackoff, opts.MaxBackoff, attempt)) {
+		if attempt < sweepAttempts && !Sleep(ctx, Backoff(opts.MinBackoff, opts.MaxBackoff, attempt)) {
 			return 0
 		}
 	}
@@ -281,9 +281,9 @@ func consumeOn(ctx context.Context, c *amqp.Connection, opts ConsumeOptions, han
 	return true, handle(ctx, s)
 }
 
-// backoff doubles from lo to hi with full jitter over the upper half, so a
+// Backoff doubles from lo to hi with full jitter over the upper half, so a
 // fleet of bridges does not retry in lockstep.
-func backoff(lo, hi time.Duration, attempt int) time.Duration {
+func Backoff(lo, hi time.Duration, attempt int) time.Duration {
 	d := min(lo<<min(attempt-1, 20), hi)
 	return d/2 + time.Duration(rand.Int64N(int64(d/2)+1))
 }
@@ -334,7 +334,7 @@ func AwaitQueue(ctx context.Context, conn Waiter, opts AwaitOptions) bool {
 		default:
 			log.Debug().Msg(opts.Name + ": queue still missing")
 		}
-		if !Sleep(ctx, backoff(opts.MinBackoff, opts.MaxBackoff, attempt)) {
+		if !Sleep(ctx, Backoff(opts.MinBackoff, opts.MaxBackoff, attempt)) {
 			return false
 		}
 	}

@@ -3,15 +3,12 @@ package broker
 import (
 	"context"
 	"crypto/tls"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/rs/zerolog"
-
-	"github.com/delaybridge/delaybridge/wire"
 )
 
 // SweepOptions configure a Sweeper.
@@ -20,23 +17,19 @@ type SweepOptions struct {
 	Name string
 	// TLS is the bridge's TLS config for amqps:// URLs; nil: the URL's own
 	// TLS parameters, as amqp091-go reads them.
-	TLS        *tls.Config
+	TLS *tls.Config
+	// ErrorQueue is named in the log line of each message moved.
 	ErrorQueue string
-	// Processing names the endpoint and host on error copies.
-	Processing Processing
-	// Publish puts one error-queue copy on ErrorQueue (mandatory) and
-	// returns nil only once the broker confirmed it.
-	Publish func(ctx context.Context, msg amqp.Publishing) error
+	// Move puts the error-queue copy of an unreadable message on the error
+	// queue and returns nil only once the broker confirmed it (the bridge
+	// gives errorqueue.Sender.SendUnreadable).
+	Move func(ctx context.Context, m Unreadable) error
 	// Limit is the most messages one sweep looks at; a consumer that died
 	// on an unreadable message had it among its prefetch, which the broker
 	// puts back at the head of the queue. Default 1000.
 	Limit int
 	// Timeout bounds each exchange with the broker; default 30s.
 	Timeout time.Duration
-	// Metrics, when set, counts the confirmed copies (stage ingest), as
-	// for every other error-queue copy.
-	Metrics interface{ ErrorQueued(stage string, n int) }
-	Now     func() time.Time
 	Logger  zerolog.Logger
 }
 
@@ -52,9 +45,6 @@ func NewSweeper(opts SweepOptions) *Sweeper {
 	}
 	if opts.Timeout <= 0 {
 		opts.Timeout = 30 * time.Second
-	}
-	if opts.Now == nil {
-		opts.Now = time.Now
 	}
 	return &Sweeper{opts: opts}
 }
@@ -139,37 +129,27 @@ func scan(ctx context.Context, rc *rawConn, queue string, limit int, withBody bo
 	return readable, nil
 }
 
-// move copies one unreadable message to the error queue and acks it once the
-// copy is confirmed.
+// Unreadable is a message the AMQP client cannot read, as a sweep took it
+// off its queue with its own client.
+type Unreadable struct {
+	// Queue is the queue it was taken from.
+	Queue string
+	// Msg holds the properties that could be read, and the body.
+	Msg amqp.Publishing
+	// Props are the original content header's property flags and list,
+	// byte for byte, headers included.
+	Props []byte
+	// Reason is why the AMQP client cannot read it (ErrUnreadable).
+	Reason error
+}
+
+// move has one unreadable message copied to the error queue (Move) and acks
+// it once the copy is confirmed.
 func (s *Sweeper) move(ctx context.Context, rc *rawConn, queue string, m rawMessage, unreadable error) error {
 	p, _ := decodeProperties(m.props)
 	p.Body = m.body
-	// The original property bytes, headers included, so nothing is lost; a
-	// byte array is opaque to every client.
-	p.Headers = amqp.Table{wire.HeaderOriginalProperties: append([]byte(nil), m.props...)}
-	copyMsg := ErrorCopy(p, ErrorFacts{
-		Reason: unreadable.Error(), Stage: wire.StageIngest, FailedAt: s.opts.Now(), FailedQ: queue, Processing: s.opts.Processing,
-	})
-	err := s.opts.Publish(ctx, copyMsg)
-	if errors.Is(err, ErrUnpublishable) {
-		// Original properties near the frame size, plus the error headers,
-		// do not fit one frame: the body carries them instead (length, then
-		// the property bytes, then the original body), or the message would
-		// stay at the head of its queue and be swept again forever.
-		body := binary.BigEndian.AppendUint32(make([]byte, 0, 4+len(m.props)+len(m.body)), uint32(len(m.props)))
-		body = append(append(body, m.props...), m.body...)
-		copyMsg = ErrorCopy(amqp.Publishing{MessageId: p.MessageId, ContentType: wire.ContentTypeUnreadable, Body: body}, ErrorFacts{
-			Reason: unreadable.Error() + "; the copy with its properties " + err.Error() +
-				", so its body is the original property bytes (after a 4-byte length) followed by the original body",
-			Stage: wire.StageIngest, FailedAt: s.opts.Now(), FailedQ: queue, Processing: s.opts.Processing,
-		})
-		err = s.opts.Publish(ctx, copyMsg)
-	}
-	if err != nil {
+	if err := s.opts.Move(ctx, Unreadable{Queue: queue, Msg: p, Props: m.props, Reason: unreadable}); err != nil {
 		return fmt.Errorf("copy an unreadable message to the error queue: %w", err)
-	}
-	if s.opts.Metrics != nil {
-		s.opts.Metrics.ErrorQueued(wire.StageIngest, 1)
 	}
 	if err := rc.ack(m.tag); err != nil {
 		return fmt.Errorf("ack a moved message: %w", err)

@@ -2,7 +2,6 @@ package broker
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -18,7 +17,6 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/delaybridge/delaybridge/internal/testenv"
-	"github.com/delaybridge/delaybridge/wire"
 )
 
 // unreadableHeaders returns headers amqp091-go writes but cannot read back:
@@ -129,20 +127,16 @@ func TestSweepMovesUnreadableMessagesAndRequeuesTheRest(t *testing.T) {
 				{MessageId: "v4", Body: []byte("v4")},
 			}
 			publishAll(ctx, t, ch, q, msgs...)
-			failedAt := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
-			counted := &errorCounter{}
+			var handed []Unreadable
 			s := NewSweeper(SweepOptions{
-				Name: "delaybridge sweep test", ErrorQueue: errQ, Limit: 100, Now: func() time.Time { return failedAt }, Metrics: counted,
-				Publish: func(ctx context.Context, msg amqp.Publishing) error { return confirmedPublish(ctx, ch, errQ, msg) },
-				Logger:  zerolog.New(zerolog.NewTestWriter(t)),
+				Name: "delaybridge sweep test", ErrorQueue: errQ, Limit: 100,
+				Move:   moveTo(ch, errQ, &handed),
+				Logger: zerolog.New(zerolog.NewTestWriter(t)),
 			})
 			// The first URL answers nothing: the next one is tried.
 			moved, err := s.Sweep(ctx, []string{closedPortURL(t), url}, q)
-			if err != nil || moved != 2 {
-				t.Fatalf("Sweep = %d, %v; want 2, nil", moved, err)
-			}
-			if counted.byStage[wire.StageIngest] != 2 || len(counted.byStage) != 1 {
-				t.Errorf("error-queue copies counted %v, want 2 at stage ingest", counted.byStage)
+			if err != nil || moved != 2 || len(handed) != 2 {
+				t.Fatalf("Sweep = %d, %v, %d handed over; want 2, nil, 2", moved, err, len(handed))
 			}
 
 			copies := drain(t, ch, errQ)
@@ -157,27 +151,27 @@ func TestSweepMovesUnreadableMessagesAndRequeuesTheRest(t *testing.T) {
 				"many": "message headers exceed what the AMQP client can read: " + entries + " entries in one table (limit 8192)",
 				"deep": "message headers exceed what the AMQP client can read: tables or arrays nested more than 32 levels deep (limit 32)",
 			}
-			for _, c := range copies {
-				want, ok := reasons[c.MessageId]
+			// What a copy is made of (errorqueue.Sender.SendUnreadable
+			// makes it): the reason, the queue, the body and the original
+			// property bytes.
+			for _, m := range handed {
+				id := m.Msg.MessageId
+				want, ok := reasons[id]
 				if !ok {
-					t.Fatalf("unexpected copy %q", c.MessageId)
+					t.Fatalf("unexpected message %q handed over", id)
 				}
-				if got := c.Headers[wire.HeaderError]; got != want {
-					t.Errorf("%s: reason %q, want %q", c.MessageId, got, want)
+				if got := m.Reason.Error(); got != want || !errors.Is(m.Reason, ErrUnreadable) {
+					t.Errorf("%s: reason %q, want %q", id, got, want)
 				}
-				if c.Headers[wire.HeaderNSBException] != want || c.Headers[wire.HeaderStage] != wire.StageIngest ||
-					c.Headers[wire.HeaderNSBFailedQ] != q || c.Headers[wire.HeaderFailedAt] != "2026-11-23T12:00:00Z" ||
-					c.Headers[wire.HeaderAttempts] != int32(0) {
-					t.Errorf("%s: error headers %v %v %v %v %v", c.MessageId, c.Headers[wire.HeaderNSBException], c.Headers[wire.HeaderStage],
-						c.Headers[wire.HeaderNSBFailedQ], c.Headers[wire.HeaderFailedAt], c.Headers[wire.HeaderAttempts])
+				if m.Queue != q {
+					t.Errorf("%s: queue %q, want %q", id, m.Queue, q)
 				}
-				if string(c.Body) != c.MessageId+" body" {
-					t.Errorf("%s: body %q", c.MessageId, c.Body)
+				if string(m.Msg.Body) != id+" body" {
+					t.Errorf("%s: body %q", id, m.Msg.Body)
 				}
-				raw, _ := c.Headers[wire.HeaderOriginalProperties].([]byte)
-				orig, err := decodeProperties(raw)
-				if !errors.Is(err, ErrUnreadable) || orig.MessageId != c.MessageId {
-					t.Errorf("%s: original properties header decodes to %+v, %v", c.MessageId, orig, err)
+				orig, err := decodeProperties(m.Props)
+				if !errors.Is(err, ErrUnreadable) || orig.MessageId != id {
+					t.Errorf("%s: original properties decode to %+v, %v", id, orig, err)
 				}
 			}
 			byID := map[string]amqp.Delivery{}
@@ -207,7 +201,7 @@ func TestSweepLooksAtMostLimitMessages(t *testing.T) {
 	url, q, errQ, ch, ctx := sweepSetup(t, "classic")
 	publishAll(ctx, t, ch, q, []amqp.Publishing{{MessageId: "v1"}, {MessageId: "v2"}, {MessageId: "many", Headers: unreadableHeaders(true)}}...)
 	published := 0
-	s := NewSweeper(SweepOptions{ErrorQueue: errQ, Limit: 2, Publish: func(context.Context, amqp.Publishing) error {
+	s := NewSweeper(SweepOptions{ErrorQueue: errQ, Limit: 2, Move: func(context.Context, Unreadable) error {
 		published++
 		return nil
 	}})
@@ -233,7 +227,7 @@ func TestSweepLeavesTheMessageWhenTheCopyFails(t *testing.T) {
 	url, q, errQ, ch, ctx := sweepSetup(t, "classic")
 	publishAll(ctx, t, ch, q, []amqp.Publishing{{MessageId: "v1"}, {MessageId: "many", Headers: unreadableHeaders(true)}}...)
 	refused := errors.New("not confirmed")
-	s := NewSweeper(SweepOptions{ErrorQueue: errQ, Publish: func(context.Context, amqp.Publishing) error { return refused }})
+	s := NewSweeper(SweepOptions{ErrorQueue: errQ, Move: func(context.Context, Unreadable) error { return refused }})
 	moved, err := s.Sweep(ctx, []string{url}, q)
 	if moved != 0 || !errors.Is(err, refused) {
 		t.Fatalf("Sweep = %d, %v; want 0 and the publish error", moved, err)
@@ -273,7 +267,7 @@ func TestSweepErrorsHideThePassword(t *testing.T) {
 	u.User = neturl.UserPassword(user, "s3cr3t-Pw")
 	bad := u.String()
 	s := NewSweeper(SweepOptions{ErrorQueue: "unused", Timeout: 10 * time.Second,
-		Publish: func(context.Context, amqp.Publishing) error { return nil }})
+		Move: func(context.Context, Unreadable) error { return nil }})
 	_, err = s.Sweep(context.Background(), []string{bad}, "unused")
 	if err == nil {
 		t.Fatal("Sweep with a wrong password succeeded")
@@ -290,7 +284,7 @@ func TestSweepStopsWithTheContext(t *testing.T) {
 	// A listener that accepts and never answers: the handshake waits until
 	// the context ends, not for the 30 s timeout.
 	l := newSilentListener(t)
-	s := NewSweeper(SweepOptions{Publish: func(context.Context, amqp.Publishing) error { return nil }})
+	s := NewSweeper(SweepOptions{Move: func(context.Context, Unreadable) error { return nil }})
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	began := time.Now()
@@ -343,7 +337,7 @@ func TestConsumeSweepsAfterAnUnreadableMessage(t *testing.T) {
 	var sweeps sync.WaitGroup
 	c := NewConn(ConnOptions{URL: url, Name: "delaybridge consume-sweep test", Logger: log,
 		Sweeper: NewSweeper(SweepOptions{ErrorQueue: errQ, Logger: log,
-			Publish: func(ctx context.Context, msg amqp.Publishing) error { return confirmedPublish(ctx, ch, errQ, msg) }}),
+			Move: moveTo(ch, errQ, nil)}),
 	})
 	if err := c.Connect(); err != nil {
 		t.Fatal(err)
@@ -404,47 +398,13 @@ func TestConsumeSweepsAfterAnUnreadableMessage(t *testing.T) {
 	}
 }
 
-// errorCounter counts ErrorQueued calls by stage.
-type errorCounter struct{ byStage map[string]int }
-
-func (c *errorCounter) ErrorQueued(stage string, n int) {
-	if c.byStage == nil {
-		c.byStage = map[string]int{}
-	}
-	c.byStage[stage] += n
-}
-
-// A copy that does not fit a frame with its original properties in a header
-// goes out with them in its body instead; the message does not stay at the
-// head of its queue to be swept again forever.
-func TestSweepSendsTheCopyInABodyWhenItsHeadersDoNotFit(t *testing.T) {
-	url, q, errQ, ch, ctx := sweepSetup(t, "classic")
-	publishAll(ctx, t, ch, q, amqp.Publishing{MessageId: "many", Body: []byte("many body"), Headers: unreadableHeaders(true)})
-	s := NewSweeper(SweepOptions{ErrorQueue: errQ, Publish: func(ctx context.Context, msg amqp.Publishing) error {
-		if _, big := msg.Headers[wire.HeaderOriginalProperties]; big {
-			return fmt.Errorf("%w: over the frame size", ErrUnpublishable)
+// moveTo is a Sweeper's Move that notes each message handed over in handed
+// (when not nil) and publishes it to queue as it is, with confirms.
+func moveTo(ch *amqp.Channel, queue string, handed *[]Unreadable) func(context.Context, Unreadable) error {
+	return func(ctx context.Context, m Unreadable) error {
+		if handed != nil {
+			*handed = append(*handed, m)
 		}
-		return confirmedPublish(ctx, ch, errQ, msg)
-	}})
-	moved, err := s.Sweep(ctx, []string{url}, q)
-	if moved != 1 || err != nil {
-		t.Fatalf("Sweep = %d, %v; want 1, nil", moved, err)
+		return confirmedPublish(ctx, ch, queue, m.Msg)
 	}
-	copies := drain(t, ch, errQ)
-	if len(copies) != 1 {
-		t.Fatalf("%d copies, want 1", len(copies))
-	}
-	c := copies[0]
-	if c.ContentType != wire.ContentTypeUnreadable || c.MessageId != "many" || len(c.Body) < 4 {
-		t.Fatalf("copy: content-type %q, id %q, %d bytes", c.ContentType, c.MessageId, len(c.Body))
-	}
-	n := binary.BigEndian.Uint32(c.Body)
-	props, body := c.Body[4:4+n], c.Body[4+n:]
-	if orig, err := decodeProperties(props); !errors.Is(err, ErrUnreadable) || orig.MessageId != "many" || string(body) != "many body" {
-		t.Errorf("body does not carry the original: properties %+v (%v), body %q", orig, err, body)
-	}
-	if r, _ := c.Headers[wire.HeaderError].(string); !strings.Contains(r, "over the frame size") {
-		t.Errorf("reason %q", r)
-	}
-	waitDepth(t, ch, q, 0)
 }

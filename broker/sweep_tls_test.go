@@ -11,8 +11,6 @@ import (
 	"sync"
 	"testing"
 
-	"context"
-
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
@@ -83,7 +81,7 @@ func TestSweepOverTLS(t *testing.T) {
 	p := newTestPKI(t)
 	port, clients := tlsToBroker(t, p, u.Host)
 	amqps := "amqps://" + u.User.String() + "@localhost:" + port + u.Path
-	publish := func(ctx context.Context, msg amqp.Publishing) error { return confirmedPublish(ctx, ch, errQ, msg) }
+	publish := moveTo(ch, errQ, nil)
 
 	t.Run("bridge config", func(t *testing.T) {
 		publishAll(ctx, t, ch, q, amqp.Publishing{MessageId: "many", Headers: unreadableHeaders(true)})
@@ -91,7 +89,7 @@ func TestSweepOverTLS(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		s := NewSweeper(SweepOptions{ErrorQueue: errQ, TLS: cfg, Publish: publish})
+		s := NewSweeper(SweepOptions{ErrorQueue: errQ, TLS: cfg, Move: publish})
 		if moved, err := s.Sweep(ctx, []string{amqps}, q); err != nil || moved != 1 {
 			t.Fatalf("Sweep over TLS = %d, %v; want 1, nil", moved, err)
 		}
@@ -103,7 +101,7 @@ func TestSweepOverTLS(t *testing.T) {
 		publishAll(ctx, t, ch, q, amqp.Publishing{MessageId: "many", Headers: unreadableHeaders(true)})
 		withFiles := amqps + "?cacertfile=" + url.QueryEscape(p.caFile) + "&certfile=" + url.QueryEscape(p.clientCert) +
 			"&keyfile=" + url.QueryEscape(p.clientKey)
-		s := NewSweeper(SweepOptions{ErrorQueue: errQ, Publish: publish})
+		s := NewSweeper(SweepOptions{ErrorQueue: errQ, Move: publish})
 		if moved, err := s.Sweep(ctx, []string{withFiles}, q); err != nil || moved != 1 {
 			t.Fatalf("Sweep over TLS = %d, %v; want 1, nil", moved, err)
 		}
@@ -113,7 +111,7 @@ func TestSweepOverTLS(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		s := NewSweeper(SweepOptions{ErrorQueue: errQ, TLS: cfg, Publish: publish})
+		s := NewSweeper(SweepOptions{ErrorQueue: errQ, TLS: cfg, Move: publish})
 		_, err = s.Sweep(ctx, []string{amqps}, q)
 		var uae x509.UnknownAuthorityError
 		if !errors.As(err, &uae) {

@@ -21,6 +21,7 @@ import (
 	"github.com/delaybridge/delaybridge/broker"
 	"github.com/delaybridge/delaybridge/budget"
 	"github.com/delaybridge/delaybridge/circuit"
+	"github.com/delaybridge/delaybridge/errorqueue"
 	"github.com/delaybridge/delaybridge/message"
 	"github.com/delaybridge/delaybridge/storage"
 	"github.com/delaybridge/delaybridge/wire"
@@ -83,9 +84,9 @@ func (noMetrics) ObserveDispatchConfirm(time.Duration) {}
 type Options struct {
 	Queue         string // E.TimeoutsDispatcher
 	TimeoutsQueue string // E.Timeouts, named in NServiceBus.FailedQ
-	ErrorQueue    string
-	// Processing names the endpoint and host on error copies.
-	Processing broker.Processing
+	// ErrorQueue is the queue of the dispatcher's own Errors, when none
+	// is given.
+	ErrorQueue string
 	Prefetch   int
 	// Workers process dispatcher messages in parallel, each with its own
 	// publisher, so confirms of one batch overlap the next.
@@ -128,10 +129,11 @@ type Options struct {
 	// WarnInterval is how often retried failures to one destination are
 	// summarised in one warning, after the first one; default 10s.
 	WarnInterval time.Duration
-	// ErrorGate paces error copies while the error queue refuses them (the
-	// bridge shares one with ingest). Nil: one of the dispatcher's own,
-	// which does not declare the queue again.
-	ErrorGate *broker.ErrorGate
+	// Errors puts the failed messages' copies on the error queue and paces
+	// them while it refuses them (the bridge shares one with ingest). Nil:
+	// one of the dispatcher's own on ErrorQueue, which does not declare the
+	// queue again.
+	Errors *errorqueue.Sender
 	// Breaker watches forwarding: store errors and confirms that time out
 	// arm it, a confirmed forward disarms it. A lost connection does not
 	// count: reconnecting handles that. Nil: never triggers.
@@ -233,9 +235,9 @@ func New(conn broker.Waiter, newPub NewPublisher, store Store, opts Options) *Di
 	if opts.WarnInterval <= 0 {
 		opts.WarnInterval = 10 * time.Second
 	}
-	if opts.ErrorGate == nil {
-		opts.ErrorGate = broker.NewErrorGate(broker.ErrorGateOptions{Queue: opts.ErrorQueue, WarnInterval: opts.WarnInterval,
-			Now: opts.Now, Logger: opts.Logger})
+	if opts.Errors == nil {
+		opts.Errors = errorqueue.New(errorqueue.Options{Queue: opts.ErrorQueue, WarnInterval: opts.WarnInterval,
+			Metrics: opts.Metrics, Now: opts.Now, Logger: opts.Logger})
 	}
 	d := &Dispatcher{conn: conn, newPub: newPub, store: store, opts: opts, log: opts.Logger,
 		failures:   newFailureLog(opts.WarnInterval, opts.Logger),
@@ -981,46 +983,33 @@ func (d *Dispatcher) fail(ctx context.Context, pub Publisher, it item, reason st
 	d.moveToErrorQueue(ctx, pub, it, fmt.Sprintf("dispatch to %s failed %d times: %s", it.row.Dest().Quoted(), attempts, reason))
 }
 
+// moveToErrorQueue copies a failed message to the error queue and removes
+// it from the store once the copy is confirmed; a copy not confirmed leaves
+// it released for a later retry.
 func (d *Dispatcher) moveToErrorQueue(ctx context.Context, pub Publisher, it item, reason string) {
-	facts := broker.ErrorFacts{
-		Reason: reason, Stage: wire.StageDispatch, Attempts: it.row.Attempts,
-		FailedAt: d.opts.Now(), FailedQ: d.opts.TimeoutsQueue, Processing: d.opts.Processing,
-	}
+	f := errorqueue.Failure{Msg: it.msg, ID: wire.KeyID(it.row.ID), Record: it.row.Message, Facts: errorqueue.Facts{
+		Reason: reason, Stage: wire.StageDispatch, Attempts: it.row.Attempts, FailedQ: d.opts.TimeoutsQueue,
+	}}
 	if dest := it.row.Dest(); dest.Key != "" || !dest.IsQueue() {
-		facts.Forward = &dest // a corrupt row may not know its destination
+		f.Facts.Forward = &dest // a corrupt row may not know its destination
 	}
-	copyMsg := broker.ErrorCopy(it.msg, facts)
-	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	// Through the gate: while the error queue refuses copies, only its
-	// probes are published, and it logs the refusals summed up.
-	res := d.opts.ErrorGate.Publish(wctx, pub, []broker.Outgoing{{RoutingKey: d.opts.ErrorQueue, Mandatory: true, Msg: copyMsg}})
-	if errors.Is(res[0], broker.ErrUnpublishable) {
-		// The copy has the message's own flaw (a header or property AMQP
-		// cannot carry): send the stored record as the body instead, as for
-		// a corrupt one, so that nothing is lost and nothing loops.
-		facts.Reason = reason + "; the message itself " + res[0].Error() + ", so this copy's body is its stored record (package message's encoding)"
-		raw := amqp.Publishing{Body: it.row.Message}
-		if id := wire.KeyID(it.row.ID); len(id) <= 255 {
-			raw.MessageId = id
-		}
-		res = d.opts.ErrorGate.Publish(wctx, pub, []broker.Outgoing{{RoutingKey: d.opts.ErrorQueue, Mandatory: true, Msg: broker.ErrorCopy(raw, facts)}})
-	}
-	if err := res[0]; err != nil {
+	// While the error queue refuses copies, only the gate's probes are
+	// published, and it logs the refusals summed up.
+	fs := []errorqueue.Failure{f}
+	if err := d.opts.Errors.Send(ctx, pub, fs)[0]; err != nil {
 		refused := errors.Is(err, broker.ErrReturned) || errors.Is(err, broker.ErrNacked)
 		// A copy the gate held back was not an attempt: it does not count.
-		if !errors.Is(err, broker.ErrErrorQueueRefusing) && (!errors.Is(err, broker.ErrNotConfirmed) || errors.Is(err, context.DeadlineExceeded)) {
+		if !errors.Is(err, errorqueue.ErrRefusing) && (!errors.Is(err, broker.ErrNotConfirmed) || errors.Is(err, context.DeadlineExceeded)) {
 			d.recovery.failure(fmt.Errorf("move a message to the error queue: %w", err))
 		}
-		if !refused && !errors.Is(err, broker.ErrErrorQueueRefusing) {
+		if !refused && !errors.Is(err, errorqueue.ErrRefusing) {
 			d.log.Error().Err(err).Str("id", it.tok.ID).Msg("could not move a failed message to the error queue; it is retried")
 		}
 		d.release(ctx, it, d.opts.Now().Add(d.opts.RetryBackoff(it.row.Attempts)))
 		return
 	}
-	d.log.Error().Str("id", it.tok.ID).Stringer("destination", it.row.Dest()).Str("reason", facts.Reason).
-		Str("error_queue", d.opts.ErrorQueue).Msg("message moved to the error queue")
-	d.opts.Metrics.ErrorQueued(wire.StageDispatch, 1)
+	d.log.Error().Str("id", it.tok.ID).Stringer("destination", it.row.Dest()).Str("reason", fs[0].Facts.Reason).
+		Str("error_queue", d.opts.Errors.Queue()).Msg("message moved to the error queue")
 	_, err := d.remove(ctx, []storage.Ref{{ID: it.tok.ID, Lock: it.tok.Lock}}, it.row.LockExpiresAt)
 	if err != nil {
 		d.recovery.failure(fmt.Errorf("remove a message moved to the error queue: %w", err))

@@ -12,6 +12,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/delaybridge/delaybridge/broker"
+	"github.com/delaybridge/delaybridge/errorqueue"
 )
 
 // An error queue that refuses copies (full, with x-overflow reject-publish)
@@ -122,9 +123,9 @@ func TestDispatchDeclaresADeletedErrorQueueAgain(t *testing.T) {
 	f := newFixture(t, 0)
 	exists := false
 	declared := 0
-	gate := broker.NewErrorGate(broker.ErrorGateOptions{Queue: "error", Now: f.clock.Now, Logger: zerolog.Nop(),
+	gate := errorqueue.New(errorqueue.Options{Queue: "error", Now: f.clock.Now, Logger: zerolog.Nop(),
 		Declare: func(context.Context) error { declared++; exists = true; return nil }})
-	f.rebuild(f.store, Options{NumberOfRetries: 0, ErrorGate: gate, Logger: zerolog.Nop()})
+	f.rebuild(f.store, Options{NumberOfRetries: 0, Errors: gate, Logger: zerolog.Nop()})
 	f.pub.outcome = func(m broker.Outgoing) error {
 		if m.RoutingKey == "nowhere" || (m.RoutingKey == "error" && !exists) {
 			return fmt.Errorf("%w: 312 NO_ROUTE", broker.ErrReturned)

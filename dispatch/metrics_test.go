@@ -8,6 +8,7 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/rs/zerolog"
 
 	"github.com/delaybridge/delaybridge/broker"
 	"github.com/delaybridge/delaybridge/message"
@@ -57,7 +58,7 @@ func (r *recorder) counts() counts {
 func TestMetrics(t *testing.T) {
 	f := newFixture(t, 0)
 	rec := &recorder{}
-	f.d.opts.Metrics = rec
+	f.rebuild(f.store, Options{NumberOfRetries: 0, Metrics: rec, Logger: zerolog.Nop()})
 	// The fake broker confirms each forward 3 ms after the previous one, as
 	// a real one does while the window's later forwards are still held:
 	// each lateness is measured at its own confirm, not at Publish's return.

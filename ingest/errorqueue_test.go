@@ -14,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/delaybridge/delaybridge/broker"
+	"github.com/delaybridge/delaybridge/errorqueue"
 	"github.com/delaybridge/delaybridge/internal/logtest"
 	"github.com/delaybridge/delaybridge/internal/testenv"
 	"github.com/delaybridge/delaybridge/wire"
@@ -59,7 +60,7 @@ type errorQueueEnv struct {
 	timeouts, errQ string
 	store          *fakeStore
 	pub            *countingPublisher
-	gate           *broker.ErrorGate
+	gate           *errorqueue.Sender
 	logs           *logtest.Buffer
 	stop           func()
 }
@@ -99,7 +100,7 @@ func newErrorQueueEnv(t *testing.T, errArgs amqp.Table) *errorQueueEnv {
 	}
 	e.pub = &countingPublisher{Publisher: p}
 	log := zerolog.New(e.logs)
-	e.gate = broker.NewErrorGate(broker.ErrorGateOptions{Queue: e.errQ, MinBackoff: 50 * time.Millisecond, MaxBackoff: 200 * time.Millisecond,
+	e.gate = errorqueue.New(errorqueue.Options{Queue: e.errQ, MinBackoff: 50 * time.Millisecond, MaxBackoff: 200 * time.Millisecond,
 		// No summary within a test: the lines are counted exactly.
 		WarnInterval: time.Hour, Logger: log,
 		Declare: func(context.Context) error {
@@ -123,7 +124,7 @@ func newErrorQueueEnv(t *testing.T, errArgs amqp.Table) *errorQueueEnv {
 	connCtx, cancelConn := context.WithCancel(context.Background())
 	all, _ := CompileGlobs([]string{"*"})
 	in := New(cc, func(context.Context) (Publisher, error) { return e.pub, nil }, e.store, Options{
-		Sources: []Source{TimeoutsSource(e.timeouts)}, ErrorQueue: e.errQ, ErrorGate: e.gate, Prefetch: 20, MaxBatch: 20,
+		Sources: []Source{TimeoutsSource(e.timeouts)}, Errors: e.gate, Prefetch: 20, MaxBatch: 20,
 		Rules:  Rules{MaxMessageBytes: 1 << 20, Allowed: all, Reserved: []string{e.timeouts, e.errQ}},
 		Logger: log,
 	})

@@ -20,6 +20,7 @@ import (
 	"github.com/delaybridge/delaybridge/broker"
 	"github.com/delaybridge/delaybridge/budget"
 	"github.com/delaybridge/delaybridge/circuit"
+	"github.com/delaybridge/delaybridge/errorqueue"
 	"github.com/delaybridge/delaybridge/message"
 	"github.com/delaybridge/delaybridge/storage"
 	"github.com/delaybridge/delaybridge/wire"
@@ -33,7 +34,7 @@ type Store interface {
 
 // Publisher sends error-queue copies with confirms.
 type Publisher interface {
-	Publish(ctx context.Context, msgs []broker.Outgoing) []error
+	errorqueue.Publisher
 	Close() error
 }
 
@@ -67,10 +68,9 @@ func (noMetrics) ObserveIngestCommit(time.Duration) {}
 // Options configure an Ingester.
 type Options struct {
 	// Sources are the queues to consume, each with its parser.
-	Sources    []Source
+	Sources []Source
+	// ErrorQueue is the queue of ingest's own Errors, when none is given.
 	ErrorQueue string
-	// Processing names the endpoint and host on error copies.
-	Processing broker.Processing
 	Prefetch   int
 	// MaxBatch caps deliveries stored in one commit (group commit), and
 	// Linger is how long a batch waits for more deliveries before its commit.
@@ -90,10 +90,11 @@ type Options struct {
 	// Wake is told the earliest due time of every committed batch, so the
 	// poller can wake early. Optional.
 	Wake func(due time.Time)
-	// ErrorGate paces error copies while the error queue refuses them (the
-	// bridge shares one with dispatch). Nil: one of ingest's own, which
-	// does not declare the queue again.
-	ErrorGate *broker.ErrorGate
+	// Errors puts the invalid messages' copies on the error queue and paces
+	// them while it refuses them (the bridge shares one with dispatch).
+	// Nil: one of ingest's own on ErrorQueue, which does not declare the
+	// queue again.
+	Errors *errorqueue.Sender
 	// StoreBreaker watches commits; while it is armed ingest backs off, and
 	// when it triggers the bridge stops. Nil: a breaker that never triggers.
 	StoreBreaker *circuit.Breaker
@@ -148,17 +149,18 @@ func New(conn broker.Waiter, newPub NewPublisher, store Store, opts Options) *In
 	if opts.MaxBatch < 1 {
 		opts.MaxBatch = 1
 	}
-	if opts.ErrorGate == nil {
-		opts.ErrorGate = broker.NewErrorGate(broker.ErrorGateOptions{Queue: opts.ErrorQueue, Now: opts.Now, Logger: opts.Logger})
+	if opts.Metrics == nil {
+		opts.Metrics = noMetrics{}
+	}
+	if opts.Errors == nil {
+		opts.Errors = errorqueue.New(errorqueue.Options{Queue: opts.ErrorQueue, Metrics: opts.Metrics,
+			Now: opts.Now, Logger: opts.Logger})
 	}
 	if opts.Linger <= 0 {
 		opts.Linger = 2 * time.Millisecond
 	}
 	if opts.StoreBreaker == nil {
 		opts.StoreBreaker = circuit.New("store", time.Duration(1<<62), circuit.Options{Now: opts.Now})
-	}
-	if opts.Metrics == nil {
-		opts.Metrics = noMetrics{}
 	}
 	in := &Ingester{conn: conn, newPub: newPub, store: store, opts: opts, log: opts.Logger, drops: newDropLog(opts.Logger)}
 	in.replacer, _ = store.(storage.GroupReplacer)
@@ -376,7 +378,7 @@ const heldCheck = time.Second
 func (in *Ingester) armRetry(retry *time.Timer, held []entry) {
 	retry.Stop()
 	if len(held) > 0 {
-		retry.Reset(min(in.opts.ErrorGate.RetryIn(in.opts.Now()), heldCheck))
+		retry.Reset(min(in.opts.Errors.RetryIn(in.opts.Now()), heldCheck))
 	}
 }
 
@@ -384,7 +386,7 @@ func (in *Ingester) armRetry(retry *time.Timer, held []entry) {
 // publishes now, and acks each one the broker confirmed; it returns those
 // still held.
 func (in *Ingester) retryHeld(ctx context.Context, src Source, pub Publisher, held []entry) ([]entry, error) {
-	if in.opts.ErrorGate.RetryIn(in.opts.Now()) > 0 {
+	if in.opts.Errors.RetryIn(in.opts.Now()) > 0 {
 		return held, nil
 	}
 	for i := range held {
@@ -763,43 +765,32 @@ func (in *Ingester) replace(ctx context.Context, e *entry) time.Duration {
 	return 0
 }
 
-// reject copies the batch's invalid deliveries to the error queue, through
-// the error gate, and marks acked each one whose copy the broker confirmed,
-// and held each one the error queue refused (the gate logs those, summed
-// up); the others stay requeued. It returns an error when the publish
-// connection failed.
+// reject copies the batch's invalid deliveries to the error queue, and
+// marks acked each one whose copy the broker confirmed, and held each one
+// the error queue refused (the Sender logs those, summed up); the others
+// stay requeued. It returns an error when the publish connection failed.
 func (in *Ingester) reject(ctx context.Context, src Source, pub Publisher, batch []entry) error {
-	var out []broker.Outgoing
+	var fs []errorqueue.Failure
 	var idx []int
-	now := in.opts.Now()
 	for i := range batch {
 		e := &batch[i]
 		if e.intake.Op != OpReject {
 			continue
 		}
-		out = append(out, broker.Outgoing{
-			RoutingKey: in.opts.ErrorQueue,
-			Mandatory:  true,
-			Msg: broker.ErrorCopy(message.FromDelivery(&e.d), broker.ErrorFacts{
-				Reason: e.intake.Reason, Stage: wire.StageIngest, FailedAt: now, FailedQ: src.Queue, Processing: in.opts.Processing,
-			}),
-		})
+		fs = append(fs, errorqueue.Failure{Msg: message.FromDelivery(&e.d),
+			Facts: errorqueue.Facts{Reason: e.intake.Reason, Stage: wire.StageIngest, FailedQ: src.Queue}})
 		idx = append(idx, i)
 	}
-	if len(out) == 0 {
+	if len(fs) == 0 {
 		return nil
 	}
-	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-	defer cancel()
-	results := in.opts.ErrorGate.Publish(wctx, pub, out)
-	in.retryUnpublishable(wctx, src, pub, batch, idx, results)
+	results := in.opts.Errors.Send(context.WithoutCancel(ctx), pub, fs)
 	var connErr error
-	moved := 0
 	for j, i := range idx {
 		e := &batch[i]
 		switch err := results[j]; {
 		case err == nil:
-		case errors.Is(err, broker.ErrErrorQueueRefusing), errors.Is(err, broker.ErrReturned), errors.Is(err, broker.ErrNacked):
+		case errors.Is(err, errorqueue.ErrRefusing), errors.Is(err, broker.ErrReturned), errors.Is(err, broker.ErrNacked):
 			e.outcome = hold
 			continue
 		default:
@@ -810,46 +801,8 @@ func (in *Ingester) reject(ctx context.Context, src Source, pub Publisher, batch
 			continue
 		}
 		in.log.Warn().Str("message_id", e.d.MessageId).Str("reason", e.intake.Reason).
-			Str("error_queue", in.opts.ErrorQueue).Msg("invalid message moved to the error queue")
+			Str("error_queue", in.opts.Errors.Queue()).Msg("invalid message moved to the error queue")
 		e.outcome = ack
-		moved++
 	}
-	in.opts.Metrics.ErrorQueued(wire.StageIngest, moved)
 	return connErr
-}
-
-// retryUnpublishable sends again, in another form, the error copies AMQP
-// could not carry (the message's own headers or properties, with the error
-// headers added, exceed what a frame or the client can hold): the body of
-// the new copy is the whole original message in package message's encoding,
-// so nothing is lost and the delivery does not come back forever. results
-// is updated in place.
-func (in *Ingester) retryUnpublishable(ctx context.Context, src Source, pub Publisher, batch []entry, idx []int, results []error) {
-	var again []broker.Outgoing
-	var at []int
-	for j, err := range results {
-		if !errors.Is(err, broker.ErrUnpublishable) {
-			continue
-		}
-		e := &batch[idx[j]]
-		orig := message.FromDelivery(&e.d)
-		raw := amqp.Publishing{Body: e.d.Body}
-		note := "its body is the original body only (its headers could not be encoded either)"
-		if enc, eerr := message.Encode(nil, &orig); eerr == nil {
-			raw.Body, note = enc, "its body is the whole original message in delaybridge's message encoding"
-		}
-		if wire.ValidateID("message id", e.d.MessageId) == nil {
-			raw.MessageId = e.d.MessageId
-		}
-		facts := broker.ErrorFacts{Reason: e.intake.Reason + "; the copy itself " + err.Error() + ", so " + note,
-			Stage: wire.StageIngest, FailedAt: in.opts.Now(), FailedQ: src.Queue}
-		again = append(again, broker.Outgoing{RoutingKey: in.opts.ErrorQueue, Mandatory: true, Msg: broker.ErrorCopy(raw, facts)})
-		at = append(at, j)
-	}
-	if len(again) == 0 {
-		return
-	}
-	for k, err := range in.opts.ErrorGate.Publish(ctx, pub, again) {
-		results[at[k]] = err
-	}
 }

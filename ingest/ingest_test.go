@@ -15,6 +15,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/delaybridge/delaybridge/broker"
+	"github.com/delaybridge/delaybridge/errorqueue"
 	"github.com/delaybridge/delaybridge/internal/amqptest"
 	"github.com/delaybridge/delaybridge/message"
 	"github.com/delaybridge/delaybridge/storage"
@@ -290,7 +291,7 @@ func TestRefusedInvalidMessagesAreHeldAndTriedAgain(t *testing.T) {
 	var woke []time.Time
 	in := newIngester(store, pub, &woke)
 	in.opts.Now = func() time.Time { return clock }
-	in.opts.ErrorGate = broker.NewErrorGate(broker.ErrorGateOptions{Queue: "error", MinBackoff: time.Second, MaxBackoff: time.Second,
+	in.opts.Errors = errorqueue.New(errorqueue.Options{Queue: "error", MinBackoff: time.Second, MaxBackoff: time.Second,
 		Now: in.opts.Now, Logger: zerolog.Nop()})
 	valid := amqp.Table{wire.HeaderDestination: "a", wire.HeaderDelay: int32(1)}
 	ds := deliveries(s, amqp.Table{}, valid, amqp.Table{}, amqp.Table{}, valid)

@@ -7,8 +7,10 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/rs/zerolog"
 
 	"github.com/delaybridge/delaybridge/broker"
+	"github.com/delaybridge/delaybridge/errorqueue"
 	"github.com/delaybridge/delaybridge/internal/amqptest"
 	"github.com/delaybridge/delaybridge/metrics"
 	"github.com/delaybridge/delaybridge/wire"
@@ -43,6 +45,7 @@ func TestMetrics(t *testing.T) {
 	in := newIngester(store, pub, &woke)
 	rec := &recorder{}
 	in.opts.Metrics = rec
+	in.opts.Errors = errorqueue.New(errorqueue.Options{Queue: "error", Metrics: rec, Now: in.opts.Now, Logger: zerolog.Nop()})
 	good := amqp.Table{wire.HeaderDestination: "a", wire.HeaderDelay: int32(1)}
 	b := deliveries(s, good, good, amqp.Table{}, good, good)
 	b[3].MessageId, b[3].Body = "m0", b[0].Body // a redelivery of the first

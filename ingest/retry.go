@@ -1,12 +1,12 @@
 package ingest
 
 import (
-	"strings"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/delaybridge/delaybridge/broker"
+	"github.com/delaybridge/delaybridge/errorqueue"
 	"github.com/delaybridge/delaybridge/message"
 	"github.com/delaybridge/delaybridge/wire"
 )
@@ -23,7 +23,7 @@ import (
 // due-time header; one that was given x-due-at or NServiceBus.Timeout.Expire
 // again is an ordinary message to schedule at that time.
 func IsRetry(h amqp.Table) bool {
-	if s, _, _ := headerString(h, wire.HeaderStage); s != wire.StageDispatch {
+	if errorqueue.Stage(h) != wire.StageDispatch {
 		return false
 	}
 	for _, k := range []string{wire.HeaderDueAt, wire.HeaderNSBExpire} {
@@ -55,19 +55,13 @@ func ParseRetry(d *amqp.Delivery, now time.Time) Intake {
 	p := message.FromDelivery(d)
 	h := make(amqp.Table, len(p.Headers))
 	for k, v := range p.Headers {
-		if !failureHeader(k) {
+		if !errorqueue.FailureHeader(k) {
 			h[k] = v
 		}
 	}
 	p.Headers = h
 	return Intake{Op: OpSchedule, ID: id, Destination: dest.Key, Exchange: dest.Exchange, DueAt: now,
 		Msg: broker.Forwardable(p, wire.DueTimeHeaders)}
-}
-
-// failureHeader: a header an error copy carries about its failure.
-func failureHeader(k string) bool {
-	return strings.HasPrefix(k, wire.HeaderPrefix) || strings.HasPrefix(k, wire.HeaderNSBExceptionInfoPrefix) ||
-		k == wire.HeaderNSBFailedQ || k == wire.HeaderNSBTimeOfFailure
 }
 
 // ForwardedTo reads where a dispatch failure's forward went: the copy's

@@ -7,7 +7,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/delaybridge/delaybridge/broker"
+	"github.com/delaybridge/delaybridge/errorqueue"
 	"github.com/delaybridge/delaybridge/wire"
 )
 
@@ -46,8 +46,8 @@ func TestServicePulseRetryIsDueNow(t *testing.T) {
 			// there, due-time headers gone.
 			fwd := amqp.Publishing{MessageId: "m-1", ContentType: "application/json", Body: []byte(`{"a":1}`),
 				Headers: amqp.Table{wire.HeaderDestination: "elsewhere", "NServiceBus.EnclosedMessageTypes": "Orders.Placed", "NServiceBus.SagaId": "s-1"}}
-			copyMsg := broker.ErrorCopy(fwd, broker.ErrorFacts{Reason: "nack", Stage: wire.StageDispatch, Attempts: 6, FailedAt: now.Add(-time.Hour),
-				FailedQ: "E.Timeouts", Forward: &dest, Processing: broker.NewProcessing("E", "h")})
+			copyMsg := errorqueue.Copy(fwd, errorqueue.Facts{Reason: "nack", Stage: wire.StageDispatch, Attempts: 6, FailedAt: now.Add(-time.Hour),
+				FailedQ: "E.Timeouts", Forward: &dest, Processing: errorqueue.NewProcessing("E", "h")})
 			d := servicePulseRetry(copyMsg, "staging-native-id")
 			if !IsRetry(d.Headers) {
 				t.Fatal("not recognised as a retry")

@@ -1,9 +1,14 @@
-package broker
+// Package errorqueue owns the bridge's copies on the error queue
+// (docs/contract.md §4): how a copy is made and what failure headers it
+// carries, the form it takes when AMQP cannot carry it, the gate that paces
+// copies while the queue refuses them, and how a copy is read back.
+// Ingest, dispatch and the sweep of unreadable messages send through one
+// Sender; the admin API and ingest's retries read copies with this package.
+package errorqueue
 
 import (
 	"crypto/md5"
 	"encoding/hex"
-	"maps"
 	"strings"
 	"time"
 
@@ -15,8 +20,8 @@ import (
 // maxReasonHeaderSize caps the reason headers of an error copy.
 const maxReasonHeaderSize = 4096
 
-// ErrorFacts say why and where a message failed.
-type ErrorFacts struct {
+// Facts say why and where a message failed.
+type Facts struct {
 	Reason   string
 	Stage    string // wire.StageIngest or wire.StageDispatch
 	Attempts int    // dispatch failures so far
@@ -50,14 +55,14 @@ func NewProcessing(endpoint, machine string) Processing {
 	return Processing{Endpoint: endpoint, Machine: machine, HostID: hex.EncodeToString(sum[:])}
 }
 
-// ErrorCopy returns the message to put on the error queue: the same body,
+// Copy returns the message to put on the error queue: the same body,
 // properties and headers plus the §4 headers, the bridge's own and the
 // NServiceBus failure headers ServicePulse reads (wire). Exception headers
 // the message already had (from an earlier failure elsewhere) are replaced
 // as a whole, so none describes another failure. The input is not modified.
 // user-id is dropped because the broker rejects a user-id that is not the
 // publishing connection's own.
-func ErrorCopy(p amqp.Publishing, f ErrorFacts) amqp.Publishing {
+func Copy(p amqp.Publishing, f Facts) amqp.Publishing {
 	h := make(amqp.Table, len(p.Headers)+16)
 	for k, v := range p.Headers {
 		if !strings.HasPrefix(k, wire.HeaderNSBExceptionInfoPrefix) {
@@ -99,21 +104,6 @@ func ErrorCopy(p amqp.Publishing, f ErrorFacts) amqp.Publishing {
 		h[wire.HeaderForwardRoutingKey] = f.Forward.Key
 	}
 	p.Headers = h
-	p.UserId = ""
-	return p
-}
-
-// Forwardable returns the message as the bridge forwards it: without the
-// due-time headers (so it cannot loop back into a delay) and without user-id.
-func Forwardable(p amqp.Publishing, dropHeaders []string) amqp.Publishing {
-	if p.Headers != nil {
-		h := make(amqp.Table, len(p.Headers))
-		maps.Copy(h, p.Headers)
-		for _, k := range dropHeaders {
-			delete(h, k)
-		}
-		p.Headers = h
-	}
 	p.UserId = ""
 	return p
 }

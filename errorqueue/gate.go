@@ -1,4 +1,4 @@
-package broker
+package errorqueue
 
 import (
 	"context"
@@ -9,15 +9,16 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/delaybridge/delaybridge/broker"
 	"github.com/delaybridge/delaybridge/internal/logsum"
 )
 
-// ErrErrorQueueRefusing means an error copy was not published because the
+// ErrRefusing means an error copy was not published because the
 // error queue refused the last ones: the gate waits before trying again.
-var ErrErrorQueueRefusing = errors.New("the error queue refuses copies")
+var ErrRefusing = errors.New("the error queue refuses copies")
 
-// ErrorGateOptions configure an ErrorGate.
-type ErrorGateOptions struct {
+// GateOptions configure an Gate.
+type GateOptions struct {
 	Queue string
 	// Declare, when set, declares the error queue again, as at start-up: a
 	// copy returned as unroutable means the queue was deleted.
@@ -32,12 +33,13 @@ type ErrorGateOptions struct {
 	Logger       zerolog.Logger
 }
 
-// ErrorPublisher is what ErrorGate publishes with (*Publisher implements it).
-type ErrorPublisher interface {
-	Publish(ctx context.Context, msgs []Outgoing) []error
+// Publisher is what copies are published with (*broker.Publisher
+// implements it).
+type Publisher interface {
+	Publish(ctx context.Context, msgs []broker.Outgoing) []error
 }
 
-// ErrorGate paces the copies to the error queue, for every stage that
+// Gate paces the copies to the error queue, for every stage that
 // sends them. While the queue refuses copies (returned as unroutable, or
 // nacked: full with x-overflow reject-publish, say) nothing is published
 // but one probe per backoff, so a stage that holds its failures and tries
@@ -45,8 +47,8 @@ type ErrorPublisher interface {
 // refusals are logged as one summary per interval. A copy returned because
 // the queue is gone makes it declare the queue again and publish once more.
 // It is safe for concurrent use.
-type ErrorGate struct {
-	opts ErrorGateOptions
+type Gate struct {
+	opts GateOptions
 	sum  *logsum.Log
 
 	mu       sync.Mutex
@@ -58,8 +60,8 @@ type ErrorGate struct {
 	probing  bool
 }
 
-// NewErrorGate returns an ErrorGate.
-func NewErrorGate(opts ErrorGateOptions) *ErrorGate {
+// NewGate returns an Gate.
+func NewGate(opts GateOptions) *Gate {
 	if opts.MinBackoff <= 0 {
 		opts.MinBackoff = time.Second
 	}
@@ -69,7 +71,7 @@ func NewErrorGate(opts ErrorGateOptions) *ErrorGate {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	return &ErrorGate{opts: opts, sum: logsum.New(logsum.Options{
+	return &Gate{opts: opts, sum: logsum.New(logsum.Options{
 		Interval: opts.WarnInterval, KeyField: "error_queue", CountField: "copies",
 		First:   "the error queue refuses copies; the messages stay where they are and are tried again with backoff (further refusals are summarised once per interval)",
 		Summary: "the error queue still refuses copies; the messages stay where they are",
@@ -80,8 +82,8 @@ func NewErrorGate(opts ErrorGateOptions) *ErrorGate {
 // returns their results as pub does. While the queue refuses copies, it
 // publishes only when a try is due, and then only the first message: the
 // others follow if the broker takes it. A copy not published fails with
-// ErrErrorQueueRefusing.
-func (g *ErrorGate) Publish(ctx context.Context, pub ErrorPublisher, msgs []Outgoing) []error {
+// ErrRefusing.
+func (g *Gate) Publish(ctx context.Context, pub Publisher, msgs []broker.Outgoing) []error {
 	if len(msgs) == 0 {
 		return nil
 	}
@@ -114,7 +116,7 @@ func (g *ErrorGate) Publish(ctx context.Context, pub ErrorPublisher, msgs []Outg
 			results = append(results, g.send(ctx, pub, msgs[1:])...)
 		} else {
 			// Refused, or no answer: the others wait for the next try.
-			err := fmt.Errorf("%w (not published): the probe failed: %v", ErrErrorQueueRefusing, results[0])
+			err := fmt.Errorf("%w (not published): the probe failed: %v", ErrRefusing, results[0])
 			results = append(results, fill(make([]error, len(msgs)-1), err)...)
 		}
 	}
@@ -124,15 +126,15 @@ func (g *ErrorGate) Publish(ctx context.Context, pub ErrorPublisher, msgs []Outg
 
 // send publishes msgs; the ones returned as unroutable go again, once,
 // after the queue is declared again.
-func (g *ErrorGate) send(ctx context.Context, pub ErrorPublisher, msgs []Outgoing) []error {
+func (g *Gate) send(ctx context.Context, pub Publisher, msgs []broker.Outgoing) []error {
 	results := pub.Publish(ctx, msgs)
 	if g.opts.Declare == nil {
 		return results
 	}
-	var again []Outgoing
+	var again []broker.Outgoing
 	var at []int
 	for i, err := range results {
-		if errors.Is(err, ErrReturned) {
+		if errors.Is(err, broker.ErrReturned) {
 			again = append(again, msgs[i])
 			at = append(at, i)
 		}
@@ -155,7 +157,7 @@ func (g *ErrorGate) send(ctx context.Context, pub ErrorPublisher, msgs []Outgoin
 }
 
 // record learns from the results of one publish.
-func (g *ErrorGate) record(results []error, probe bool) {
+func (g *Gate) record(results []error, probe bool) {
 	now := g.opts.Now()
 	var cause error
 	took := 0
@@ -163,7 +165,7 @@ func (g *ErrorGate) record(results []error, probe bool) {
 		switch {
 		case err == nil:
 			took++
-		case errors.Is(err, ErrReturned), errors.Is(err, ErrNacked):
+		case errors.Is(err, broker.ErrReturned), errors.Is(err, broker.ErrNacked):
 			cause = err
 		}
 	}
@@ -182,7 +184,7 @@ func (g *ErrorGate) record(results []error, probe bool) {
 			g.attempt = 1
 		}
 		g.cause = cause.Error()
-		g.nextTry = now.Add(backoff(g.opts.MinBackoff, g.opts.MaxBackoff, g.attempt))
+		g.nextTry = now.Add(broker.Backoff(g.opts.MinBackoff, g.opts.MaxBackoff, g.attempt))
 		retryAt := g.nextTry
 		g.mu.Unlock()
 		g.note(len(results)-took, now, fmt.Sprintf("%s (tried again at %s)", cause, retryAt.UTC().Format(time.RFC3339)))
@@ -204,16 +206,16 @@ func (g *ErrorGate) record(results []error, probe bool) {
 	g.mu.Unlock()
 }
 
-func (g *ErrorGate) note(n int, now time.Time, reason string) {
+func (g *Gate) note(n int, now time.Time, reason string) {
 	if n < 1 {
 		return
 	}
 	g.sum.Note(g.opts.Queue, n, now, func(e *zerolog.Event, p string) *zerolog.Event { return e.Str(p+"reason", reason) })
 }
 
-// Refused returns ErrErrorQueueRefusing with the last refusal and when the
+// Refused returns ErrRefusing with the last refusal and when the
 // next try is due, or nil while the queue takes copies.
-func (g *ErrorGate) Refused(now time.Time) error {
+func (g *Gate) Refused(now time.Time) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if !g.refusing {
@@ -222,14 +224,14 @@ func (g *ErrorGate) Refused(now time.Time) error {
 	return g.refusedLocked(now)
 }
 
-func (g *ErrorGate) refusedLocked(now time.Time) error {
-	return fmt.Errorf("%w (not published): %s, %s ago; next try in %s", ErrErrorQueueRefusing, g.cause,
+func (g *Gate) refusedLocked(now time.Time) error {
+	return fmt.Errorf("%w (not published): %s, %s ago; next try in %s", ErrRefusing, g.cause,
 		now.Sub(g.since).Round(time.Millisecond), max(g.nextTry.Sub(now), 0).Round(time.Millisecond))
 }
 
 // RetryIn is how long until the gate publishes again: 0 while the queue
 // takes copies.
-func (g *ErrorGate) RetryIn(now time.Time) time.Duration {
+func (g *Gate) RetryIn(now time.Time) time.Duration {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if !g.refusing {
@@ -240,14 +242,14 @@ func (g *ErrorGate) RetryIn(now time.Time) time.Duration {
 
 // Refusing reports whether the queue refuses copies, and since when and
 // why; for readiness and metrics.
-func (g *ErrorGate) Refusing() (refusing bool, since time.Time, cause string) {
+func (g *Gate) Refusing() (refusing bool, since time.Time, cause string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return g.refusing, g.since, g.cause
 }
 
 // Flush writes what the refusal summary holds (when the bridge stops).
-func (g *ErrorGate) Flush() { g.sum.Flush(g.opts.Now(), true) }
+func (g *Gate) Flush() { g.sum.Flush(g.opts.Now(), true) }
 
 func fill(errs []error, err error) []error {
 	for i := range errs {

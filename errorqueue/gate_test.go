@@ -1,4 +1,4 @@
-package broker
+package errorqueue
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/rs/zerolog"
 
+	"github.com/delaybridge/delaybridge/broker"
 	"github.com/delaybridge/delaybridge/internal/logtest"
 )
 
@@ -23,7 +24,7 @@ type gatePub struct {
 	answer func(id string) error
 }
 
-func (p *gatePub) Publish(_ context.Context, msgs []Outgoing) []error {
+func (p *gatePub) Publish(_ context.Context, msgs []broker.Outgoing) []error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.calls = append(p.calls, len(msgs))
@@ -44,10 +45,10 @@ func (p *gatePub) published() int {
 	return n
 }
 
-func copies(n int) []Outgoing {
-	out := make([]Outgoing, n)
+func copies(n int) []broker.Outgoing {
+	out := make([]broker.Outgoing, n)
 	for i := range out {
-		out[i] = Outgoing{RoutingKey: "error", Mandatory: true, Msg: amqp.Publishing{MessageId: fmt.Sprint("c", i)}}
+		out[i] = broker.Outgoing{RoutingKey: "error", Mandatory: true, Msg: amqp.Publishing{MessageId: fmt.Sprint("c", i)}}
 	}
 	return out
 }
@@ -82,21 +83,21 @@ func countIs(errs []error, target error) int {
 // per try, tries back off (doubling, capped, jittered), the refusals are
 // one warning plus one summary per interval, and once a probe is taken the
 // rest go out.
-func TestErrorGateIsBoundedWhileTheQueueRefuses(t *testing.T) {
+func TestGateIsBoundedWhileTheQueueRefuses(t *testing.T) {
 	clock := newGateClock()
 	full := true
 	pub := &gatePub{answer: func(string) error {
 		if full {
-			return ErrNacked
+			return broker.ErrNacked
 		}
 		return nil
 	}}
 	logs := &logtest.Buffer{}
-	g := NewErrorGate(ErrorGateOptions{Queue: "error", MinBackoff: time.Second, MaxBackoff: 8 * time.Second,
+	g := NewGate(GateOptions{Queue: "error", MinBackoff: time.Second, MaxBackoff: 8 * time.Second,
 		WarnInterval: 10 * time.Second, Now: clock.now, Logger: zerolog.New(logs)})
 	ctx := context.Background()
 
-	if res := g.Publish(ctx, pub, copies(5)); errorsOf(res, ErrNacked) != 5 {
+	if res := g.Publish(ctx, pub, copies(5)); errorsOf(res, broker.ErrNacked) != 5 {
 		t.Fatalf("first publish: %v", res)
 	}
 	if refusing, _, cause := g.Refusing(); !refusing || !strings.Contains(cause, "nack") {
@@ -105,10 +106,10 @@ func TestErrorGateIsBoundedWhileTheQueueRefuses(t *testing.T) {
 	var waits []time.Duration
 	for range 1000 {
 		res := g.Publish(ctx, pub, copies(3))
-		if errorsOf(res, ErrErrorQueueRefusing)+errorsOf(res, ErrNacked) != 3 {
+		if errorsOf(res, ErrRefusing)+errorsOf(res, broker.ErrNacked) != 3 {
 			t.Fatalf("while refusing: %v", res)
 		}
-		if wait := g.RetryIn(clock.now()); wait > 0 && res[0] != nil && errors.Is(res[0], ErrNacked) {
+		if wait := g.RetryIn(clock.now()); wait > 0 && res[0] != nil && errors.Is(res[0], broker.ErrNacked) {
 			waits = append(waits, wait)
 		}
 		clock.add(100 * time.Millisecond)
@@ -170,18 +171,18 @@ func TestErrorGateIsBoundedWhileTheQueueRefuses(t *testing.T) {
 
 // A copy returned as unroutable means the queue is gone: the gate declares
 // it again and publishes the returned copies once more.
-func TestErrorGateDeclaresAMissingQueueAgain(t *testing.T) {
+func TestGateDeclaresAMissingQueueAgain(t *testing.T) {
 	clock := newGateClock()
 	exists := false
 	declares := 0
 	pub := &gatePub{answer: func(string) error {
 		if !exists {
-			return fmt.Errorf("%w: 312 NO_ROUTE", ErrReturned)
+			return fmt.Errorf("%w: 312 NO_ROUTE", broker.ErrReturned)
 		}
 		return nil
 	}}
 	logs := &logtest.Buffer{}
-	g := NewErrorGate(ErrorGateOptions{Queue: "error", Now: clock.now, Logger: zerolog.New(logs),
+	g := NewGate(GateOptions{Queue: "error", Now: clock.now, Logger: zerolog.New(logs),
 		Declare: func(context.Context) error { declares++; exists = true; return nil }})
 	if res := g.Publish(context.Background(), pub, copies(3)); !allNil(res) || res[0] != nil {
 		t.Fatalf("Publish = %v, want all taken after the declaration", res)
@@ -198,14 +199,14 @@ func TestErrorGateDeclaresAMissingQueueAgain(t *testing.T) {
 }
 
 // A declaration that fails leaves the queue refusing, with the reason.
-func TestErrorGateWhenTheDeclarationFails(t *testing.T) {
+func TestGateWhenTheDeclarationFails(t *testing.T) {
 	clock := newGateClock()
-	pub := &gatePub{answer: func(string) error { return fmt.Errorf("%w: 312 NO_ROUTE", ErrReturned) }}
+	pub := &gatePub{answer: func(string) error { return fmt.Errorf("%w: 312 NO_ROUTE", broker.ErrReturned) }}
 	declares := 0
-	g := NewErrorGate(ErrorGateOptions{Queue: "error", Now: clock.now, Logger: zerolog.Nop(),
+	g := NewGate(GateOptions{Queue: "error", Now: clock.now, Logger: zerolog.Nop(),
 		Declare: func(context.Context) error { declares++; return errors.New("403 ACCESS_REFUSED") }})
 	res := g.Publish(context.Background(), pub, copies(2))
-	if errorsOf(res, ErrReturned) != 2 || !strings.Contains(res[0].Error(), "ACCESS_REFUSED") {
+	if errorsOf(res, broker.ErrReturned) != 2 || !strings.Contains(res[0].Error(), "ACCESS_REFUSED") {
 		t.Fatalf("Publish = %v", res)
 	}
 	if refusing, _, cause := g.Refusing(); !refusing || !strings.Contains(cause, "ACCESS_REFUSED") {
@@ -222,9 +223,9 @@ func TestErrorGateWhenTheDeclarationFails(t *testing.T) {
 
 // A probe that gets no answer about the queue (the connection failed) lets
 // the next publish probe at once; one probe at a time goes out.
-func TestErrorGateProbes(t *testing.T) {
+func TestGateProbes(t *testing.T) {
 	clock := newGateClock()
-	answer := error(ErrNacked)
+	answer := error(broker.ErrNacked)
 	var mu sync.Mutex
 	entered, release := make(chan struct{}, 1), make(chan struct{})
 	block := false
@@ -233,19 +234,19 @@ func TestErrorGateProbes(t *testing.T) {
 		defer mu.Unlock()
 		return answer
 	}}
-	blocking := ErrorPublisher(publishFunc(func(ctx context.Context, msgs []Outgoing) []error {
+	blocking := Publisher(publishFunc(func(ctx context.Context, msgs []broker.Outgoing) []error {
 		if block {
 			entered <- struct{}{}
 			<-release
 		}
 		return pub.Publish(ctx, msgs)
 	}))
-	g := NewErrorGate(ErrorGateOptions{Queue: "error", Now: clock.now, Logger: zerolog.Nop()})
+	g := NewGate(GateOptions{Queue: "error", Now: clock.now, Logger: zerolog.Nop()})
 	ctx := context.Background()
 	g.Publish(ctx, blocking, copies(1))
 	clock.add(time.Minute)
-	answer = fmt.Errorf("%w: connection lost", ErrNotConfirmed)
-	if res := g.Publish(ctx, blocking, copies(3)); !errors.Is(res[0], ErrNotConfirmed) || !errors.Is(res[1], ErrErrorQueueRefusing) {
+	answer = fmt.Errorf("%w: connection lost", broker.ErrNotConfirmed)
+	if res := g.Publish(ctx, blocking, copies(3)); !errors.Is(res[0], broker.ErrNotConfirmed) || !errors.Is(res[1], ErrRefusing) {
 		t.Fatalf("probe without an answer: %v", res)
 	}
 	if g.RetryIn(clock.now()) != 0 {
@@ -258,7 +259,7 @@ func TestErrorGateProbes(t *testing.T) {
 	go func() { done <- g.Publish(ctx, blocking, copies(1)) }()
 	<-entered
 	block = false
-	if res := g.Publish(ctx, blocking, copies(2)); errorsOf(res, ErrErrorQueueRefusing) != 2 {
+	if res := g.Publish(ctx, blocking, copies(2)); errorsOf(res, ErrRefusing) != 2 {
 		t.Errorf("while a probe is in flight: %v", res)
 	}
 	close(release)
@@ -270,6 +271,8 @@ func TestErrorGateProbes(t *testing.T) {
 	}
 }
 
-type publishFunc func(ctx context.Context, msgs []Outgoing) []error
+type publishFunc func(ctx context.Context, msgs []broker.Outgoing) []error
 
-func (f publishFunc) Publish(ctx context.Context, msgs []Outgoing) []error { return f(ctx, msgs) }
+func (f publishFunc) Publish(ctx context.Context, msgs []broker.Outgoing) []error {
+	return f(ctx, msgs)
+}

@@ -1,4 +1,4 @@
-package broker
+package errorqueue
 
 import (
 	"maps"
@@ -23,7 +23,7 @@ func TestErrorCopyHeaders(t *testing.T) {
 	}}
 	in := maps.Clone(p.Headers)
 	dest := wire.Destination{Exchange: "", Key: "orders"}
-	got := ErrorCopy(p, ErrorFacts{Reason: "dispatch to \"orders\" failed 4 times: nack", Stage: wire.StageDispatch, Attempts: 4,
+	got := Copy(p, Facts{Reason: "dispatch to \"orders\" failed 4 times: nack", Stage: wire.StageDispatch, Attempts: 4,
 		FailedAt: at, FailedQ: "E.Timeouts", Forward: &dest, Processing: NewProcessing("E", "host-1")})
 	want := amqp.Table{
 		"keep":                                    "me",
@@ -61,8 +61,8 @@ func TestErrorCopyHeaders(t *testing.T) {
 
 	// Ingest stage: its own type, no forward, no processing when unset, and
 	// an NServiceBus.MessageId the message had is kept.
-	got = ErrorCopy(amqp.Publishing{MessageId: "prop", Headers: amqp.Table{"NServiceBus.MessageId": "nsb"}},
-		ErrorFacts{Reason: "no due time", Stage: wire.StageIngest, FailedAt: at, FailedQ: "E.Timeouts"})
+	got = Copy(amqp.Publishing{MessageId: "prop", Headers: amqp.Table{"NServiceBus.MessageId": "nsb"}},
+		Facts{Reason: "no due time", Stage: wire.StageIngest, FailedAt: at, FailedQ: "E.Timeouts"})
 	for k, v := range map[string]any{"NServiceBus.ExceptionInfo.ExceptionType": "DelayBridge.InvalidMessageException",
 		"NServiceBus.MessageId": "nsb", "x-delaybridge-attempts": int32(0)} {
 		if got.Headers[k] != v {
