@@ -198,7 +198,7 @@ func TestBenchMoved(t *testing.T) {
 	var errOut bytes.Buffer
 	code := benchMoved(&errOut, exitConfig)
 	msg := errOut.String()
-	if code != exitConfig || strings.Count(msg, "\n") != 1 || !strings.Contains(msg, "go build -o delaybridge-bench ./cmd/delaybridge-bench") {
+	if code != exitConfig || strings.Count(msg, "\n") != 1 || !strings.Contains(msg, "go build -C bench -o ../delaybridge-bench ./cmd/delaybridge-bench") {
 		t.Fatalf("bench: %d %q", code, msg)
 	}
 }

@@ -154,7 +154,7 @@ The bench is its own command, delaybridge-bench: see bench/README.md.
 // benchMoved answers the bench subcommand, which is its own command so that
 // the harness is not linked into the bridge.
 func benchMoved(w io.Writer, code int) int {
-	fmt.Fprintln(w, "delaybridge: the bench is its own command: go build -o delaybridge . && go build -o delaybridge-bench ./cmd/delaybridge-bench && ./delaybridge-bench (see bench/README.md)")
+	fmt.Fprintln(w, "delaybridge: the bench is its own command: go build -o delaybridge . && go build -C bench -o ../delaybridge-bench ./cmd/delaybridge-bench && ./delaybridge-bench (see bench/README.md)")
 	return code
 }
 
