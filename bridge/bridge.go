@@ -1,7 +1,7 @@
 // Package bridge wires ingest, store, poller, dispatcher and HTTP into one
-// running delaybridge and shuts them down in data-flow order. main reads the
-// configuration and hands it here; tests build a bridge in-process with an
-// injected store and clock.
+// running delaybridge and shuts them down in data-flow order. Package cli
+// reads the configuration and hands it here; tests build a bridge in-process
+// with an injected store and clock.
 package bridge
 
 import (

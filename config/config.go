@@ -1,5 +1,6 @@
 // Package config reads the bridge's environment variables (docs/contract.md §5).
-// Only main reads it; components receive their own small option structs.
+// Only the process entry, package cli, reads it; components receive their own
+// small option structs.
 package config
 
 import (

@@ -5,6 +5,10 @@
 #   ./scripts/test.sh -run TestStore -v    # extra args go to `go test`
 #   DELAYBRIDGE_TEST_PACKAGES=./storage/... ./scripts/test.sh
 #
+# The benchmark harness is a Go module of its own (bench/go.mod): it is
+# vetted and tested too, in a step after the main one, unless
+# DELAYBRIDGE_TEST_PACKAGES names the packages to test.
+#
 # 1. makes sure RabbitMQ answers at $DELAYBRIDGE_TEST_AMQP_URL
 #    (default amqp://guest:guest@127.0.0.1:5672/; a local broker is installed
 #    and started when needed, and its management plugin enabled when its port
@@ -14,7 +18,7 @@
 #    test/integration/amqplib, only when its lockfile changed), and Debian's
 #    chromium for the status page's browser tests when missing,
 # 2. checks formatting (gofmt -l),
-# 3. go vet ./..., then lints and renders the Helm chart (helm is installed
+# 3. go vet ./... (and in bench/), then lints and renders the Helm chart (helm is installed
 #    from the Go module proxy when missing; see the Helm chart section),
 # 4. go test -race -count=1 -timeout 15m $DELAYBRIDGE_TEST_PACKAGES "$@",
 #    in two steps, because the tests of every package share one broker:
@@ -191,6 +195,9 @@ echo "ok (${#gofiles[@]} files)"
 section "go vet ./..."
 go vet ./...
 echo "ok"
+section "go vet ./... (bench/, the harness's module)"
+go vet -C bench ./...
+echo "ok"
 
 # --- Helm chart ---------------------------------------------------------------------
 # helm, pinned, from the Go module proxy (no other download needed): built once
@@ -256,6 +263,14 @@ DELAYBRIDGE_TEST_DISRUPTIVE="" DELAYBRIDGE_TEST_DISRUPTIVE_DEFER="${deferred}" \
   go test "${RACE[@]}" -count=1 -timeout 15m "${main_pkgs[@]}" "$@" || main_rc=$?
 echo "main step: took $((SECONDS - main_start)) s, exit ${main_rc}"
 
+# The harness's module: go test of the root module does not reach it. Its
+# tests are short (seconds) and none is disruptive.
+bench_rc=0
+if [[ -z "${DELAYBRIDGE_TEST_PACKAGES:-}" ]]; then
+  section "go test ${RACE[*]} -count=1 -timeout 15m ./... $* (bench/, the harness's module)"
+  go test -C bench "${RACE[@]}" -count=1 -timeout 15m ./... "$@" || bench_rc=$?
+fi
+
 left="${work}/left"
 sort -u "${deferred}" | comm -23 - <(sort -u "${early}") >"${left}"
 tail_rc=0
@@ -264,7 +279,7 @@ if [[ -s "${left}" ]]; then
   run_serial "${left}" "$@" || tail_rc=$?
 fi
 
-if [[ ${serial_rc} -ne 0 || ${main_rc} -ne 0 || ${tail_rc} -ne 0 ]]; then
-  echo "FAIL: serial step exit ${serial_rc}, main step exit ${main_rc}, last serial step exit ${tail_rc}" >&2
+if [[ ${serial_rc} -ne 0 || ${main_rc} -ne 0 || ${bench_rc} -ne 0 || ${tail_rc} -ne 0 ]]; then
+  echo "FAIL: serial step exit ${serial_rc}, main step exit ${main_rc}, bench module exit ${bench_rc}, last serial step exit ${tail_rc}" >&2
   exit 1
 fi

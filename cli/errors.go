@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"encoding/json"
@@ -124,12 +124,8 @@ func cliErrorsList(c *adminClient, fs *flag.FlagSet, ff *errorFilterFlags, args 
 	all := fs.Bool("all", false, "follow the cursor to the end of the queue (each page reads the queue from its head)")
 	setUsage(fs, "errors ls [--stage S] [--destination Q | --exchange X [--routing-key K]] [--exception-type T] [--from T] [--to T] [--limit N] [--scan N] [--cursor C] [--all] [--json]",
 		"Lists this endpoint's copies on the error queue, head first.")
-	pos, code := parseFlags(fs, args, c.out, c.errOut)
-	if code >= 0 {
+	if code := c.flagsOnly(fs, args); code >= 0 {
 		return code
-	}
-	if len(pos) > 0 {
-		return c.usageErr(fs, "unexpected argument %q", pos[0])
 	}
 	q, _, err := ff.query(fs)
 	if err != nil {
@@ -200,13 +196,8 @@ func cliErrorsShow(c *adminClient, fs *flag.FlagSet, ff *errorFilterFlags, args 
 		return c.usageErr(fs, "%v", err)
 	}
 	var out admin.ErrorListJSON
-	raw, err := c.do(http.MethodGet, errorPath(id, ""), q, nil, &out)
-	if err != nil {
-		return c.fail(err)
-	}
-	if c.json {
-		c.printJSON(raw)
-		return exitOK
+	if code := c.call(http.MethodGet, errorPath(id, ""), q, nil, &out); code >= 0 {
+		return code
 	}
 	for i, e := range out.Errors {
 		if i > 0 {

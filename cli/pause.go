@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"flag"
@@ -6,13 +6,12 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"text/tabwriter"
 
 	"github.com/delaybridge/delaybridge/admin"
 )
 
-// pause, resume and paused: the admin API's paused destinations.
-
+// cliPause is `delaybridge pause`: a destination's deliveries held (the
+// admin API's paused destinations; paused.go lists them).
 func cliPause(c *adminClient, fs *flag.FlagSet, args []string) int {
 	by := fs.String("by", "", "who pauses, recorded with the pause (default: $USER)")
 	return c.setPaused(fs, args, "pause", by,
@@ -22,6 +21,7 @@ func cliPause(c *adminClient, fs *flag.FlagSet, args []string) int {
 			"and holds on every instance sharing the store.")
 }
 
+// cliResume is `delaybridge resume`: a paused destination's deliveries let go.
 func cliResume(c *adminClient, fs *flag.FlagSet, args []string) int {
 	return c.setPaused(fs, args, "resume", nil,
 		"Resumes deliveries to a paused destination: its timeouts are delivered as they fall due,\n"+
@@ -53,13 +53,8 @@ func (c *adminClient) setPaused(fs *flag.FlagSet, args []string, op string, by *
 		}
 	}
 	var d admin.DestinationJSON
-	raw, err := c.do(http.MethodPost, "/api/v1/destinations/"+pathSegment(pos[0])+"/"+op, q, body, &d)
-	if err != nil {
-		return c.fail(err)
-	}
-	if c.json {
-		c.printJSON(raw)
-		return exitOK
+	if code := c.call(http.MethodPost, "/api/v1/destinations/"+pathSegment(pos[0])+"/"+op, q, body, &d); code >= 0 {
+		return code
 	}
 	dest := destOfJSON(&d)
 	switch {
@@ -73,44 +68,4 @@ func (c *adminClient) setPaused(fs *flag.FlagSet, args []string, op string, by *
 		fmt.Fprintf(c.out, "%s was not paused\n", dest)
 	}
 	return exitOK
-}
-
-func cliPaused(c *adminClient, fs *flag.FlagSet, args []string) int {
-	setUsage(fs, "paused [--json]", "Lists the paused destinations.")
-	pos, code := parseFlags(fs, args, c.out, c.errOut)
-	if code >= 0 {
-		return code
-	}
-	if len(pos) > 0 {
-		return c.usageErr(fs, "unexpected argument %q", pos[0])
-	}
-	var ds admin.DestinationsJSON
-	raw, err := c.do(http.MethodGet, "/api/v1/destinations", nil, nil, &ds)
-	if err != nil {
-		return c.fail(err)
-	}
-	if c.json {
-		c.printJSON(raw)
-		return exitOK
-	}
-	if len(ds.Destinations) == 0 {
-		fmt.Fprintln(c.out, "no destination is paused")
-		return exitOK
-	}
-	tw := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "DESTINATION\tPAUSED SINCE\tBY")
-	for _, d := range ds.Destinations {
-		since := ""
-		if d.Since != nil {
-			since = fmtTime(*d.Since)
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\n", destOfJSON(&d), since, d.By)
-	}
-	tw.Flush()
-	return exitOK
-}
-
-// destOfJSON is a DestinationJSON's destination, worded as destOf's.
-func destOfJSON(d *admin.DestinationJSON) fmt.Stringer {
-	return destOf(&admin.TimeoutJSON{Destination: d.Destination, Exchange: d.Exchange, RoutingKey: d.RoutingKey})
 }

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"bytes"
@@ -124,5 +124,18 @@ func TestConsoleLogColourOnlyOnATerminal(t *testing.T) {
 		if !isTerminal(tty) {
 			t.Error("/dev/tty is not seen as a terminal")
 		}
+	}
+}
+
+func TestMemoryLimitFollowsTheBudgetUnlessGOMEMLIMITIsSet(t *testing.T) {
+	cfg := config.Config{MaxInflightBytes: 64 << 20}
+	if got, ok := memoryLimit(cfg, ""); !ok || got != 320<<20 {
+		t.Fatalf("memoryLimit = %d, %v; want 320 MiB", got, ok)
+	}
+	if _, ok := memoryLimit(cfg, "1GiB"); ok {
+		t.Fatal("the operator's GOMEMLIMIT was overridden")
+	}
+	if _, ok := memoryLimit(config.Config{}, ""); ok {
+		t.Fatal("a limit without a budget")
 	}
 }

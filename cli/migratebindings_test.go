@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"bytes"
@@ -11,7 +11,7 @@ import (
 // URL with a password that is no http URL is refused without showing it.
 func TestMigrateBindingsUsage(t *testing.T) {
 	var out, errOut bytes.Buffer
-	if code := run([]string{"migrate-bindings", "--help"}, &out, &errOut); code != exitOK || !strings.Contains(out.String(), "--apply") {
+	if code := Run([]string{"migrate-bindings", "--help"}, &out, &errOut); code != exitOK || !strings.Contains(out.String(), "--apply") {
 		t.Fatalf("--help: exit %d, stdout %q", code, out.String())
 	}
 	for _, c := range []struct {
@@ -26,7 +26,7 @@ func TestMigrateBindingsUsage(t *testing.T) {
 		out.Reset()
 		errOut.Reset()
 		t.Setenv("DELAYBRIDGE_MANAGEMENT_URL", "")
-		if code := run(c.args, &out, &errOut); code != exitConfig || !strings.Contains(errOut.String(), c.want) ||
+		if code := Run(c.args, &out, &errOut); code != exitConfig || !strings.Contains(errOut.String(), c.want) ||
 			!strings.Contains(errOut.String(), "usage: delaybridge migrate-bindings") || strings.Contains(errOut.String(), "s3cret") {
 			t.Errorf("%v: exit %d, stderr %q; want 2 saying %q, with the usage, no password", c.args, code, errOut.String(), c.want)
 		}

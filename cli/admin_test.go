@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"bytes"
@@ -7,7 +7,6 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -190,33 +189,6 @@ func TestCLIErrors(t *testing.T) {
 		code = runAdmin("stats", []string{"--url", u}, &out, &errOut)
 		if code == 0 || strings.Contains(errOut.String(), "pw-s3cr3t") {
 			t.Errorf("--url %s: exit %d, %q", u, code, errOut.String())
-		}
-	}
-}
-
-func TestBenchMoved(t *testing.T) {
-	var errOut bytes.Buffer
-	code := benchMoved(&errOut, exitConfig)
-	msg := errOut.String()
-	if code != exitConfig || strings.Count(msg, "\n") != 1 || !strings.Contains(msg, "go build -o delaybridge-bench ./cmd/delaybridge-bench") {
-		t.Fatalf("bench: %d %q", code, msg)
-	}
-}
-
-// The harness must stay out of the bridge's binary: a test, so that an
-// import of it slipping back in fails here rather than in a binary's size.
-func TestBridgeDoesNotLinkBench(t *testing.T) {
-	goTool, err := exec.LookPath("go") // go test puts GOROOT/bin first on PATH
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := exec.Command(goTool, "list", "-deps", ".").Output()
-	if err != nil {
-		t.Fatalf("go list: %v", err)
-	}
-	for _, pkg := range strings.Fields(string(out)) {
-		if pkg == "github.com/delaybridge/delaybridge/bench" {
-			t.Fatalf("the bridge's main package depends on %s", pkg)
 		}
 	}
 }
