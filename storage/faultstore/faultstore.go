@@ -28,7 +28,7 @@ import (
 	"github.com/delaybridge/delaybridge/wire"
 )
 
-// Op names one method of storage.Store or of its optional interfaces.
+// Op names one method of storage.Store.
 type Op int
 
 // The operations a fault or delay can be set on. Close is counted but
