@@ -13,6 +13,7 @@ import (
 	"github.com/delaybridge/delaybridge/storage"
 	"github.com/delaybridge/delaybridge/storage/boltstore"
 	"github.com/delaybridge/delaybridge/storage/storetest"
+	"github.com/delaybridge/delaybridge/wire"
 )
 
 var ctx = context.Background()
@@ -505,6 +506,31 @@ func (f *fullStore) ReplaceGroups(ctx context.Context, groups []string, ts []sto
 	return f.Store.ReplaceGroups(ctx, groups, ts)
 }
 
+func (f *fullStore) Bulk(ctx context.Context, fl storage.ListFilter, a storage.BulkAction) (storage.BulkResult, error) {
+	f.calls[Bulk]++
+	return f.Store.Bulk(ctx, fl, a)
+}
+
+func (f *fullStore) CountByDestination(ctx context.Context, from, to time.Time) (map[wire.Destination]storage.DestinationCount, error) {
+	f.calls[CountByDestination]++
+	return f.Store.CountByDestination(ctx, from, to)
+}
+
+func (f *fullStore) Pause(ctx context.Context, d wire.Destination, by string) (bool, error) {
+	f.calls[Pause]++
+	return f.Store.Pause(ctx, d, by)
+}
+
+func (f *fullStore) Resume(ctx context.Context, d wire.Destination) (bool, error) {
+	f.calls[Resume]++
+	return f.Store.Resume(ctx, d)
+}
+
+func (f *fullStore) Paused(ctx context.Context) ([]storage.PausedDestination, error) {
+	f.calls[Paused]++
+	return f.Store.Paused(ctx)
+}
+
 // The methods of the parts of storage.Store delegate when healed, and fail
 // or wait with their own faults and delays without reaching the wrapped
 // store.
@@ -520,6 +546,12 @@ func TestPartMethods(t *testing.T) {
 	rowA, err := bolt.Get(ctx, "a")
 	if err != nil {
 		t.Fatal(err)
+	}
+	// boltstore counts by destination once it has counted its file.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if _, err := bolt.CountByDestination(ctx, clock.Now(), clock.Now()); !errors.Is(err, storage.ErrNotYet) || time.Now().After(deadline) {
+			break
+		}
 	}
 	for _, tc := range []struct {
 		op   Op
@@ -543,6 +575,19 @@ func TestPartMethods(t *testing.T) {
 			o, c, l, err := s.ReplaceGroups(ctx, []string{"saga-2"}, []storage.Timeout{r})
 			return fmt.Sprint(o, c, l), err
 		}, fmt.Sprint([]storage.Outcome{storage.Stored}, 0, 0)},
+		{Bulk, func(ctx context.Context) (any, error) {
+			return s.Bulk(ctx, storage.ListFilter{IDPrefix: "b"}, storage.BulkAction{Kind: storage.BulkShift, Shift: time.Minute})
+		}, storage.BulkResult{Changed: 1}},
+		{Pause, func(ctx context.Context) (any, error) { return s.Pause(ctx, wire.Queue("p"), "me") }, true},
+		{Resume, func(ctx context.Context) (any, error) { return s.Resume(ctx, wire.Queue("p")) }, true},
+		{Paused, func(ctx context.Context) (any, error) {
+			ps, err := s.Paused(ctx)
+			return len(ps), err
+		}, 0},
+		{CountByDestination, func(ctx context.Context) (any, error) {
+			counts, err := s.CountByDestination(ctx, clock.Now(), clock.Now().Add(time.Minute))
+			return counts[wire.Queue("dest")], err
+		}, storage.DestinationCount{Pending: 3, DueSoon: 1}},
 	} {
 		t.Run(tc.op.String(), func(t *testing.T) {
 			got, err := tc.call(ctx)
