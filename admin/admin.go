@@ -675,17 +675,8 @@ func (h *handler) cancelSaga(w http.ResponseWriter, r *http.Request, q url.Value
 		writeError(w, http.StatusBadRequest, "invalid saga id: "+err.Error())
 		return
 	}
-	sc, ok := h.opts.Store.(storage.SagaCanceller)
-	if !ok {
-		writeError(w, http.StatusNotImplemented, "this store cannot cancel by saga")
-		return
-	}
-	n, leased, err := sc.CancelSaga(r.Context(), saga)
-	switch {
-	case errors.Is(err, storage.ErrUnsupported):
-		writeError(w, http.StatusNotImplemented, "this store cannot cancel by saga")
-		return
-	case err != nil:
+	n, leased, err := h.opts.Store.CancelSaga(r.Context(), saga)
+	if err != nil {
 		h.opts.Logger.Error().Err(err).Str("op", "cancel saga").Str("saga_id", saga).Msg("admin API: store error")
 		writeError(w, http.StatusInternalServerError, "cancel saga: "+err.Error())
 		return
@@ -787,23 +778,14 @@ func (h *handler) bulk(w http.ResponseWriter, r *http.Request, a storage.BulkAct
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	b, ok := h.opts.Store.(storage.Bulker)
-	if !ok {
-		writeError(w, http.StatusNotImplemented, "this store has no bulk actions")
-		return
-	}
 	act := a
 	if act.Kind == storage.BulkSetDue && act.DueAt.IsZero() {
 		act.DueAt = h.opts.Now()
 	}
-	res, err := b.Bulk(r.Context(), f, act)
+	res, err := h.opts.Store.Bulk(r.Context(), f, act)
 	out := bulkJSON(a, res)
 	log := h.opts.Logger.Info()
-	switch {
-	case errors.Is(err, storage.ErrUnsupported):
-		writeError(w, http.StatusNotImplemented, "this store has no bulk actions")
-		return
-	case err != nil:
+	if err != nil {
 		log = h.opts.Logger.Error().Err(err)
 		out.Error = "bulk action stopped midway (the counts are what it did): " + err.Error()
 	}
@@ -886,21 +868,15 @@ func (h *handler) setDue(w http.ResponseWriter, r *http.Request, op, id string, 
 	writeJSON(w, http.StatusOK, j)
 }
 
-// stats reports the counts when the store has them (storage.Stater) and
-// leaves them out otherwise.
+// stats reports the counts and the next due time.
 func (h *handler) stats(w http.ResponseWriter, r *http.Request) {
 	var out StatsJSON
-	if st, ok := h.opts.Store.(storage.Stater); ok {
-		pending, leased, err := st.Stats(r.Context())
-		switch {
-		case errors.Is(err, storage.ErrUnsupported):
-		case err != nil:
-			h.storeError(w, "stats", "", err)
-			return
-		default:
-			out.Pending, out.Leased = &pending, &leased
-		}
+	pending, leased, err := h.opts.Store.Stats(r.Context())
+	if err != nil {
+		h.storeError(w, "stats", "", err)
+		return
 	}
+	out.Pending, out.Leased = &pending, &leased
 	at, ok, err := h.opts.Store.NextDue(r.Context())
 	if err != nil {
 		h.storeError(w, "stats", "", err)

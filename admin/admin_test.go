@@ -412,17 +412,8 @@ func TestCancelSaga(t *testing.T) {
 	}
 }
 
-// A store without SagaCanceller answers 501; a failing one 500.
-func TestCancelSagaUnsupportedAndFailing(t *testing.T) {
-	for name, wrap := range map[string]func(storage.Store) storage.Store{
-		"no SagaCanceller": func(s storage.Store) storage.Store { return struct{ storage.Store }{s} },
-		"ErrUnsupported":   func(s storage.Store) storage.Store { return faultstore.Wrap(struct{ storage.Store }{s}) },
-	} {
-		t.Run(name, func(t *testing.T) {
-			f := newFixtureOver(t, token, wrap)
-			f.want("DELETE", "/api/v1/timeouts?saga_id=S", "", 501, nil)
-		})
-	}
+// A failing saga cancel answers 500.
+func TestCancelSagaFailing(t *testing.T) {
 	var fs *faultstore.Store
 	f := newFixtureOver(t, token, func(s storage.Store) storage.Store { fs = faultstore.Wrap(s); return fs })
 	fs.Fail(faultstore.CancelSaga, errors.New("disk gone"))
@@ -491,25 +482,6 @@ func TestStats(t *testing.T) {
 	f.want("GET", "/api/v1/stats", "", 200, &s)
 	if *s.Pending != 2 || *s.Leased != 1 || s.NextDue == nil || !s.NextDue.Equal(t0.Add(time.Minute)) {
 		t.Errorf("stats %+v (next %v)", s, s.NextDue)
-	}
-}
-
-// The counts are left out when the store has no Stats, or answers
-// ErrUnsupported behind a wrapper; the next due time is still there.
-func TestStatsWithoutCounts(t *testing.T) {
-	for name, wrap := range map[string]func(storage.Store) storage.Store{
-		"no Stater":      func(s storage.Store) storage.Store { return struct{ storage.Store }{s} },
-		"ErrUnsupported": func(s storage.Store) storage.Store { return faultstore.Wrap(struct{ storage.Store }{s}) },
-	} {
-		t.Run(name, func(t *testing.T) {
-			f := newFixtureOver(t, token, wrap)
-			f.insert("a", "q", t0.Add(time.Minute), amqp.Publishing{})
-			var s StatsJSON
-			f.want("GET", "/api/v1/stats", "", 200, &s)
-			if s.Pending != nil || s.Leased != nil || s.NextDue == nil || !s.NextDue.Equal(t0.Add(time.Minute)) {
-				t.Errorf("stats %+v (next %v), want only next_due", s, s.NextDue)
-			}
-		})
 	}
 }
 

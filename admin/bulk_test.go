@@ -126,18 +126,8 @@ func TestBulkReschedule(t *testing.T) {
 	}
 }
 
-// A store without Bulker answers 501; a failing one 500 with the error.
-func TestBulkUnsupportedAndFailing(t *testing.T) {
-	for name, wrap := range map[string]func(storage.Store) storage.Store{
-		"no Bulker":      func(s storage.Store) storage.Store { return struct{ storage.Store }{s} },
-		"ErrUnsupported": func(s storage.Store) storage.Store { return faultstore.Wrap(struct{ storage.Store }{s}) },
-	} {
-		t.Run(name, func(t *testing.T) {
-			f := newFixtureOver(t, token, wrap)
-			f.want("DELETE", "/api/v1/timeouts?destination=q", "", 501, nil)
-			f.want("POST", "/api/v1/timeouts/dispatch?destination=q", "", 501, nil)
-		})
-	}
+// A failing bulk action answers 500 with the error.
+func TestBulkFailing(t *testing.T) {
 	var fs *faultstore.Store
 	f := newFixtureOver(t, token, func(s storage.Store) storage.Store { fs = faultstore.Wrap(s); return fs })
 	fs.Fail(faultstore.Bulk, fmt.Errorf("disk gone"))

@@ -55,15 +55,6 @@ func destinationJSON(d wire.Destination) DestinationJSON {
 	return DestinationJSON{Exchange: d.Exchange, RoutingKey: &key}
 }
 
-// pauser returns the store as a storage.Pauser, or answers 501.
-func (h *handler) pauser(w http.ResponseWriter) (storage.Pauser, bool) {
-	p, ok := h.opts.Store.(storage.Pauser)
-	if !ok {
-		writeError(w, http.StatusNotImplemented, "this store cannot pause destinations")
-	}
-	return p, ok
-}
-
 // pathDestination reads {name} and the exchange parameter.
 func pathDestination(w http.ResponseWriter, r *http.Request) (wire.Destination, bool) {
 	q := r.URL.Query()
@@ -105,21 +96,17 @@ func (h *handler) setPaused(w http.ResponseWriter, r *http.Request, pause bool) 
 			return
 		}
 	}
-	p, ok := h.pauser(w)
-	if !ok {
-		return
-	}
 	op := "resume"
 	var changed bool
 	var err error
 	if pause {
 		op = "pause"
-		changed, err = p.Pause(r.Context(), d, body.By)
+		changed, err = h.opts.Store.Pause(r.Context(), d, body.By)
 	} else {
-		changed, err = p.Resume(r.Context(), d)
+		changed, err = h.opts.Store.Resume(r.Context(), d)
 	}
 	if err != nil {
-		h.pauseError(w, op, err)
+		h.storeError(w, op, "", err)
 		return
 	}
 	if !pause {
@@ -131,9 +118,9 @@ func (h *handler) setPaused(w http.ResponseWriter, r *http.Request, pause bool) 
 	out := destinationJSON(d)
 	out.Changed = &changed
 	if pause {
-		ps, err := p.Paused(r.Context())
+		ps, err := h.opts.Store.Paused(r.Context())
 		if err != nil {
-			h.pauseError(w, op, err)
+			h.storeError(w, op, "", err)
 			return
 		}
 		for _, pd := range ps {
@@ -152,23 +139,11 @@ func pausedJSON(p storage.PausedDestination) DestinationJSON {
 	return j
 }
 
-func (h *handler) pauseError(w http.ResponseWriter, op string, err error) {
-	if errors.Is(err, storage.ErrUnsupported) {
-		writeError(w, http.StatusNotImplemented, "this store cannot pause destinations")
-		return
-	}
-	h.storeError(w, op, "", err)
-}
-
 // destinations lists the paused destinations.
 func (h *handler) destinations(w http.ResponseWriter, r *http.Request) {
-	p, ok := h.pauser(w)
-	if !ok {
-		return
-	}
-	ps, err := p.Paused(r.Context())
+	ps, err := h.opts.Store.Paused(r.Context())
 	if err != nil {
-		h.pauseError(w, "list destinations", err)
+		h.storeError(w, "list destinations", "", err)
 		return
 	}
 	out := DestinationsJSON{Destinations: make([]DestinationJSON, 0, len(ps))}

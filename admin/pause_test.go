@@ -2,7 +2,9 @@ package admin
 
 import (
 	"context"
+	"errors"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -106,14 +108,23 @@ func TestPauseNeedsToken(t *testing.T) {
 	}
 }
 
-// A store without pauses answers 501.
-func TestPauseUnsupported(t *testing.T) {
-	f := newFixtureOver(t, token, func(s storage.Store) storage.Store {
-		fs := faultstore.Wrap(s)
-		fs.Fail(faultstore.Pause, storage.ErrUnsupported)
-		fs.Fail(faultstore.Paused, storage.ErrUnsupported)
-		return fs
-	})
-	f.want("POST", "/api/v1/destinations/q/pause", "", 501, nil)
-	f.want("GET", "/api/v1/destinations", "", 501, nil)
+// A failing pause, resume or list of pauses answers 500 with the error.
+func TestPauseFailing(t *testing.T) {
+	var fs *faultstore.Store
+	f := newFixtureOver(t, token, func(s storage.Store) storage.Store { fs = faultstore.Wrap(s); return fs })
+	for _, op := range []faultstore.Op{faultstore.Pause, faultstore.Resume, faultstore.Paused} {
+		fs.Fail(op, errors.New("disk gone"))
+	}
+	for _, c := range []struct{ method, path string }{
+		{"POST", "/api/v1/destinations/q/pause"},
+		{"POST", "/api/v1/destinations/q/resume"},
+		{"GET", "/api/v1/destinations"},
+	} {
+		if b := f.want(c.method, c.path, "", 500, nil); !strings.Contains(string(b), "disk gone") {
+			t.Errorf("%s %s: %s, want the store's error", c.method, c.path, b)
+		}
+	}
+	// A pause that went through but whose listing failed is a failure too.
+	fs.Fail(faultstore.Pause, nil)
+	f.want("POST", "/api/v1/destinations/q/pause", "", 500, nil)
 }

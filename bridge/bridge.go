@@ -55,10 +55,6 @@ const (
 	holdUrgent = lookahead + 3*commitHold
 )
 
-// leaseReleaser is a store whose leases all belong to this process (bbolt):
-// it can free them all when the broker may have lost their tokens.
-type leaseReleaser interface{ ReleaseLeases() int }
-
 // ShutdownDrain bounds how long shutdown waits for in-flight work (a forward
 // window's confirms take at most 31 s) before cutting the connections.
 // The Helm chart's terminationGracePeriodSeconds covers it (deploy/chart_test.go).

@@ -28,9 +28,7 @@ import (
 
 // components are a built bridge: everything Run starts and stops.
 type components struct {
-	store storage.Store
-	// stats counts the store's rows; nil when the store cannot (storage.Stater).
-	stats                    func(context.Context) (pending, leased int, err error)
+	store                    storage.Store
 	consumeConn, publishConn *broker.Conn
 	poller                   *poller.Poller
 	reaper                   *poller.Reaper
@@ -119,20 +117,9 @@ func (b *Bridge) build(ctx context.Context, srv *httpapi.Server) (_ *components,
 			_ = c.store.Close()
 		}
 	}()
-	if st, ok := c.store.(storage.Stater); ok {
-		c.stats = st.Stats
-	}
-	met.WatchStore(c.stats, c.store.NextDue, now)
-	dopts := metrics.DestinationOptions{Now: now, MaxDestinations: cfg.MetricsMaxDestinations, Interval: cfg.MetricsDestinationInterval}
-	if dc, ok := c.store.(storage.DestinationCounter); ok {
-		dopts.Count = dc.CountByDestination
-	}
-	if p, ok := c.store.(storage.Pauser); ok {
-		dopts.Paused = p.Paused
-	}
-	if dopts.Count != nil || dopts.Paused != nil {
-		met.WatchDestinations(dopts)
-	}
+	met.WatchStore(c.store.Stats, c.store.NextDue, now)
+	met.WatchDestinations(metrics.DestinationOptions{Now: now, MaxDestinations: cfg.MetricsMaxDestinations,
+		Interval: cfg.MetricsDestinationInterval, Count: c.store.CountByDestination, Paused: c.store.Paused})
 
 	c.errors = errorqueue.New(errorqueue.Options{Queue: cfg.ErrorQueue, Processing: b.processing, Metrics: met, Now: now,
 		// With the arguments of every declaration (Topology.Declare).
@@ -168,9 +155,11 @@ func (b *Bridge) build(ctx context.Context, srv *httpapi.Server) (_ *components,
 	}
 	ingestPub, pollPub, dispatchPub := publisher(cfg.Prefetch), publisher(cfg.BatchSize), publisher(1000)
 	// Transient hand-overs only where every lease is this process's and can
-	// be freed when the broker may have lost their tokens (bbolt).
-	releaser, transient := c.store.(leaseReleaser)
-	transient = transient && cfg.Store != "postgres"
+	// be freed when the broker may have lost their tokens: a store that is
+	// not shared (bbolt), whose leases the storage.LeaseReleaser frees.
+	shared := c.store.Properties().Shared
+	releaser, transient := c.store.(storage.LeaseReleaser)
+	transient = transient && !shared
 	var reconnected func() int
 	if transient {
 		reconnected = releaser.ReleaseLeases
@@ -201,10 +190,11 @@ func (b *Bridge) build(ctx context.Context, srv *httpapi.Server) (_ *components,
 	var once sync.Once
 	c.dispatcher = dispatch.New(c.consumeConn, func(ctx context.Context) (dispatch.Publisher, error) { return dispatchPub(ctx) }, c.store, dispatch.Options{
 		Queue: topo.DispatcherQueue(), TimeoutsQueue: topo.TimeoutsQueue(), Errors: c.errors,
-		// A bbolt file serves one instance; a second one on this endpoint
-		// would take tokens for rows it does not have and drop them. With
-		// PostgreSQL every instance sees every row, so any may dispatch.
-		Exclusive:   cfg.Store != "postgres",
+		// A store that is not shared (a bbolt file) serves one instance; a
+		// second one on this endpoint would take tokens for rows it does
+		// not have and drop them. With a shared store every instance sees
+		// every row, so any may dispatch.
+		Exclusive:   !shared,
 		OnConsuming: func() { once.Do(func() { close(c.dispatching) }) },
 		Reconnected: reconnected,
 		// Always: rows stored while the MassTransit intake was on are
@@ -389,10 +379,8 @@ func (b *Bridge) notRunning() error {
 // vars are the bridge's entries in /debug/vars.
 func (b *Bridge) vars(ctx context.Context, c *components) map[string]any {
 	vars := map[string]any{"owner": b.owner, "ready": b.ready.Load()}
-	if c.stats != nil {
-		if pending, leased, err := c.stats(ctx); err == nil {
-			vars["pending"], vars["leased"] = pending, leased
-		}
+	if pending, leased, err := c.store.Stats(ctx); err == nil {
+		vars["pending"], vars["leased"] = pending, leased
 	}
 	return vars
 }

@@ -25,7 +25,7 @@ func (b *Bridge) newStatusPage(c *components, ops *admin.Ops, errs admin.ErrorsF
 	host, _ := os.Hostname()
 	bi := buildinfo.Get()
 	return status.New(status.Options{
-		Endpoint: cfg.Endpoint, Stats: c.stats, NextDue: c.store.NextDue, List: c.store.List,
+		Endpoint: cfg.Endpoint, Stats: c.store.Stats, NextDue: c.store.NextDue, List: c.store.List,
 		Now: b.deps.Now, Refresh: 5 * time.Second,
 		Instance: status.Instance{Owner: b.owner, Hostname: host, Version: bi.Version, Revision: bi.Revision, Started: b.started},
 		Broker: func() map[string]bool {

@@ -33,6 +33,8 @@ type Store interface {
 	Remove(ctx context.Context, refs []storage.Ref) ([]error, error)
 	Release(ctx context.Context, id, lock string, notBefore time.Time) error
 	IncrementFailureCount(ctx context.Context, id, lock, reason string) (int, error)
+	// GetMany reads the rows of a dispatcher message's tokens at once.
+	storage.MultiGetter
 }
 
 // Publisher forwards with confirms. Each worker gets its own.
@@ -841,23 +843,19 @@ func (d *Dispatcher) forward(wctx, ctx context.Context, pub Publisher, items []i
 	}
 }
 
-// prefetch reads the rows of a batch of tokens in one round trip when the
-// store can (a shared store over the network: one read per token halved the
-// burst rate). Nil means read each with Get.
+// prefetch reads the rows of a batch of tokens in one read (on a shared
+// store over the network, one read per token halved the burst rate). Nil
+// means read each with Get.
 func (d *Dispatcher) prefetch(ctx context.Context, toks []wire.Token) map[string]storage.Timeout {
-	gm, ok := d.store.(storage.MultiGetter)
-	if !ok || len(toks) < 2 {
+	if len(toks) < 2 {
 		return nil
 	}
 	ids := make([]string, len(toks))
 	for i, t := range toks {
 		ids[i] = t.ID
 	}
-	rows, err := gm.GetMany(ctx, ids)
-	switch {
-	case errors.Is(err, storage.ErrUnsupported):
-		return nil // a wrapper over a store without GetMany
-	case err != nil:
+	rows, err := d.store.GetMany(ctx, ids)
+	if err != nil {
 		// Each token is read on its own instead, and fails on its own.
 		d.log.Warn().Err(err).Int("tokens", len(toks)).Msg("reading a batch of leased timeouts failed; reading them one by one")
 		return nil

@@ -440,7 +440,8 @@ func TestRetryIsHeldUntilItsNotBefore(t *testing.T) {
 	}
 }
 
-// batchStore reads batches with GetMany, as the PostgreSQL store does.
+// batchStore counts the reads of a store, and fails GetMany while failMany
+// is set.
 type batchStore struct {
 	*boltstore.Store
 	gets, getManys int
@@ -459,18 +460,11 @@ func (s *batchStore) GetMany(ctx context.Context, ids []string) (map[string]stor
 	if s.failMany != nil {
 		return nil, s.failMany
 	}
-	out := map[string]storage.Timeout{}
-	for _, id := range ids {
-		if row, err := s.Store.Get(ctx, id); err == nil {
-			out[id] = row
-		}
-	}
-	return out, nil
+	return s.Store.GetMany(ctx, ids)
 }
 
-// A store that can read a batch of rows at once is asked once per
-// dispatcher message, not once per token; if that fails, each token is
-// read on its own.
+// The store is asked for a batch of rows once per dispatcher message, not
+// once per token; if that fails, each token is read on its own.
 func TestBatchOfTokensIsReadInOneCall(t *testing.T) {
 	for _, failMany := range []error{nil, errors.New("batch read failed")} {
 		f := newFixture(t, 3)

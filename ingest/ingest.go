@@ -30,6 +30,10 @@ import (
 type Store interface {
 	Insert(ctx context.Context, ts []storage.Timeout) ([]storage.Outcome, error)
 	Cancel(ctx context.Context, id string, mode storage.CancelMode) error
+	// CancelSaga applies OpCancelSaga.
+	storage.SagaCanceller
+	// ReplaceGroups commits a batch holding OpReplace.
+	storage.GroupReplacer
 }
 
 // Publisher sends error-queue copies with confirms.
@@ -132,9 +136,6 @@ type Ingester struct {
 	store  Store
 	opts   Options
 	log    zerolog.Logger
-	// replacer is the store when it replaces groups in one commit: then a
-	// batch holds many OpReplace (see fits).
-	replacer storage.GroupReplacer
 	// drops logs what was taken in and not stored, at warn, one line per
 	// reason per interval after the first (drops.go).
 	drops *dropLog
@@ -162,16 +163,7 @@ func New(conn broker.Waiter, newPub NewPublisher, store Store, opts Options) *In
 	if opts.StoreBreaker == nil {
 		opts.StoreBreaker = circuit.New("store", time.Duration(1<<62), circuit.Options{Now: opts.Now})
 	}
-	in := &Ingester{conn: conn, newPub: newPub, store: store, opts: opts, log: opts.Logger, drops: newDropLog(opts.Logger)}
-	in.replacer, _ = store.(storage.GroupReplacer)
-	return in
-}
-
-// endsBatch reports whether e ends its batch: a cancel does (Op.endsBatch),
-// and so does a replace when the store cannot replace groups together,
-// since the replace's cancel and insert are then two commits.
-func (in *Ingester) endsBatch(e *entry) bool {
-	return e.intake.Op.endsBatch() || (e.intake.Op == OpReplace && in.replacer == nil)
+	return &Ingester{conn: conn, newPub: newPub, store: store, opts: opts, log: opts.Logger, drops: newDropLog(opts.Logger)}
 }
 
 // holdBatch is the size at which a held batch commits without waiting out
@@ -198,7 +190,7 @@ func (in *Ingester) patient(e *entry) bool {
 // wait for the next batch: it would otherwise spare that message, which
 // it replaces. Messages after a replace, of its group or not, fit.
 func (in *Ingester) fits(batch []entry, e *entry) bool {
-	if e.intake.Op != OpReplace || in.replacer == nil {
+	if e.intake.Op != OpReplace {
 		return true
 	}
 	for i := range batch {
@@ -321,7 +313,7 @@ func (in *Ingester) session(ctx context.Context, src Source, s *broker.Session) 
 				batch = append(batch, in.classify(src, d))
 			}
 		}
-		if !in.endsBatch(&batch[0]) {
+		if !batch[0].intake.Op.endsBatch() {
 			// Group commit: gather what arrives within a short linger. The
 			// library hands deliveries over one at a time, so a
 			// non-blocking drain alone yields batches of one and an fsync
@@ -346,7 +338,7 @@ func (in *Ingester) session(ctx context.Context, src Source, s *broker.Session) 
 						break fill
 					}
 					batch = append(batch, e)
-					if in.endsBatch(&e) || (held && (!in.patient(&e) || len(batch) >= in.holdBatch())) {
+					if e.intake.Op.endsBatch() || (held && (!in.patient(&e) || len(batch) >= in.holdBatch())) {
 						break fill
 					}
 				case <-linger.C:
@@ -457,18 +449,6 @@ func (in *Ingester) classify(src Source, d amqp.Delivery) entry {
 		e.intake = Reject(err)
 		return e
 	}
-	if e.intake.Op == OpCancelSaga {
-		if _, ok := in.store.(storage.SagaCanceller); !ok {
-			e.intake = Reject(fmt.Errorf("header %s: this store cannot cancel by saga", wire.HeaderNSBClearTimeouts))
-		}
-		return e
-	}
-	if e.intake.Op == OpReplace && in.replacer == nil {
-		if _, ok := in.store.(storage.SagaCanceller); !ok {
-			e.intake = Reject(errors.New("this store cannot replace a scheduled message (it cannot cancel by group)"))
-			return e
-		}
-	}
 	if !e.intake.Op.stores() {
 		return e
 	}
@@ -515,7 +495,7 @@ func (in *Ingester) accept(it *Intake, d *amqp.Delivery, now time.Time) (storage
 func (in *Ingester) handle(ctx context.Context, src Source, pub Publisher, batch, held []entry) ([]entry, error) {
 	connErr := in.reject(ctx, src, pub, batch)
 	var pause time.Duration
-	if committed, p := in.commit(ctx, batch, in.replacer != nil); !committed {
+	if committed, p := in.commit(ctx, batch); !committed {
 		pause = p
 	} else if p := in.cancel(ctx, batch); p > 0 {
 		pause = p
@@ -570,21 +550,21 @@ func settle(batch []entry, heldBefore bool) error {
 	return nil
 }
 
-// commit stores the batch's messages to schedule, and its replaces when
-// replaces is set, in one commit and marks them acked. With the store's
-// GroupReplacer the replaces' groups are cancelled in that commit, before
-// the inserts (fits keeps a group's earlier messages out of the batch).
-// It reports false, and the pause before the next attempt, when the store
-// failed: they are then requeued, and so is the batch's cancel.
-func (in *Ingester) commit(ctx context.Context, batch []entry, replaces bool) (bool, time.Duration) {
+// commit stores the batch's messages to schedule and its replaces in one
+// commit and marks them acked. The replaces' groups are cancelled in that
+// commit (ReplaceGroups), before the inserts (fits keeps a group's earlier
+// messages out of the batch). It reports false, and the pause before the
+// next attempt, when the store failed: they are then requeued, and so is
+// the batch's cancel.
+func (in *Ingester) commit(ctx context.Context, batch []entry) (bool, time.Duration) {
 	var rows []storage.Timeout
 	var idx []int
 	var groups []string
 	for i := range batch {
 		switch it := &batch[i].intake; {
 		case it.Op == OpSchedule:
-		case it.Op == OpReplace && replaces:
-			if in.replacer != nil && !slices.Contains(groups, it.SagaID) {
+		case it.Op == OpReplace:
+			if !slices.Contains(groups, it.SagaID) {
 				groups = append(groups, it.SagaID)
 			}
 		default:
@@ -604,7 +584,7 @@ func (in *Ingester) commit(ctx context.Context, batch []entry, replaces bool) (b
 	var replaced, leased int
 	var err error
 	if len(groups) > 0 {
-		outcomes, replaced, leased, err = in.replacer.ReplaceGroups(context.WithoutCancel(ctx), groups, rows)
+		outcomes, replaced, leased, err = in.store.ReplaceGroups(context.WithoutCancel(ctx), groups, rows)
 	} else {
 		outcomes, err = in.store.Insert(context.WithoutCancel(ctx), rows)
 	}
@@ -682,12 +662,6 @@ func (in *Ingester) cancel(ctx context.Context, batch []entry) time.Duration {
 			}
 			continue
 		}
-		if e.intake.Op == OpReplace && in.replacer == nil { // else committed with the batch
-			if p := in.replace(ctx, e); p > 0 {
-				pause = max(pause, p)
-			}
-			continue
-		}
 		if e.intake.Op != OpCancel {
 			continue
 		}
@@ -716,12 +690,7 @@ func (in *Ingester) cancel(ctx context.Context, batch []entry) time.Duration {
 // stays requeued). Timeouts being dispatched are counted and logged: too late.
 func (in *Ingester) cancelSaga(ctx context.Context, e *entry) time.Duration {
 	saga := e.intake.SagaID
-	var n, leased int
-	// classify refused the request when the store has no SagaCanceller.
-	err := storage.ErrUnsupported
-	if sc, ok := in.store.(storage.SagaCanceller); ok {
-		n, leased, err = sc.CancelSaga(context.WithoutCancel(ctx), saga)
-	}
+	n, leased, err := in.store.CancelSaga(context.WithoutCancel(ctx), saga)
 	if err != nil {
 		pause := in.opts.StoreBreaker.Failure(err)
 		in.log.Error().Err(err).Str("saga_id", saga).Dur("retry_in", pause).Msg("saga cancel failed; requeued")
@@ -735,33 +704,6 @@ func (in *Ingester) cancelSaga(ctx context.Context, e *entry) time.Duration {
 		return 0
 	}
 	in.log.Info().Str("saga_id", saga).Int("cancelled", n).Msg("saga's timeouts cancelled over AMQP")
-	return 0
-}
-
-// replace applies an OpReplace: it cancels the group's pending messages,
-// then stores e's, and acks e; or it returns the pause to take when the
-// store failed (e stays requeued, and its redelivery, under a new id, does
-// both again). Not one transaction, and it need not be: until the insert
-// commits, the delivery is not acked. A group's message being dispatched is
-// too late to replace: it is delivered, and so is the new one.
-func (in *Ingester) replace(ctx context.Context, e *entry) time.Duration {
-	group := e.intake.SagaID
-	// classify refused the request when the store has no SagaCanceller.
-	sc := in.store.(storage.SagaCanceller)
-	n, leased, err := sc.CancelSaga(context.WithoutCancel(ctx), group)
-	if err != nil {
-		pause := in.opts.StoreBreaker.Failure(err)
-		in.log.Error().Err(err).Str("group", group).Dur("retry_in", pause).Msg("replace: cancel failed; requeued")
-		return pause
-	}
-	if n > 0 || leased > 0 {
-		in.log.Info().Str("group", group).Int("replaced", n).Int("leased", leased).Msg("replace: earlier messages of the group cancelled")
-	}
-	in.dropped(DropReplaced, n, "", group)
-	if committed, pause := in.commit(ctx, []entry{*e}, true); !committed {
-		return pause
-	}
-	e.outcome = ack
 	return 0
 }
 

@@ -17,6 +17,7 @@ import (
 	"github.com/delaybridge/delaybridge/internal/amqptest"
 	"github.com/delaybridge/delaybridge/storage"
 	"github.com/delaybridge/delaybridge/storage/boltstore"
+	"github.com/delaybridge/delaybridge/storage/faultstore"
 )
 
 // groupSource reads a body "replace|G" as a replacement of group G by a
@@ -112,10 +113,10 @@ func groupDeliveries(a *amqptest.Acker, bodies ...string) []amqp.Delivery {
 	return out
 }
 
-// With a GroupReplacer, the replaces of a batch, of distinct groups, are
-// one commit: the groups' earlier messages go, the new ones are stored,
-// other groups keep theirs; a cancel of a group at the end of the batch
-// applies after that commit; every delivery is acked once, after it. When
+// The replaces of a batch, of distinct groups, are one commit: the
+// groups' earlier messages go, the new ones are stored, other groups keep
+// theirs; a cancel of a group at the end of the batch applies after that
+// commit; every delivery is acked once, after it. When
 // the commit fails, every delivery is requeued and the cancel is not
 // applied.
 func TestReplacesShareOneCommit(t *testing.T) {
@@ -174,13 +175,11 @@ func TestReplacesShareOneCommit(t *testing.T) {
 }
 
 // A replace whose group an earlier message of the batch belongs to does
-// not fit the batch (it starts the next), whatever the store; any other
-// message fits. A replace ends its batch only when the store cannot
-// replace groups together.
+// not fit the batch (it starts the next); any other message fits. A
+// replace does not end its batch; cancels do.
 func TestReplaceFitsAndEndsBatch(t *testing.T) {
 	var woke []time.Time
 	with := newIngester(newReplaceStore(t, nil), nil, &woke)
-	without := newIngester(&sagaStore{}, nil, &woke)
 	e := func(op Op, group string) entry { return entry{intake: Intake{Op: op, SagaID: group}} }
 	batch := []entry{e(OpReplace, "g1"), e(OpSchedule, "s"), e(OpReject, "g3")}
 	for _, c := range []struct {
@@ -198,13 +197,11 @@ func TestReplaceFitsAndEndsBatch(t *testing.T) {
 			t.Errorf("fits(%v %q) = %v, want %v", c.e.intake.Op, c.e.intake.SagaID, got, c.fits)
 		}
 	}
-	r := e(OpReplace, "g1")
-	if with.endsBatch(&r) || !without.endsBatch(&r) {
-		t.Error("a replace must end its batch exactly when the store has no GroupReplacer")
+	if OpReplace.endsBatch() {
+		t.Error("a replace must not end its batch")
 	}
 	for _, op := range []Op{OpCancel, OpCancelSaga} {
-		c := e(op, "g")
-		if !with.endsBatch(&c) {
+		if !op.endsBatch() {
 			t.Errorf("op %v must end its batch", op)
 		}
 	}
@@ -293,5 +290,45 @@ func TestReplacesBatchOverAMQP(t *testing.T) {
 		if m.MessageId != "sentinel" {
 			t.Errorf("%s still holds %s: a delivery was not acknowledged", q, m.MessageId)
 		}
+	}
+}
+
+// Through the fault-injecting store, as the bridge's tests run it: a batch
+// of replaces commits with ReplaceGroups, which fails with Insert's fault
+// (every delivery requeued, nothing stored, no Insert tried), and commits
+// once healed.
+func TestReplacesFailWithInsertFaults(t *testing.T) {
+	inner := newReplaceStore(t, func() time.Time { return now0 })
+	fs := faultstore.Wrap(inner.Store)
+	fs.FailInsert(errors.New("disk full"))
+	pub := &fakePublisher{}
+	var woke []time.Time
+	in := newIngester(fs, pub, &woke)
+	s := amqptest.New(t)
+	handleAll(t, in, groupSource, pub, groupDeliveries(s, "replace|g1", "replace|g2"))
+	for tag := uint64(1); tag <= 2; tag++ {
+		if o := s.Outcome(tag); o != amqptest.Requeued {
+			t.Fatalf("delivery %d is %s after a failed commit, want requeued", tag, o)
+		}
+	}
+	if r, i := fs.Calls(faultstore.ReplaceGroups), fs.Calls(faultstore.Insert); r != 1 || i != 0 {
+		t.Fatalf("%d ReplaceGroups, %d Insert; want the batch's one ReplaceGroups", r, i)
+	}
+	if got := inner.pendingByGroup(t); len(got) != 0 {
+		t.Fatalf("pending after a failed commit: %v", got)
+	}
+	fs.Heal()
+	s2 := amqptest.New(t)
+	handleAll(t, in, groupSource, pub, groupDeliveries(s2, "replace|g1", "replace|g2"))
+	if o1, o2 := s2.Outcome(1), s2.Outcome(2); o1 != amqptest.Acked || o2 != amqptest.Acked {
+		t.Fatalf("deliveries %s, %s once healed; want acked", o1, o2)
+	}
+	want := map[string][]string{"g1": {"m0"}, "g2": {"m1"}}
+	if got := inner.pendingByGroup(t); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("pending once healed %v, want %v", got, want)
+	}
+	if fs.Calls(faultstore.ReplaceGroups) != 2 || fs.Calls(faultstore.Insert) != 0 || len(pub.sent) != 0 {
+		t.Fatalf("%d ReplaceGroups, %d Insert, %d error copies; want 2, 0, 0",
+			fs.Calls(faultstore.ReplaceGroups), fs.Calls(faultstore.Insert), len(pub.sent))
 	}
 }

@@ -65,18 +65,15 @@ const (
 	// Msg as OpSchedule does, with that saga id: the message replaces the
 	// group's earlier ones (MassTransit's schedule token). The removed rows
 	// get tombstones, the saga id none, so ID must be new to the store (a
-	// redelivery that reuses an id would find it cancelled). With a store
-	// that is a storage.GroupReplacer, the replaces of a batch, of
-	// distinct groups, are one commit with its other messages; a replace
-	// of a group that an earlier message of the batch belongs to starts
-	// the next batch. With another store it ends its batch as OpCancel
-	// does.
+	// redelivery that reuses an id would find it cancelled). The replaces
+	// of a batch, of distinct groups, are one commit with its other
+	// messages (storage.GroupReplacer); a replace of a group that an
+	// earlier message of the batch belongs to starts the next batch.
 	OpReplace
 )
 
 // endsBatch reports whether op ends its batch: a cancel applies to
-// everything received before it and to nothing after it. OpReplace ends it
-// too unless the store replaces groups in one commit (Ingester.endsBatch).
+// everything received before it and to nothing after it.
 func (op Op) endsBatch() bool { return op == OpCancel || op == OpCancelSaga }
 
 // stores reports whether op stores a message.

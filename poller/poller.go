@@ -28,6 +28,8 @@ type Store interface {
 	Lease(ctx context.Context, owner string, dueBy time.Time, limit int, d time.Duration) ([]storage.Lease, error)
 	Release(ctx context.Context, id, lock string, notBefore time.Time) error
 	NextDue(ctx context.Context) (time.Time, bool, error)
+	// LeasedBy counts the poller's leases, for MaxLeased.
+	storage.LeaseCounter
 }
 
 // Publisher sends dispatcher messages with confirms (*broker.Publisher).
@@ -76,8 +78,8 @@ type Options struct {
 	// over to the dispatcher overlaps the wait and the dispatcher forwards
 	// each exactly at its due time (it holds early ones; never early).
 	Lookahead time.Duration
-	// MaxLeased stops leasing while this many rows are leased and not yet
-	// dispatched (when the store can count them), so a backlog far larger
+	// MaxLeased stops leasing while this many rows are leased by Owner and
+	// not yet dispatched, so a backlog far larger
 	// than the dispatcher's pace is not leased at once and left to expire.
 	// Zero: no cap.
 	MaxLeased int
@@ -393,25 +395,14 @@ func (p *Poller) handOver(ctx context.Context, pub Publisher, leases []storage.L
 }
 
 // backlogged reports whether this instance already has MaxLeased rows
-// leased. A shared store counts the owner's leases (storage.LeaseCounter),
-// so the cap is per instance; a store of one instance counts all of them
-// (storage.Stater). A store that can count neither, or fails to, is never
-// backlogged: the cap is a brake, not a condition for leasing.
+// leased. The store counts the owner's leases (storage.LeaseCounter), so on
+// a shared store the cap is per instance. A store that fails to count is
+// not backlogged: the cap is a brake, not a condition for leasing.
 func (p *Poller) backlogged(ctx context.Context) bool {
 	if p.opts.MaxLeased <= 0 {
 		return false
 	}
-	if lc, ok := p.store.(storage.LeaseCounter); ok {
-		leased, err := lc.LeasedBy(ctx, p.opts.Owner, p.opts.MaxLeased)
-		if !errors.Is(err, storage.ErrUnsupported) {
-			return err == nil && leased >= p.opts.MaxLeased
-		}
-	}
-	st, ok := p.store.(storage.Stater)
-	if !ok {
-		return false
-	}
-	_, leased, err := st.Stats(ctx)
+	leased, err := p.store.LeasedBy(ctx, p.opts.Owner, p.opts.MaxLeased)
 	return err == nil && leased >= p.opts.MaxLeased
 }
 

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -259,13 +258,7 @@ func source(p Publisher) NewPublisher {
 // cap.
 func leaseToTheCap(t *testing.T, inner *boltstore.Store, store Store) *fakePublisher {
 	t.Helper()
-	for i := range 40 {
-		insert(t, inner, fmt.Sprint(i), time.Now().Add(-time.Second))
-	}
-	pub := &fakePublisher{}
-	p := New(store, source(pub), Options{Owner: "o", BatchSize: 5, MaxLeased: 12, LeaseDuration: time.Minute,
-		PollInterval: time.Hour, Logger: zerolog.Nop()})
-	start(t, p)
+	pub := pollCapped(t, inner, store, 40, 12)
 	waitFor(t, "the cap", func() bool { return pub.count() >= 12 })
 	time.Sleep(100 * time.Millisecond)
 	if n := pub.count(); n > 15 { // at most one batch past the cap
@@ -290,25 +283,8 @@ func TestStopsLeasingAtMaxLeased(t *testing.T) {
 	waitFor(t, "more after the backlog shrank", func() bool { return pub.count() > 15 })
 }
 
-// sharedStore is a store several instances use: other owners' leases count
-// in Stats but not in LeasedBy.
-type sharedStore struct {
-	*boltstore.Store
-}
-
-func (s sharedStore) LeasedBy(ctx context.Context, owner string, atMost int) (int, error) {
-	n := 0
-	rows, _, err := s.List(ctx, storage.ListFilter{Limit: 1000})
-	for _, r := range rows {
-		if strings.HasPrefix(r.Lock, owner+":") && n < atMost {
-			n++
-		}
-	}
-	return n, err
-}
-
-// With a shared store MaxLeased caps this instance's own leases: another
-// instance's backlog does not stop it.
+// MaxLeased caps this instance's own leases (storage.LeaseCounter): on a
+// shared store, another instance's backlog does not stop it.
 func TestMaxLeasedCountsOwnLeasesOnly(t *testing.T) {
 	store := openStore(t)
 	for i := range 30 {
@@ -318,22 +294,45 @@ func TestMaxLeasedCountsOwnLeasesOnly(t *testing.T) {
 		t.Fatalf("the other instance leased %d (%v)", len(ls), err)
 	}
 	pub := &fakePublisher{}
-	p := New(sharedStore{store}, source(pub), Options{Owner: "me", BatchSize: 5, MaxLeased: 12, LeaseDuration: time.Hour,
+	p := New(store, source(pub), Options{Owner: "me", BatchSize: 5, MaxLeased: 12, LeaseDuration: time.Hour,
 		PollInterval: time.Hour, Logger: zerolog.Nop()})
 	start(t, p)
 	waitFor(t, "this instance's leases despite the other's 20", func() bool { return pub.count() == 10 })
 }
 
 // A store behind the fault-injecting wrapper, as in the bridge's own tests,
-// still brakes: the wrapper answers ErrUnsupported for the LeasedBy that
-// boltstore lacks, and the poller counts with Stats instead.
+// brakes as the store does: the wrapper forwards LeasedBy.
 func TestMaxLeasedThroughTheFaultStore(t *testing.T) {
 	store := openStore(t)
 	fs := faultstore.Wrap(store)
 	leaseToTheCap(t, store, fs)
-	if fs.Calls(faultstore.LeasedBy) == 0 || fs.Calls(faultstore.Stats) == 0 {
-		t.Fatalf("LeasedBy called %d times, Stats %d; want both", fs.Calls(faultstore.LeasedBy), fs.Calls(faultstore.Stats))
+	if fs.Calls(faultstore.LeasedBy) == 0 {
+		t.Fatal("LeasedBy was not called")
 	}
+}
+
+// A store that fails to count does not stop leasing: the cap is a brake.
+func TestMaxLeasedCountFailing(t *testing.T) {
+	store := openStore(t)
+	fs := faultstore.Wrap(store)
+	fs.Fail(faultstore.LeasedBy, errors.New("count failed"))
+	pub := pollCapped(t, store, fs, 20, 5)
+	waitFor(t, "every row despite the failing count", func() bool { return pub.count() == 20 })
+}
+
+// pollCapped inserts n due rows into inner and runs a poller with
+// MaxLeased maxLeased over them (served as store); it returns the poller's
+// publisher.
+func pollCapped(t *testing.T, inner *boltstore.Store, store Store, n, maxLeased int) *fakePublisher {
+	t.Helper()
+	for i := range n {
+		insert(t, inner, fmt.Sprint(i), time.Now().Add(-time.Second))
+	}
+	pub := &fakePublisher{}
+	p := New(store, source(pub), Options{Owner: "o", BatchSize: 5, MaxLeased: maxLeased, LeaseDuration: time.Minute,
+		PollInterval: time.Hour, Logger: zerolog.Nop()})
+	start(t, p)
+	return pub
 }
 
 // A publisher whose hand-over failed is closed, and the next one takes the

@@ -30,11 +30,6 @@ var (
 	ErrClosed = errors.New("storage: store is closed")
 	// ErrLeased means the timeout is being dispatched and cannot be changed.
 	ErrLeased = errors.New("storage: timeout is being dispatched")
-	// ErrUnsupported comes from an optional method (Stater, LeaseCounter,
-	// MultiGetter) of a wrapper whose wrapped store lacks it: a wrapper
-	// cannot choose its methods by what it wraps. Callers treat it as the
-	// interface's absence. It matches errors.ErrUnsupported as well.
-	ErrUnsupported = fmt.Errorf("storage: %w", errors.ErrUnsupported)
 	// ErrDueOutOfRange means a due time after MaxDueAt.
 	ErrDueOutOfRange = errors.New("storage: due time out of range")
 )
@@ -331,19 +326,49 @@ type Store interface {
 	// is leased, and ErrDueOutOfRange for a dueAt after MaxDueAt.
 	Reschedule(ctx context.Context, id string, dueAt time.Time) error
 
+	// The parts below are named for what they serve; every store has
+	// them all, and storetest checks each on every store.
+	Stater
+	LeaseCounter
+	MultiGetter
+	SagaCanceller
+	GroupReplacer
+	Bulker
+	DestinationCounter
+	Pauser
+
+	// Properties says what the store is, for what depends on it rather
+	// than on what the store does (see Properties). It is constant.
+	Properties() Properties
+
 	Close() error
 }
 
-// The optional interfaces below are what a backend may offer beyond Store.
-// Callers find them with a type assertion, do without them when absent, and
-// treat ErrUnsupported from one as its absence. storetest checks each one a
-// store has. boltstore has Stater, SagaCanceller, GroupReplacer, Bulker and
-// DestinationCounter and Pauser; postgres has all eight.
+// Properties are what a store is, as opposed to what it does: callers adapt
+// to them instead of to the configuration that chose the store.
+type Properties struct {
+	// Shared: several processes use the store at once (PostgreSQL), each
+	// seeing the others' rows and leases. A store that is not shared (a
+	// bbolt file, locked by its one process) holds only this process's
+	// leases, so it can free them all (LeaseReleaser), and a second
+	// process on the same endpoint would have none of its rows.
+	Shared bool
+}
+
+// LeaseReleaser frees every lease at once: a store that is not shared
+// offers it (boltstore), since all its leases are its process's. The bridge
+// frees them when the broker may have lost the tokens of those leases
+// (transient hand-overs). A shared store cannot: the leases it holds are
+// other processes' too; this is the one optional interface, so it is the
+// one a caller finds by type assertion.
+type LeaseReleaser interface {
+	// ReleaseLeases frees every lease and returns how many it freed: their
+	// rows can be leased again at once.
+	ReleaseLeases() int
+}
 
 // Stater counts the store's rows. The admin API's stats, the status page,
-// /debug/vars and the store metrics show the counts, and the poller's
-// MaxLeased backpressure uses the leased count when the store has no
-// LeaseCounter (a store of one instance: every lease is its own).
+// /debug/vars and the store metrics show the counts.
 type Stater interface {
 	// Stats returns how many timeouts are pending, leased ones included,
 	// and how many of them are leased. A lease counts until its row is
@@ -355,8 +380,8 @@ type Stater interface {
 }
 
 // LeaseCounter counts one owner's leases: the poller's MaxLeased
-// backpressure on a store several instances share, whose Stats count every
-// instance's leases. The poller prefers it to Stater.
+// backpressure, per instance on a store several instances share, whose
+// Stats count every instance's leases.
 type LeaseCounter interface {
 	// LeasedBy returns how many rows are leased under owner (the owner
 	// given to Lease), expired leases counted as in Stats, but at most
@@ -367,7 +392,8 @@ type LeaseCounter interface {
 }
 
 // MultiGetter reads many rows in one call: the dispatcher reads the rows
-// behind a dispatcher message's tokens with one round trip, not one Get each.
+// behind a dispatcher message's tokens with one read (one round trip to a
+// shared store, one read transaction of bbolt), not one Get each.
 type MultiGetter interface {
 	// GetMany returns the pending timeouts with these keys, by key, each
 	// a copy as Get returns it. A key with no pending timeout is absent from

@@ -132,16 +132,13 @@ type Store struct {
 }
 
 var (
-	_ storage.Store              = (*Store)(nil)
-	_ storage.Stater             = (*Store)(nil)
-	_ storage.SagaCanceller      = (*Store)(nil)
-	_ storage.GroupReplacer      = (*Store)(nil)
-	_ storage.Bulker             = (*Store)(nil)
-	_ storage.DestinationCounter = (*Store)(nil)
-	_ storage.Pauser             = (*Store)(nil)
-	// No LeaseCounter: the file has one owner, so Stats counts its leases.
-	// No MultiGetter: a Get is a local read, not a round trip.
+	_ storage.Store         = (*Store)(nil)
+	_ storage.LeaseReleaser = (*Store)(nil)
 )
+
+// Properties: the file is locked by one process (bbolt's flock), so the
+// store is not shared.
+func (s *Store) Properties() storage.Properties { return storage.Properties{Shared: false} }
 
 // Open opens or creates the store file at path, creating its parent
 // directories. A file of format 1 is converted first, once (migrate.go);
@@ -781,6 +778,48 @@ func (s *Store) Get(ctx context.Context, id string) (storage.Timeout, error) {
 	return r.Timeout, nil
 }
 
+// GetMany returns copies of the rows with these ids, read in one read
+// transaction; see storage.MultiGetter.
+func (s *Store) GetMany(ctx context.Context, ids []string) (map[string]storage.Timeout, error) {
+	exit, err := s.enter(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer exit()
+	rows := make(map[string]storage.Timeout, len(ids))
+	if len(ids) == 0 {
+		return rows, nil
+	}
+	err = s.view(func(tx *bolt.Tx) error {
+		b, err := buckets(tx, nil)
+		if err != nil {
+			return err
+		}
+		for _, id := range ids {
+			if _, ok := rows[id]; ok {
+				continue
+			}
+			r, err := b.load(id)
+			if err != nil {
+				return err
+			}
+			if r != nil {
+				r.Paused = b.isPaused(&r.Timeout)
+				rows[id] = r.Timeout
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("boltstore: get many: %w", err)
+	}
+	for id, r := range rows {
+		s.leases.annotate(&r)
+		rows[id] = r
+	}
+	return rows, nil
+}
+
 // Remove deletes rows in one commit; see storage.Store.
 func (s *Store) Remove(ctx context.Context, refs []storage.Ref) ([]error, error) {
 	exit, err := s.enter(ctx)
@@ -964,6 +1003,21 @@ func (s *Store) Stats(ctx context.Context) (pending, leased int, err error) {
 		return 0, 0, fmt.Errorf("boltstore: stats: %w", err)
 	}
 	return pending, s.leases.count(), nil
+}
+
+// LeasedBy counts owner's leases, at most atMost of them; see
+// storage.LeaseCounter. The leases live in memory, counted by owner: nothing
+// is read.
+func (s *Store) LeasedBy(ctx context.Context, owner string, atMost int) (int, error) {
+	if atMost <= 0 {
+		return 0, fmt.Errorf("boltstore: leased by: atMost %d is not positive", atMost)
+	}
+	exit, err := s.enter(ctx)
+	if err != nil {
+		return 0, err
+	}
+	exit()
+	return min(s.leases.countOwner(owner), atMost), nil
 }
 
 // List returns pending rows in due order from the due index; see

@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -32,6 +33,8 @@ import (
 type leaseTable struct {
 	mu   sync.Mutex
 	byID map[string]heldLease
+	// byOwner counts the leases of byID by owner (LeasedBy).
+	byOwner map[string]int
 	// pins counts the writes in flight on a row that is not leased: Lease
 	// skips such a row (see unleased).
 	pins map[string]int
@@ -49,10 +52,17 @@ type heldLease struct {
 	expires time.Time
 }
 
+// owner is the owner the lease was taken for: its lock is owner, ':', then
+// the table's tag and a number, neither holding ':'.
+func (l heldLease) owner() string {
+	return l.lock[:strings.LastIndexByte(l.lock, ':')]
+}
+
 func newLeaseTable() *leaseTable {
 	b := make([]byte, 4)
 	_, _ = rand.Read(b)
-	return &leaseTable{byID: make(map[string]heldLease), pins: make(map[string]int), tag: hex.EncodeToString(b)}
+	return &leaseTable{byID: make(map[string]heldLease), byOwner: make(map[string]int), pins: make(map[string]int),
+		tag: hex.EncodeToString(b)}
 }
 
 // live returns the lease on id that is valid at now.
@@ -96,7 +106,11 @@ func (t *leaseTable) unpin(id string) {
 func (t *leaseTable) take(id, owner string, expires time.Time) string {
 	t.seq++
 	lock := owner + ":" + t.tag + "." + strconv.FormatUint(t.seq, 10)
+	if old, ok := t.byID[id]; ok { // expired: taken again
+		t.uncount(old)
+	}
 	t.byID[id] = heldLease{lock: lock, expires: expires}
+	t.byOwner[owner]++
 	if t.minExpiry.IsZero() || expires.Before(t.minExpiry) {
 		t.minExpiry = expires
 	}
@@ -136,6 +150,7 @@ func (t *leaseTable) end(id, lock string) {
 func (t *leaseTable) endLocked(id, lock string) {
 	if l, ok := t.byID[id]; ok && (lock == "" || l.lock == lock) {
 		delete(t.byID, id)
+		t.uncount(l)
 	}
 	if len(t.byID) == 0 {
 		t.minExpiry = time.Time{}
@@ -161,12 +176,29 @@ func (t *leaseTable) count() int {
 	return len(t.byID)
 }
 
+// countOwner is the number of owner's leases, expired ones included until
+// they are freed, as count.
+func (t *leaseTable) countOwner(owner string) int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.byOwner[owner]
+}
+
+// uncount takes l out of byOwner; the caller holds mu.
+func (t *leaseTable) uncount(l heldLease) {
+	o := l.owner()
+	if t.byOwner[o]--; t.byOwner[o] <= 0 {
+		delete(t.byOwner, o)
+	}
+}
+
 // clearAll frees every lease and returns how many there were.
 func (t *leaseTable) clearAll() int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	n := len(t.byID)
 	clear(t.byID)
+	clear(t.byOwner)
 	t.minExpiry = time.Time{}
 	return n
 }
@@ -179,6 +211,7 @@ func (t *leaseTable) reap(now time.Time) int {
 	for id, l := range t.byID {
 		if !now.Before(l.expires) {
 			delete(t.byID, id)
+			t.uncount(l)
 			n++
 		}
 	}

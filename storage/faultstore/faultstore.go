@@ -8,11 +8,11 @@
 //	...
 //	fs.Heal()
 //
-// The wrapper also has the optional methods of package storage (Stats,
-// LeasedBy, GetMany, CancelSaga, Bulk, CountByDestination, Pause, Resume, Paused), with faults of their own, so that code under test finds
-// them as it would on the wrapped store. A Go type cannot pick its methods by
-// what it wraps, so where the wrapped store lacks one the wrapper answers
-// storage.ErrUnsupported, which callers take as the method's absence.
+// It forwards every method of storage.Store, so that code under test runs
+// the paths it runs on the wrapped store, each with faults of its own.
+// ReplaceGroups, an insert of replacing rows, also fails and waits with
+// Insert's faults, so that a test failing inserts fails every commit of
+// new rows.
 //
 // All controls are safe for concurrent use with the store's methods.
 package faultstore
@@ -28,7 +28,7 @@ import (
 	"github.com/delaybridge/delaybridge/wire"
 )
 
-// Op names one method of storage.Store or of its optional interfaces.
+// Op names one method of storage.Store.
 type Op int
 
 // The operations a fault or delay can be set on. Close is counted but
@@ -54,6 +54,7 @@ const (
 	Pause              // storage.Pauser
 	Resume             // storage.Pauser
 	Paused             // storage.Pauser
+	ReplaceGroups      // storage.GroupReplacer; Insert's faults apply too
 	Close
 	numOps
 )
@@ -63,7 +64,7 @@ var opNames = [...]string{
 	Increment: "IncrementFailureCount", NextDue: "NextDue", Reap: "Reap", List: "List", Cancel: "Cancel",
 	Reschedule: "Reschedule", Stats: "Stats", LeasedBy: "LeasedBy", GetMany: "GetMany", Close: "Close",
 	CancelSaga: "CancelSaga", Bulk: "Bulk", CountByDestination: "CountByDestination",
-	Pause: "Pause", Resume: "Resume", Paused: "Paused",
+	Pause: "Pause", Resume: "Resume", Paused: "Paused", ReplaceGroups: "ReplaceGroups",
 }
 
 func (op Op) String() string {
@@ -89,11 +90,8 @@ type Store struct {
 }
 
 var (
-	_ storage.Store        = (*Store)(nil)
-	_ storage.Stater       = (*Store)(nil)
-	_ storage.LeaseCounter = (*Store)(nil)
-	_ storage.MultiGetter  = (*Store)(nil)
-	_ storage.Pauser       = (*Store)(nil)
+	_ storage.Store         = (*Store)(nil)
+	_ storage.LeaseReleaser = (*Store)(nil)
 )
 
 // Wrap returns a healed faultstore around s.
@@ -105,8 +103,7 @@ func Wrap(s storage.Store) *Store {
 func (s *Store) Unwrap() storage.Store { return s.inner }
 
 // Fail makes every later call of op return err (errors.Is-comparable: it is
-// returned as is) until cleared; nil clears it. Close cannot be failed, and
-// an optional method the wrapped store lacks answers ErrUnsupported anyway.
+// returned as is) until cleared; nil clears it. Close cannot be failed.
 func (s *Store) Fail(op Op, err error) {
 	if op < 0 || op >= numOps || op == Close {
 		panic(fmt.Sprintf("faultstore: cannot fail %v", op))
@@ -174,6 +171,12 @@ func (s *Store) Calls(op Op) int {
 // any. A non-nil result means: do not touch the wrapped store.
 func (s *Store) enter(ctx context.Context, op Op) error {
 	s.calls[op].Add(1)
+	return s.fault(ctx, op)
+}
+
+// fault waits op's delay and returns op's injected error, if any, without
+// counting a call.
+func (s *Store) fault(ctx context.Context, op Op) error {
 	s.mu.Lock()
 	d := s.delays[op]
 	s.mu.Unlock()
@@ -191,18 +194,6 @@ func (s *Store) enter(ctx context.Context, op Op) error {
 	err := s.errs[op]
 	s.mu.Unlock()
 	return err
-}
-
-// enterOptional is enter for an optional method: it also returns the wrapped
-// store as I. When the wrapped store is no I, the call counts and fails with
-// storage.ErrUnsupported at once, whatever faults and delays are set.
-func enterOptional[I any](ctx context.Context, s *Store, op Op) (I, error) {
-	inner, ok := s.inner.(I)
-	if !ok {
-		s.calls[op].Add(1)
-		return inner, fmt.Errorf("faultstore: %v: %w", op, storage.ErrUnsupported)
-	}
-	return inner, s.enter(ctx, op)
 }
 
 // Insert implements storage.Store.
@@ -293,92 +284,103 @@ func (s *Store) Reschedule(ctx context.Context, id string, dueAt time.Time) erro
 	return s.inner.Reschedule(ctx, id, dueAt)
 }
 
-// Stats implements storage.Stater: ErrUnsupported when the wrapped store
-// has no Stats.
+// Stats implements storage.Stater.
 func (s *Store) Stats(ctx context.Context) (pending, leased int, err error) {
-	inner, err := enterOptional[storage.Stater](ctx, s, Stats)
-	if err != nil {
+	if err := s.enter(ctx, Stats); err != nil {
 		return 0, 0, err
 	}
-	return inner.Stats(ctx)
+	return s.inner.Stats(ctx)
 }
 
-// LeasedBy implements storage.LeaseCounter: ErrUnsupported when the wrapped
-// store has no LeasedBy.
+// LeasedBy implements storage.LeaseCounter.
 func (s *Store) LeasedBy(ctx context.Context, owner string, atMost int) (int, error) {
-	inner, err := enterOptional[storage.LeaseCounter](ctx, s, LeasedBy)
-	if err != nil {
+	if err := s.enter(ctx, LeasedBy); err != nil {
 		return 0, err
 	}
-	return inner.LeasedBy(ctx, owner, atMost)
+	return s.inner.LeasedBy(ctx, owner, atMost)
 }
 
-// GetMany implements storage.MultiGetter: ErrUnsupported when the wrapped
-// store has no GetMany.
+// GetMany implements storage.MultiGetter.
 func (s *Store) GetMany(ctx context.Context, ids []string) (map[string]storage.Timeout, error) {
-	inner, err := enterOptional[storage.MultiGetter](ctx, s, GetMany)
-	if err != nil {
+	if err := s.enter(ctx, GetMany); err != nil {
 		return nil, err
 	}
-	return inner.GetMany(ctx, ids)
+	return s.inner.GetMany(ctx, ids)
 }
 
-// CancelSaga implements storage.SagaCanceller: ErrUnsupported when the
-// wrapped store has no CancelSaga.
+// CancelSaga implements storage.SagaCanceller.
 func (s *Store) CancelSaga(ctx context.Context, sagaID string) (cancelled, leased int, err error) {
-	inner, err := enterOptional[storage.SagaCanceller](ctx, s, CancelSaga)
-	if err != nil {
+	if err := s.enter(ctx, CancelSaga); err != nil {
 		return 0, 0, err
 	}
-	return inner.CancelSaga(ctx, sagaID)
+	return s.inner.CancelSaga(ctx, sagaID)
 }
 
-// Bulk implements storage.Bulker: ErrUnsupported when the wrapped store
-// has no Bulk.
+// ReplaceGroups implements storage.GroupReplacer. Insert's faults apply
+// too, after its own (Insert's calls are not counted): it is the commit of
+// new rows that Insert is for other messages.
+func (s *Store) ReplaceGroups(ctx context.Context, groups []string, ts []storage.Timeout) ([]storage.Outcome, int, int, error) {
+	if err := s.enter(ctx, ReplaceGroups); err != nil {
+		return nil, 0, 0, err
+	}
+	if err := s.fault(ctx, Insert); err != nil {
+		return nil, 0, 0, err
+	}
+	return s.inner.ReplaceGroups(ctx, groups, ts)
+}
+
+// Bulk implements storage.Bulker.
 func (s *Store) Bulk(ctx context.Context, f storage.ListFilter, a storage.BulkAction) (storage.BulkResult, error) {
-	inner, err := enterOptional[storage.Bulker](ctx, s, Bulk)
-	if err != nil {
+	if err := s.enter(ctx, Bulk); err != nil {
 		return storage.BulkResult{}, err
 	}
-	return inner.Bulk(ctx, f, a)
+	return s.inner.Bulk(ctx, f, a)
 }
 
-// CountByDestination implements storage.DestinationCounter: ErrUnsupported
-// when the wrapped store has no CountByDestination.
+// CountByDestination implements storage.DestinationCounter.
 func (s *Store) CountByDestination(ctx context.Context, soonFrom, soonTo time.Time) (map[wire.Destination]storage.DestinationCount, error) {
-	inner, err := enterOptional[storage.DestinationCounter](ctx, s, CountByDestination)
-	if err != nil {
+	if err := s.enter(ctx, CountByDestination); err != nil {
 		return nil, err
 	}
-	return inner.CountByDestination(ctx, soonFrom, soonTo)
+	return s.inner.CountByDestination(ctx, soonFrom, soonTo)
 }
 
-// Pause implements storage.Pauser: ErrUnsupported when the wrapped store
-// has no Pause.
+// Pause implements storage.Pauser.
 func (s *Store) Pause(ctx context.Context, d wire.Destination, by string) (bool, error) {
-	inner, err := enterOptional[storage.Pauser](ctx, s, Pause)
-	if err != nil {
+	if err := s.enter(ctx, Pause); err != nil {
 		return false, err
 	}
-	return inner.Pause(ctx, d, by)
+	return s.inner.Pause(ctx, d, by)
 }
 
-// Resume implements storage.Pauser, as Pause.
+// Resume implements storage.Pauser.
 func (s *Store) Resume(ctx context.Context, d wire.Destination) (bool, error) {
-	inner, err := enterOptional[storage.Pauser](ctx, s, Resume)
-	if err != nil {
+	if err := s.enter(ctx, Resume); err != nil {
 		return false, err
 	}
-	return inner.Resume(ctx, d)
+	return s.inner.Resume(ctx, d)
 }
 
-// Paused implements storage.Pauser, as Pause.
+// Paused implements storage.Pauser.
 func (s *Store) Paused(ctx context.Context) ([]storage.PausedDestination, error) {
-	inner, err := enterOptional[storage.Pauser](ctx, s, Paused)
-	if err != nil {
+	if err := s.enter(ctx, Paused); err != nil {
 		return nil, err
 	}
-	return inner.Paused(ctx)
+	return s.inner.Paused(ctx)
+}
+
+// Properties are the wrapped store's; no fault applies.
+func (s *Store) Properties() storage.Properties { return s.inner.Properties() }
+
+// ReleaseLeases frees the wrapped store's leases when it can
+// (storage.LeaseReleaser) and returns how many; over a store that cannot,
+// it frees none. Callers ask it only of a store that is not shared
+// (storage.Properties), which can; no fault applies.
+func (s *Store) ReleaseLeases() int {
+	if r, ok := s.inner.(storage.LeaseReleaser); ok {
+		return r.ReleaseLeases()
+	}
+	return 0
 }
 
 // Close closes the wrapped store the first time and returns its result;

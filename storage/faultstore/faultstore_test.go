@@ -13,6 +13,7 @@ import (
 	"github.com/delaybridge/delaybridge/storage"
 	"github.com/delaybridge/delaybridge/storage/boltstore"
 	"github.com/delaybridge/delaybridge/storage/storetest"
+	"github.com/delaybridge/delaybridge/wire"
 )
 
 var ctx = context.Background()
@@ -471,9 +472,8 @@ func TestConcurrentControls(t *testing.T) {
 	}
 }
 
-// fullStore is a boltstore with every optional method, counting the calls
-// that reach it: LeasedBy answers 7 and records its arguments, GetMany reads
-// with Get.
+// fullStore is a boltstore counting the calls that reach it: LeasedBy
+// answers 7 and records its arguments.
 type fullStore struct {
 	*boltstore.Store
 	calls    map[Op]int
@@ -493,18 +493,7 @@ func (f *fullStore) LeasedBy(_ context.Context, owner string, atMost int) (int, 
 
 func (f *fullStore) GetMany(ctx context.Context, ids []string) (map[string]storage.Timeout, error) {
 	f.calls[GetMany]++
-	out := map[string]storage.Timeout{}
-	for _, id := range ids {
-		t, err := f.Get(ctx, id)
-		if errors.Is(err, storage.ErrNotFound) {
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		out[id] = t
-	}
-	return out, nil
+	return f.Store.GetMany(ctx, ids)
 }
 
 func (f *fullStore) CancelSaga(ctx context.Context, sagaID string) (int, int, error) {
@@ -512,9 +501,40 @@ func (f *fullStore) CancelSaga(ctx context.Context, sagaID string) (int, int, er
 	return f.Store.CancelSaga(ctx, sagaID)
 }
 
-// The optional methods delegate when healed, and fail or wait with their
-// own faults and delays without reaching the wrapped store.
-func TestOptionalMethods(t *testing.T) {
+func (f *fullStore) ReplaceGroups(ctx context.Context, groups []string, ts []storage.Timeout) ([]storage.Outcome, int, int, error) {
+	f.calls[ReplaceGroups]++
+	return f.Store.ReplaceGroups(ctx, groups, ts)
+}
+
+func (f *fullStore) Bulk(ctx context.Context, fl storage.ListFilter, a storage.BulkAction) (storage.BulkResult, error) {
+	f.calls[Bulk]++
+	return f.Store.Bulk(ctx, fl, a)
+}
+
+func (f *fullStore) CountByDestination(ctx context.Context, from, to time.Time) (map[wire.Destination]storage.DestinationCount, error) {
+	f.calls[CountByDestination]++
+	return f.Store.CountByDestination(ctx, from, to)
+}
+
+func (f *fullStore) Pause(ctx context.Context, d wire.Destination, by string) (bool, error) {
+	f.calls[Pause]++
+	return f.Store.Pause(ctx, d, by)
+}
+
+func (f *fullStore) Resume(ctx context.Context, d wire.Destination) (bool, error) {
+	f.calls[Resume]++
+	return f.Store.Resume(ctx, d)
+}
+
+func (f *fullStore) Paused(ctx context.Context) ([]storage.PausedDestination, error) {
+	f.calls[Paused]++
+	return f.Store.Paused(ctx)
+}
+
+// The methods of the parts of storage.Store delegate when healed, and fail
+// or wait with their own faults and delays without reaching the wrapped
+// store.
+func TestPartMethods(t *testing.T) {
 	clock := storetest.NewClock(storetest.T0)
 	_, bolt := open(t, clock.Now)
 	inner := &fullStore{Store: bolt, calls: map[Op]int{}}
@@ -526,6 +546,12 @@ func TestOptionalMethods(t *testing.T) {
 	rowA, err := bolt.Get(ctx, "a")
 	if err != nil {
 		t.Fatal(err)
+	}
+	// boltstore counts by destination once it has counted its file.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if _, err := bolt.CountByDestination(ctx, clock.Now(), clock.Now()); !errors.Is(err, storage.ErrNotYet) || time.Now().After(deadline) {
+			break
+		}
 	}
 	for _, tc := range []struct {
 		op   Op
@@ -543,6 +569,25 @@ func TestOptionalMethods(t *testing.T) {
 			c, l, err := s.CancelSaga(ctx, "saga-1")
 			return [2]int{c, l}, err
 		}, [2]int{1, 0}},
+		{ReplaceGroups, func(ctx context.Context) (any, error) {
+			r := row("d", clock.Now().Add(time.Hour))
+			r.SagaID = "saga-2"
+			o, c, l, err := s.ReplaceGroups(ctx, []string{"saga-2"}, []storage.Timeout{r})
+			return fmt.Sprint(o, c, l), err
+		}, fmt.Sprint([]storage.Outcome{storage.Stored}, 0, 0)},
+		{Bulk, func(ctx context.Context) (any, error) {
+			return s.Bulk(ctx, storage.ListFilter{IDPrefix: "b"}, storage.BulkAction{Kind: storage.BulkShift, Shift: time.Minute})
+		}, storage.BulkResult{Changed: 1}},
+		{Pause, func(ctx context.Context) (any, error) { return s.Pause(ctx, wire.Queue("p"), "me") }, true},
+		{Resume, func(ctx context.Context) (any, error) { return s.Resume(ctx, wire.Queue("p")) }, true},
+		{Paused, func(ctx context.Context) (any, error) {
+			ps, err := s.Paused(ctx)
+			return len(ps), err
+		}, 0},
+		{CountByDestination, func(ctx context.Context) (any, error) {
+			counts, err := s.CountByDestination(ctx, clock.Now(), clock.Now().Add(time.Minute))
+			return counts[wire.Queue("dest")], err
+		}, storage.DestinationCount{Pending: 3, DueSoon: 1}},
 	} {
 		t.Run(tc.op.String(), func(t *testing.T) {
 			got, err := tc.call(ctx)
@@ -577,31 +622,49 @@ func TestOptionalMethods(t *testing.T) {
 	}
 }
 
-// Over a store without them, LeasedBy and GetMany answer ErrUnsupported at
-// once, faults and delays aside; Stats, which boltstore has, delegates.
-func TestOptionalMethodsTheWrappedStoreLacks(t *testing.T) {
+// ReplaceGroups commits new rows as Insert does: Insert's fault and delay
+// apply to it too, without counting an Insert or reaching the wrapped store.
+func TestReplaceGroupsTakesInsertFaults(t *testing.T) {
 	clock := storetest.NewClock(storetest.T0)
-	s, _ := open(t, clock.Now)
+	_, bolt := open(t, clock.Now)
+	inner := &fullStore{Store: bolt, calls: map[Op]int{}}
+	s := Wrap(inner)
+	r := row("a", clock.Now().Add(time.Hour))
+	r.SagaID = "g"
+	s.FailInsert(errBoom)
+	_, _, _, err := s.ReplaceGroups(ctx, []string{"g"}, []storage.Timeout{r})
+	wantInjected(t, "ReplaceGroups", err)
+	s.Heal()
+	s.Delay(Insert, time.Hour)
+	cctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	defer cancel()
+	if _, _, _, err := s.ReplaceGroups(cctx, []string{"g"}, []storage.Timeout{r}); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("ReplaceGroups with Insert delayed past its context: %v, want DeadlineExceeded", err)
+	}
+	if inner.calls[ReplaceGroups] != 0 || s.Calls(Insert) != 0 || s.Calls(ReplaceGroups) != 2 {
+		t.Fatalf("wrapped store had %d ReplaceGroups; Calls(Insert) %d, Calls(ReplaceGroups) %d; want 0, 0, 2",
+			inner.calls[ReplaceGroups], s.Calls(Insert), s.Calls(ReplaceGroups))
+	}
+	if _, err := bolt.Get(ctx, "a"); !errors.Is(err, storage.ErrNotFound) {
+		t.Fatalf("a failed ReplaceGroups stored its row: %v", err)
+	}
+}
+
+// Properties are the wrapped store's; ReleaseLeases frees the wrapped
+// store's leases when it can, and none when it cannot.
+func TestPropertiesAndReleaseLeases(t *testing.T) {
+	clock := storetest.NewClock(storetest.T0)
+	s, bolt := open(t, clock.Now)
+	if s.Properties() != bolt.Properties() {
+		t.Fatalf("Properties %+v, want the wrapped store's %+v", s.Properties(), bolt.Properties())
+	}
 	mustInsert(t, s, row("a", clock.Now()))
 	mustLease(t, s, 1)
-	if p, l, err := s.Stats(ctx); err != nil || p != 1 || l != 1 {
-		t.Fatalf("Stats = %d, %d, %v; want the boltstore's 1, 1", p, l, err)
+	if n := Wrap(struct{ storage.Store }{bolt}).ReleaseLeases(); n != 0 {
+		t.Fatalf("ReleaseLeases over a store that cannot = %d, want 0", n)
 	}
-	s.Fail(LeasedBy, errBoom)
-	s.Fail(GetMany, errBoom)
-	s.Delay(LeasedBy, time.Hour)
-	s.Delay(GetMany, time.Hour)
-	_, errLeasedBy := s.LeasedBy(ctx, "owner", 10)
-	rows, errGetMany := s.GetMany(ctx, []string{"a"})
-	for what, err := range map[string]error{"LeasedBy": errLeasedBy, "GetMany": errGetMany} {
-		if !errors.Is(err, storage.ErrUnsupported) || !errors.Is(err, errors.ErrUnsupported) {
-			t.Errorf("%s: %v, want ErrUnsupported", what, err)
-		}
+	if n := s.ReleaseLeases(); n != 1 {
+		t.Fatalf("ReleaseLeases = %d, want the boltstore's 1", n)
 	}
-	if rows != nil {
-		t.Errorf("GetMany returned rows %v with its error", rows)
-	}
-	if s.Calls(LeasedBy) != 1 || s.Calls(GetMany) != 1 {
-		t.Errorf("Calls: LeasedBy %d, GetMany %d; want 1 each", s.Calls(LeasedBy), s.Calls(GetMany))
-	}
+	mustLease(t, s, 1)
 }

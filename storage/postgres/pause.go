@@ -11,8 +11,6 @@ import (
 	"github.com/delaybridge/delaybridge/wire"
 )
 
-var _ storage.Pauser = (*Store)(nil)
-
 // Pauses (storage.Pauser) are rows of <schema>.paused, and each row of a
 // paused destination has paused set, which keeps it out of the index Lease
 // and NextDue read (timeouts_unpaused_ready; see schema version 7). Insert

@@ -144,16 +144,7 @@ type Store struct {
 	testLeaseAnswerLost func(attempt int) error
 }
 
-var (
-	_ storage.Store              = (*Store)(nil)
-	_ storage.Stater             = (*Store)(nil)
-	_ storage.LeaseCounter       = (*Store)(nil)
-	_ storage.MultiGetter        = (*Store)(nil)
-	_ storage.SagaCanceller      = (*Store)(nil)
-	_ storage.Bulker             = (*Store)(nil)
-	_ storage.DestinationCounter = (*Store)(nil)
-	_ storage.GroupReplacer      = (*Store)(nil)
-)
+var _ storage.Store = (*Store)(nil)
 
 // Open connects to the database at url (a PostgreSQL URL or key=value
 // connection string), checks that it answers, and creates or migrates the
@@ -240,6 +231,9 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 
 // Schema is the schema the store works in.
 func (s *Store) Schema() string { return s.schema }
+
+// Properties: several instances share the database.
+func (s *Store) Properties() storage.Properties { return storage.Properties{Shared: true} }
 
 // Close closes the connection pool. It waits for calls in flight; later
 // calls return storage.ErrClosed. Closing twice is not an error.

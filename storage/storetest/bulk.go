@@ -25,7 +25,7 @@ func withHeaders(e *env, t storage.Timeout, h amqp.Table) storage.Timeout {
 
 func (e *env) bulk(f storage.ListFilter, a storage.BulkAction, want storage.BulkResult) {
 	e.Helper()
-	got, err := optional[storage.Bulker](e).Bulk(e.ctx, f, a)
+	got, err := e.s.Bulk(e.ctx, f, a)
 	if err != nil || got != want {
 		e.Fatalf("Bulk(%+v, %+v) = %+v, %v; want %+v", f, a, got, err, want)
 	}
@@ -36,10 +36,7 @@ func (e *env) bulk(f storage.ListFilter, a storage.BulkAction, want storage.Bulk
 // leaves a tombstone for each row it removed, and touches no row of
 // another destination or of an exchange routing key of the same name.
 func testBulkCancel(e *env) {
-	b := optional[storage.Bulker](e)
-	_, err := b.Bulk(e.ctx, storage.ListFilter{Destination: "none"}, storage.BulkAction{Kind: storage.BulkCancel})
-	e.skipUnsupported(err)
-	if _, err := b.Bulk(e.ctx, storage.ListFilter{}, storage.BulkAction{Kind: storage.BulkCancel}); !errors.Is(err, storage.ErrEmptyFilter) {
+	if _, err := e.s.Bulk(e.ctx, storage.ListFilter{}, storage.BulkAction{Kind: storage.BulkCancel}); !errors.Is(err, storage.ErrEmptyFilter) {
 		e.Fatalf("Bulk with an empty filter = %v, want ErrEmptyFilter", err)
 	}
 	n := 2*storage.BulkChunk + 7
@@ -70,10 +67,8 @@ func testBulkCancel(e *env) {
 	}
 	e.expectMissing("q-00000")
 	e.expectMissing(fmt.Sprintf("q-%05d", n-1))
-	if st, ok := e.s.(storage.Stater); ok {
-		if p, _, err := st.Stats(e.ctx); err == nil && p != 6 {
-			e.Fatalf("Stats after the bulk cancel = %d pending, want 6", p)
-		}
+	if p, _, err := e.s.Stats(e.ctx); err != nil || p != 6 {
+		e.Fatalf("Stats after the bulk cancel = %d pending, %v; want 6", p, err)
 	}
 	// Tombstones: a cancelled id stays cancelled; a leased one was not.
 	if got := e.insert(rows[5], rows[n-1]); got[0] || got[1] {
@@ -92,9 +87,6 @@ func testBulkCancel(e *env) {
 // rows move), clear retry holds, leave leased rows, and count shifts past
 // MaxDueAt; selectors by due range, id prefix and header.
 func testBulkReschedule(e *env) {
-	b := optional[storage.Bulker](e)
-	_, err := b.Bulk(e.ctx, storage.ListFilter{Destination: "none"}, storage.BulkAction{Kind: storage.BulkShift, Shift: time.Minute})
-	e.skipUnsupported(err)
 	n := storage.BulkChunk + 3
 	var rows []storage.Timeout
 	for i := range n {
@@ -181,7 +173,7 @@ func testBulkReschedule(e *env) {
 	if got := e.get("late"); !got.DueAt.Equal(late.DueAt) {
 		e.Fatalf("late moved to %s", got.DueAt)
 	}
-	if _, err := b.Bulk(e.ctx, storage.ListFilter{IDPrefix: "late"}, storage.BulkAction{Kind: storage.BulkSetDue, DueAt: storage.MaxDueAt.Add(time.Second)}); !errors.Is(err, storage.ErrDueOutOfRange) {
+	if _, err := e.s.Bulk(e.ctx, storage.ListFilter{IDPrefix: "late"}, storage.BulkAction{Kind: storage.BulkSetDue, DueAt: storage.MaxDueAt.Add(time.Second)}); !errors.Is(err, storage.ErrDueOutOfRange) {
 		e.Fatalf("Bulk set due past MaxDueAt = %v, want ErrDueOutOfRange", err)
 	}
 }

@@ -1,7 +1,6 @@
 package storetest
 
 import (
-	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -20,17 +19,17 @@ func pauseRow(id string, d wire.Destination, due time.Duration) storage.Timeout 
 	return t
 }
 
-func (e *env) pause(p storage.Pauser, d wire.Destination, by string, want bool) {
+func (e *env) pause(d wire.Destination, by string, want bool) {
 	e.Helper()
-	got, err := p.Pause(e.ctx, d, by)
+	got, err := e.s.Pause(e.ctx, d, by)
 	if err != nil || got != want {
 		e.Fatalf("Pause(%s) = %v, %v; want %v", d, got, err, want)
 	}
 }
 
-func (e *env) resume(p storage.Pauser, d wire.Destination, want bool) {
+func (e *env) resume(d wire.Destination, want bool) {
 	e.Helper()
-	got, err := p.Resume(e.ctx, d)
+	got, err := e.s.Resume(e.ctx, d)
 	if err != nil || got != want {
 		e.Fatalf("Resume(%s) = %v, %v; want %v", d, got, err, want)
 	}
@@ -66,9 +65,6 @@ func (e *env) expectPausedList(f storage.ListFilter, ids, paused []string) {
 // leased at once. A queue and an exchange routing key of one name are
 // apart.
 func testPause(e *env) {
-	p := optional[storage.Pauser](e)
-	_, err := p.Paused(e.ctx)
-	e.skipUnsupported(err)
 	q, q2, xq := wire.Queue("q"), wire.Queue("q2"), wire.Destination{Exchange: "x", Key: "q"}
 	e.insert(pauseRow("q-a", q, -2*time.Minute), pauseRow("q-b", q, -time.Minute), pauseRow("q-c", q, time.Hour),
 		pauseRow("q2-a", q2, -90*time.Second), pauseRow("x-a", xq, -30*time.Second))
@@ -76,11 +72,11 @@ func testPause(e *env) {
 	held.NotBefore = at(-10 * time.Second) // a retry's hold, past by now
 	e.insert(held)
 
-	e.pause(p, q, "alice", true)
+	e.pause(q, "alice", true)
 	e.clock.Advance(time.Second)
-	e.pause(p, q, "bob", false) // paused already: since and by kept
-	e.pause(p, wire.Queue("idle"), "", true)
-	got, err := p.Paused(e.ctx)
+	e.pause(q, "bob", false) // paused already: since and by kept
+	e.pause(wire.Queue("idle"), "", true)
+	got, err := e.s.Paused(e.ctx)
 	if err != nil {
 		e.Fatal(err)
 	}
@@ -127,15 +123,13 @@ func testPause(e *env) {
 	if res := e.remove(storage.Ref{ID: "idle-a"}); res[0] != nil {
 		e.Fatal(res[0])
 	}
-	if b, ok := e.s.(storage.Bulker); ok {
-		res, err := b.Bulk(e.ctx, storage.ListFilter{Destination: "q", IDPrefix: "q-new"},
-			storage.BulkAction{Kind: storage.BulkShift, Shift: time.Minute})
-		if err != nil && !errors.Is(err, storage.ErrUnsupported) {
-			e.Fatal(err)
-		}
-		if err == nil && res.Changed != 1 {
-			e.Fatalf("Bulk shift of a paused row changed %d", res.Changed)
-		}
+	res, err := e.s.Bulk(e.ctx, storage.ListFilter{Destination: "q", IDPrefix: "q-new"},
+		storage.BulkAction{Kind: storage.BulkShift, Shift: time.Minute})
+	if err != nil {
+		e.Fatal(err)
+	}
+	if res.Changed != 1 {
+		e.Fatalf("Bulk shift of a paused row changed %d", res.Changed)
 	}
 	e.expectNoLease()
 	if _, ok := e.nextDue(); ok {
@@ -144,13 +138,13 @@ func testPause(e *env) {
 
 	// A pause does not recall a row leased before it: its lease works on.
 	// Released, it is held with the others.
-	e.resume(p, q, true)
-	e.resume(p, q, false)
+	e.resume(q, true)
+	e.resume(q, false)
 	ls = e.lease("owner", 1000, time.Minute)
 	if len(ls) != 4 {
 		e.Fatalf("Lease after Resume took %v, want q's four rows", leaseIDs(ls))
 	}
-	e.pause(p, q, "", true)
+	e.pause(q, "", true)
 	for _, l := range ls {
 		if err := e.s.Release(e.ctx, l.ID, l.Lock, time.Time{}); err != nil {
 			e.Fatalf("Release of a row leased before the pause: %v", err)
@@ -160,9 +154,9 @@ func testPause(e *env) {
 	e.expectPausedList(storage.ListFilter{Destination: "q"},
 		[]string{"q-c", "q-new", "q-held", "q-a"}, []string{"q-c", "q-new", "q-held", "q-a"})
 
-	e.resume(p, q, true)
-	e.resume(p, wire.Queue("idle"), true)
-	if got, err := p.Paused(e.ctx); err != nil || len(got) != 0 {
+	e.resume(q, true)
+	e.resume(wire.Queue("idle"), true)
+	if got, err := e.s.Paused(e.ctx); err != nil || len(got) != 0 {
 		e.Fatalf("Paused after resuming all = %v, %v", got, err)
 	}
 	e.expectNextDue(at(-time.Hour))
@@ -171,7 +165,7 @@ func testPause(e *env) {
 		e.Fatalf("Lease after Resume (-want +got):\n%s", diff)
 	}
 	e.expectPausedList(storage.ListFilter{}, []string{"q-c", "q-new", "q-held", "q-a"}, nil)
-	if _, err := p.Pause(e.ctx, wire.Destination{}, ""); err == nil {
+	if _, err := e.s.Pause(e.ctx, wire.Destination{}, ""); err == nil {
 		e.Fatal("Pause of an empty destination: no error")
 	}
 }
@@ -179,9 +173,6 @@ func testPause(e *env) {
 // testPauseMany: pausing and resuming one destination among many moves all
 // its rows and none of the others.
 func testPauseMany(e *env) {
-	p := optional[storage.Pauser](e)
-	_, err := p.Paused(e.ctx)
-	e.skipUnsupported(err)
 	var ts []storage.Timeout
 	var want []string
 	for i := range 300 {
@@ -194,7 +185,7 @@ func testPauseMany(e *env) {
 		ts = append(ts, pauseRow(id, d, -time.Duration(i)*time.Second))
 	}
 	e.insert(ts...)
-	e.pause(p, wire.Queue("p"), "", true)
+	e.pause(wire.Queue("p"), "", true)
 	ls := e.lease("owner", 1000, time.Minute)
 	if len(ls) != 200 {
 		e.Fatalf("Lease while p is paused took %d rows, want 200", len(ls))
@@ -204,7 +195,7 @@ func testPauseMany(e *env) {
 			e.Fatalf("Lease took %s of the paused destination", l.ID)
 		}
 	}
-	e.resume(p, wire.Queue("p"), true)
+	e.resume(wire.Queue("p"), true)
 	ls = e.lease("owner", 1000, time.Minute)
 	got := leaseIDs(ls)
 	slices.Sort(got)
@@ -218,9 +209,6 @@ func testPauseMany(e *env) {
 // lets none of them escape: every row, stored before or after the pause,
 // is held.
 func testPauseInsertConcurrent(e *env) {
-	p := optional[storage.Pauser](e)
-	_, err := p.Paused(e.ctx)
-	e.skipUnsupported(err)
 	q := wire.Queue("q")
 	const writers, batches, per = 4, 25, 5
 	var wg sync.WaitGroup
@@ -244,7 +232,7 @@ func testPauseInsertConcurrent(e *env) {
 		})
 	}
 	<-started
-	if _, err := p.Pause(e.ctx, q, ""); err != nil {
+	if _, err := e.s.Pause(e.ctx, q, ""); err != nil {
 		errs <- err
 	}
 	wg.Wait()
@@ -256,7 +244,7 @@ func testPauseInsertConcurrent(e *env) {
 		e.Fatalf("Lease after a pause raced by inserts took %d rows, e.g. %s", len(ls), ls[0].ID)
 	}
 	e.expectPausedList(storage.ListFilter{IDPrefix: "w0-00-0"}, []string{"w0-00-0"}, []string{"w0-00-0"})
-	e.resume(p, q, true)
+	e.resume(q, true)
 	if ls := e.lease("owner", 1000, time.Minute); len(ls) != writers*batches*per {
 		e.Fatalf("Lease after Resume took %d rows, want %d", len(ls), writers*batches*per)
 	}

@@ -40,11 +40,11 @@
 //     Insert then reports the id false and stores nothing, until the window
 //     has passed. A Cancel that found the row leased leaves none. Reap keeps
 //     live tombstones.
-//   - The optional interfaces (storage.Stater, LeaseCounter, MultiGetter,
-//     SagaCanceller)
-//     are checked when the store has them and skipped, saying so, when it
-//     has not or answers ErrUnsupported. LeasedBy with atMost <= 0 is an
-//     error.
+//   - Every method of the parts of storage.Store (Stater, LeaseCounter,
+//     MultiGetter and the others) is checked on every store. LeasedBy with
+//     atMost <= 0 is an error.
+//   - A store that is not shared (storage.Properties) is a
+//     storage.LeaseReleaser, whose ReleaseLeases frees every lease.
 package storetest
 
 import (
@@ -150,6 +150,7 @@ var tests = []struct {
 	{"RescheduleRange", testRescheduleRange},
 	{"Stats", testStats},
 	{"LeasedBy", testLeasedBy},
+	{"ReleaseLeases", testReleaseLeases},
 	{"GetMany", testGetMany},
 	{"CancelSaga", testCancelSaga},
 	{"ReplaceGroups", testReplaceGroups},
@@ -421,18 +422,11 @@ func testInsertGetExchange(e *env) {
 	if diff := cmp.Diff(want, rows, cmpOpts); diff != "" {
 		e.Fatalf("List after Insert differs (-inserted +listed):\n%s", diff)
 	}
-	mg, ok := e.s.(storage.MultiGetter)
-	if !ok {
-		return // testGetMany says it is skipped
-	}
 	ids := make([]string, len(in))
 	for i, t := range in {
 		ids[i] = t.ID
 	}
-	got, err := mg.GetMany(e.ctx, ids)
-	if errors.Is(err, storage.ErrUnsupported) {
-		return
-	}
+	got, err := e.s.GetMany(e.ctx, ids)
 	if err != nil {
 		e.Fatalf("GetMany(%q): %v", ids, err)
 	}
@@ -1545,7 +1539,7 @@ func testClosed(e *env) {
 	closed("NextDue", err)
 	_, err = e.s.Reap(e.ctx)
 	closed("Reap", err)
-	for what, err := range e.optionalCalls(e.ctx) {
+	for what, err := range e.partCalls(e.ctx) {
 		closed(what, err)
 	}
 }
@@ -1575,7 +1569,7 @@ func testContextCancelled(e *env) {
 	cancelled("NextDue", err)
 	_, err = e.s.Reap(ctx)
 	cancelled("Reap", err)
-	for what, err := range e.optionalCalls(ctx) {
+	for what, err := range e.partCalls(ctx) {
 		cancelled(what, err)
 	}
 	// None of them did anything.

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"reflect"
 	"slices"
 	"time"
 
@@ -15,71 +14,31 @@ import (
 	"github.com/delaybridge/delaybridge/wire"
 )
 
-// The optional interfaces of package storage are checked on stores that have
-// them; the others skip these tests, saying which interface they lack.
+// The parts of storage.Store beyond its core: every store has them.
 
-// optional returns the store under test as I, or skips the test when it is
-// no I.
-func optional[I any](e *env) I {
-	e.Helper()
-	i, ok := e.s.(I)
-	if !ok {
-		e.Skipf("%T has no %v", e.s, reflect.TypeFor[I]())
-	}
-	return i
-}
-
-// skipUnsupported skips the test when err says that the store, a wrapper,
-// lacks the method after all.
-func (e *env) skipUnsupported(err error) {
-	e.Helper()
-	if errors.Is(err, storage.ErrUnsupported) {
-		e.Skipf("%T answers ErrUnsupported: %v", e.s, err)
-	}
-}
-
-// optionalCalls calls with ctx each optional method the store has and
-// returns the errors by method name, leaving out ErrUnsupported answers.
-func (e *env) optionalCalls(ctx context.Context) map[string]error {
+// partCalls calls with ctx each method of the parts of storage.Store
+// (Stater, LeaseCounter and the others) and returns the errors by method
+// name.
+func (e *env) partCalls(ctx context.Context) map[string]error {
 	errs := map[string]error{}
-	if st, ok := e.s.(storage.Stater); ok {
-		_, _, errs["Stats"] = st.Stats(ctx)
-	}
-	if lc, ok := e.s.(storage.LeaseCounter); ok {
-		_, errs["LeasedBy"] = lc.LeasedBy(ctx, "o", 10)
-	}
-	if mg, ok := e.s.(storage.MultiGetter); ok {
-		_, errs["GetMany"] = mg.GetMany(ctx, []string{"a"})
-	}
-	if sc, ok := e.s.(storage.SagaCanceller); ok {
-		_, _, errs["CancelSaga"] = sc.CancelSaga(ctx, "saga")
-	}
-	if gr, ok := e.s.(storage.GroupReplacer); ok {
-		_, _, _, errs["ReplaceGroups"] = gr.ReplaceGroups(ctx, []string{"group"}, []storage.Timeout{newTimeout("r", at(0))})
-	}
-	if dc, ok := e.s.(storage.DestinationCounter); ok {
-		_, errs["CountByDestination"] = dc.CountByDestination(ctx, T0, T0.Add(time.Minute))
-	}
-	if b, ok := e.s.(storage.Bulker); ok {
-		_, errs["Bulk"] = b.Bulk(ctx, storage.ListFilter{Destination: "q"}, storage.BulkAction{Kind: storage.BulkCancel})
-	}
-	if p, ok := e.s.(storage.Pauser); ok {
-		_, errs["Paused"] = p.Paused(ctx)
-		_, errs["Pause"] = p.Pause(ctx, wire.Queue("q"), "")
-		_, errs["Resume"] = p.Resume(ctx, wire.Queue("q"))
-	}
-	maps.DeleteFunc(errs, func(_ string, err error) bool { return errors.Is(err, storage.ErrUnsupported) })
+	_, _, errs["Stats"] = e.s.Stats(ctx)
+	_, errs["LeasedBy"] = e.s.LeasedBy(ctx, "o", 10)
+	_, errs["GetMany"] = e.s.GetMany(ctx, []string{"a"})
+	_, _, errs["CancelSaga"] = e.s.CancelSaga(ctx, "saga")
+	_, _, _, errs["ReplaceGroups"] = e.s.ReplaceGroups(ctx, []string{"group"}, []storage.Timeout{newTimeout("r", at(0))})
+	_, errs["CountByDestination"] = e.s.CountByDestination(ctx, T0, T0.Add(time.Minute))
+	_, errs["Bulk"] = e.s.Bulk(ctx, storage.ListFilter{Destination: "q"}, storage.BulkAction{Kind: storage.BulkCancel})
+	_, errs["Paused"] = e.s.Paused(ctx)
+	_, errs["Pause"] = e.s.Pause(ctx, wire.Queue("q"), "")
+	_, errs["Resume"] = e.s.Resume(ctx, wire.Queue("q"))
 	return errs
 }
 
 // testStats follows both counts through every call that changes them.
 func testStats(e *env) {
-	st := optional[storage.Stater](e)
-	_, _, err := st.Stats(e.ctx)
-	e.skipUnsupported(err)
 	expect := func(after string, pending, leased int) {
 		e.Helper()
-		p, l, err := st.Stats(e.ctx)
+		p, l, err := e.s.Stats(e.ctx)
 		if err != nil || p != pending || l != leased {
 			e.Fatalf("Stats after %s = %d pending, %d leased, %v; want %d, %d", after, p, l, err, pending, leased)
 		}
@@ -147,12 +106,9 @@ func testStats(e *env) {
 // testLeasedBy counts each owner's leases apart, however many Lease calls
 // made them, and no further than atMost.
 func testLeasedBy(e *env) {
-	lc := optional[storage.LeaseCounter](e)
-	_, err := lc.LeasedBy(e.ctx, "host-1", 10)
-	e.skipUnsupported(err)
 	expect := func(when, owner string, atMost, want int) {
 		e.Helper()
-		if n, err := lc.LeasedBy(e.ctx, owner, atMost); err != nil || n != want {
+		if n, err := e.s.LeasedBy(e.ctx, owner, atMost); err != nil || n != want {
 			e.Fatalf("%s: LeasedBy(%q, %d) = %d, %v; want %d", when, owner, atMost, n, err, want)
 		}
 	}
@@ -174,7 +130,7 @@ func testLeasedBy(e *env) {
 	expect("atMost below the count", "host-12", 2, 2)
 	expect("atMost below the count", "host-12", 1, 1)
 	for _, atMost := range []int{0, -1} {
-		if n, err := lc.LeasedBy(e.ctx, "host-1", atMost); err == nil {
+		if n, err := e.s.LeasedBy(e.ctx, "host-1", atMost); err == nil {
 			e.Errorf("LeasedBy with atMost %d = %d, no error", atMost, n)
 		}
 	}
@@ -203,9 +159,7 @@ func testLeasedBy(e *env) {
 
 // testGetMany reads exactly the pending rows named, each as Get reads it.
 func testGetMany(e *env) {
-	mg := optional[storage.MultiGetter](e)
-	got, err := mg.GetMany(e.ctx, nil)
-	e.skipUnsupported(err)
+	got, err := e.s.GetMany(e.ctx, nil)
 	if err != nil || got == nil || len(got) != 0 {
 		e.Fatalf("GetMany(nil) = %v, %v; want an empty map", got, err)
 	}
@@ -234,7 +188,7 @@ func testGetMany(e *env) {
 	e.remove(storage.Ref{ID: "gone"})
 
 	ids := []string{"full", "leased", "missing", "failed", "full", "gone"}
-	got, err = mg.GetMany(e.ctx, ids)
+	got, err = e.s.GetMany(e.ctx, ids)
 	if err != nil {
 		e.Fatalf("GetMany(%q): %v", ids, err)
 	}
@@ -260,7 +214,7 @@ func testGetMany(e *env) {
 	}
 
 	for _, ids := range [][]string{{}, {"missing", "gone"}} {
-		if got, err := mg.GetMany(e.ctx, ids); err != nil || got == nil || len(got) != 0 {
+		if got, err := e.s.GetMany(e.ctx, ids); err != nil || got == nil || len(got) != 0 {
 			e.Fatalf("GetMany(%q) = %v, %v; want an empty map", ids, got, err)
 		}
 	}
@@ -275,7 +229,7 @@ func testGetMany(e *env) {
 	for _, t := range many {
 		ids = append(ids, t.ID)
 	}
-	got, err = mg.GetMany(e.ctx, ids)
+	got, err = e.s.GetMany(e.ctx, ids)
 	if err != nil || len(got) != len(many) {
 		e.Fatalf("GetMany of %d ids returned %d rows, %v", len(many), len(got), err)
 	}
@@ -291,9 +245,6 @@ func testGetMany(e *env) {
 // whose id its id begins with), and tombstones the ids it removed, not the
 // saga.
 func testCancelSaga(e *env) {
-	sc := optional[storage.SagaCanceller](e)
-	_, _, err := sc.CancelSaga(e.ctx, "nothing")
-	e.skipUnsupported(err)
 	mk := func(id, saga string, due time.Duration) storage.Timeout {
 		t := newTimeout(id, at(due))
 		t.SagaID = saga
@@ -331,7 +282,7 @@ func testCancelSaga(e *env) {
 	}
 	cancelSaga := func(saga string, wantCancelled, wantLeased int) {
 		e.Helper()
-		c, l, err := sc.CancelSaga(e.ctx, saga)
+		c, l, err := e.s.CancelSaga(e.ctx, saga)
 		if err != nil || c != wantCancelled || l != wantLeased {
 			e.Fatalf("CancelSaga(%q) = %d cancelled, %d leased, %v; want %d, %d", saga, c, l, err, wantCancelled, wantLeased)
 		}
@@ -342,10 +293,8 @@ func testCancelSaga(e *env) {
 	for _, id := range []string{"s1-leased", "s1x-row", "s-row", "plain"} {
 		e.get(id)
 	}
-	if st, ok := e.s.(storage.Stater); ok {
-		if p, l, err := st.Stats(e.ctx); err == nil && (p != 4 || l != 1) {
-			e.Fatalf("Stats after CancelSaga = %d pending, %d leased; want 4, 1", p, l)
-		}
+	if p, l, err := e.s.Stats(e.ctx); err != nil || p != 4 || l != 1 {
+		e.Fatalf("Stats after CancelSaga = %d pending, %d leased, %v; want 4, 1", p, l, err)
 	}
 	cancelSaga("s1", 0, 1)
 	// The lease still holds the row: the dispatcher removes it.
@@ -370,7 +319,7 @@ func testCancelSaga(e *env) {
 	e.clock.Advance(time.Minute)
 	cancelSaga("s2", 1, 0)
 	e.expectMissing("s2-a")
-	if _, _, err := sc.CancelSaga(e.ctx, ""); err == nil {
+	if _, _, err := e.s.CancelSaga(e.ctx, ""); err == nil {
 		e.Fatal("CancelSaga of an empty saga id succeeded")
 	}
 	for _, id := range []string{"s1x-row", "s-row", "plain"} {
@@ -383,9 +332,6 @@ func testCancelSaga(e *env) {
 // (a repeat changes nothing), touches no other row, inserts as Insert
 // does, and does nothing at all when it fails.
 func testReplaceGroups(e *env) {
-	gr := optional[storage.GroupReplacer](e)
-	_, _, _, err := gr.ReplaceGroups(e.ctx, []string{"nothing"}, nil)
-	e.skipUnsupported(err)
 	mk := func(id, group string, due time.Duration) storage.Timeout {
 		t := newTimeout(id, at(due))
 		t.SagaID = group
@@ -396,7 +342,7 @@ func testReplaceGroups(e *env) {
 	lease := e.leaseOne("g1-leased", time.Minute)
 	replace := func(groups []string, ts []storage.Timeout, wantInserted []bool, wantCancelled, wantLeased int) {
 		e.Helper()
-		outcomes, c, l, err := gr.ReplaceGroups(e.ctx, groups, ts)
+		outcomes, c, l, err := e.s.ReplaceGroups(e.ctx, groups, ts)
 		got := make([]bool, len(outcomes))
 		for i, o := range outcomes {
 			got[i] = o == storage.Stored
@@ -419,10 +365,8 @@ func testReplaceGroups(e *env) {
 	for _, id := range []string{"g1-leased", "g10-row", "plain"} {
 		e.get(id)
 	}
-	if st, ok := e.s.(storage.Stater); ok {
-		if p, l, err := st.Stats(e.ctx); err == nil && (p != 7 || l != 1) {
-			e.Fatalf("Stats after ReplaceGroups = %d pending, %d leased; want 7, 1", p, l)
-		}
+	if p, l, err := e.s.Stats(e.ctx); err != nil || p != 7 || l != 1 {
+		e.Fatalf("Stats after ReplaceGroups = %d pending, %d leased, %v; want 7, 1", p, l, err)
 	}
 	// A repeat (its first answer lost) finds its own rows: duplicates.
 	replace([]string{"g1", "g2", "g3"}, batch, []bool{false, false, false, false}, 0, 1)
@@ -439,10 +383,10 @@ func testReplaceGroups(e *env) {
 	// A failure changes nothing: the groups' rows stay.
 	bad := newTimeout("bad", at(time.Hour))
 	bad.Destination = ""
-	if _, _, _, err := gr.ReplaceGroups(e.ctx, []string{"g1"}, []storage.Timeout{mk("g1-x", "g1", time.Hour), bad}); err == nil {
+	if _, _, _, err := e.s.ReplaceGroups(e.ctx, []string{"g1"}, []storage.Timeout{mk("g1-x", "g1", time.Hour), bad}); err == nil {
 		e.Fatal("ReplaceGroups with a row without destination succeeded")
 	}
-	if _, _, _, err := gr.ReplaceGroups(e.ctx, []string{"g1", ""}, nil); err == nil {
+	if _, _, _, err := e.s.ReplaceGroups(e.ctx, []string{"g1", ""}, nil); err == nil {
 		e.Fatal("ReplaceGroups of an empty group succeeded")
 	}
 	for _, id := range []string{"g1-new", "solo", "g1-leased"} {
@@ -456,5 +400,43 @@ func testReplaceGroups(e *env) {
 	replace([]string{"g1"}, nil, []bool{}, 2, 0)
 	for _, id := range []string{"g10-row", "plain", "other", "g3-new", "g2-next"} {
 		e.get(id)
+	}
+}
+
+// testReleaseLeases: a store that is not shared is a storage.LeaseReleaser,
+// and ReleaseLeases frees every lease, of every owner, expired or not: the
+// rows are leasable at once, and no count holds them. A shared store has
+// other processes' leases, which no one of them may free: nothing to check.
+func testReleaseLeases(e *env) {
+	if e.s.Properties().Shared {
+		return
+	}
+	r, ok := e.s.(storage.LeaseReleaser)
+	if !ok {
+		e.Fatalf("%T is not shared but is no storage.LeaseReleaser", e.s)
+	}
+	e.insertDue("a", "b", "c")
+	e.lease("o", 1, time.Minute)
+	live := e.lease("p", 2, time.Hour)
+	e.clock.Advance(time.Minute) // o's lease expired, not yet freed
+	if n := r.ReleaseLeases(); n != 3 {
+		e.Fatalf("ReleaseLeases = %d, want 3 (one expired)", n)
+	}
+	if _, l, err := e.s.Stats(e.ctx); err != nil || l != 0 {
+		e.Fatalf("Stats after ReleaseLeases = %d leased, %v; want 0", l, err)
+	}
+	for _, owner := range []string{"o", "p"} {
+		if n, err := e.s.LeasedBy(e.ctx, owner, 10); err != nil || n != 0 {
+			e.Fatalf("LeasedBy(%q) after ReleaseLeases = %d, %v; want 0", owner, n, err)
+		}
+	}
+	if err := e.s.Release(e.ctx, live[0].ID, live[0].Lock, time.Time{}); !errors.Is(err, storage.ErrConcurrency) {
+		e.Fatalf("Release with a freed lease's lock = %v, want ErrConcurrency", err)
+	}
+	if got := e.lease("q", 10, time.Minute); len(got) != 3 {
+		e.Fatalf("leased %d rows after ReleaseLeases, want all 3", len(got))
+	}
+	if n := r.ReleaseLeases(); n != 3 {
+		e.Fatalf("ReleaseLeases again = %d, want 3", n)
 	}
 }
