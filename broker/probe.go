@@ -14,8 +14,9 @@ import (
 // While Conn backs off between reconnect attempts it watches the TCP ports
 // of the brokers that were down, so that it reconnects as soon as one is
 // back rather than at the end of a pause of up to MaxBackoff
-// (docs/contract.md §3.4). A probe is a TCP connect and close, no AMQP: the
-// broker sees no handshake and no login.
+// (docs/contract.md §3.5 "Reconnecting"). A probe is a TCP connect and
+// close, no AMQP: the broker sees no handshake and no login (RabbitMQ logs
+// nothing for a connection closed before the AMQP header).
 const (
 	// defaultProbeInterval is the pause between probes of one port.
 	defaultProbeInterval = 250 * time.Millisecond
