@@ -44,9 +44,11 @@ func dial(rawURL, name string, cfg amqp.Config) (*amqp.Connection, error) {
 	if err != nil {
 		// Not wrapped: the error's text may carry the password.
 		var op *net.OpError
+		unreachable := errors.As(err, &op)
 		return nil, &dialError{
 			msg:         fmt.Sprintf("connect to %s: %s", Redact(rawURL), RedactText(err.Error(), rawURL)),
-			unreachable: errors.As(err, &op),
+			unreachable: unreachable,
+			portClosed:  unreachable && op.Op == "dial",
 		}
 	}
 	return conn, nil
@@ -61,6 +63,10 @@ var ErrUnreachable = errors.New("no broker accepted a connection")
 type dialError struct {
 	msg         string
 	unreachable bool
+	// portClosed: the TCP connect itself failed (refused, timed out, no
+	// route), not a read or write after it; Conn probes such a port while
+	// it backs off (probe.go).
+	portClosed bool
 }
 
 func (e *dialError) Error() string { return e.msg }

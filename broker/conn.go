@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -34,6 +35,10 @@ type ConnOptions struct {
 	// MinBackoff and MaxBackoff bound the jittered, doubling pause between
 	// attempts; defaults 100ms and 10s.
 	MinBackoff, MaxBackoff time.Duration
+	// ProbeInterval: during a pause, how often the TCP port of each broker
+	// that was down is checked, so that the next attempt comes as soon as
+	// one is back (probe.go); default 250ms, negative: never.
+	ProbeInterval time.Duration
 	// Sweeper, when set, lets Consume move messages the client cannot read
 	// off the queues it consumes on this connection (SweepUnreadable).
 	Sweeper *Sweeper
@@ -42,10 +47,13 @@ type ConnOptions struct {
 
 // Conn keeps one AMQP connection up. It dials, and when the broker closes
 // the connection or the network drops it, dials again with capped, jittered
-// backoff. Users take the current connection with Wait and open their own
-// channels; when a channel dies they call Wait again.
+// backoff; while it backs off it watches the ports of the brokers that were
+// down and tries again as soon as one accepts connections (probe.go). Users
+// take the current connection with Wait and open their own channels; when a
+// channel dies they call Wait again.
 type Conn struct {
-	opts ConnOptions
+	opts  ConnOptions
+	addrs []string // each broker's host:port, once: what pause probes
 
 	mu      sync.Mutex
 	conn    *amqp.Connection
@@ -65,14 +73,23 @@ func NewConn(opts ConnOptions) *Conn {
 	if len(opts.URLs) == 0 {
 		opts.URLs = []string{opts.URL}
 	}
-	return &Conn{opts: opts, up: make(chan struct{})}
+	if opts.ProbeInterval == 0 {
+		opts.ProbeInterval = defaultProbeInterval
+	}
+	c := &Conn{opts: opts, up: make(chan struct{})}
+	for _, u := range opts.URLs {
+		if a := probeAddr(u); a != "" && !slices.Contains(c.addrs, a) {
+			c.addrs = append(c.addrs, a)
+		}
+	}
+	return c
 }
 
 // Connect makes the first connection. It fails with ErrNeverConnected, or
 // with ErrTopologyConflict when a broker answered but refused the bridge's
 // exchanges as they exist in another form.
 func (c *Conn) Connect() error {
-	conn, err := c.dial()
+	conn, _, err := c.dial()
 	if err != nil {
 		if errors.Is(err, ErrTopologyConflict) {
 			// Connected, but the broker has an exchange of the bridge's in
@@ -106,13 +123,14 @@ func (c *Conn) Run(ctx context.Context) error {
 			c.opts.Logger.Warn().Str("connection", c.opts.Name).Str("reason", errString(e)).
 				Msg("broker connection lost; reconnecting")
 		}
+		var refused map[string]bool // nil: no attempt yet, every port is watched
 		for attempt := 1; ; attempt++ {
-			select {
-			case <-ctx.Done():
+			if !c.pause(ctx, c.backoff(attempt), refused) {
 				return nil
-			case <-time.After(c.backoff(attempt)):
 			}
-			next, err := c.dial()
+			var next *amqp.Connection
+			var err error
+			next, refused, err = c.dial()
 			if err == nil {
 				c.opts.Logger.Info().Str("connection", c.opts.Name).Int("attempts", attempt).Msg("broker connection restored")
 				c.set(next)
@@ -198,16 +216,23 @@ func (c *Conn) Broker() string {
 }
 
 // dial tries each broker once, starting with the one that last answered.
-func (c *Conn) dial() (*amqp.Connection, error) {
+// closed holds the host:port of each broker whose port refused the
+// connection (for pause).
+func (c *Conn) dial() (*amqp.Connection, map[string]bool, error) {
 	c.mu.Lock()
 	first := c.current
 	c.mu.Unlock()
 	var errs dialErrors
+	closed := map[string]bool{}
 	for i := range c.opts.URLs {
 		idx := (first + i) % len(c.opts.URLs)
 		conn, err := c.dialOne(c.opts.URLs[idx])
 		if err != nil {
 			errs = append(errs, err)
+			var de *dialError
+			if errors.As(err, &de) && de.portClosed {
+				closed[probeAddr(c.opts.URLs[idx])] = true
+			}
 			continue
 		}
 		c.mu.Lock()
@@ -217,9 +242,9 @@ func (c *Conn) dial() (*amqp.Connection, error) {
 			c.opts.Logger.Info().Str("connection", c.opts.Name).Str("broker", Redact(c.opts.URLs[idx])).
 				Msg("connected to broker")
 		}
-		return conn, nil
+		return conn, closed, nil
 	}
-	return nil, errs
+	return nil, closed, errs
 }
 
 // dialErrors are the failures of one round of dial, one per broker. They

@@ -20,8 +20,8 @@ func testURL() string {
 	return "amqp://guest:guest@127.0.0.1:5672/"
 }
 
-// closedPortURL names a local port nothing listens on.
-func closedPortURL(t *testing.T) string {
+// freeAddr is a local host:port nothing listens on (for now).
+func freeAddr(t *testing.T) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -29,7 +29,27 @@ func closedPortURL(t *testing.T) string {
 	}
 	addr := l.Addr().String()
 	_ = l.Close()
-	return "amqp://guest:secret@" + addr + "/"
+	return addr
+}
+
+// closedPortURL names a local port nothing listens on.
+func closedPortURL(t *testing.T) string {
+	t.Helper()
+	return "amqp://guest:secret@" + freeAddr(t) + "/"
+}
+
+// runConn runs c until the test ends, and checks that Run then returns nil.
+func runConn(t *testing.T, c *Conn) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
 }
 
 // startProxy starts a proxy to target, killed at cleanup; Kill cuts every
@@ -106,15 +126,7 @@ func TestConnFailsOverWhenTheBrokerGoesAway(t *testing.T) {
 	if got := c.Broker(); got != Redact(first) {
 		t.Fatalf("started on %s, want the first broker %s", got, Redact(first))
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}()
+	runConn(t, c)
 
 	p.Kill() // the first broker goes away for good
 
@@ -125,7 +137,7 @@ func TestConnFailsOverWhenTheBrokerGoesAway(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	wctx, wcancel := context.WithTimeout(ctx, 5*time.Second)
+	wctx, wcancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer wcancel()
 	conn, err := c.Wait(wctx)
 	if err != nil {

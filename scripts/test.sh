@@ -38,6 +38,9 @@
 #    given, e.g. -run X: then exactly the disruptive tests -run X selects) runs
 #    in a second serial step after the main one, with the same extra args. So
 #    no disruptive test is left out, and none runs beside another test.
+#    A serial step that runs a cluster test (TestCluster*) starts a three-node
+#    RabbitMQ cluster beside the test broker first and stops it after
+#    (scripts/rabbitmq-cluster.sh: nodes on ports 5681-5683, ~25 s to start).
 #    Extra args must be go test flags (no -args). The script fails if any
 #    step failed. All steps use one race-built bridge binary
 #    (DELAYBRIDGE_TEST_BRIDGE_BIN, see test/integration), linked once.
@@ -158,6 +161,30 @@ run_serial() {
     go test "${RACE[@]}" -count=1 -timeout 15m "${dirs[@]}" "$@" -run "^(${names})\$" -p 1
 }
 
+# run_serial_step LIST [extra go test args]: run_serial, with the three-node
+# RabbitMQ cluster (scripts/rabbitmq-cluster.sh; test/integration/cluster_test.go)
+# started first when LIST has a TestCluster* test, and stopped after. A
+# cluster that cannot start leaves those tests to report it (a failure under
+# CI=true).
+run_serial_step() {
+  local list="$1" rc=0 cluster=""
+  shift
+  if grep -q $'\tTestCluster' "${list}"; then
+    cluster=1
+    local began=${SECONDS}
+    if bash ./scripts/rabbitmq-cluster.sh start; then
+      echo "three-node cluster started in $((SECONDS - began)) s"
+    else
+      echo "WARNING: the three-node cluster did not start: the cluster tests will say so" >&2
+    fi
+  fi
+  run_serial "${list}" "$@" || rc=$?
+  if [[ -n "${cluster}" ]]; then
+    bash ./scripts/rabbitmq-cluster.sh stop || true
+  fi
+  return "${rc}"
+}
+
 if [[ $# -eq 0 ]]; then
   mapfile -t pkgdirs < <(go list -e -f '{{.Dir}}' "${packages[@]}" 2>/dev/null || true)
   for dir in "${pkgdirs[@]}"; do
@@ -173,7 +200,7 @@ if [[ $# -eq 0 ]]; then
   if [[ -s "${early}" ]]; then
     section "serial step: $(cut -f2 "${early}" | paste -sd ' ' -), alone; its output follows go vet"
     serial_start=${SECONDS}
-    run_serial "${early}" >"${serial_log}" 2>&1 &
+    run_serial_step "${early}" >"${serial_log}" 2>&1 &
     serial_pid=$!
   fi
 fi
@@ -276,7 +303,7 @@ sort -u "${deferred}" | comm -23 - <(sort -u "${early}") >"${left}"
 tail_rc=0
 if [[ -s "${left}" ]]; then
   section "serial step: the disruptive tests the main step deferred, alone"
-  run_serial "${left}" "$@" || tail_rc=$?
+  run_serial_step "${left}" "$@" || tail_rc=$?
 fi
 
 if [[ ${serial_rc} -ne 0 || ${main_rc} -ne 0 || ${bench_rc} -ne 0 || ${tail_rc} -ne 0 ]]; then

@@ -51,8 +51,12 @@ func (l *link) close() {
 
 // Start listens on 127.0.0.1:0 and forwards each accepted connection to
 // target (host:port). Kill or Close it when done.
-func Start(target string) (*Proxy, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+func Start(target string) (*Proxy, error) { return StartAt("127.0.0.1:0", target) }
+
+// StartAt is Start listening on addr: on the address of a proxy killed
+// before, it is that node coming back.
+func StartAt(addr, target string) (*Proxy, error) {
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
 	}

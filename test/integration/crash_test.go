@@ -157,9 +157,14 @@ type faultPublisher struct {
 }
 
 func newFaultPublisher(name string) (*faultPublisher, error) {
+	return newFaultPublisherAt(amqpURL, name)
+}
+
+// newFaultPublisherAt is newFaultPublisher on the broker at url.
+func newFaultPublisherAt(url, name string) (*faultPublisher, error) {
 	props := amqp.NewConnectionProperties()
 	props.SetClientConnectionName(name)
-	conn, err := amqp.DialConfig(amqpURL, amqp.Config{Properties: props, Dial: amqp.DefaultDial(5 * time.Second)})
+	conn, err := amqp.DialConfig(url, amqp.Config{Properties: props, Dial: amqp.DefaultDial(5 * time.Second)})
 	if err != nil {
 		return nil, fmt.Errorf("connect: %w", err)
 	}
@@ -262,6 +267,7 @@ type faultArrival struct {
 // then ack, so nothing is lost in a dying connection) and reconnects when
 // its connection is lost, e.g. while the broker restarts.
 type faultConsumer struct {
+	url        string
 	queues     []string
 	mu         sync.Mutex
 	got        []faultArrival
@@ -274,7 +280,13 @@ type faultConsumer struct {
 // the first subscription is in place. It stops at the test's cleanup.
 func startFaultConsumer(t testing.TB, queues ...string) *faultConsumer {
 	t.Helper()
-	c := &faultConsumer{queues: queues, seen: map[string]bool{}}
+	return startFaultConsumerAt(t, amqpURL, queues...)
+}
+
+// startFaultConsumerAt is startFaultConsumer on the broker at url.
+func startFaultConsumerAt(t testing.TB, url string, queues ...string) *faultConsumer {
+	t.Helper()
+	c := &faultConsumer{url: url, queues: queues, seen: map[string]bool{}}
 	ctx, cancel := context.WithCancel(context.Background())
 	first := make(chan error, 1)
 	done := make(chan struct{})
@@ -330,7 +342,7 @@ func (c *faultConsumer) run(ctx context.Context, first chan<- error) {
 func (c *faultConsumer) session(ctx context.Context, subscribed func()) error {
 	props := amqp.NewConnectionProperties()
 	props.SetClientConnectionName("it-fault-consumer")
-	conn, err := amqp.DialConfig(amqpURL, amqp.Config{Properties: props, Dial: amqp.DefaultDial(2 * time.Second)})
+	conn, err := amqp.DialConfig(c.url, amqp.Config{Properties: props, Dial: amqp.DefaultDial(2 * time.Second)})
 	if err != nil {
 		return fmt.Errorf("connect: %w", err)
 	}

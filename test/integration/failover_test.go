@@ -216,19 +216,32 @@ func (l brokerLogLine) String() string {
 // order (written per connection when more than one broker is configured).
 func connectedBrokers(t *testing.T, b *bridgeProc) []brokerLogLine {
 	t.Helper()
+	out := connectionLogLines(t, b, "connected to broker")
+	for _, l := range out {
+		if l.Broker == "" {
+			t.Errorf("a \"connected to broker\" line without its broker: %v", l)
+		}
+	}
+	return out
+}
+
+// connectionLogLines returns the bridge's log lines with message msg about
+// one of its connections, in order.
+func connectionLogLines(t *testing.T, b *bridgeProc, msg string) []brokerLogLine {
+	t.Helper()
 	var out []brokerLogLine
 	for _, line := range strings.Split(b.Stderr(), "\n") {
 		var m struct{ Message, Connection, Broker, Time string }
-		if json.Unmarshal([]byte(line), &m) != nil || m.Message != "connected to broker" {
+		if json.Unmarshal([]byte(line), &m) != nil || m.Message != msg {
 			continue
 		}
-		if m.Broker == "" || m.Connection == "" {
-			t.Errorf("a \"connected to broker\" line without its broker or connection: %s", line)
+		if m.Connection == "" {
+			t.Errorf("a %q line without its connection: %s", msg, line)
 			continue
 		}
 		at, err := time.Parse(time.RFC3339Nano, m.Time)
 		if err != nil {
-			t.Errorf("a \"connected to broker\" line with an unparsable time: %s", line)
+			t.Errorf("a %q line with an unparsable time: %s", msg, line)
 		}
 		out = append(out, brokerLogLine{Connection: m.Connection, Broker: m.Broker, At: at})
 	}
