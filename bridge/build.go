@@ -17,11 +17,11 @@ import (
 	"github.com/delaybridge/delaybridge/errorqueue"
 	"github.com/delaybridge/delaybridge/httpapi"
 	"github.com/delaybridge/delaybridge/ingest"
-	"github.com/delaybridge/delaybridge/ingest/masstransit"
-	"github.com/delaybridge/delaybridge/ingest/rebus"
 	"github.com/delaybridge/delaybridge/management"
 	"github.com/delaybridge/delaybridge/metrics"
 	"github.com/delaybridge/delaybridge/poller"
+	"github.com/delaybridge/delaybridge/protocol/masstransit"
+	"github.com/delaybridge/delaybridge/protocol/rebus"
 	"github.com/delaybridge/delaybridge/storage"
 	"github.com/delaybridge/delaybridge/wire"
 )
