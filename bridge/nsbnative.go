@@ -2,6 +2,7 @@ package bridge
 
 import (
 	"github.com/delaybridge/delaybridge/ingest"
+	"github.com/delaybridge/delaybridge/protocol/nsbnative"
 	"github.com/delaybridge/delaybridge/wire/nsbdelay"
 )
 
@@ -21,5 +22,5 @@ func nsbNative(on bool) (srcs []ingest.Source, exchanges, reserved []string) {
 			reserved = append(reserved, c.Level(k))
 		}
 	}
-	return ingest.NSBNativeSources(chains...), exchanges, reserved
+	return nsbnative.Sources(chains...), exchanges, reserved
 }
