@@ -2,6 +2,7 @@ package nsbnative
 
 import (
 	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -302,5 +303,32 @@ func TestNSBNativeSources(t *testing.T) {
 			t.Errorf("source %+v", s)
 		}
 		seen[s.Name] = true
+	}
+}
+
+// On, the protocol is both chains: their level queues consumed and no
+// destination, their delivery exchanges allowed. Off, nothing of any.
+func TestProtocol(t *testing.T) {
+	on := Protocol{On: true}
+	if n := len(on.Sources()); n != 2*nsbdelay.Levels {
+		t.Fatalf("%d sources", n)
+	}
+	reserved := on.Reserved()
+	for _, c := range []nsbdelay.Chain{nsbdelay.V2, nsbdelay.V1} {
+		for k := range nsbdelay.Levels {
+			if !slices.Contains(reserved, c.Level(k)) {
+				t.Errorf("level queue %s is a destination", c.Level(k))
+			}
+		}
+	}
+	if len(reserved) != 2*nsbdelay.Levels {
+		t.Errorf("reserved %q", reserved)
+	}
+	if got := on.Routes(); !slices.Equal(got, []string{nsbdelay.V2.Delivery, nsbdelay.V1.Delivery}) {
+		t.Errorf("routes %q", got)
+	}
+	off := Protocol{}
+	if off.Sources() != nil || off.Reserved() != nil || off.Routes() != nil {
+		t.Errorf("off: sources %v, reserved %q, routes %q", off.Sources(), off.Reserved(), off.Routes())
 	}
 }
