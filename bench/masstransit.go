@@ -8,7 +8,7 @@ import (
 	"github.com/google/uuid"
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/delaybridge/delaybridge/ingest/masstransit"
+	"github.com/delaybridge/delaybridge/protocol/masstransit"
 )
 
 // stepMassTransit is the punctuality workload as MassTransit endpoints

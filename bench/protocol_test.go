@@ -9,7 +9,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/delaybridge/delaybridge/ingest"
-	"github.com/delaybridge/delaybridge/ingest/masstransit"
+	"github.com/delaybridge/delaybridge/protocol/masstransit"
 	"github.com/delaybridge/delaybridge/wire"
 )
 

@@ -7,7 +7,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/delaybridge/delaybridge/ingest/rebus"
+	"github.com/delaybridge/delaybridge/protocol/rebus"
 )
 
 // stepRebus is the punctuality workload as Rebus endpoints defer messages

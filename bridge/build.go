@@ -17,11 +17,10 @@ import (
 	"github.com/delaybridge/delaybridge/errorqueue"
 	"github.com/delaybridge/delaybridge/httpapi"
 	"github.com/delaybridge/delaybridge/ingest"
-	"github.com/delaybridge/delaybridge/ingest/masstransit"
-	"github.com/delaybridge/delaybridge/ingest/rebus"
 	"github.com/delaybridge/delaybridge/management"
 	"github.com/delaybridge/delaybridge/metrics"
 	"github.com/delaybridge/delaybridge/poller"
+	"github.com/delaybridge/delaybridge/protocol/delayed"
 	"github.com/delaybridge/delaybridge/storage"
 	"github.com/delaybridge/delaybridge/wire"
 )
@@ -60,47 +59,18 @@ type components struct {
 // nothing open.
 func (b *Bridge) build(ctx context.Context, srv *httpapi.Server) (_ *components, err error) {
 	cfg, log, now, met := b.cfg, b.log, b.deps.Now, b.deps.Metrics
-	topo := broker.Topology{Endpoint: cfg.Endpoint, ErrorQueue: cfg.ErrorQueue, QueueType: cfg.QueueType,
-		DelayedExchanges: cfg.DelayedExchangeList()}
+	topo := broker.Topology{Endpoint: cfg.Endpoint, ErrorQueue: cfg.ErrorQueue, QueueType: cfg.QueueType}
 	allowed, err := ingest.CompileGlobs(cfg.AllowedDestinations)
 	if err != nil {
 		return nil, fmt.Errorf("DELAYBRIDGE_ALLOWED_DESTINATIONS: %w", err)
 	}
-	// The operator named the delayed exchanges' routing exchanges already.
-	for _, x := range topo.DelayedExchanges {
-		allowed = allowed.WithExchanges(x.Route())
-	}
-	sources := []ingest.Source{ingest.TimeoutsSource(topo.TimeoutsQueue(), topo.DelayedExchanges...)}
-	reserved := []string{topo.TimeoutsQueue(), topo.DispatcherQueue(), cfg.ErrorQueue}
-	// NServiceBus endpoints send timeouts to E.Timeouts, and ServiceControl
-	// sends back the error copies that name it in NServiceBus.FailedQ, the
-	// way their routing topology sends to any address; the default one
-	// publishes to an exchange of its name (docs/contract.md §1).
-	topo.Foreign = append(topo.Foreign, broker.ConventionalExchange(topo.TimeoutsQueue()))
-	if cfg.RebusQueue != "" {
-		// Rebus's external timeout manager (docs/contract.md §2.8). Its
-		// error copies name its queue in NServiceBus.FailedQ too.
-		rb := rebus.Options{Queue: cfg.RebusQueue, DirectExchange: cfg.RebusDirectExchange, QueueType: cfg.QueueType,
-			DirectExchangeArgs: cfg.RebusDirectExchangeArguments()}
-		topo.Foreign = append(topo.Foreign, rb.Topology(), broker.ConventionalExchange(rb.Queue))
-		sources, reserved = append(sources, rb.Source()), append(reserved, rb.Queue)
-		allowed = allowed.WithExchanges(rb.DirectExchange)
-	}
-	if cfg.MassTransitQueue != "" {
-		// MassTransit's message scheduler (docs/contract.md §2.10). Its
-		// destinations are exchanges the allowed patterns decide on.
-		mt := masstransit.Options{Queue: cfg.MassTransitQueue}
-		topo.Foreign = append(topo.Foreign, mt.Topology()...)
-		sources, reserved = append(sources, mt.Source()), append(reserved, mt.Queue)
-	}
-	nsbSources, nsbExchanges, nsbReserved := nsbNative(cfg.NSBNativeDelays)
-	sources, reserved = append(sources, nsbSources...), append(reserved, nsbReserved...)
-	allowed = allowed.WithExchanges(nsbExchanges...)
+	intake := intakeOf(protocols(cfg))
+	allowed = allowed.WithExchanges(intake.routes...)
 	c := &components{store: b.deps.Store, dispatching: make(chan struct{}), critical: make(chan error, 1)}
 	c.rules = ingest.Rules{
 		MaxDelay: cfg.MaxDelay, MaxMessageBytes: cfg.MaxMessageBytes, Allowed: allowed,
 		// The error queue too: a forward there would read as a failure.
-		Reserved: reserved,
+		Reserved: append([]string{topo.TimeoutsQueue(), topo.DispatcherQueue(), cfg.ErrorQueue}, intake.reserved...),
 	}
 	if c.store == nil {
 		b.setPhase("starting: opening the store")
@@ -140,7 +110,7 @@ func (b *Bridge) build(ctx context.Context, srv *httpapi.Server) (_ *components,
 	met.WatchErrorQueue(func() bool { refusing, _, _ := c.errors.Refusing(); return refusing })
 
 	b.setPhase("starting: connecting to the broker")
-	if err := b.connect(c, topo); err != nil {
+	if err := b.connect(c, topo, intake.declare); err != nil {
 		return nil, err
 	}
 	defer func() {
@@ -178,7 +148,7 @@ func (b *Bridge) build(ctx context.Context, srv *httpapi.Server) (_ *components,
 	// being forwarded: neither can starve the other.
 	intakeBudget, dispatchBudget := budget.New(cfg.MaxInflightBytes/2), budget.New(cfg.MaxInflightBytes-cfg.MaxInflightBytes/2)
 	c.ingester = ingest.New(c.ingestConn, func(ctx context.Context) (ingest.Publisher, error) { return ingestPub(ctx) }, c.store, ingest.Options{
-		Sources: sources,
+		Sources: intake.sources,
 		Errors:  c.errors, Prefetch: cfg.Prefetch, MaxBatch: min(cfg.Prefetch, 500), Wake: c.poller.Wake, Now: now,
 		Hold: commitHold, Urgent: holdUrgent,
 		Budget: intakeBudget, ExpectedBytes: cfg.MaxMessageBytes,
@@ -197,10 +167,8 @@ func (b *Bridge) build(ctx context.Context, srv *httpapi.Server) (_ *components,
 		Exclusive:   !shared,
 		OnConsuming: func() { once.Do(func() { close(c.dispatching) }) },
 		Reconnected: reconnected,
-		// Always: rows stored while the MassTransit intake was on are
-		// stamped even after it is turned off.
-		Stamp:    dispatch.Stampers{masstransit.Stamper{}, ingest.NSBTimeoutStamper{}},
-		Prefetch: cfg.Prefetch, Workers: dispatchWorkers, LeaseDuration: cfg.LockLeaseDuration, NumberOfRetries: cfg.NumberOfRetries, Allowed: allowed,
+		Stamp:       intake.stamp,
+		Prefetch:    cfg.Prefetch, Workers: dispatchWorkers, LeaseDuration: cfg.LockLeaseDuration, NumberOfRetries: cfg.NumberOfRetries, Allowed: allowed,
 		Budget: dispatchBudget, ExpectedRowBytes: cfg.MaxMessageBytes, RemoveHold: commitHold,
 		// Failure handling that itself keeps failing is a critical error.
 		RecoveryFailuresPerSecond: cfg.MaxRecoveryFailuresPerSecond,
@@ -214,10 +182,8 @@ func (b *Bridge) build(ctx context.Context, srv *httpapi.Server) (_ *components,
 		Metrics: met,
 		Now:     now, Logger: log.With().Str("component", "dispatch").Logger(),
 	})
-	if len(topo.DelayedExchanges) > 0 {
-		if c.bindings, err = b.bindingWatch(topo); err != nil {
-			return nil, err
-		}
+	if c.bindings, err = b.bindingWatch(topo); err != nil {
+		return nil, err
 	}
 	if srv != nil {
 		b.serveHTTP(c, srv)
@@ -228,21 +194,25 @@ func (b *Bridge) build(ctx context.Context, srv *httpapi.Server) (_ *components,
 
 // bindingWatch watches the delayed exchanges, through the management API,
 // for bindings other than the bridge's own (docs/contract.md §2.7): AMQP
-// cannot list bindings.
+// cannot list bindings. Nil without delayed exchanges.
 func (b *Bridge) bindingWatch(topo broker.Topology) (*management.Watcher, error) {
 	cfg, met := b.cfg, b.deps.Metrics
+	xs := cfg.DelayedExchangeList()
+	if len(xs) == 0 {
+		return nil, nil
+	}
 	client, err := management.New(cfg.ManagementURL, cfg.AMQPURL, b.deps.TLS)
 	if err != nil {
 		return nil, fmt.Errorf("DELAYBRIDGE_MANAGEMENT_URL: %w", err)
 	}
-	names := make([]string, len(topo.DelayedExchanges))
-	for i, x := range topo.DelayedExchanges {
+	names := make([]string, len(xs))
+	for i, x := range xs {
 		names[i] = x.Name
 	}
 	return management.NewWatcher(management.WatchOptions{
 		Lister: client, Exchanges: names, Interval: cfg.BindingCheckInterval,
 		Own: func(bd management.Binding) bool {
-			return broker.OwnDelayedBinding(topo.TimeoutsQueue(), bd.DestinationType == "queue", bd.Destination, bd.Arguments)
+			return delayed.OwnBinding(topo.TimeoutsQueue(), bd.DestinationType == "queue", bd.Destination, bd.Arguments)
 		},
 		Report: func(x string, foreign []management.Binding) { met.ForeignBindings(x, len(foreign)) },
 		Hint: "Enable the rabbitmq_management plugin, or set DELAYBRIDGE_MANAGEMENT_URL to the API " +
@@ -255,8 +225,8 @@ func (b *Bridge) bindingWatch(topo broker.Topology) (*management.Watcher, error)
 // separate: a publisher blocked by flow control must not stall the consumers,
 // and vice versa; a message on an intake queue that the AMQP client cannot
 // read drops the ingest connection, not the dispatcher's. Each reconnects on
-// its own and redeclares the queues.
-func (b *Bridge) connect(c *components, topo broker.Topology) error {
+// its own and redeclares the queues, then what the intake protocols need.
+func (b *Bridge) connect(c *components, topo broker.Topology, declareIntake func(*amqp.Connection) error) error {
 	declare := func(conn *amqp.Connection) error {
 		ch, err := conn.Channel()
 		if err != nil {
@@ -267,10 +237,7 @@ func (b *Bridge) connect(c *components, topo broker.Topology) error {
 		if err != nil {
 			return err
 		}
-		if err := topo.DeclareDelayed(conn); err != nil {
-			return err
-		}
-		return topo.DeclareForeign(conn)
+		return declareIntake(conn)
 	}
 	// Consumers whose connection died on a message the client cannot read
 	// move it to the error queue with this (docs/contract.md §4.5).

@@ -78,10 +78,6 @@ type Topology struct {
 	Endpoint   string
 	ErrorQueue string
 	QueueType  string // classic or quorum
-	// DelayedExchanges are declared by DeclareDelayed.
-	DelayedExchanges []DelayedExchange
-	// Foreign are declared by DeclareForeign.
-	Foreign []ForeignQueue
 }
 
 // TimeoutsQueue is where clients publish messages to delay.
@@ -110,6 +106,11 @@ func (t Topology) declare(ch *amqp.Channel, q string) error {
 	}
 	return nil
 }
+
+// ErrTopologyConflict marks a declaration the broker refused because an
+// exchange of that name exists with other properties: no retry can help, the
+// operator must change the broker or the configuration.
+var ErrTopologyConflict = errors.New("conflicts with an existing exchange")
 
 // Outcomes of one publish. ErrReturned and ErrNacked are about the message
 // (retrying it may not help); ErrNotConfirmed is about the connection.

@@ -41,11 +41,11 @@ func ConventionalExchange(queue string) ForeignQueue {
 	return ForeignQueue{Queue: queue, Exchange: queue, ExchangeType: amqp.ExchangeFanout}
 }
 
-// DeclareForeign declares every foreign queue, its exchange and its
+// DeclareForeign declares every foreign queue fs, its exchange and its
 // binding (ForeignQueue), each step on a channel of its own: a passive
 // declaration of what is missing closes its channel.
-func (t Topology) DeclareForeign(conn *amqp.Connection) error {
-	for _, f := range t.Foreign {
+func DeclareForeign(conn *amqp.Connection, fs ...ForeignQueue) error {
+	for _, f := range fs {
 		err := declareMissing(conn, func(ch *amqp.Channel) error {
 			return ch.ExchangeDeclarePassive(f.Exchange, f.ExchangeType, true, false, false, false, nil)
 		}, func(ch *amqp.Channel) error {
@@ -64,7 +64,7 @@ func (t Topology) DeclareForeign(conn *amqp.Connection) error {
 		if err != nil {
 			return fmt.Errorf("declare queue %q: %w", f.Queue, err)
 		}
-		err = onChannel(conn, func(ch *amqp.Channel) error { return ch.QueueBind(f.Queue, f.RoutingKey, f.Exchange, false, nil) })
+		err = OnChannel(conn, func(ch *amqp.Channel) error { return ch.QueueBind(f.Queue, f.RoutingKey, f.Exchange, false, nil) })
 		if err != nil {
 			return fmt.Errorf("bind queue %q to exchange %q with routing key %q: %w", f.Queue, f.Exchange, f.RoutingKey, err)
 		}
@@ -76,10 +76,21 @@ func (t Topology) DeclareForeign(conn *amqp.Connection) error {
 // channel of its own. Whatever exists is left as it is, whatever its
 // properties: a passive declaration compares none of them.
 func declareMissing(conn *amqp.Connection, exists, declare func(*amqp.Channel) error) error {
-	err := onChannel(conn, exists)
+	err := OnChannel(conn, exists)
 	var ae *amqp.Error
 	if errors.As(err, &ae) && ae.Code == amqp.NotFound {
-		return onChannel(conn, declare)
+		return OnChannel(conn, declare)
 	}
 	return err
+}
+
+// OnChannel runs fn on a new channel of conn and closes it: for a
+// declaration that, refused, closes its channel.
+func OnChannel(conn *amqp.Connection, fn func(*amqp.Channel) error) error {
+	ch, err := conn.Channel()
+	if err != nil {
+		return fmt.Errorf("open channel: %w", err)
+	}
+	defer ch.Close()
+	return fn(ch)
 }

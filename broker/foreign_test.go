@@ -7,12 +7,14 @@ import (
 
 	"github.com/google/uuid"
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/delaybridge/delaybridge/internal/testenv"
 )
 
 // foreignTopology is a foreign queue of its own on the test broker, with
 // the bridge's quorum arguments; the queue and exchange go when the test
 // ends. Nothing is declared yet.
-func foreignTopology(t *testing.T) (Topology, ForeignQueue, *amqp.Connection) {
+func foreignTopology(t *testing.T) ([]ForeignQueue, ForeignQueue, *amqp.Connection) {
 	t.Helper()
 	conn := testConn(t)
 	prefix := "broker-foreign-" + uuid.NewString()[:8]
@@ -30,7 +32,7 @@ func foreignTopology(t *testing.T) (Topology, ForeignQueue, *amqp.Connection) {
 			_ = ch.ExchangeDelete(f.Exchange, false, false)
 		}
 	})
-	return Topology{Foreign: []ForeignQueue{f}}, f, conn
+	return []ForeignQueue{f}, f, conn
 }
 
 // routes checks that a message published to f's exchange with its
@@ -47,13 +49,13 @@ func routes(t *testing.T, conn *amqp.Connection, f ForeignQueue) {
 	}
 	returns := ch.NotifyReturn(make(chan amqp.Return, 1))
 	id := uuid.NewString()
-	publishConfirmed(t, ch, f.Exchange, f.RoutingKey, amqp.Publishing{MessageId: id})
+	testenv.PublishConfirmed(t, ch, f.Exchange, f.RoutingKey, amqp.Publishing{MessageId: id})
 	select {
 	case r := <-returns:
 		t.Fatalf("returned: %s", r.ReplyText)
 	default:
 	}
-	if got := getN(t, ch, f.Queue, 1); got[0].MessageId != id {
+	if got := testenv.GetN(t, ch, f.Queue, 1); got[0].MessageId != id {
 		t.Fatalf("%s got %s, want %s", f.Queue, got[0].MessageId, id)
 	}
 }
@@ -64,14 +66,14 @@ func routes(t *testing.T, conn *amqp.Connection, f ForeignQueue) {
 func TestDeclareForeignCreatesWhatIsMissing(t *testing.T) {
 	topo, f, conn := foreignTopology(t)
 	for i := range 2 {
-		if err := topo.DeclareForeign(conn); err != nil {
+		if err := DeclareForeign(conn, topo...); err != nil {
 			t.Fatalf("declaration %d: %v", i+1, err)
 		}
 	}
 	routes(t, conn, f)
 	// The queue is the bridge's quorum queue: declaring it as a classic
 	// one is refused.
-	err := onChannel(conn, func(ch *amqp.Channel) error {
+	err := OnChannel(conn, func(ch *amqp.Channel) error {
 		_, err := ch.QueueDeclare(f.Queue, true, false, false, false, amqp.Table{amqp.QueueTypeArg: amqp.QueueTypeClassic})
 		return err
 	})
@@ -89,7 +91,7 @@ func TestDeclareForeignLeavesExistingOnesAlone(t *testing.T) {
 	topo, f, conn := foreignTopology(t)
 	theirs := amqp.Table{"x-ha-policy": "all"}
 	xArgs := amqp.Table{"alternate-exchange": f.Exchange + ".unrouted"}
-	err := onChannel(conn, func(ch *amqp.Channel) error {
+	err := OnChannel(conn, func(ch *amqp.Channel) error {
 		if err := ch.ExchangeDeclare(f.Exchange, amqp.ExchangeDirect, true, false, false, false, xArgs); err != nil {
 			return err
 		}
@@ -110,16 +112,16 @@ func TestDeclareForeignLeavesExistingOnesAlone(t *testing.T) {
 		},
 	} {
 		var ae *amqp.Error
-		if err := onChannel(conn, declare); !errors.As(err, &ae) || ae.Code != amqp.PreconditionFailed {
+		if err := OnChannel(conn, declare); !errors.As(err, &ae) || ae.Code != amqp.PreconditionFailed {
 			t.Fatalf("declaring the %s the bridge's way: %v, want PRECONDITION_FAILED", what, err)
 		}
 	}
-	if err := topo.DeclareForeign(conn); err != nil {
+	if err := DeclareForeign(conn, topo...); err != nil {
 		t.Fatal(err)
 	}
 	routes(t, conn, f)
 	// Still theirs: their own declarations are still accepted.
-	err = onChannel(conn, func(ch *amqp.Channel) error {
+	err = OnChannel(conn, func(ch *amqp.Channel) error {
 		if err := ch.ExchangeDeclare(f.Exchange, amqp.ExchangeDirect, true, false, false, false, xArgs); err != nil {
 			return err
 		}
@@ -136,11 +138,11 @@ func TestDeclareForeignLeavesExistingOnesAlone(t *testing.T) {
 func TestDeclareForeignReportsOtherFailures(t *testing.T) {
 	topo, f, conn := foreignTopology(t)
 	// The exchange: a reserved name, refused.
-	topo.Foreign[0].Exchange = "amq.reserved-" + uuid.NewString()[:8]
-	err := topo.DeclareForeign(conn)
+	topo[0].Exchange = "amq.reserved-" + uuid.NewString()[:8]
+	err := DeclareForeign(conn, topo...)
 	var ae *amqp.Error
 	if !errors.As(err, &ae) || ae.Code != amqp.AccessRefused || !strings.Contains(err.Error(), "declare exchange") {
-		t.Fatalf("declaring exchange %q: %v, want ACCESS_REFUSED", topo.Foreign[0].Exchange, err)
+		t.Fatalf("declaring exchange %q: %v, want ACCESS_REFUSED", topo[0].Exchange, err)
 	}
 	// The queue: another connection's exclusive queue, locked.
 	other := testConn(t)
@@ -151,15 +153,15 @@ func TestDeclareForeignReportsOtherFailures(t *testing.T) {
 	if _, err := och.QueueDeclare(f.Queue, false, false, true, false, nil); err != nil {
 		t.Fatal(err)
 	}
-	topo.Foreign[0] = f
-	if err := topo.DeclareForeign(conn); !errors.As(err, &ae) || ae.Code != amqp.ResourceLocked || !strings.Contains(err.Error(), "declare queue") {
+	topo[0] = f
+	if err := DeclareForeign(conn, topo...); !errors.As(err, &ae) || ae.Code != amqp.ResourceLocked || !strings.Contains(err.Error(), "declare queue") {
 		t.Fatalf("declaring another connection's exclusive queue: %v, want RESOURCE_LOCKED", err)
 	}
 	// The binding: a routing key AMQP cannot carry (the client drops the
 	// connection over it; the bridge validates its names before).
 	_ = other.Close()
-	topo.Foreign[0].RoutingKey = strings.Repeat("k", 256)
-	if err := topo.DeclareForeign(conn); err == nil || !strings.Contains(err.Error(), "bind queue") {
+	topo[0].RoutingKey = strings.Repeat("k", 256)
+	if err := DeclareForeign(conn, topo...); err == nil || !strings.Contains(err.Error(), "bind queue") {
 		t.Fatalf("binding with a 256-byte routing key: %v, want an error", err)
 	}
 }
@@ -171,12 +173,12 @@ func TestDeclareForeignReportsOtherFailures(t *testing.T) {
 func TestDeclareForeignUsesTheFrameworksArguments(t *testing.T) {
 	topo, f, conn := foreignTopology(t)
 	theirs := amqp.Table{"alternate-exchange": f.Exchange + ".unrouted"}
-	topo.Foreign[0].ExchangeArgs = theirs
-	if err := topo.DeclareForeign(conn); err != nil {
+	topo[0].ExchangeArgs = theirs
+	if err := DeclareForeign(conn, topo...); err != nil {
 		t.Fatal(err)
 	}
 	routes(t, conn, f)
-	err := onChannel(conn, func(ch *amqp.Channel) error {
+	err := OnChannel(conn, func(ch *amqp.Channel) error {
 		return ch.ExchangeDeclare(f.Exchange, amqp.ExchangeDirect, true, false, false, false, theirs)
 	})
 	if err != nil {
@@ -203,7 +205,7 @@ func TestConventionalExchange(t *testing.T) {
 			_ = ch.ExchangeDelete(q, false, false)
 		}
 	})
-	if err := onChannel(conn, func(ch *amqp.Channel) error {
+	if err := OnChannel(conn, func(ch *amqp.Channel) error {
 		_, err := ch.QueueDeclare(q, true, false, false, false, amqp.Table{amqp.QueueTypeArg: amqp.QueueTypeQuorum})
 		return err
 	}); err != nil {
@@ -213,14 +215,14 @@ func TestConventionalExchange(t *testing.T) {
 	if f.Exchange != q || f.ExchangeType != amqp.ExchangeFanout || f.RoutingKey != "" || f.ExchangeArgs != nil {
 		t.Fatalf("%+v", f)
 	}
-	topo := Topology{Foreign: []ForeignQueue{f}}
+	topo := []ForeignQueue{f}
 	for i := range 2 { // every connection declares it again
-		if err := topo.DeclareForeign(conn); err != nil {
+		if err := DeclareForeign(conn, topo...); err != nil {
 			t.Fatalf("declaration %d: %v", i+1, err)
 		}
 	}
 	routes(t, conn, f)
-	if err := onChannel(conn, func(ch *amqp.Channel) error {
+	if err := OnChannel(conn, func(ch *amqp.Channel) error {
 		return ch.ExchangeDeclare(q, amqp.ExchangeFanout, true, false, false, false, nil)
 	}); err != nil {
 		t.Fatalf("NServiceBus's declaration of the exchange: %v", err)

@@ -9,9 +9,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/delaybridge/delaybridge/broker"
 	"github.com/delaybridge/delaybridge/config"
 	"github.com/delaybridge/delaybridge/management"
+	"github.com/delaybridge/delaybridge/protocol/delayed"
 	"github.com/delaybridge/delaybridge/wire"
 )
 
@@ -121,10 +121,10 @@ func (m migration) run(ctx context.Context, name string) error {
 	var foreign []management.Binding
 	for _, b := range bs {
 		isQueue := b.DestinationType == "queue"
-		if broker.OwnDelayedBinding(m.timeoutsQueue, isQueue, b.Destination, b.Arguments) {
+		if delayed.OwnBinding(m.timeoutsQueue, isQueue, b.Destination, b.Arguments) {
 			continue
 		}
-		if broker.DelayedBindingArgs(b.Arguments) {
+		if delayed.BindingArgs(b.Arguments) {
 			// A bridge's binding, of another endpoint: moving it would send
 			// every message of the routing exchange to that bridge.
 			return fmt.Errorf("exchange %q has a bridge's binding to %s %q, not to this endpoint's %q: "+

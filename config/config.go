@@ -20,6 +20,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/delaybridge/delaybridge/broker"
+	"github.com/delaybridge/delaybridge/protocol/delayed"
 	"github.com/delaybridge/delaybridge/wire"
 	"github.com/delaybridge/delaybridge/wire/nsbdelay"
 )
@@ -288,7 +289,7 @@ func (c Config) Validate() error {
 
 // DelayedExchangeList returns DELAYBRIDGE_DELAYED_EXCHANGES, which Validate
 // has checked.
-func (c Config) DelayedExchangeList() []broker.DelayedExchange {
+func (c Config) DelayedExchangeList() []delayed.Exchange {
 	xs, _ := c.delayedExchanges()
 	return xs
 }
@@ -296,8 +297,8 @@ func (c Config) DelayedExchangeList() []broker.DelayedExchange {
 // delayedExchanges parses DELAYBRIDGE_DELAYED_EXCHANGES (name:type,...) and
 // refuses what the broker would refuse at declaration, and names that would
 // make two of the bridge's exchanges one, or read as one of its queues.
-func (c Config) delayedExchanges() ([]broker.DelayedExchange, error) {
-	var xs []broker.DelayedExchange
+func (c Config) delayedExchanges() ([]delayed.Exchange, error) {
+	var xs []delayed.Exchange
 	// Every exchange declared so far (names and routing exchanges), and the
 	// bridge's own queues: one name must not mean two things.
 	taken := map[string]string{}
@@ -312,15 +313,15 @@ func (c Config) delayedExchanges() ([]broker.DelayedExchange, error) {
 		// Exchange names may hold ':'; types never do.
 		cut := strings.LastIndexByte(entry, ':')
 		if cut < 0 {
-			return nil, fmt.Errorf("entry %d %q must be name:type, type one of %s", i+1, entry, strings.Join(broker.DelayedExchangeTypes, ", "))
+			return nil, fmt.Errorf("entry %d %q must be name:type, type one of %s", i+1, entry, strings.Join(delayed.Types, ", "))
 		}
-		x := broker.DelayedExchange{Name: strings.TrimSpace(entry[:cut]), Type: strings.TrimSpace(entry[cut+1:])}
-		if !slices.Contains(broker.DelayedExchangeTypes, x.Type) {
+		x := delayed.Exchange{Name: strings.TrimSpace(entry[:cut]), Type: strings.TrimSpace(entry[cut+1:])}
+		if !slices.Contains(delayed.Types, x.Type) {
 			hint := ""
 			if x.Type == "x-delayed-message" {
 				hint = " (give the plugin's x-delayed-type: the bridge replaces x-delayed-message)"
 			}
-			return nil, fmt.Errorf("entry %d %q: type %q is not one of %s%s", i+1, entry, x.Type, strings.Join(broker.DelayedExchangeTypes, ", "), hint)
+			return nil, fmt.Errorf("entry %d %q: type %q is not one of %s%s", i+1, entry, x.Type, strings.Join(delayed.Types, ", "), hint)
 		}
 		if x.Name == "" {
 			return nil, fmt.Errorf("entry %d %q has no exchange name", i+1, entry)

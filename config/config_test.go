@@ -10,7 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/delaybridge/delaybridge/broker"
+	"github.com/delaybridge/delaybridge/protocol/delayed"
 )
 
 func TestDefaultsMatchTheContract(t *testing.T) {
@@ -245,7 +245,7 @@ func TestDelayedExchanges(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []broker.DelayedExchange{{Name: "orders", Type: "topic"}, {Name: "billing", Type: "direct"},
+	want := []delayed.Exchange{{Name: "orders", Type: "topic"}, {Name: "billing", Type: "direct"},
 		{Name: "a:b", Type: "fanout"}, {Name: "h", Type: "headers"}}
 	if diff := cmp.Diff(want, c.DelayedExchangeList()); diff != "" {
 		t.Fatalf("DelayedExchangeList (-want +got):\n%s", diff)

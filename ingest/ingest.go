@@ -71,7 +71,8 @@ func (noMetrics) ObserveIngestCommit(time.Duration) {}
 
 // Options configure an Ingester.
 type Options struct {
-	// Sources are the queues to consume, each with its parser.
+	// Sources are the queues to consume, each with its parser; sources of
+	// one queue share its consumer (MergeSources).
 	Sources []Source
 	// ErrorQueue is the queue of ingest's own Errors, when none is given.
 	ErrorQueue string
@@ -147,6 +148,7 @@ func New(conn broker.Waiter, newPub NewPublisher, store Store, opts Options) *In
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
+	opts.Sources = MergeSources(opts.Sources)
 	if opts.MaxBatch < 1 {
 		opts.MaxBatch = 1
 	}

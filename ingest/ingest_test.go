@@ -437,19 +437,22 @@ func TestSendMatchingALeasedOneIsStored(t *testing.T) {
 	}
 }
 
-// A delivery from a delayed exchange is a send of its own, as the plugin
-// delivers each publish: the same message published twice is delivered
-// twice, even while the first is pending (docs/contract.md §2.7).
-func TestDelayedExchangeSendsAreAllNew(t *testing.T) {
+// A delivery its parser calls a new send (a delayed exchange's, as the
+// plugin delivers each publish) is stored each time: the same message
+// published twice is delivered twice, even while the first is pending
+// (docs/contract.md §2.7).
+func TestNewSendsAreAllStored(t *testing.T) {
 	store, pub := &fakeStore{}, &fakePublisher{}
 	var woke []time.Time
 	in := newIngester(store, pub, &woke)
-	src := TimeoutsSource("e.Timeouts", broker.DelayedExchange{Name: "dx", Type: "direct"})
+	src := Source{Name: "new sends", Queue: "e.Timeouts", Parser: ParserFunc(func(d *amqp.Delivery, receivedAt time.Time) Intake {
+		return Intake{Op: OpSchedule, ID: d.MessageId, Exchange: "dx.route", Destination: d.RoutingKey, DueAt: receivedAt.Add(time.Minute),
+			Msg: amqp.Publishing{MessageId: d.MessageId, Body: d.Body}, NewSend: true}
+	})}
 	in.opts.Sources = []Source{src}
-	h := amqp.Table{wire.HeaderDelay: int32(60000)}
 	for range 2 {
 		a := amqptest.New(t)
-		d := a.Deliver(amqp.Delivery{Exchange: "dx", RoutingKey: "k", Headers: h, MessageId: "same", Body: []byte("same")})
+		d := a.Deliver(amqp.Delivery{Exchange: "dx", RoutingKey: "k", MessageId: "same", Body: []byte("same")})
 		if err := in.takeFrom(src, pub, []amqp.Delivery{d}); err != nil {
 			t.Fatal(err)
 		}

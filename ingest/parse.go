@@ -376,3 +376,26 @@ func clip(s string) string {
 	}
 	return s[:n] + "…"
 }
+
+// The readers below serve the parsers of the protocols under protocol/,
+// which read their headers by the same rules.
+
+// InRange returns t, or an error naming header when t is outside the due
+// times a store keeps.
+func InRange(header string, t time.Time) (time.Time, error) { return inRange(header, t) }
+
+// HeaderInteger reads a header value of any AMQP integer type.
+func HeaderInteger(v any) (int64, bool) { return amqpInteger(v) }
+
+// ParseNSBTimeHeader reads the value v of header name in the NServiceBus
+// wire format (wire.ParseNSBTime).
+func ParseNSBTimeHeader(name string, v any) (time.Time, error) { return parseNSBTime(name, v) }
+
+// ParseDelay reads an x-delay value: milliseconds.
+func ParseDelay(v any) (int64, error) { return parseDelay(v) }
+
+// Clip keeps error text short when a header value is huge.
+func Clip(s string) string { return clip(s) }
+
+// TypeName names a header value's type in error text.
+func TypeName(v any) string { return typeName(v) }

@@ -32,6 +32,50 @@ type Source struct {
 	// waits for it first. Sources naming the same gate share one check,
 	// so a family of missing queues costs the broker one check per pause.
 	Gate string
+	// Exchanges, when set, make the source the reader of the deliveries
+	// published to Queue through these exchanges, a queue another source
+	// consumes (MergeSources): a protocol whose exchanges are bound to
+	// another's queue (delayed exchanges, docs/contract.md §2.7).
+	Exchanges []string
+}
+
+// MergeSources makes the sources of one queue one source: that of the
+// source naming no Exchanges (the queue's own), reading a delivery published
+// through an exchange another source names with that source's parser. The
+// order of first appearance is kept. A queue only sources with Exchanges
+// read takes the first of them as its own.
+func MergeSources(srcs []Source) []Source {
+	var out []Source
+	at := map[string]int{}                   // queue → index in out
+	routes := map[string]map[string]Parser{} // queue → exchange → parser
+	for _, s := range srcs {
+		i, seen := at[s.Queue]
+		if !seen {
+			at[s.Queue], i = len(out), len(out)
+			out = append(out, s)
+		} else if len(out[i].Exchanges) > 0 && len(s.Exchanges) == 0 {
+			out[i], s = s, out[i]
+		}
+		for _, x := range s.Exchanges {
+			if routes[s.Queue] == nil {
+				routes[s.Queue] = map[string]Parser{}
+			}
+			routes[s.Queue][x] = s.Parser
+		}
+	}
+	for q, byExchange := range routes {
+		own := out[at[q]]
+		own.Exchanges = nil
+		base := own.Parser
+		own.Parser = ParserFunc(func(d *amqp.Delivery, receivedAt time.Time) Intake {
+			if p, ok := byExchange[d.Exchange]; ok {
+				return p.Parse(d, receivedAt)
+			}
+			return base.Parse(d, receivedAt)
+		})
+		out[at[q]] = own
+	}
+	return out
 }
 
 // Parser turns one delivery into what ingest should do with it. It must not
@@ -157,59 +201,10 @@ func (it *Intake) Dest() wire.Destination {
 func Reject(err error) Intake { return Intake{Op: OpReject, Reason: err.Error()} }
 
 // TimeoutsSource is E.Timeouts (docs/contract.md §2): messages with the
-// bridge's own headers, and those published to the delayed exchanges bound
-// to it (§2.7), told apart by the exchange a delivery was published to.
-func TimeoutsSource(queue string, delayed ...broker.DelayedExchange) Source {
-	if len(delayed) == 0 {
-		return Source{Name: "ingest", Queue: queue, Parser: ParserFunc(ParseHeaders)}
-	}
-	routes := make(map[string]string, len(delayed))
-	for _, x := range delayed {
-		routes[x.Name] = x.Route()
-	}
-	return Source{Name: "ingest", Queue: queue, Parser: ParserFunc(func(d *amqp.Delivery, receivedAt time.Time) Intake {
-		// The default exchange ("") is never a delayed one (config).
-		if route, ok := routes[d.Exchange]; ok {
-			return parseDelayed(d, receivedAt, route)
-		}
-		return ParseHeaders(d, receivedAt)
-	})}
-}
-
-// parseDelayed reads a delivery published to a delayed exchange as the
-// delayed-message-exchange plugin would, whatever the bridge's own headers
-// say: it goes to route with its routing key, x-delay milliseconds after
-// receivedAt (zero, negative or void: now). Unlike the plugin, an x-delay it
-// cannot read is refused rather than routed at once, and a delay too long
-// for the plugin's timer is honoured.
-func parseDelayed(d *amqp.Delivery, receivedAt time.Time, route string) Intake {
-	var ms int64
-	if v := d.Headers[wire.HeaderDelay]; v != nil {
-		var err error
-		if ms, err = parseDelay(v); err != nil {
-			return Reject(err)
-		}
-	}
-	due := receivedAt
-	if ms > 0 {
-		var err error
-		if due, err = inRange(wire.HeaderDelay, receivedAt.Add(time.Duration(ms)*time.Millisecond)); err != nil {
-			return Reject(err)
-		}
-	}
-	id, err := messageID(d)
-	if err != nil {
-		return Reject(err)
-	}
-	msg := broker.Forwardable(message.FromDelivery(d), nil) // a copy of the headers
-	if ms > 0 {
-		// The plugin's mark of a delayed message, which Spring AMQP reads
-		// as the received delay: x-delay negated, whatever its type was.
-		msg.Headers[wire.HeaderDelay] = -ms
-	}
-	// Every publish is a send of its own, as the plugin delivers each:
-	// never taken for a redelivery (docs/contract.md §2.7).
-	return Intake{Op: OpSchedule, ID: id, Exchange: route, Destination: d.RoutingKey, DueAt: due, Msg: msg, NewSend: true}
+// bridge's own headers. The delayed exchanges bound to it read theirs
+// with sources of their own (Source.Exchanges).
+func TimeoutsSource(queue string) Source {
+	return Source{Name: "ingest", Queue: queue, Parser: ParserFunc(ParseHeaders)}
 }
 
 // ParseHeaders reads a delivery to E.Timeouts: a cancel (x-delaybridge-cancel),
@@ -301,4 +296,25 @@ func cancelID(d *amqp.Delivery) (string, error) {
 		return "", err
 	}
 	return id, nil
+}
+
+// isNSBTimeout reports whether a message parsed from its headers is an
+// NServiceBus timeout: its due time is NServiceBus.Timeout.Expire (no
+// x-due-at, which would win).
+func isNSBTimeout(h amqp.Table) bool {
+	if v, ok := h[wire.HeaderDueAt]; ok && v != nil {
+		return false
+	}
+	v, ok := h[wire.HeaderNSBExpire]
+	return ok && v != nil
+}
+
+// markNSBTimeout marks msg, a stored NServiceBus timeout, for the stamper
+// of protocol/nsbtimeout. msg's headers are a copy of the delivery's.
+func markNSBTimeout(msg amqp.Publishing) amqp.Publishing {
+	if msg.Headers == nil {
+		msg.Headers = amqp.Table{}
+	}
+	msg.Headers[wire.HeaderNSBTimeoutStamp] = "timeout-manager"
+	return msg
 }

@@ -17,7 +17,7 @@ import (
 // ScheduleMessage and CancelScheduledMessage to that queue, and with
 // UsePublishMessageScheduler() publish them. No .NET runtime runs here, so
 // the tests publish what MassTransit's RabbitMQ transport publishes, built as
-// its source builds it (ingest/masstransit names the files).
+// its source builds it (protocol/masstransit names the files).
 
 const (
 	mtContentType     = "application/vnd.masstransit+json"

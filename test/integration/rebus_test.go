@@ -15,7 +15,7 @@ import (
 // configured with UseExternalTimeoutManager(queue) send the messages they
 // defer to that queue; the bridge delivers each to its recipient when due.
 // No .NET runtime runs here, so the tests publish what Rebus.RabbitMq
-// publishes, built as its source builds it (ingest/rebus names the files).
+// publishes, built as its source builds it (protocol/rebus names the files).
 
 // dotnetO formats t as .NET's DateTimeOffset.ToString("O") does: the clock
 // time at t's offset, 7 fraction digits, the offset in numbers even at zero

@@ -1,4 +1,9 @@
-package ingest
+// Package nsbtimeout serves E.Timeouts (docs/contract.md §2): messages that
+// name their destination and due time in headers, the bridge's own or those
+// NServiceBus endpoints send their timeout manager, and NServiceBus's
+// requests to clear a saga's timeouts. The headers are read by
+// ingest.ParseHeaders, which the rest of ingest is tested with.
+package nsbtimeout
 
 import (
 	"time"
@@ -13,7 +18,7 @@ import (
 // auditing and ServiceControl read the time a message was sent from
 // NServiceBus.TimeSent, which for a timeout is when the timeout manager
 // sent it. The bridge sets both when it forwards a message whose due time
-// was NServiceBus.Timeout.Expire, so an endpoint sees what its own timeout
+// was NServiceBus.Timeout.Expire (ingest.ParseHeaders marks it), so an endpoint sees what its own timeout
 // manager would have sent (docs/contract.md §3.2). The message id is left
 // as it came: the 5.x timeout manager sent the NServiceBus.MessageId header
 // as the message-id property (TransportMessage.Id), the 7.x one the id of
@@ -21,35 +26,14 @@ import (
 // message's id from that header first (IncomingMessage in 6.x and 7.x,
 // TransportMessage.Id in 5.x), which the forward keeps.
 
-// isNSBTimeout reports whether a message parsed from its headers is an
-// NServiceBus timeout: its due time is NServiceBus.Timeout.Expire (no
-// x-due-at, which would win).
-func isNSBTimeout(h amqp.Table) bool {
-	if v, ok := h[wire.HeaderDueAt]; ok && v != nil {
-		return false
-	}
-	v, ok := h[wire.HeaderNSBExpire]
-	return ok && v != nil
-}
-
-// markNSBTimeout marks msg, a stored NServiceBus timeout, for
-// NSBTimeoutStamper. msg's headers are a copy of the delivery's.
-func markNSBTimeout(msg amqp.Publishing) amqp.Publishing {
-	if msg.Headers == nil {
-		msg.Headers = amqp.Table{}
-	}
-	msg.Headers[wire.HeaderNSBTimeoutStamp] = "timeout-manager"
-	return msg
-}
-
-// NSBTimeoutStamper sets what NServiceBus's timeout manager sets when it
+// Stamper sets what NServiceBus's timeout manager sets when it
 // dispatches a timeout (dispatch.Stamper): NServiceBus.TimeSent to the time
 // of the forward, NServiceBus.RelatedToTimeoutId to the id the bridge
 // stored it under. Messages not marked at ingest are returned as they are.
-type NSBTimeoutStamper struct{}
+type Stamper struct{}
 
 // Stamp implements dispatch.Stamper.
-func (NSBTimeoutStamper) Stamp(msg amqp.Publishing, id string, sentAt time.Time) amqp.Publishing {
+func (Stamper) Stamp(msg amqp.Publishing, id string, sentAt time.Time) amqp.Publishing {
 	if _, ok := msg.Headers[wire.HeaderNSBTimeoutStamp]; !ok {
 		return msg
 	}

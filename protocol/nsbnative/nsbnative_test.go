@@ -1,6 +1,8 @@
-package ingest
+package nsbnative
 
 import (
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -8,6 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/delaybridge/delaybridge/ingest"
 	"github.com/delaybridge/delaybridge/internal/nsbendpoint"
 	"github.com/delaybridge/delaybridge/wire/nsbdelay"
 )
@@ -23,7 +26,8 @@ var nsbReceivedAt = time.Date(2026, 11, 21, 20, 0, 0, 250e6, time.UTC)
 func asDelivered(s nsbendpoint.Send, deaths ...amqp.Table) amqp.Delivery {
 	p := s.Publishing()
 	key, _ := s.Key()
-	h := cloneTable(p.Headers)
+	h := amqp.Table{}
+	maps.Copy(h, p.Headers)
 	if len(deaths) > 0 {
 		list := make([]any, len(deaths))
 		for i, d := range deaths {
@@ -63,7 +67,7 @@ func TestNSBNativeStoresTheMessageAsSent(t *testing.T) {
 		_, level := s.Key()
 		it := parseNSBNative(&d, nsbReceivedAt, c, level)
 		key, _ := s.Key()
-		if it.Op != OpSchedule || it.ID != "b7a1c9e2-0001" || it.Exchange != c.Delivery || it.Destination != key {
+		if it.Op != ingest.OpSchedule || it.ID != "b7a1c9e2-0001" || it.Exchange != c.Delivery || it.Destination != key {
 			t.Fatalf("%s: %+v", c.Version, it)
 		}
 		if want := s.DeliverAt.Truncate(time.Microsecond); !it.DueAt.Equal(want) {
@@ -206,7 +210,7 @@ func TestNSBNativeDueTime(t *testing.T) {
 					d = v1Deaths(d)
 				}
 				it := parseNSBNative(&d, r, ch, c.level)
-				if it.Op != OpSchedule {
+				if it.Op != ingest.OpSchedule {
 					t.Fatalf("%s: %+v", ch.Version, it)
 				}
 				if want := c.want.Truncate(time.Microsecond); !it.DueAt.Truncate(time.Microsecond).Equal(want) {
@@ -224,11 +228,11 @@ func TestNSBNativeDueTime(t *testing.T) {
 
 // v1Deaths renames the v2 level queues of d's deaths to v1's.
 func v1Deaths(d amqp.Delivery) amqp.Delivery {
-	d.Headers = cloneTable(d.Headers)
+	d.Headers = maps.Clone(d.Headers)
 	if deaths, ok := d.Headers["x-death"].([]any); ok {
 		renamed := make([]any, len(deaths))
 		for i, e := range deaths {
-			entry := cloneTable(e.(amqp.Table))
+			entry := maps.Clone(e.(amqp.Table))
 			entry["queue"] = strings.Replace(entry["queue"].(string), "nsb.v2.", "nsb.", 1)
 			renamed[i] = entry
 		}
@@ -268,7 +272,7 @@ func TestNSBNativeRefuses(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			it := parseNSBNative(&c.d, nsbReceivedAt, nsbdelay.V2, 3)
-			if it.Op != OpReject || !strings.Contains(it.Reason, c.reason) {
+			if it.Op != ingest.OpReject || !strings.Contains(it.Reason, c.reason) {
 				t.Errorf("got %v %q, want a rejection saying %q", it.Op, it.Reason, c.reason)
 			}
 		})
@@ -276,7 +280,7 @@ func TestNSBNativeRefuses(t *testing.T) {
 	// A delay as a decimal string, or any integer type, is read.
 	for _, v := range []any{"10", []byte("10"), int8(10), int16(10), int64(10), uint32(10)} {
 		d := with(nsbdelay.HeaderDelay, v)
-		if it := parseNSBNative(&d, nsbReceivedAt, nsbdelay.V2, 3); it.Op != OpSchedule || !it.DueAt.Equal(nsbReceivedAt.Add(10*time.Second)) {
+		if it := parseNSBNative(&d, nsbReceivedAt, nsbdelay.V2, 3); it.Op != ingest.OpSchedule || !it.DueAt.Equal(nsbReceivedAt.Add(10*time.Second)) {
 			t.Errorf("delay %#v: %v %q due %v", v, it.Op, it.Reason, it.DueAt)
 		}
 	}
@@ -285,7 +289,7 @@ func TestNSBNativeRefuses(t *testing.T) {
 // One source per level queue of each chain, waiting for the queues to
 // exist, level 00 first.
 func TestNSBNativeSources(t *testing.T) {
-	srcs := NSBNativeSources(nsbdelay.V2, nsbdelay.V1)
+	srcs := Sources(nsbdelay.V2, nsbdelay.V1)
 	if len(srcs) != 2*nsbdelay.Levels {
 		t.Fatalf("%d sources", len(srcs))
 	}
@@ -299,5 +303,32 @@ func TestNSBNativeSources(t *testing.T) {
 			t.Errorf("source %+v", s)
 		}
 		seen[s.Name] = true
+	}
+}
+
+// On, the protocol is both chains: their level queues consumed and no
+// destination, their delivery exchanges allowed. Off, nothing of any.
+func TestProtocol(t *testing.T) {
+	on := Protocol{On: true}
+	if n := len(on.Sources()); n != 2*nsbdelay.Levels {
+		t.Fatalf("%d sources", n)
+	}
+	reserved := on.Reserved()
+	for _, c := range []nsbdelay.Chain{nsbdelay.V2, nsbdelay.V1} {
+		for k := range nsbdelay.Levels {
+			if !slices.Contains(reserved, c.Level(k)) {
+				t.Errorf("level queue %s is a destination", c.Level(k))
+			}
+		}
+	}
+	if len(reserved) != 2*nsbdelay.Levels {
+		t.Errorf("reserved %q", reserved)
+	}
+	if got := on.Routes(); !slices.Equal(got, []string{nsbdelay.V2.Delivery, nsbdelay.V1.Delivery}) {
+		t.Errorf("routes %q", got)
+	}
+	off := Protocol{}
+	if off.Sources() != nil || off.Reserved() != nil || off.Routes() != nil {
+		t.Errorf("off: sources %v, reserved %q, routes %q", off.Sources(), off.Reserved(), off.Routes())
 	}
 }

@@ -1,4 +1,4 @@
-package ingest
+package nsbnative
 
 import (
 	"fmt"
@@ -9,11 +9,12 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/delaybridge/delaybridge/broker"
+	"github.com/delaybridge/delaybridge/ingest"
 	"github.com/delaybridge/delaybridge/message"
 	"github.com/delaybridge/delaybridge/wire/nsbdelay"
 )
 
-// NSBNativeSources are the delay-level queues of the NServiceBus RabbitMQ
+// Sources are the delay-level queues of the NServiceBus RabbitMQ
 // transport's chains (package wire/nsbdelay), one source per queue. The
 // endpoints' installers declare them, so each source waits for its queue,
 // and the sources of a chain wait together for its level 00 queue, the last
@@ -22,14 +23,14 @@ import (
 // chain's delivery exchange with its routing key, which the destination's
 // binding (#.<address>) matches whatever the key's digits, as at the end of
 // the chain.
-func NSBNativeSources(chains ...nsbdelay.Chain) []Source {
-	var srcs []Source
+func Sources(chains ...nsbdelay.Chain) []ingest.Source {
+	var srcs []ingest.Source
 	for _, c := range chains {
 		for k := nsbdelay.Levels - 1; k >= 0; k-- {
-			srcs = append(srcs, Source{
+			srcs = append(srcs, ingest.Source{
 				Name: fmt.Sprintf("nsb-%s-level-%02d", c.Version, k), Queue: c.Level(k),
 				MustExist: true, Gate: c.Level(0),
-				Parser: ParserFunc(func(d *amqp.Delivery, receivedAt time.Time) Intake {
+				Parser: ingest.ParserFunc(func(d *amqp.Delivery, receivedAt time.Time) ingest.Intake {
 					return parseNSBNative(d, receivedAt, c, k)
 				}),
 			})
@@ -39,20 +40,20 @@ func NSBNativeSources(chains ...nsbdelay.Chain) []Source {
 }
 
 // parseNSBNative reads a message taken from level k's queue of chain c.
-func parseNSBNative(d *amqp.Delivery, receivedAt time.Time, c nsbdelay.Chain, k int) Intake {
+func parseNSBNative(d *amqp.Delivery, receivedAt time.Time, c nsbdelay.Chain, k int) ingest.Intake {
 	keyDelay, _, err := nsbdelay.ParseRoutingKey(d.RoutingKey)
 	if err != nil {
-		return Reject(fmt.Errorf("%w, on queue %s", err, c.Level(k)))
+		return ingest.Reject(fmt.Errorf("%w, on queue %s", err, c.Level(k)))
 	}
 	due, err := nsbDue(d.Headers, receivedAt, c, k, keyDelay)
 	if err != nil {
-		return Reject(err)
+		return ingest.Reject(err)
 	}
-	id, err := messageID(d)
+	id, err := ingest.ParseID(d)
 	if err != nil {
-		return Reject(err)
+		return ingest.Reject(err)
 	}
-	return Intake{Op: OpSchedule, ID: id, Exchange: c.Delivery, Destination: d.RoutingKey, DueAt: due,
+	return ingest.Intake{Op: ingest.OpSchedule, ID: id, Exchange: c.Delivery, Destination: d.RoutingKey, DueAt: due,
 		Msg: broker.Forwardable(message.FromDelivery(d), nsbdelay.DeadLetterHeaders)}
 }
 
@@ -97,13 +98,13 @@ func nsbDue(h amqp.Table, receivedAt time.Time, c nsbdelay.Chain, k, keyDelay in
 	}
 	switch {
 	case hint.IsZero():
-		return inRange(nsbdelay.HeaderDelay, hi)
+		return ingest.InRange(nsbdelay.HeaderDelay, hi)
 	case hint.Before(lo):
 		hint = lo
 	case hint.After(hi):
 		hint = hi
 	}
-	return inRange(nsbdelay.HeaderDelay, hint)
+	return ingest.InRange(nsbdelay.HeaderDelay, hint)
 }
 
 // nsbHint is nsbDue's due time before the bounds, or zero when nothing
@@ -180,25 +181,25 @@ func nsbInt(h amqp.Table, name string) (int64, bool, error) {
 	if !ok || v == nil {
 		return 0, false, nil
 	}
-	if n, ok := amqpInteger(v); ok {
+	if n, ok := ingest.HeaderInteger(v); ok {
 		return n, true, nil
 	}
 	switch v.(type) {
 	case string, []byte:
-		s, _, _ := headerString(h, name)
+		s, _, _ := ingest.HeaderString(h, name)
 		n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
 		if err != nil {
-			return 0, true, fmt.Errorf("header %s %q is not a whole number of seconds", name, clip(s))
+			return 0, true, fmt.Errorf("header %s %q is not a whole number of seconds", name, ingest.Clip(s))
 		}
 		return n, true, nil
 	}
-	return 0, true, fmt.Errorf("header %s must be a whole number of seconds, got %s", name, typeName(v))
+	return 0, true, fmt.Errorf("header %s must be a whole number of seconds, got %s", name, ingest.TypeName(v))
 }
 
 // nsbTime reads a header in the NServiceBus wire format; zero when absent.
 func nsbTime(h amqp.Table, name string) (time.Time, error) {
 	if v, ok := h[name]; ok && v != nil {
-		return parseNSBTime(name, v)
+		return ingest.ParseNSBTimeHeader(name, v)
 	}
 	return time.Time{}, nil
 }

@@ -1,4 +1,4 @@
-package broker
+package delayed
 
 import (
 	"errors"
@@ -10,20 +10,22 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/rs/zerolog"
 
+	"github.com/delaybridge/delaybridge/broker"
+	"github.com/delaybridge/delaybridge/internal/testenv"
 	"github.com/delaybridge/delaybridge/wire"
 )
 
 // delayedTopology is a topology of its own on the test broker with one
 // delayed exchange of type typ; its queues and exchanges go when the test
 // ends. Nothing is declared yet.
-func delayedTopology(t *testing.T, typ string) (Topology, *amqp.Connection) {
+func delayedTopology(t *testing.T, typ string) (*topology, *amqp.Connection) {
 	t.Helper()
-	conn := testConn(t)
+	conn := testenv.DialAMQP(t)
 	prefix := "broker-delayed-" + uuid.NewString()[:8]
-	topo := Topology{Endpoint: prefix, ErrorQueue: prefix + ".error", QueueType: "classic",
-		DelayedExchanges: []DelayedExchange{{Name: prefix + ".x", Type: typ}}}
+	topo := &topology{Topology: broker.Topology{Endpoint: prefix, ErrorQueue: prefix + ".error", QueueType: "classic"},
+		Protocol: Protocol{TimeoutsQueue: wire.TimeoutsQueue(prefix), Exchanges: []Exchange{{Name: prefix + ".x", Type: typ}}}}
 	t.Cleanup(func() {
-		c, err := amqp.Dial(testURL())
+		c, err := amqp.Dial(testenv.AMQPURL(t))
 		if err != nil {
 			t.Logf("cleanup: %v", err)
 			return
@@ -34,28 +36,34 @@ func delayedTopology(t *testing.T, typ string) (Topology, *amqp.Connection) {
 			t.Logf("cleanup: %v", err)
 			return
 		}
-		for _, x := range topo.DelayedExchanges {
+		for _, x := range topo.Exchanges {
 			_ = ch.ExchangeDelete(x.Name, false, false)
 			_ = ch.ExchangeDelete(x.Route(), false, false)
 		}
-		for _, q := range []string{topo.TimeoutsQueue(), topo.DispatcherQueue(), topo.ErrorQueue} {
+		for _, q := range []string{topo.Topology.TimeoutsQueue(), topo.DispatcherQueue(), topo.ErrorQueue} {
 			_, _ = ch.QueueDelete(q, false, false, false)
 		}
 	})
 	return topo, conn
 }
 
-func declareAll(t *testing.T, topo Topology, conn *amqp.Connection) error {
+// topology is the bridge's queues and its delayed exchanges.
+type topology struct {
+	broker.Topology
+	Protocol
+}
+
+func declareAll(t *testing.T, topo *topology, conn *amqp.Connection) error {
 	t.Helper()
 	ch, err := conn.Channel()
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ch.Close()
-	if err := topo.Declare(ch); err != nil {
+	if err := topo.Topology.Declare(ch); err != nil {
 		t.Fatal(err)
 	}
-	return topo.DeclareDelayed(conn)
+	return topo.Protocol.Declare(conn)
 }
 
 // The broker routes as the bridge relies on: a message with x-delay, of any
@@ -70,7 +78,7 @@ func TestDelayedExchangeRoutesByXDelay(t *testing.T) {
 			t.Fatalf("declaration %d: %v", i+1, err)
 		}
 	}
-	x := topo.DelayedExchanges[0]
+	x := topo.Exchanges[0]
 	ch, err := conn.Channel()
 	if err != nil {
 		t.Fatal(err)
@@ -88,11 +96,11 @@ func TestDelayedExchangeRoutesByXDelay(t *testing.T) {
 	returns := ch.NotifyReturn(make(chan amqp.Return, 10))
 	delays := []any{int32(5000), "5000", 1.5, nil, int64(-1), int8(0)}
 	for i, d := range delays {
-		publishConfirmed(t, ch, x.Name, "orders.created", amqp.Publishing{MessageId: "delayed-" + string(rune('a'+i)), Headers: amqp.Table{wire.HeaderDelay: d}})
+		testenv.PublishConfirmed(t, ch, x.Name, "orders.created", amqp.Publishing{MessageId: "delayed-" + string(rune('a'+i)), Headers: amqp.Table{wire.HeaderDelay: d}})
 	}
-	publishConfirmed(t, ch, x.Name, "orders.created", amqp.Publishing{MessageId: "now", Headers: amqp.Table{"x-other": "1"}})
-	publishConfirmed(t, ch, x.Name, "orders.created", amqp.Publishing{MessageId: "now-no-headers"})
-	publishConfirmed(t, ch, x.Name, "billing.created", amqp.Publishing{MessageId: "unbound"}) // no binding matches: returned
+	testenv.PublishConfirmed(t, ch, x.Name, "orders.created", amqp.Publishing{MessageId: "now", Headers: amqp.Table{"x-other": "1"}})
+	testenv.PublishConfirmed(t, ch, x.Name, "orders.created", amqp.Publishing{MessageId: "now-no-headers"})
+	testenv.PublishConfirmed(t, ch, x.Name, "billing.created", amqp.Publishing{MessageId: "unbound"}) // no binding matches: returned
 	select {
 	case r := <-returns:
 		if r.MessageId != "unbound" {
@@ -102,53 +110,17 @@ func TestDelayedExchangeRoutesByXDelay(t *testing.T) {
 		t.Fatal("a message no binding of the routing exchange matches was not returned")
 	}
 
-	got := getN(t, ch, topo.TimeoutsQueue(), len(delays))
+	got := testenv.GetN(t, ch, topo.Topology.TimeoutsQueue(), len(delays))
 	for i, d := range got {
 		if d.Exchange != x.Name || d.RoutingKey != "orders.created" || d.MessageId != "delayed-"+string(rune('a'+i)) {
 			t.Errorf("E.Timeouts got %s through %q with key %q", d.MessageId, d.Exchange, d.RoutingKey)
 		}
 	}
-	for _, d := range getN(t, ch, direct.Name, 2) {
+	for _, d := range testenv.GetN(t, ch, direct.Name, 2) {
 		if d.Exchange != x.Name || d.RoutingKey != "orders.created" || !strings.HasPrefix(d.MessageId, "now") {
 			t.Errorf("the routing exchange's queue got %s through %q with key %q", d.MessageId, d.Exchange, d.RoutingKey)
 		}
 	}
-}
-
-func publishConfirmed(t *testing.T, ch *amqp.Channel, exchange, key string, msg amqp.Publishing) {
-	t.Helper()
-	dc, err := ch.PublishWithDeferredConfirm(exchange, key, true, false, msg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !dc.Wait() {
-		t.Fatalf("publish of %s nacked", msg.MessageId)
-	}
-}
-
-// getN gets exactly n messages from q, in order, and checks none is left.
-func getN(t *testing.T, ch *amqp.Channel, q string, n int) []amqp.Delivery {
-	t.Helper()
-	var got []amqp.Delivery
-	deadline := time.Now().Add(10 * time.Second)
-	for len(got) < n {
-		d, ok, err := ch.Get(q, true)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if ok {
-			got = append(got, d)
-			continue
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %d of %d messages", q, len(got), n)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	if d, ok, _ := ch.Get(q, true); ok {
-		t.Fatalf("%s: an extra message %s (headers %v)", q, d.MessageId, d.Headers)
-	}
-	return got
 }
 
 // An exchange of the bridge's that exists in another form stops the
@@ -157,17 +129,17 @@ func getN(t *testing.T, ch *amqp.Channel, q string, n int) []amqp.Delivery {
 func TestDelayedExchangeConflicts(t *testing.T) {
 	cases := []struct {
 		name     string
-		existing func(topo Topology) (name, kind string, args amqp.Table)
+		existing func(topo *topology) (name, kind string, args amqp.Table)
 		want     []string
 	}{
-		{"name of another type", func(topo Topology) (string, string, amqp.Table) {
-			return topo.DelayedExchanges[0].Name, amqp.ExchangeTopic, nil
+		{"name of another type", func(topo *topology) (string, string, amqp.Table) {
+			return topo.Exchanges[0].Name, amqp.ExchangeTopic, nil
 		}, []string{"current is 'topic'", "durable headers exchange with alternate-exchange", "delete the existing exchange", "pick another name"}},
-		{"name without its alternate exchange", func(topo Topology) (string, string, amqp.Table) {
-			return topo.DelayedExchanges[0].Name, amqp.ExchangeHeaders, nil
+		{"name without its alternate exchange", func(topo *topology) (string, string, amqp.Table) {
+			return topo.Exchanges[0].Name, amqp.ExchangeHeaders, nil
 		}, []string{"alternate-exchange", "durable headers exchange with alternate-exchange"}},
-		{"routing exchange of another type", func(topo Topology) (string, string, amqp.Table) {
-			return topo.DelayedExchanges[0].Route(), amqp.ExchangeDirect, nil
+		{"routing exchange of another type", func(topo *topology) (string, string, amqp.Table) {
+			return topo.Exchanges[0].Route(), amqp.ExchangeDirect, nil
 		}, []string{"current is 'direct'", "durable topic exchange, the routing exchange of delayed exchange"}},
 	}
 	for _, c := range cases {
@@ -182,8 +154,8 @@ func TestDelayedExchangeConflicts(t *testing.T) {
 				t.Fatal(err)
 			}
 			err = declareAll(t, topo, conn)
-			if !errors.Is(err, ErrTopologyConflict) {
-				t.Fatalf("got %v, want ErrTopologyConflict", err)
+			if !errors.Is(err, broker.ErrTopologyConflict) {
+				t.Fatalf("got %v, want broker.ErrTopologyConflict", err)
 			}
 			msg := err.Error()
 			for _, w := range append(c.want, `exchange "`+name+`"`, "DELAYBRIDGE_DELAYED_EXCHANGES") {
@@ -210,20 +182,20 @@ func TestConnectReportsATopologyConflict(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := ch.ExchangeDeclare(topo.DelayedExchanges[0].Name, amqp.ExchangeDirect, true, false, false, false, nil); err != nil {
+	if err := ch.ExchangeDeclare(topo.Exchanges[0].Name, amqp.ExchangeDirect, true, false, false, false, nil); err != nil {
 		t.Fatal(err)
 	}
-	c := NewConn(ConnOptions{URL: testURL(), Name: t.Name(), Logger: zerolog.Nop(),
+	c := broker.NewConn(broker.ConnOptions{URL: testenv.AMQPURL(t), Name: t.Name(), Logger: zerolog.Nop(),
 		OnConnect: func(conn *amqp.Connection) error { return declareAll(t, topo, conn) }})
 	err = c.Connect()
 	if err == nil {
 		c.Close()
 		t.Fatal("Connect succeeded")
 	}
-	if !errors.Is(err, ErrTopologyConflict) || errors.Is(err, ErrNeverConnected) || strings.Contains(err.Error(), ErrNeverConnected.Error()) {
-		t.Fatalf("got %q, want the conflict and not %q", err, ErrNeverConnected)
+	if !errors.Is(err, broker.ErrTopologyConflict) || errors.Is(err, broker.ErrNeverConnected) || strings.Contains(err.Error(), broker.ErrNeverConnected.Error()) {
+		t.Fatalf("got %q, want the conflict and not %q", err, broker.ErrNeverConnected)
 	}
-	if !strings.Contains(err.Error(), Redact(testURL())) {
+	if !strings.Contains(err.Error(), broker.Redact(testenv.AMQPURL(t))) {
 		t.Fatalf("error %q does not name the broker", err)
 	}
 }
@@ -233,16 +205,16 @@ func TestConnectReportsATopologyConflict(t *testing.T) {
 // any-with-x (before 3.10) is named as too old.
 func TestDelayedExchangeOtherRefusals(t *testing.T) {
 	topo, conn := delayedTopology(t, amqp.ExchangeTopic)
-	topo.DelayedExchanges = []DelayedExchange{{Name: "amq." + topo.Endpoint, Type: amqp.ExchangeTopic}}
+	topo.Exchanges = []Exchange{{Name: "amq." + topo.Endpoint, Type: amqp.ExchangeTopic}}
 	err := declareAll(t, topo, conn)
-	if err == nil || errors.Is(err, ErrTopologyConflict) || !strings.Contains(err.Error(), "ACCESS_REFUSED") ||
+	if err == nil || errors.Is(err, broker.ErrTopologyConflict) || !strings.Contains(err.Error(), "ACCESS_REFUSED") ||
 		!strings.Contains(err.Error(), `declare exchange "amq.`+topo.Endpoint+`.route"`) {
 		t.Fatalf("got %v, want the broker's refusal of a reserved name, no conflict", err)
 	}
 
 	// 3.10 knows any-with-x; an x-match it does not know draws the refusal
 	// an older broker gives any-with-x.
-	topo.DelayedExchanges = []DelayedExchange{{Name: topo.Endpoint + ".x", Type: amqp.ExchangeTopic}}
+	topo.Exchanges = []Exchange{{Name: topo.Endpoint + ".x", Type: amqp.ExchangeTopic}}
 	if err := declareAll(t, topo, conn); err != nil {
 		t.Fatal(err)
 	}
@@ -250,11 +222,11 @@ func TestDelayedExchangeOtherRefusals(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	refused := ch.QueueBind(topo.TimeoutsQueue(), "", topo.DelayedExchanges[0].Name, false, amqp.Table{argMatch: "any-with-y", wire.HeaderDelay: nil})
+	refused := ch.QueueBind(topo.Topology.TimeoutsQueue(), "", topo.Exchanges[0].Name, false, amqp.Table{argMatch: "any-with-y", wire.HeaderDelay: nil})
 	if refused == nil {
 		t.Fatal("the broker accepted x-match any-with-y")
 	}
-	msg := bindError(topo.DelayedExchanges[0].Name, topo.TimeoutsQueue(), refused).Error()
+	msg := bindError(topo.Exchanges[0].Name, topo.Topology.TimeoutsQueue(), refused).Error()
 	if !strings.Contains(msg, "needs RabbitMQ 3.10 or later") || !strings.Contains(msg, "PRECONDITION_FAILED") {
 		t.Fatalf("error %q must quote the broker and name the version needed", msg)
 	}
@@ -267,7 +239,7 @@ func TestDelayedExchangeOtherRefusals(t *testing.T) {
 // The bridge's own binding of a delayed exchange, as the management API
 // lists it (void as "undefined" on RabbitMQ 3.10, or null), and nothing
 // else.
-func TestOwnDelayedBinding(t *testing.T) {
+func TestOwnBinding(t *testing.T) {
 	own := map[string]any{"x-match": "any-with-x", "x-delay": "undefined"}
 	for _, c := range []struct {
 		isQueue bool
@@ -284,7 +256,7 @@ func TestOwnDelayedBinding(t *testing.T) {
 		{true, "E.Timeouts", map[string]any{"x-match": "any-with-x", "x-delay": "5000"}, false},
 		{true, "E.Timeouts", map[string]any{"x-match": "any-with-x", "x-delay": nil, "x-other": 1.0}, false},
 	} {
-		if got := OwnDelayedBinding("E.Timeouts", c.isQueue, c.dest, c.args); got != c.want {
+		if got := OwnBinding("E.Timeouts", c.isQueue, c.dest, c.args); got != c.want {
 			t.Errorf("%v %q %v: %v, want %v", c.isQueue, c.dest, c.args, got, c.want)
 		}
 	}

@@ -2,6 +2,7 @@ package rebus
 
 import (
 	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/google/uuid"
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/delaybridge/delaybridge/broker"
 	"github.com/delaybridge/delaybridge/ingest"
 	"github.com/delaybridge/delaybridge/wire"
 )
@@ -312,10 +314,16 @@ func TestDeferID(t *testing.T) {
 // The source consumes the configured queue with this package's parser; the
 // topology declares the queue with the bridge's queue type and the direct
 // exchange with the endpoints' arguments, and binds the queue to it by its
-// name, as the senders route.
+// name, as the senders route, then NServiceBus's conventional exchange of
+// the queue. The queue is no destination; the direct exchange is one. With
+// no queue the intake is off: nothing of any.
 func TestSourceAndTopology(t *testing.T) {
 	o := Options{Queue: "tm", DirectExchange: "BusDirect", QueueType: "classic", DirectExchangeArgs: amqp.Table{"alternate-exchange": "unrouted"}}
-	src := o.Source()
+	srcs := o.Sources()
+	if len(srcs) != 1 {
+		t.Fatalf("sources %+v", srcs)
+	}
+	src := srcs[0]
 	if src.Queue != "tm" || src.Name != "rebus" || src.Parser == nil {
 		t.Fatalf("source %+v", src)
 	}
@@ -323,10 +331,21 @@ func TestSourceAndTopology(t *testing.T) {
 	if it := src.Parser.Parse(fixture(h), time.Now()); it.Exchange != "BusDirect" || it.Destination != "billing" {
 		t.Fatalf("parsed %+v", it)
 	}
-	f := o.Topology()
+	fs := o.Topology()
+	if len(fs) != 2 || !cmp.Equal(fs[1], broker.ConventionalExchange("tm")) {
+		t.Fatalf("topology %+v", fs)
+	}
+	f := fs[0]
 	if f.Queue != "tm" || f.Exchange != "BusDirect" || f.ExchangeType != "direct" || f.RoutingKey != "tm" ||
 		!maps.Equal(f.QueueArgs, amqp.Table{"x-queue-type": "classic"}) || !maps.Equal(f.ExchangeArgs, amqp.Table{"alternate-exchange": "unrouted"}) {
 		t.Fatalf("topology %+v", f)
+	}
+	if r, x := o.Reserved(), o.Routes(); !slices.Equal(r, []string{"tm"}) || !slices.Equal(x, []string{"BusDirect"}) {
+		t.Fatalf("reserved %q, routes %q", r, x)
+	}
+	off := Options{DirectExchange: "BusDirect", QueueType: "classic"}
+	if off.Sources() != nil || off.Topology() != nil || off.Reserved() != nil || off.Routes() != nil {
+		t.Fatalf("an intake without a queue has sources %+v, topology %+v, reserved %q, routes %q", off.Sources(), off.Topology(), off.Reserved(), off.Routes())
 	}
 }
 

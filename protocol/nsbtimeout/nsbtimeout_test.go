@@ -1,4 +1,4 @@
-package ingest
+package nsbtimeout
 
 import (
 	"testing"
@@ -7,6 +7,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/delaybridge/delaybridge/ingest"
 	"github.com/delaybridge/delaybridge/wire"
 )
 
@@ -30,12 +31,12 @@ func TestNSBTimeoutForward(t *testing.T) {
 		}
 		return &amqp.Delivery{MessageId: "t-1", Headers: h, Body: []byte("<OrderTimeout/>")}
 	}
-	it := ParseHeaders(timeout(nil), now)
-	if it.Op != OpSchedule || it.Msg.Headers[wire.HeaderNSBTimeoutStamp] == nil {
+	it := ingest.ParseHeaders(timeout(nil), now)
+	if it.Op != ingest.OpSchedule || it.Msg.Headers[wire.HeaderNSBTimeoutStamp] == nil {
 		t.Fatalf("an NServiceBus timeout was not marked: %+v", it)
 	}
 	sentAt := now.Add(5*time.Second + 123456789)
-	got := NSBTimeoutStamper{}.Stamp(it.Msg, "t-1", sentAt)
+	got := Stamper{}.Stamp(it.Msg, "t-1", sentAt)
 	want := amqp.Table{
 		wire.HeaderNSBDestination:          "Shop",
 		wire.HeaderNSBMessageID:            "t-1",
@@ -56,14 +57,14 @@ func TestNSBTimeoutForward(t *testing.T) {
 		"x-due-at wins": timeout(amqp.Table{wire.HeaderDueAt: "2026-11-21T20:00:05Z"}),
 		"x-delay":       {MessageId: "d-1", Headers: amqp.Table{wire.HeaderDestination: "Shop", wire.HeaderDelay: int32(5000), wire.HeaderNSBTimeSent: "x"}},
 	} {
-		it := ParseHeaders(d, now)
-		if it.Op != OpSchedule {
+		it := ingest.ParseHeaders(d, now)
+		if it.Op != ingest.OpSchedule {
 			t.Fatalf("%s: %+v", name, it)
 		}
 		if _, ok := it.Msg.Headers[wire.HeaderNSBTimeoutStamp]; ok {
 			t.Errorf("%s: marked as an NServiceBus timeout", name)
 		}
-		if got := (NSBTimeoutStamper{}).Stamp(it.Msg, "d-1", sentAt); !cmp.Equal(got.Headers, it.Msg.Headers) {
+		if got := (Stamper{}).Stamp(it.Msg, "d-1", sentAt); !cmp.Equal(got.Headers, it.Msg.Headers) {
 			t.Errorf("%s: stamped: %v", name, got.Headers)
 		}
 	}

@@ -97,19 +97,51 @@ type Options struct {
 	DirectExchangeArgs amqp.Table
 }
 
-// Source is the intake of Queue.
-func (o Options) Source() ingest.Source {
-	return ingest.Source{Name: "rebus", Queue: o.Queue, Parser: ingest.ParserFunc(o.Parse)}
+// Sources is the intake of Queue; none when Queue is empty (the intake is
+// off).
+func (o Options) Sources() []ingest.Source {
+	if o.Queue == "" {
+		return nil
+	}
+	return []ingest.Source{{Name: "rebus", Queue: o.Queue, Parser: ingest.ParserFunc(o.Parse)}}
 }
 
 // Topology is what the bridge declares for the intake: Queue and the direct
 // exchange, each only when missing (the exchange as the endpoints declare
-// it), and the binding the senders route by.
-func (o Options) Topology() broker.ForeignQueue {
-	return broker.ForeignQueue{
+// it), and the binding the senders route by; and NServiceBus's conventional
+// exchange of Queue, since the error copies of its messages name Queue in
+// NServiceBus.FailedQ too, where ServiceControl sends them back
+// (docs/contract.md §1). None when the intake is off.
+func (o Options) Topology() []broker.ForeignQueue {
+	if o.Queue == "" {
+		return nil
+	}
+	return []broker.ForeignQueue{{
 		Queue: o.Queue, QueueArgs: amqp.Table{amqp.QueueTypeArg: o.QueueType},
 		Exchange: o.DirectExchange, ExchangeType: amqp.ExchangeDirect, ExchangeArgs: o.DirectExchangeArgs, RoutingKey: o.Queue,
+	}, broker.ConventionalExchange(o.Queue)}
+}
+
+// Declare declares Topology.
+func (o Options) Declare(conn *amqp.Connection) error {
+	return broker.DeclareForeign(conn, o.Topology()...)
+}
+
+// Reserved is Queue: a message forwarded there would come straight back.
+func (o Options) Reserved() []string {
+	if o.Queue == "" {
+		return nil
 	}
+	return []string{o.Queue}
+}
+
+// Routes is the direct exchange, where recipients are sent to: the
+// configuration named it, so the allowed destinations need not.
+func (o Options) Routes() []string {
+	if o.Queue == "" {
+		return nil
+	}
+	return []string{o.DirectExchange}
 }
 
 // Parse reads a deferred message: due at rbs2-deferred-until, for

@@ -1,4 +1,7 @@
-package broker
+// Package delayed serves the delayed exchanges (docs/contract.md §2.7), the
+// replacement of delayed-message-exchange plugin exchanges: their topology,
+// bound to E.Timeouts, and the reading of what is published to them.
+package delayed
 
 import (
 	"errors"
@@ -7,29 +10,25 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/delaybridge/delaybridge/broker"
 	"github.com/delaybridge/delaybridge/wire"
 )
 
-// DelayedExchange is one delayed exchange (docs/contract.md §2.7), the
+// Exchange is one delayed exchange (docs/contract.md §2.7), the
 // replacement of a delayed-message-exchange plugin exchange: publishers send
 // to Name as before; a message without x-delay goes on at once through the
 // routing exchange Route(), of Type, where consumers bind; one with x-delay
 // goes to E.Timeouts, and the bridge forwards it to Route() when due.
-type DelayedExchange struct {
+type Exchange struct {
 	Name string
 	Type string // direct, topic, fanout or headers: the plugin's x-delayed-type
 }
 
 // Route is the routing exchange consumers bind to.
-func (x DelayedExchange) Route() string { return wire.DelayedRoute(x.Name) }
+func (x Exchange) Route() string { return wire.DelayedRoute(x.Name) }
 
-// DelayedExchangeTypes are the routing exchange's types the bridge declares.
-var DelayedExchangeTypes = []string{amqp.ExchangeDirect, amqp.ExchangeTopic, amqp.ExchangeFanout, amqp.ExchangeHeaders}
-
-// ErrTopologyConflict marks a declaration the broker refused because an
-// exchange of that name exists with other properties: no retry can help, the
-// operator must change the broker or the configuration.
-var ErrTopologyConflict = errors.New("conflicts with an existing exchange")
+// Types are the routing exchange's types the bridge declares.
+var Types = []string{amqp.ExchangeDirect, amqp.ExchangeTopic, amqp.ExchangeFanout, amqp.ExchangeHeaders}
 
 // A headers binding whose x-match is any-with-x matches when any of its
 // arguments matches, x- headers included (plain any ignores them); a void
@@ -40,54 +39,61 @@ const (
 	matchAnyWithX        = "any-with-x"
 )
 
-// DeclareDelayed declares the exchanges of every delayed exchange, durable,
-// and binds each to E.Timeouts (the queues must exist: Declare first). Each
-// declaration has a channel of its own, because a refused one closes its
-// channel. It never deletes anything; an existing exchange with other
-// properties is an error wrapping ErrTopologyConflict that says what to
-// change.
-func (t Topology) DeclareDelayed(conn *amqp.Connection) error {
-	for _, x := range t.DelayedExchanges {
+// Protocol is the delayed exchanges of one endpoint, bound to its
+// E.Timeouts, TimeoutsQueue.
+type Protocol struct {
+	TimeoutsQueue string
+	Exchanges     []Exchange
+}
+
+// Declare declares the exchanges of every delayed exchange, durable, and
+// binds each to E.Timeouts (the queues must exist: broker.Topology.Declare
+// first). Each declaration has a channel of its own, because a refused one
+// closes its channel. It never deletes anything; an existing exchange with
+// other properties is an error wrapping broker.ErrTopologyConflict that says
+// what to change.
+func (p Protocol) Declare(conn *amqp.Connection) error {
+	for _, x := range p.Exchanges {
 		route := x.Route()
-		err := onChannel(conn, func(ch *amqp.Channel) error {
+		err := broker.OnChannel(conn, func(ch *amqp.Channel) error {
 			return ch.ExchangeDeclare(route, x.Type, true, false, false, false, nil)
 		})
 		if err != nil {
 			return declareError(route, fmt.Sprintf("a durable %s exchange, the routing exchange of delayed exchange %q", x.Type, x.Name), err)
 		}
-		err = onChannel(conn, func(ch *amqp.Channel) error {
+		err = broker.OnChannel(conn, func(ch *amqp.Channel) error {
 			return ch.ExchangeDeclare(x.Name, amqp.ExchangeHeaders, true, false, false, false, amqp.Table{argAlternateExchange: route})
 		})
 		if err != nil {
 			return declareError(x.Name, fmt.Sprintf("a durable headers exchange with alternate-exchange %q", route), err)
 		}
-		err = onChannel(conn, func(ch *amqp.Channel) error {
-			return ch.QueueBind(t.TimeoutsQueue(), "", x.Name, false, amqp.Table{argMatch: matchAnyWithX, wire.HeaderDelay: nil})
+		err = broker.OnChannel(conn, func(ch *amqp.Channel) error {
+			return ch.QueueBind(p.TimeoutsQueue, "", x.Name, false, amqp.Table{argMatch: matchAnyWithX, wire.HeaderDelay: nil})
 		})
 		if err != nil {
-			return bindError(x.Name, t.TimeoutsQueue(), err)
+			return bindError(x.Name, p.TimeoutsQueue, err)
 		}
 	}
 	return nil
 }
 
-// OwnDelayedBinding reports whether a binding of a delayed exchange, to a
+// OwnBinding reports whether a binding of a delayed exchange, to a
 // queue named destination (isQueue) with arguments args as the management
-// API lists them, is the one DeclareDelayed makes to timeoutsQueue. The API
+// API lists them, is the one Declare makes to timeoutsQueue. The API
 // writes the void x-delay as the string "undefined" (RabbitMQ 3.10's
 // rabbit_mgmt_format) or as null. Any other binding on a delayed exchange is foreign: on a
 // headers exchange a binding without arguments matches every message, so
 // its destination gets each message published to the exchange at once,
 // delays ignored, and while it matches the broker skips the alternate
 // exchange (docs/contract.md §2.7).
-func OwnDelayedBinding(timeoutsQueue string, isQueue bool, destination string, args map[string]any) bool {
-	return isQueue && destination == timeoutsQueue && DelayedBindingArgs(args)
+func OwnBinding(timeoutsQueue string, isQueue bool, destination string, args map[string]any) bool {
+	return isQueue && destination == timeoutsQueue && BindingArgs(args)
 }
 
-// DelayedBindingArgs reports whether args, as the management API lists a
-// binding's arguments, are those of the binding DeclareDelayed makes: of
+// BindingArgs reports whether args, as the management API lists a
+// binding's arguments, are those of the binding Declare makes: of
 // this bridge's or of another endpoint's.
-func DelayedBindingArgs(args map[string]any) bool {
+func BindingArgs(args map[string]any) bool {
 	if len(args) != 2 || args[argMatch] != matchAnyWithX {
 		return false
 	}
@@ -105,16 +111,6 @@ func bindError(exchange, queue string, err error) error {
 	return fmt.Errorf("bind exchange %q to queue %q: %w", exchange, queue, err)
 }
 
-// onChannel runs fn on a new channel and closes it.
-func onChannel(conn *amqp.Connection, fn func(*amqp.Channel) error) error {
-	ch, err := conn.Channel()
-	if err != nil {
-		return fmt.Errorf("open channel: %w", err)
-	}
-	defer ch.Close()
-	return fn(ch)
-}
-
 // declareError explains a refused exchange declaration: on a conflict, what
 // exists (in the broker's words), what the bridge needs and what to change.
 func declareError(name, needs string, err error) error {
@@ -124,5 +120,5 @@ func declareError(name, needs string, err error) error {
 	}
 	return fmt.Errorf("exchange %q %w (the broker says: %s); DELAYBRIDGE_DELAYED_EXCHANGES needs it as %s: "+
 		"delete the existing exchange once nothing uses it (drain a delayed-message-exchange plugin exchange first), "+
-		"or pick another name", name, ErrTopologyConflict, ae.Reason, needs)
+		"or pick another name", name, broker.ErrTopologyConflict, ae.Reason, needs)
 }

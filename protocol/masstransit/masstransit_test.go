@@ -63,8 +63,9 @@ func TestParseSchedule(t *testing.T) {
 	if v, ok := it.Msg.Headers[stampHeader]; !ok || v != "" {
 		t.Fatalf("stored without the stamp mark: %v", it.Msg.Headers)
 	}
-	// Sent exactly at its due time.
-	m := Stamper{}.Stamp(it.Msg, "", fixtureDue)
+	// Sent exactly at its due time, by the intake turned off since
+	// (Options.Stamp: rows stored while it was on are stamped after).
+	m := Options{}.Stamp(it.Msg, "", fixtureDue)
 	if want := read(t, "scheduled.json"); string(m.Body) != string(want) {
 		t.Fatalf("forwarded envelope:\n%s\nwant:\n%s", m.Body, want)
 	}
@@ -229,6 +230,17 @@ func TestTopology(t *testing.T) {
 	want := []string{"quartz", ExchangeSchedule, ExchangeCancel, ExchangeRecurring, ExchangeCancelRecurring}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Fatal(diff)
+	}
+	if srcs := opts.Sources(); len(srcs) != 1 || srcs[0].Queue != "quartz" || srcs[0].Name != "masstransit" {
+		t.Fatalf("sources %+v", srcs)
+	}
+	if r, x := opts.Reserved(), opts.Routes(); !cmp.Equal(r, []string{"quartz"}) || x != nil {
+		t.Fatalf("reserved %q, routes %q: the queue is no destination, and the allowed patterns decide on every exchange", r, x)
+	}
+	// Off: nothing of any; the stamper still stamps (TestStamp).
+	off := Options{}
+	if off.Sources() != nil || off.Topology() != nil || off.Reserved() != nil {
+		t.Fatalf("an intake without a queue has sources %+v, topology %+v, reserved %q", off.Sources(), off.Topology(), off.Reserved())
 	}
 }
 

@@ -128,9 +128,36 @@ type Options struct {
 	Queue string
 }
 
-// Source is the intake of Queue.
-func (o Options) Source() ingest.Source {
-	return ingest.Source{Name: "masstransit", Queue: o.Queue, Parser: ingest.ParserFunc(o.Parse)}
+// Sources is the intake of Queue; none when Queue is empty (the intake is
+// off).
+func (o Options) Sources() []ingest.Source {
+	if o.Queue == "" {
+		return nil
+	}
+	return []ingest.Source{{Name: "masstransit", Queue: o.Queue, Parser: ingest.ParserFunc(o.Parse)}}
+}
+
+// Declare declares Topology.
+func (o Options) Declare(conn *amqp.Connection) error {
+	return broker.DeclareForeign(conn, o.Topology()...)
+}
+
+// Reserved is Queue: a message forwarded there would come straight back.
+func (o Options) Reserved() []string {
+	if o.Queue == "" {
+		return nil
+	}
+	return []string{o.Queue}
+}
+
+// Routes: none; the destinations are exchanges the allowed patterns decide
+// on (docs/contract.md §2.10).
+func (Options) Routes() []string { return nil }
+
+// Stamp is Stamper's, whether the intake is on or not: rows stored while
+// it was on are stamped even after it is turned off.
+func (Options) Stamp(msg amqp.Publishing, id string, sentAt time.Time) amqp.Publishing {
+	return Stamper{}.Stamp(msg, id, sentAt)
 }
 
 // boundExchanges are the exchanges the intake queue is bound to: the
@@ -153,8 +180,12 @@ func (o Options) boundExchanges() []string {
 // (RabbitMqSendSettings.GetBrokerTopology, RabbitMqMessagePublishTopology).
 // MassTransit binds a contract's exchange to the endpoint's exchange;
 // binding it to the queue as well delivers each message once all the same
-// (a queue gets one copy of a publish however many routes lead to it).
+// (a queue gets one copy of a publish however many routes lead to it). None
+// when the intake is off.
 func (o Options) Topology() []broker.ForeignQueue {
+	if o.Queue == "" {
+		return nil
+	}
 	var fs []broker.ForeignQueue
 	for _, x := range o.boundExchanges() {
 		fs = append(fs, broker.ForeignQueue{Queue: o.Queue, Exchange: x, ExchangeType: amqp.ExchangeFanout})
