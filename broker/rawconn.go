@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -12,7 +13,12 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/delaybridge/delaybridge/internal/codec"
 )
+
+// errMalformed is a frame or field that does not follow the protocol.
+var errMalformed = codec.ErrMalformedAMQP
 
 // rawConn is a minimal AMQP 0-9-1 client on one channel: enough to take
 // messages with basic.get and settle them, reading their content headers as
@@ -127,59 +133,54 @@ func (rc *rawConn) handshake(uri amqp.URI, name string) error {
 	if err != nil {
 		return err
 	}
-	d := &decoder{b: start}
-	d.u8() // version
-	d.u8()
-	d.longstr() // server properties
-	offered := strings.Fields(string(d.longstr()))
-	if d.err != nil {
-		return fmt.Errorf("connection.start: %w", d.err)
+	d := codec.NewDecoder(start, errMalformed)
+	d.Byte() // version
+	d.Byte()
+	d.LongBytes() // server properties
+	offered := strings.Fields(string(d.LongBytes()))
+	if d.Err() != nil {
+		return fmt.Errorf("connection.start: %w", d.Err())
 	}
 	mech, response, err := saslFor(uri, offered)
 	if err != nil {
 		return err
 	}
-	var e encoder
-	e.longstr(clientProperties(name))
-	e.shortstr(mech)
-	e.longstr([]byte(response))
-	e.shortstr("en_US")
-	if err := rc.send(0, 10, 11, e.b); err != nil {
+	b := codec.AppendLongBytes(nil, clientProperties(name))
+	b = codec.AppendShortString(b, mech)
+	b = codec.AppendLongBytes(b, []byte(response))
+	b = codec.AppendShortString(b, "en_US")
+	if err := rc.send(0, 10, 11, b); err != nil {
 		return err
 	}
 	tune, err := rc.expect(0, mConnTune)
 	if err != nil {
 		return err
 	}
-	d = &decoder{b: tune}
-	channelMax, frameMax := d.u16(), d.u32()
-	if d.err != nil {
-		return fmt.Errorf("connection.tune: %w", d.err)
+	d = codec.NewDecoder(tune, errMalformed)
+	channelMax, frameMax := d.U16(), d.U32()
+	if d.Err() != nil {
+		return fmt.Errorf("connection.tune: %w", d.Err())
 	}
 	if frameMax == 0 || frameMax > 1<<20 {
 		frameMax = 1 << 17 // amqp091-go's default
 	}
 	rc.frameMax = frameMax
-	e = encoder{}
-	e.u16(channelMax)
-	e.u32(frameMax)
-	e.u16(0) // no heartbeats: every exchange has a deadline instead
-	if err := rc.send(0, 10, 31, e.b); err != nil {
+	b = binary.BigEndian.AppendUint16(nil, channelMax)
+	b = binary.BigEndian.AppendUint32(b, frameMax)
+	b = binary.BigEndian.AppendUint16(b, 0) // no heartbeats: every exchange has a deadline instead
+	if err := rc.send(0, 10, 31, b); err != nil {
 		return err
 	}
-	e = encoder{}
-	e.shortstr(uri.Vhost)
-	e.shortstr("")
-	e.u8(0)
-	if err := rc.send(0, 10, 40, e.b); err != nil {
+	b = codec.AppendShortString(nil, uri.Vhost)
+	b = codec.AppendShortString(b, "")
+	b = append(b, 0)
+	if err := rc.send(0, 10, 40, b); err != nil {
 		return err
 	}
 	if _, err := rc.expect(0, mConnOpenOK); err != nil {
 		return err
 	}
-	e = encoder{}
-	e.shortstr("")
-	if err := rc.send(rawChannel, 20, 10, e.b); err != nil {
+	if err := rc.send(rawChannel, 20, 10, codec.AppendShortString(nil, "")); err != nil {
 		return err
 	}
 	_, err = rc.expect(rawChannel, mChanOpenOK)
@@ -190,20 +191,15 @@ func (rc *rawConn) handshake(uri amqp.URI, name string) error {
 // capability asks the broker to say why it refuses a login (a
 // connection.close) rather than just close the socket.
 func clientProperties(name string) []byte {
-	var caps encoder
-	caps.shortstr("authentication_failure_close")
-	caps.u8('t')
-	caps.u8(1)
-	var t encoder
+	caps := codec.AppendShortString(nil, "authentication_failure_close")
+	caps = append(caps, 't', 1)
+	var t []byte
 	for _, kv := range [][2]string{{"connection_name", name}, {"product", "delaybridge sweep"}} {
-		t.shortstr(kv[0])
-		t.u8('S')
-		t.longstr([]byte(kv[1]))
+		t = codec.AppendShortString(t, kv[0])
+		t = codec.AppendLongBytes(append(t, 'S'), []byte(kv[1]))
 	}
-	t.shortstr("capabilities")
-	t.u8('F')
-	t.longstr(caps.b)
-	return t.b
+	t = codec.AppendShortString(t, "capabilities")
+	return codec.AppendLongBytes(append(t, 'F'), caps)
 }
 
 // saslFor picks the mechanism as amqp091-go does: the URL's auth_mechanism
@@ -247,17 +243,17 @@ func (rc *rawConn) write(channel, class, method uint16, args []byte) error {
 	payload := make([]byte, 0, 4+len(args))
 	payload = append(payload, byte(class>>8), byte(class), byte(method>>8), byte(method))
 	payload = append(payload, args...)
-	return writeRawFrame(rc.w, frameMethod, channel, payload)
+	return codec.WriteFrame(rc.w, codec.FrameMethod, channel, payload)
 }
 
 // next reads the next frame that is not a heartbeat.
-func (rc *rawConn) next() (rawFrame, error) {
+func (rc *rawConn) next() (codec.Frame, error) {
 	for {
-		f, err := readRawFrame(rc.r, rc.frameMax)
+		f, err := codec.ReadFrame(rc.r, rc.frameMax)
 		if err != nil {
-			return rawFrame{}, err
+			return codec.Frame{}, err
 		}
-		if f.typ != frameHeartbeat {
+		if f.Type != codec.FrameHeartbeat {
 			return f, nil
 		}
 	}
@@ -271,15 +267,15 @@ func (rc *rawConn) method() (id [2]uint16, args []byte, err error) {
 	if err != nil {
 		return id, nil, err
 	}
-	if f.typ != frameMethod || len(f.payload) < 4 {
-		return id, nil, fmt.Errorf("%w: frame type %d where a method was expected", errMalformed, f.typ)
+	if f.Type != codec.FrameMethod || len(f.Payload) < 4 {
+		return id, nil, fmt.Errorf("%w: frame type %d where a method was expected", errMalformed, f.Type)
 	}
-	id = [2]uint16{uint16(f.payload[0])<<8 | uint16(f.payload[1]), uint16(f.payload[2])<<8 | uint16(f.payload[3])}
-	args = f.payload[4:]
+	id = [2]uint16{uint16(f.Payload[0])<<8 | uint16(f.Payload[1]), uint16(f.Payload[2])<<8 | uint16(f.Payload[3])}
+	args = f.Payload[4:]
 	switch id {
 	case mConnClose, mChanClose:
-		d := &decoder{b: args}
-		code, text := d.u16(), d.shortstr()
+		d := codec.NewDecoder(args, errMalformed)
+		code, text := d.U16(), d.ShortString()
 		if id == mConnClose {
 			_ = rc.send(0, 10, 51, nil)
 		} else {
@@ -318,11 +314,9 @@ type rawMessage struct {
 // when the queue is empty. keep, given the message's properties, says
 // whether to keep its body: the others are read and dropped.
 func (rc *rawConn) get(queue string, keep func(props []byte) bool) (_ rawMessage, ok bool, err error) {
-	var e encoder
-	e.u16(0)
-	e.shortstr(queue)
-	e.u8(0) // no-ack off
-	if err := rc.send(rawChannel, 60, 70, e.b); err != nil {
+	b := codec.AppendShortString(binary.BigEndian.AppendUint16(nil, 0), queue)
+	b = append(b, 0) // no-ack off
+	if err := rc.send(rawChannel, 60, 70, b); err != nil {
 		return rawMessage{}, false, err
 	}
 	id, args, err := rc.method()
@@ -334,21 +328,20 @@ func (rc *rawConn) get(queue string, keep func(props []byte) bool) (_ rawMessage
 	case id != mBasicGetOK:
 		return rawMessage{}, false, fmt.Errorf("%w: method %d.%d after basic.get", errMalformed, id[0], id[1])
 	}
-	d := &decoder{b: args}
-	m := rawMessage{tag: d.u64()}
-	if d.err != nil {
-		return rawMessage{}, false, fmt.Errorf("basic.get-ok: %w", d.err)
+	d := codec.NewDecoder(args, errMalformed)
+	m := rawMessage{tag: d.U64()}
+	if d.Err() != nil {
+		return rawMessage{}, false, fmt.Errorf("basic.get-ok: %w", d.Err())
 	}
 	f, err := rc.next()
 	if err != nil {
 		return rawMessage{}, false, err
 	}
-	if f.typ != frameHeader || len(f.payload) < 14 {
-		return rawMessage{}, false, fmt.Errorf("%w: frame type %d where a content header was expected", errMalformed, f.typ)
+	if f.Type != codec.FrameHeader || len(f.Payload) < 14 {
+		return rawMessage{}, false, fmt.Errorf("%w: frame type %d where a content header was expected", errMalformed, f.Type)
 	}
-	d = &decoder{b: f.payload[4:12]}
-	size := d.u64()
-	m.props = f.payload[12:]
+	size := binary.BigEndian.Uint64(f.Payload[4:12])
+	m.props = f.Payload[12:]
 	keepBody := keep(m.props)
 	for read := uint64(0); read < size; {
 		rc.deadline()
@@ -356,12 +349,12 @@ func (rc *rawConn) get(queue string, keep func(props []byte) bool) (_ rawMessage
 		if err != nil {
 			return rawMessage{}, false, err
 		}
-		if f.typ != frameBody {
-			return rawMessage{}, false, fmt.Errorf("%w: frame type %d inside a message body", errMalformed, f.typ)
+		if f.Type != codec.FrameBody {
+			return rawMessage{}, false, fmt.Errorf("%w: frame type %d inside a message body", errMalformed, f.Type)
 		}
-		read += uint64(len(f.payload))
+		read += uint64(len(f.Payload))
 		if keepBody {
-			m.body = append(m.body, f.payload...)
+			m.body = append(m.body, f.Payload...)
 		}
 	}
 	return m, true, nil
@@ -369,18 +362,13 @@ func (rc *rawConn) get(queue string, keep func(props []byte) bool) (_ rawMessage
 
 // ack acknowledges one message.
 func (rc *rawConn) ack(tag uint64) error {
-	var e encoder
-	e.u64(tag)
-	e.u8(0)
-	return rc.send(rawChannel, 60, 80, e.b)
+	return rc.send(rawChannel, 60, 80, append(binary.BigEndian.AppendUint64(nil, tag), 0))
 }
 
 // requeueUpTo returns every unacknowledged message up to tag to the queue.
 func (rc *rawConn) requeueUpTo(tag uint64) error {
-	var e encoder
-	e.u64(tag)
-	e.u8(0b11) // multiple, requeue
-	return rc.send(rawChannel, 60, 120, e.b)
+	// multiple, requeue
+	return rc.send(rawChannel, 60, 120, append(binary.BigEndian.AppendUint64(nil, tag), 0b11))
 }
 
 // requeue returns the messages with these tags to the queue, each with a
@@ -391,18 +379,14 @@ func (rc *rawConn) requeueUpTo(tag uint64) error {
 func (rc *rawConn) requeue(tags []uint64) error {
 	rc.deadline()
 	for _, tag := range tags {
-		var e encoder
-		e.u64(tag)
-		e.u8(0b10) // requeue, not multiple
-		if err := rc.write(rawChannel, 60, 120, e.b); err != nil {
+		// requeue, not multiple
+		if err := rc.write(rawChannel, 60, 120, append(binary.BigEndian.AppendUint64(nil, tag), 0b10)); err != nil {
 			return err
 		}
 	}
-	var e encoder
-	e.u32(0) // prefetch size
-	e.u16(0) // prefetch count: basic.get is not limited by it anyway
-	e.u8(0)  // not global
-	if err := rc.send(rawChannel, 60, 10, e.b); err != nil {
+	// prefetch size 0, prefetch count 0 (basic.get is not limited by it
+	// anyway), not global
+	if err := rc.send(rawChannel, 60, 10, make([]byte, 4+2+1)); err != nil {
 		return err
 	}
 	_, err := rc.expect(rawChannel, mBasicQosOK)
@@ -412,12 +396,10 @@ func (rc *rawConn) requeue(tags []uint64) error {
 // close closes the connection politely; what is unacknowledged goes back
 // to its queue either way.
 func (rc *rawConn) close() error {
-	var e encoder
-	e.u16(200)
-	e.shortstr("")
-	e.u16(0)
-	e.u16(0)
-	err := rc.send(0, 10, 50, e.b)
+	// reply code 200, empty reply text, class 0, method 0
+	b := binary.BigEndian.AppendUint16(nil, 200)
+	b = codec.AppendShortString(b, "")
+	err := rc.send(0, 10, 50, append(b, 0, 0, 0, 0))
 	for err == nil {
 		var id [2]uint16
 		if id, _, err = rc.method(); id == mConnCloseOK {

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/delaybridge/delaybridge/internal/codec"
 )
 
 // ErrUnreadable means a message's properties are valid AMQP, and the broker
@@ -51,27 +53,27 @@ const (
 // broker refuses anyway) counts as unreadable too.
 func decodeProperties(b []byte) (amqp.Publishing, error) {
 	var p amqp.Publishing
-	d := &decoder{b: b}
-	flags := d.u16()
+	d := codec.NewDecoder(b, errMalformed)
+	flags := d.U16()
 	str := func(flag uint16, dst *string) {
 		if flags&flag != 0 {
-			*dst = d.shortstr()
+			*dst = d.ShortString()
 		}
 	}
 	octet := func(flag uint16, dst *uint8) {
 		if flags&flag != 0 {
-			*dst = d.u8()
+			*dst = d.Byte()
 		}
 	}
 	var unreadable error
 	str(propContentType, &p.ContentType)
 	str(propContentEncoding, &p.ContentEncoding)
 	if flags&propHeaders != 0 {
-		n := d.u32()
+		n := d.U32()
 		if n > math.MaxInt32 {
-			d.err = fmt.Errorf("%w: headers table of %d bytes", errMalformed, n)
+			d.Fail(fmt.Sprintf("headers table of %d bytes", n))
 		}
-		if table := d.take(uint64(n)); d.err == nil {
+		if table := d.Next(uint64(n)); d.Err() == nil {
 			unreadable = checkTable(table, 0)
 		}
 	}
@@ -82,7 +84,7 @@ func decodeProperties(b []byte) (amqp.Publishing, error) {
 	str(propExpiration, &p.Expiration)
 	str(propMessageID, &p.MessageId)
 	if flags&propTimestamp != 0 {
-		p.Timestamp = time.Unix(int64(d.u64()), 0)
+		p.Timestamp = time.Unix(int64(d.U64()), 0)
 	}
 	str(propType, &p.Type)
 	str(propUserID, &p.UserId)
@@ -92,8 +94,8 @@ func decodeProperties(b []byte) (amqp.Publishing, error) {
 	switch {
 	case unreadable != nil:
 		return p, unreadable
-	case d.err != nil:
-		return p, fmt.Errorf("%w: %w", ErrUnreadable, d.err)
+	case d.Err() != nil:
+		return p, fmt.Errorf("%w: %w", ErrUnreadable, d.Err())
 	}
 	return p, nil
 }
@@ -107,16 +109,16 @@ func checkTable(b []byte, depth int) error {
 	if depth > clientMaxDepth {
 		return depthError()
 	}
-	d := &decoder{b: b}
+	d := codec.NewDecoder(b, errMalformed)
 	keys := make(map[string]struct{})
 	entries, over := 0, false
-	for d.remaining() > 0 {
-		key := d.shortstr()
+	for d.Len() > 0 {
+		key := d.ShortString()
 		if err := checkField(d, depth); err != nil {
 			return err
 		}
-		if d.err != nil {
-			return fmt.Errorf("%w: %w", ErrUnreadable, d.err)
+		if d.Err() != nil {
+			return fmt.Errorf("%w: %w", ErrUnreadable, d.Err())
 		}
 		entries++
 		if len(keys) >= clientMaxEntries {
@@ -132,22 +134,22 @@ func checkTable(b []byte, depth int) error {
 }
 
 // checkArray walks an encoded field array (length prefix included).
-func checkArray(d *decoder, depth int) error {
+func checkArray(d *codec.Decoder, depth int) error {
 	if depth > clientMaxDepth {
 		return depthError()
 	}
-	n := d.u32()
+	n := d.U32()
 	if n > math.MaxInt32 {
 		return fmt.Errorf("%w: %w: array of %d bytes", ErrUnreadable, errMalformed, n)
 	}
-	inner := &decoder{b: d.take(uint64(n))}
+	inner := codec.NewDecoder(d.Next(uint64(n)), errMalformed)
 	elements := 0
-	for d.err == nil && inner.remaining() > 0 {
+	for d.Err() == nil && inner.Len() > 0 {
 		if err := checkField(inner, depth); err != nil {
 			return err
 		}
-		if inner.err != nil {
-			return fmt.Errorf("%w: %w", ErrUnreadable, inner.err)
+		if inner.Err() != nil {
+			return fmt.Errorf("%w: %w", ErrUnreadable, inner.Err())
 		}
 		elements++
 	}
@@ -162,31 +164,31 @@ func depthError() error {
 }
 
 // checkField skips one field value (its type octet first), descending into
-// tables and arrays. Short reads are left in d.err for the caller.
-func checkField(d *decoder, depth int) error {
-	switch typ := d.u8(); typ {
+// tables and arrays. Short reads are left in d.Err() for the caller.
+func checkField(d *codec.Decoder, depth int) error {
+	switch typ := d.Byte(); typ {
 	case 't', 'b', 'B':
-		d.take(1)
+		d.Next(1)
 	case 's', 'u':
-		d.take(2)
+		d.Next(2)
 	case 'I', 'i', 'f':
-		d.take(4)
+		d.Next(4)
 	case 'l', 'd', 'T':
-		d.take(8)
+		d.Next(8)
 	case 'D':
-		d.take(5)
+		d.Next(5)
 	case 'V':
 	case 'S':
-		if n := d.u32(); n > math.MaxInt32 {
+		if n := d.U32(); n > math.MaxInt32 {
 			return fmt.Errorf("%w: %w: long string of %d bytes", ErrUnreadable, errMalformed, n)
 		} else {
-			d.take(uint64(n))
+			d.Next(uint64(n))
 		}
 	case 'x':
-		if n := int32(d.u32()); n < 0 {
+		if n := int32(d.U32()); n < 0 {
 			return fmt.Errorf("%w: %w: byte array of negative length", ErrUnreadable, errMalformed)
 		} else {
-			d.take(uint64(n))
+			d.Next(uint64(n))
 		}
 	case 'A':
 		return checkArray(d, depth+1)
@@ -194,15 +196,15 @@ func checkField(d *decoder, depth int) error {
 		if depth+1 > clientMaxDepth {
 			return depthError()
 		}
-		n := d.u32()
+		n := d.U32()
 		if n > math.MaxInt32 {
 			return fmt.Errorf("%w: %w: table of %d bytes", ErrUnreadable, errMalformed, n)
 		}
-		if inner := d.take(uint64(n)); d.err == nil {
+		if inner := d.Next(uint64(n)); d.Err() == nil {
 			return checkTable(inner, depth+1)
 		}
 	default:
-		if d.err == nil {
+		if d.Err() == nil {
 			return fmt.Errorf("%w: %w: unknown field type 0x%02x", ErrUnreadable, errMalformed, typ)
 		}
 	}

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/delaybridge/delaybridge/internal/codec"
 )
 
 // Test encoders of AMQP field values (type octet included).
@@ -239,7 +241,7 @@ func fakeBroker(nc net.Conn, props []byte, ready <-chan struct{}) error {
 	r, w := bufio.NewReader(nc), bufio.NewWriter(nc)
 	method := func(class, id uint16, args []byte) error {
 		p := append(binary.BigEndian.AppendUint32(nil, uint32(class)<<16|uint32(id)), args...)
-		if err := writeRawFrame(w, frameMethod, 0, p); err != nil {
+		if err := codec.WriteFrame(w, codec.FrameMethod, 0, p); err != nil {
 			return err
 		}
 		return w.Flush()
@@ -248,27 +250,23 @@ func fakeBroker(nc net.Conn, props []byte, ready <-chan struct{}) error {
 	if _, err := io.ReadFull(r, hdr[:]); err != nil {
 		return err
 	}
-	var e encoder
-	e.u8(0)
-	e.u8(9)
-	e.longstr(nil)
-	e.longstr([]byte("PLAIN"))
-	e.longstr([]byte("en_US"))
-	if err := method(10, 10, e.b); err != nil {
+	b := codec.AppendLongBytes([]byte{0, 9}, nil)
+	b = codec.AppendLongBytes(b, []byte("PLAIN"))
+	b = codec.AppendLongBytes(b, []byte("en_US"))
+	if err := method(10, 10, b); err != nil {
 		return err
 	}
-	if _, err := readRawFrame(r, 1<<20); err != nil { // start-ok
+	if _, err := codec.ReadFrame(r, 1<<20); err != nil { // start-ok
 		return err
 	}
-	e = encoder{}
-	e.u16(0)
-	e.u32(1 << 17)
-	e.u16(0)
-	if err := method(10, 30, e.b); err != nil {
+	b = binary.BigEndian.AppendUint16(nil, 0)
+	b = binary.BigEndian.AppendUint32(b, 1<<17)
+	b = binary.BigEndian.AppendUint16(b, 0)
+	if err := method(10, 30, b); err != nil {
 		return err
 	}
 	for range 2 { // tune-ok, open
-		if _, err := readRawFrame(r, 1<<20); err != nil {
+		if _, err := codec.ReadFrame(r, 1<<20); err != nil {
 			return err
 		}
 	}
@@ -281,19 +279,15 @@ func fakeBroker(nc net.Conn, props []byte, ready <-chan struct{}) error {
 	header = binary.BigEndian.AppendUint16(header, 0)
 	header = binary.BigEndian.AppendUint64(header, 0)
 	header = append(header, props...)
-	if writeRawFrame(w, frameHeader, 1, header) != nil || w.Flush() != nil {
+	if codec.WriteFrame(w, codec.FrameHeader, 1, header) != nil || w.Flush() != nil {
 		return nil
 	}
-	e = encoder{}
-	e.u16(200)
-	e.shortstr("bye")
-	e.u16(0)
-	e.u16(0)
-	if method(10, 50, e.b) != nil {
+	b = codec.AppendShortString(binary.BigEndian.AppendUint16(nil, 200), "bye")
+	if method(10, 50, append(b, 0, 0, 0, 0)) != nil {
 		return nil
 	}
 	for {
-		if _, err := readRawFrame(r, 1<<20); err != nil {
+		if _, err := codec.ReadFrame(r, 1<<20); err != nil {
 			return nil
 		}
 	}
