@@ -5,6 +5,8 @@ import (
 	"encoding/binary"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/delaybridge/delaybridge/internal/codec"
 )
 
 // RedeliveryHeaders are the headers a broker adds or changes when it
@@ -35,7 +37,7 @@ func Fingerprint(d *amqp.Delivery) ([]byte, error) {
 	// The body is hashed where it lies, not copied into the encoding.
 	body := p.Body
 	p.Body = nil
-	b := appendString(appendString(make([]byte, 0, 256), d.Exchange), d.RoutingKey)
+	b := codec.AppendString(codec.AppendString(make([]byte, 0, 256), d.Exchange), d.RoutingKey)
 	b, err := Encode(b, &p)
 	if err != nil {
 		return nil, err

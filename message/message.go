@@ -16,6 +16,8 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/delaybridge/delaybridge/internal/codec"
 )
 
 const version = 1
@@ -53,10 +55,10 @@ func Encode(dst []byte, p *amqp.Publishing) ([]byte, error) {
 	b := append(dst, version)
 	for _, s := range [...]string{p.ContentType, p.ContentEncoding, p.CorrelationId, p.ReplyTo,
 		p.Expiration, p.MessageId, p.Type, p.UserId, p.AppId} {
-		b = appendString(b, s)
+		b = codec.AppendString(b, s)
 	}
 	b = append(b, p.DeliveryMode, p.Priority)
-	b = appendTime(b, p.Timestamp)
+	b = codec.AppendUnixTime(b, p.Timestamp)
 	if p.Headers == nil {
 		b = append(b, 0)
 	} else {
@@ -66,51 +68,31 @@ func Encode(dst []byte, p *amqp.Publishing) ([]byte, error) {
 			return nil, err
 		}
 	}
-	b = binary.AppendUvarint(b, uint64(len(p.Body)))
-	return append(b, p.Body...), nil
+	return codec.AppendBytes(b, p.Body), nil
 }
 
 // Decode rebuilds the publishing encoded in b. The result does not alias b.
 func Decode(b []byte) (amqp.Publishing, error) {
-	r := reader{b: b}
+	d := codec.NewDecoder(b, ErrCorrupt)
 	var p amqp.Publishing
-	if v := r.byte(); v != version {
+	if v := d.Byte(); v != version {
 		return p, fmt.Errorf("%w: unknown version %d", ErrCorrupt, v)
 	}
 	for _, s := range [...]*string{&p.ContentType, &p.ContentEncoding, &p.CorrelationId, &p.ReplyTo,
 		&p.Expiration, &p.MessageId, &p.Type, &p.UserId, &p.AppId} {
-		*s = r.string()
+		*s = d.String()
 	}
-	p.DeliveryMode = r.byte()
-	p.Priority = r.byte()
-	p.Timestamp = r.time()
-	if r.byte() == 1 {
-		p.Headers = r.table(0)
+	p.DeliveryMode = d.Byte()
+	p.Priority = d.Byte()
+	p.Timestamp = d.UnixTime()
+	if d.Byte() == 1 {
+		p.Headers = readTable(d, 0)
 	}
-	p.Body = r.bytes()
-	if r.err != nil {
-		return amqp.Publishing{}, r.err
-	}
-	if len(r.b) != 0 {
-		return amqp.Publishing{}, fmt.Errorf("%w: %d trailing bytes", ErrCorrupt, len(r.b))
+	p.Body = d.Bytes()
+	if err := d.End(); err != nil {
+		return amqp.Publishing{}, err
 	}
 	return p, nil
-}
-
-func appendString(b []byte, s string) []byte {
-	b = binary.AppendUvarint(b, uint64(len(s)))
-	return append(b, s...)
-}
-
-// appendTime writes seconds and nanoseconds separately: an AMQP timestamp is
-// any 64-bit second count, far outside what UnixNano can hold.
-func appendTime(b []byte, t time.Time) []byte {
-	if t.IsZero() {
-		return append(b, 0)
-	}
-	b = append(b, 1)
-	b = binary.AppendVarint(b, t.Unix())
-	return binary.AppendUvarint(b, uint64(t.Nanosecond()))
 }
 
 // appendTable writes the entries in key order: the same table always
@@ -118,7 +100,7 @@ func appendTime(b []byte, t time.Time) []byte {
 func appendTable(b []byte, t amqp.Table) ([]byte, error) {
 	b = binary.AppendUvarint(b, uint64(len(t)))
 	for _, k := range slices.Sorted(maps.Keys(t)) {
-		b = appendString(b, k)
+		b = codec.AppendString(b, k)
 		var err error
 		if b, err = appendValue(b, t[k]); err != nil {
 			return nil, fmt.Errorf("header %q: %w", k, err)
@@ -165,12 +147,11 @@ func appendValue(b []byte, v any) ([]byte, error) {
 	case amqp.Decimal:
 		return binary.BigEndian.AppendUint32(append(b, 'D', v.Scale), uint32(v.Value)), nil
 	case string:
-		return appendString(append(b, 'S'), v), nil
+		return codec.AppendString(append(b, 'S'), v), nil
 	case []byte:
-		b = binary.AppendUvarint(append(b, 'x'), uint64(len(v)))
-		return append(b, v...), nil
+		return codec.AppendBytes(append(b, 'x'), v), nil
 	case time.Time:
-		return appendTime(append(b, 'T'), v), nil
+		return codec.AppendUnixTime(append(b, 'T'), v), nil
 	case amqp.Table:
 		return appendTable(append(b, 'F'), v)
 	case []any:
@@ -186,179 +167,78 @@ func appendValue(b []byte, v any) ([]byte, error) {
 	return nil, fmt.Errorf("value of type %T is not an AMQP field type", v)
 }
 
-// reader consumes b; the first error sticks and later reads return zero values.
-type reader struct {
-	b   []byte
-	err error
-}
-
-func (r *reader) fail(what string) {
-	if r.err == nil {
-		r.err = fmt.Errorf("%w: %s", ErrCorrupt, what)
-	}
-	r.b = nil
-}
-
-func (r *reader) take(n uint64) []byte {
-	if r.err != nil {
-		return nil
-	}
-	if n > uint64(len(r.b)) {
-		r.fail("truncated")
-		return nil
-	}
-	out := r.b[:n:n]
-	r.b = r.b[n:]
-	return out
-}
-
-func (r *reader) byte() byte {
-	if s := r.take(1); s != nil {
-		return s[0]
-	}
-	return 0
-}
-
-func (r *reader) uvarint() uint64 {
-	if r.err != nil {
-		return 0
-	}
-	v, n := binary.Uvarint(r.b)
-	if n <= 0 {
-		r.fail("bad length")
-		return 0
-	}
-	r.b = r.b[n:]
-	return v
-}
-
-func (r *reader) string() string { return string(r.take(r.uvarint())) }
-
-func (r *reader) bytes() []byte {
-	n := r.uvarint()
-	s := r.take(n)
-	if r.err != nil {
-		return nil
-	}
-	return append(make([]byte, 0, n), s...)
-}
-
-func (r *reader) time() time.Time {
-	switch r.byte() {
-	case 0:
-		return time.Time{}
-	case 1:
-		if r.err != nil {
-			return time.Time{}
-		}
-		sec, n := binary.Varint(r.b)
-		if n <= 0 {
-			r.fail("bad time")
-			return time.Time{}
-		}
-		r.b = r.b[n:]
-		nsec := r.uvarint()
-		if nsec >= 1e9 {
-			r.fail("bad nanoseconds")
-			return time.Time{}
-		}
-		return time.Unix(sec, int64(nsec)).UTC()
-	}
-	r.fail("bad time flag")
-	return time.Time{}
-}
-
-func (r *reader) u16() uint16 {
-	if s := r.take(2); s != nil {
-		return binary.BigEndian.Uint16(s)
-	}
-	return 0
-}
-
-func (r *reader) u32() uint32 {
-	if s := r.take(4); s != nil {
-		return binary.BigEndian.Uint32(s)
-	}
-	return 0
-}
-
-func (r *reader) u64() uint64 {
-	if s := r.take(8); s != nil {
-		return binary.BigEndian.Uint64(s)
-	}
-	return 0
-}
-
-func (r *reader) table(depth int) amqp.Table {
+// readTable reads what appendTable wrote, at depth.
+func readTable(d *codec.Decoder, depth int) amqp.Table {
 	if depth > maxDepth {
-		r.fail("nesting too deep")
+		d.Fail("nesting too deep")
 		return nil
 	}
-	n := r.uvarint()
-	if n > uint64(len(r.b)) { // every entry takes at least one byte
-		r.fail("table length")
+	n := d.Uvarint()
+	if n > uint64(d.Len()) { // every entry takes at least one byte
+		d.Fail("table length")
 		return nil
 	}
 	t := make(amqp.Table, n)
-	for i := uint64(0); i < n && r.err == nil; i++ {
-		k := r.string()
-		t[k] = r.value(depth)
+	for i := uint64(0); i < n && d.Err() == nil; i++ {
+		k := d.String()
+		t[k] = readValue(d, depth)
 	}
 	return t
 }
 
-func (r *reader) value(depth int) any {
-	switch tag := r.byte(); tag {
+// readValue reads what appendValue wrote, at depth.
+func readValue(d *codec.Decoder, depth int) any {
+	switch tag := d.Byte(); tag {
 	case 'V':
 		return nil
 	case 't':
-		return r.byte() != 0
+		return d.Byte() != 0
 	case 'b':
-		return int8(r.byte())
+		return int8(d.Byte())
 	case 'B':
-		return r.byte()
+		return d.Byte()
 	case 's':
-		return int16(r.u16())
+		return int16(d.U16())
 	case 'u':
-		return r.u16()
+		return d.U16()
 	case 'I':
-		return int32(r.u32())
+		return int32(d.U32())
 	case 'i':
-		return r.u32()
+		return d.U32()
 	case 'l':
-		return int64(r.u64())
+		return int64(d.U64())
 	case 'f':
-		return math.Float32frombits(r.u32())
+		return math.Float32frombits(d.U32())
 	case 'd':
-		return math.Float64frombits(r.u64())
+		return math.Float64frombits(d.U64())
 	case 'D':
-		scale := r.byte()
-		return amqp.Decimal{Scale: scale, Value: int32(r.u32())}
+		scale := d.Byte()
+		return amqp.Decimal{Scale: scale, Value: int32(d.U32())}
 	case 'S':
-		return r.string()
+		return d.String()
 	case 'x':
-		return r.bytes()
+		return d.Bytes()
 	case 'T':
-		return r.time()
+		return d.UnixTime()
 	case 'F':
-		return r.table(depth + 1)
+		return readTable(d, depth+1)
 	case 'A':
 		if depth+1 > maxDepth {
-			r.fail("nesting too deep")
+			d.Fail("nesting too deep")
 			return nil
 		}
-		n := r.uvarint()
-		if n > uint64(len(r.b)) {
-			r.fail("array length")
+		n := d.Uvarint()
+		if n > uint64(d.Len()) {
+			d.Fail("array length")
 			return nil
 		}
 		a := make([]any, 0, n)
-		for i := uint64(0); i < n && r.err == nil; i++ {
-			a = append(a, r.value(depth+1))
+		for i := uint64(0); i < n && d.Err() == nil; i++ {
+			a = append(a, readValue(d, depth+1))
 		}
 		return a
 	default:
-		r.fail(fmt.Sprintf("unknown value tag %q", tag))
+		d.Fail(fmt.Sprintf("unknown value tag %q", tag))
 		return nil
 	}
 }
