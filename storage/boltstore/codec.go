@@ -8,6 +8,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/delaybridge/delaybridge/internal/codec"
 	"github.com/delaybridge/delaybridge/storage"
 )
 
@@ -54,16 +55,13 @@ type record struct {
 //
 // string: uvarint length, then the bytes.
 // bytes:  uvarint length+1, then the bytes; 0 encodes a nil slice.
-// time:   varint seconds since 0001-01-01T00:00:00Z, then uvarint nanoseconds
+// time:   codec.AppendYear1Time: varint seconds since 0001-01-01T00:00:00Z,
 //
-//	(< 1e9). The zero time.Time encodes as 0,0 and decodes as the zero
-//	time; every time decodes in UTC.
+//	then uvarint nanoseconds (< 1e9). The zero time.Time encodes as 0,0
+//	and decodes as the zero time; every time decodes in UTC.
 //
 // Decoding is strict: an unknown version or index, a length running past the
 // end, nanoseconds >= 1e9 or trailing bytes are errors.
-
-// secondsToUnix is the offset between seconds since year 1 and Unix seconds.
-const secondsToUnix int64 = 62135596800
 
 var errCorrupt = errors.New("corrupt record")
 
@@ -76,44 +74,31 @@ func encodeRecord(r *record) []byte {
 	b = append(b, recordVersion, r.index)
 	b = append(b, r.key[:]...)
 	b = appendHead(b, &r.Timeout)
-	b = appendString(b, r.Lock)
-	b = appendTime(b, r.LockExpiresAt)
-	return appendTime(b, r.NotBefore)
-}
-
-func appendString(b []byte, s string) []byte {
-	b = binary.AppendUvarint(b, uint64(len(s)))
-	return append(b, s...)
-}
-
-func appendTime(b []byte, t time.Time) []byte {
-	if t.IsZero() {
-		return append(b, 0, 0)
-	}
-	b = binary.AppendVarint(b, t.Unix()+secondsToUnix)
-	return binary.AppendUvarint(b, uint64(t.Nanosecond()))
+	b = codec.AppendString(b, r.Lock)
+	b = codec.AppendYear1Time(b, r.LockExpiresAt)
+	return codec.AppendYear1Time(b, r.NotBefore)
 }
 
 // decodeRecord decodes v, a record of versions 1 to 3 (format 1), into a
 // record that shares no memory with v (v may be bbolt's mmap, valid only
 // inside the transaction).
 func decodeRecord(v []byte) (*record, error) {
-	d := decoder{b: v}
-	version := d.byte()
-	if d.err == nil && (version < 1 || version > recordVersion) {
+	d := codec.NewDecoder(v, errCorrupt)
+	version := d.Byte()
+	if d.Err() == nil && (version < 1 || version > recordVersion) {
 		return nil, fmt.Errorf("%w: unknown version %d", errCorrupt, version)
 	}
 	r := &record{}
-	r.index = d.byte()
-	if d.err == nil && r.index != idxReady && r.index != idxLeased {
+	r.index = d.Byte()
+	if d.Err() == nil && r.index != idxReady && r.index != idxLeased {
 		return nil, fmt.Errorf("%w: unknown index %d", errCorrupt, r.index)
 	}
-	copy(r.key[:], d.next(keyLen))
-	d.head(&r.Timeout, version, true)
-	r.Lock = d.string()
-	r.LockExpiresAt = d.time()
-	r.NotBefore = d.time()
-	if err := d.end(); err != nil {
+	copy(r.key[:], d.Next(keyLen))
+	readHead(d, &r.Timeout, version, true)
+	r.Lock = d.String()
+	r.LockExpiresAt = d.Year1Time()
+	r.NotBefore = d.Year1Time()
+	if err := d.End(); err != nil {
 		return nil, err
 	}
 	return r, nil
@@ -149,52 +134,41 @@ func encodeRow(t *storage.Timeout) []byte {
 		len(t.LastError)+len(t.Message)+len(t.Fingerprint)+6*binary.MaxVarintLen64)
 	b = append(b, rowVersion)
 	b = appendHead(b, t)
-	b = appendTime(b, t.NotBefore)
-	return appendBytes(b, t.Fingerprint)
-}
-
-// appendBytes writes p as the format's bytes: a nil p is length 0.
-func appendBytes(b, p []byte) []byte {
-	if p == nil {
-		return binary.AppendUvarint(b, 0)
-	}
-	b = binary.AppendUvarint(b, uint64(len(p))+1)
-	return append(b, p...)
+	b = codec.AppendYear1Time(b, t.NotBefore)
+	return codec.AppendNullableBytes(b, t.Fingerprint)
 }
 
 // appendHead appends the fields versions 3 and 4 share, ID to LastError.
 func appendHead(b []byte, t *storage.Timeout) []byte {
-	b = appendString(b, t.ID)
-	b = appendString(b, t.Destination)
-	b = appendString(b, t.Exchange)
-	b = appendString(b, t.SagaID)
-	b = appendTime(b, t.DueAt)
-	b = appendTime(b, t.ReceivedAt)
-	b = appendBytes(b, t.Message)
+	b = codec.AppendString(b, t.ID)
+	b = codec.AppendString(b, t.Destination)
+	b = codec.AppendString(b, t.Exchange)
+	b = codec.AppendString(b, t.SagaID)
+	b = codec.AppendYear1Time(b, t.DueAt)
+	b = codec.AppendYear1Time(b, t.ReceivedAt)
+	b = codec.AppendNullableBytes(b, t.Message)
 	b = binary.AppendVarint(b, int64(t.Attempts))
-	return appendString(b, t.LastError)
+	return codec.AppendString(b, t.LastError)
 }
 
 // decodeRow decodes a record of version 4 or 5 into a timeout that shares
 // no memory with v; without withMessage it leaves Message nil and copies
 // nothing of it.
 func decodeRow(v []byte, withMessage bool) (*storage.Timeout, error) {
-	d := decoder{b: v}
-	version := d.byte()
-	if d.err == nil && version != rowVersion && version != rowVersion4 {
+	d := codec.NewDecoder(v, errCorrupt)
+	version := d.Byte()
+	if d.Err() == nil && version != rowVersion && version != rowVersion4 {
 		return nil, fmt.Errorf("%w: unknown version %d", errCorrupt, version)
 	}
 	t := &storage.Timeout{}
-	d.head(t, version, withMessage)
-	t.NotBefore = d.time()
+	readHead(d, t, version, withMessage)
+	t.NotBefore = d.Year1Time()
 	if version >= 5 {
-		if n := d.uvarint(); n > 0 {
-			if fp := d.next(n - 1); fp != nil {
-				t.Fingerprint = bytes.Clone(fp)
-			}
+		if fp := d.NullableBytes(); fp != nil {
+			t.Fingerprint = bytes.Clone(fp)
 		}
 	}
-	if err := d.end(); err != nil {
+	if err := d.End(); err != nil {
 		return nil, err
 	}
 	return t, nil
@@ -205,132 +179,38 @@ func decodeRow(v []byte, withMessage bool) (*storage.Timeout, error) {
 // file, and decodeRow would copy five fields of each. Only the fields up to
 // the exchange are checked; a read of the row (decodeRow) checks the rest.
 func rowDest(v []byte) (exchange, key []byte, err error) {
-	d := decoder{b: v}
-	if version := d.byte(); d.err == nil && version != rowVersion && version != rowVersion4 {
+	d := codec.NewDecoder(v, errCorrupt)
+	if version := d.Byte(); d.Err() == nil && version != rowVersion && version != rowVersion4 {
 		return nil, nil, fmt.Errorf("%w: unknown version %d", errCorrupt, version)
 	}
-	d.next(d.uvarint()) // ID
-	key = d.next(d.uvarint())
-	exchange = d.next(d.uvarint())
-	return exchange, key, d.err
+	d.Next(d.Uvarint()) // ID
+	key = d.Next(d.Uvarint())
+	exchange = d.Next(d.Uvarint())
+	return exchange, key, d.Err()
 }
 
-// head decodes the fields from ID to LastError of a record of version.
-func (d *decoder) head(t *storage.Timeout, version byte, withMessage bool) {
-	t.ID = d.string()
-	t.Destination = d.string()
+// readHead decodes the fields from ID to LastError of a record of version.
+func readHead(d *codec.Decoder, t *storage.Timeout, version byte, withMessage bool) {
+	t.ID = d.String()
+	t.Destination = d.String()
 	if version >= 2 {
-		t.Exchange = d.string()
+		t.Exchange = d.String()
 	}
 	if version >= 3 {
-		t.SagaID = d.string()
+		t.SagaID = d.String()
 	}
-	t.DueAt = d.time()
-	t.ReceivedAt = d.time()
-	if n := d.uvarint(); n > 0 {
-		if msg := d.next(n - 1); msg != nil && withMessage {
-			t.Message = make([]byte, len(msg))
-			copy(t.Message, msg)
-		}
+	t.DueAt = d.Year1Time()
+	t.ReceivedAt = d.Year1Time()
+	if msg := d.NullableBytes(); msg != nil && withMessage {
+		t.Message = make([]byte, len(msg))
+		copy(t.Message, msg)
 	}
-	attempts := d.varint()
-	if d.err == nil && (attempts < math.MinInt || attempts > math.MaxInt) {
-		d.fail("attempts out of range")
+	attempts := d.Varint()
+	if d.Err() == nil && (attempts < math.MinInt || attempts > math.MaxInt) {
+		d.Fail("attempts out of range")
 	}
 	t.Attempts = int(attempts)
-	t.LastError = d.string()
-}
-
-// end fails on trailing bytes and returns the first error.
-func (d *decoder) end() error {
-	if d.err == nil && len(d.b) != 0 {
-		d.fail(fmt.Sprintf("%d trailing bytes", len(d.b)))
-	}
-	return d.err
-}
-
-// decoder consumes v; after the first error every read returns zero values.
-type decoder struct {
-	b   []byte
-	err error
-}
-
-func (d *decoder) fail(what string) {
-	if d.err == nil {
-		d.err = fmt.Errorf("%w: %s", errCorrupt, what)
-	}
-	d.b = nil
-}
-
-func (d *decoder) next(n uint64) []byte {
-	if d.err != nil {
-		return nil
-	}
-	if n > uint64(len(d.b)) {
-		d.fail("truncated")
-		return nil
-	}
-	p := d.b[:n:n]
-	d.b = d.b[n:]
-	return p
-}
-
-func (d *decoder) byte() byte {
-	if p := d.next(1); p != nil {
-		return p[0]
-	}
-	return 0
-}
-
-func (d *decoder) uvarint() uint64 {
-	if d.err != nil {
-		return 0
-	}
-	v, n := binary.Uvarint(d.b)
-	if n <= 0 {
-		d.fail("bad uvarint")
-		return 0
-	}
-	d.b = d.b[n:]
-	return v
-}
-
-func (d *decoder) varint() int64 {
-	if d.err != nil {
-		return 0
-	}
-	v, n := binary.Varint(d.b)
-	if n <= 0 {
-		d.fail("bad varint")
-		return 0
-	}
-	d.b = d.b[n:]
-	return v
-}
-
-func (d *decoder) string() string {
-	n := d.uvarint()
-	return string(d.next(n)) // string() copies
-}
-
-func (d *decoder) time() time.Time {
-	sec := d.varint()
-	nsec := d.uvarint()
-	if d.err != nil {
-		return time.Time{}
-	}
-	if nsec >= 1e9 {
-		d.fail("nanoseconds out of range")
-		return time.Time{}
-	}
-	if sec == 0 && nsec == 0 {
-		return time.Time{}
-	}
-	if sec < math.MinInt64+secondsToUnix {
-		d.fail("time out of range")
-		return time.Time{}
-	}
-	return time.Unix(sec-secondsToUnix, int64(nsec)).UTC()
+	t.LastError = d.String()
 }
 
 // Index keys: 8 bytes big-endian time, then 8 bytes big-endian sequence (the

@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/delaybridge/delaybridge/internal/codec"
 	"github.com/delaybridge/delaybridge/storage"
 )
 
@@ -317,7 +318,7 @@ func TestRowDest(t *testing.T) {
 		if err != nil || string(exchange) != full.Exchange || string(key) != full.Destination {
 			t.Fatalf("rowDest = %q, %q, %v; want %q, %q", exchange, key, err, full.Exchange, full.Destination)
 		}
-		head := len(appendString(appendString(appendString([]byte{rowVersion}, r.ID), r.Destination), r.Exchange))
+		head := len(codec.AppendString(codec.AppendString(codec.AppendString([]byte{rowVersion}, r.ID), r.Destination), r.Exchange))
 		for n := range head {
 			if _, _, err := rowDest(row[:n]); !errors.Is(err, errCorrupt) {
 				t.Fatalf("rowDest of %d of %d bytes: %v, want errCorrupt", n, head, err)
