@@ -137,25 +137,3 @@ func TestDecodeDoesNotAliasInput(t *testing.T) {
 		t.Fatal("decoded message changed when its input buffer was overwritten")
 	}
 }
-
-func FuzzDecode(f *testing.F) {
-	p := fullPublishing()
-	enc, _ := Encode(nil, &p)
-	f.Add(enc)
-	f.Add([]byte{1})
-	f.Add([]byte{1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0xff, 0xff, 0xff, 0xff, 0x0f})
-	f.Fuzz(func(t *testing.T, b []byte) {
-		got, err := Decode(b)
-		if err != nil {
-			return
-		}
-		// Whatever decodes must encode and decode to the same thing.
-		again, err := Encode(nil, &got)
-		if err != nil {
-			t.Fatalf("re-encode: %v", err)
-		}
-		if _, err := Decode(again); err != nil {
-			t.Fatalf("decode of re-encoding: %v", err)
-		}
-	})
-}
