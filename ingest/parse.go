@@ -221,7 +221,7 @@ func parseDueAt(v any) (time.Time, error) {
 	}
 	t, err := time.Parse(time.RFC3339Nano, strings.ToUpper(strings.TrimSpace(s)))
 	if err != nil {
-		return time.Time{}, fmt.Errorf("header %s %q is not an RFC 3339 timestamp like 2026-11-21T20:00:00.250Z", wire.HeaderDueAt, clip(s))
+		return time.Time{}, fmt.Errorf("header %s %q is not an RFC 3339 timestamp like 2026-11-21T20:00:00.250Z", wire.HeaderDueAt, wire.Clip(s))
 	}
 	return inRange(wire.HeaderDueAt, t.UTC())
 }
@@ -244,11 +244,11 @@ func parseNSBTime(name string, v any) (time.Time, error) {
 		return time.Time{}, fmt.Errorf("header %s is %d bytes, too long for the NServiceBus wire format", name, len(s))
 	}
 	if nsbCultureTime.MatchString(s) {
-		return time.Time{}, fmt.Errorf("header %s %q is culture-dependent date text, as NServiceBus 3.0 betas wrote it: its day/month order and time zone are unknown; senders from NServiceBus 3.0.0 on write %s", name, clip(s), wire.NSBTimeLayout)
+		return time.Time{}, fmt.Errorf("header %s %q is culture-dependent date text, as NServiceBus 3.0 betas wrote it: its day/month order and time zone are unknown; senders from NServiceBus 3.0.0 on write %s", name, wire.Clip(s), wire.NSBTimeLayout)
 	}
 	t, err := wire.ParseNSBTime(s)
 	if err != nil {
-		return time.Time{}, fmt.Errorf("header %s %q is %v", name, clip(s), err)
+		return time.Time{}, fmt.Errorf("header %s %q is %v", name, wire.Clip(s), err)
 	}
 	return inRange(name, t)
 }
@@ -274,7 +274,7 @@ func parseDelay(v any) (int64, error) {
 		}
 		n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
 		if err != nil {
-			return 0, fmt.Errorf("header %s %q is not a whole number of milliseconds", wire.HeaderDelay, clip(s))
+			return 0, fmt.Errorf("header %s %q is not a whole number of milliseconds", wire.HeaderDelay, wire.Clip(s))
 		}
 		return delayInRange(n)
 	}
@@ -368,15 +368,6 @@ func typeName(v any) string {
 	return fmt.Sprintf("%T", v)
 }
 
-// clip keeps error text short when a header value is huge.
-func clip(s string) string {
-	const n = 64
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
-}
-
 // The readers below serve the parsers of the protocols under protocol/,
 // which read their headers by the same rules.
 
@@ -393,9 +384,6 @@ func ParseNSBTimeHeader(name string, v any) (time.Time, error) { return parseNSB
 
 // ParseDelay reads an x-delay value: milliseconds.
 func ParseDelay(v any) (int64, error) { return parseDelay(v) }
-
-// Clip keeps error text short when a header value is huge.
-func Clip(s string) string { return clip(s) }
 
 // TypeName names a header value's type in error text.
 func TypeName(v any) string { return typeName(v) }

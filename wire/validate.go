@@ -86,3 +86,15 @@ func ValidateExchange(what, x string) error {
 func ValidateRoutingKey(what, k string) error {
 	return validate(ErrInvalidDestination, what, k, "a routing key", MaxDestinationBytes)
 }
+
+// Clip cuts s to 64 bytes, marked "…" when cut: an error that quotes a
+// refused value, which may be huge, stays short.
+func Clip(s string) string { return ClipTo(s, 64) }
+
+// ClipTo cuts s to n bytes, marked "…" when cut.
+func ClipTo(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}

@@ -47,3 +47,15 @@ func TestValidateDestination(t *testing.T) {
 		}
 	}
 }
+
+func TestClip(t *testing.T) {
+	s64 := strings.Repeat("a", 64)
+	for in, want := range map[string]string{"": "", "short": "short", s64: s64, s64 + "b": s64 + "…"} {
+		if got := Clip(in); got != want {
+			t.Errorf("Clip(%d bytes) = %q, want %q", len(in), got, want)
+		}
+	}
+	if got := ClipTo("abcdef", 3); got != "abc…" {
+		t.Errorf("ClipTo(abcdef, 3) = %q", got)
+	}
+}

@@ -495,7 +495,7 @@ func guid(fs []field, name string) (uuid.UUID, error) {
 	// braces or parentheses; uuid.Parse takes the first three of those.
 	id, err := uuid.Parse(strings.TrimSuffix(strings.TrimPrefix(s, "("), ")"))
 	if err != nil {
-		return uuid.UUID{}, fmt.Errorf("%s %q is not a Guid", name, clip(s))
+		return uuid.UUID{}, fmt.Errorf("%s %q is not a Guid", name, wire.Clip(s))
 	}
 	return id, nil
 }
@@ -509,7 +509,7 @@ func guid(fs []field, name string) (uuid.UUID, error) {
 func (o Options) Exchange(a string) (string, error) {
 	u, err := url.Parse(a)
 	if err != nil {
-		return "", fmt.Errorf("%q is not an address: %w", clip(a), err)
+		return "", fmt.Errorf("%q is not an address: %w", wire.Clip(a), err)
 	}
 	var name string
 	switch strings.ToLower(u.Scheme) {
@@ -522,24 +522,24 @@ func (o Options) Exchange(a string) (string, error) {
 			name = strings.TrimPrefix(u.EscapedPath(), "/")
 		}
 	default:
-		return "", fmt.Errorf("%q: the address scheme %q is not a RabbitMQ one (rabbitmq, rabbitmqs, amqp, amqps, queue, exchange)", clip(a), u.Scheme)
+		return "", fmt.Errorf("%q: the address scheme %q is not a RabbitMQ one (rabbitmq, rabbitmqs, amqp, amqps, queue, exchange)", wire.Clip(a), u.Scheme)
 	}
 	if name, err = url.PathUnescape(name); err != nil {
-		return "", fmt.Errorf("%q: %w", clip(a), err)
+		return "", fmt.Errorf("%q: %w", wire.Clip(a), err)
 	}
 	if name == "" {
-		return "", fmt.Errorf("%q names no queue or exchange", clip(a))
+		return "", fmt.Errorf("%q names no queue or exchange", wire.Clip(a))
 	}
 	if name == "*" {
 		// RabbitMqEndpointAddress: a new name for each address, an entity
 		// only the sending bus would declare.
-		return "", fmt.Errorf("%q asks for a temporary entity named by the sender; the bridge cannot create it", clip(a))
+		return "", fmt.Errorf("%q asks for a temporary entity named by the sender; the bridge cannot create it", wire.Clip(a))
 	}
-	if err := (wire.Destination{Exchange: name}).Validate(fmt.Sprintf("%q", clip(a))); err != nil {
+	if err := (wire.Destination{Exchange: name}).Validate(fmt.Sprintf("%q", wire.Clip(a))); err != nil {
 		return "", err
 	}
 	if slices.Contains(o.boundExchanges(), name) {
-		return "", fmt.Errorf("%q is the scheduler queue's own exchange %q: it would come back", clip(a), name)
+		return "", fmt.Errorf("%q is the scheduler queue's own exchange %q: it would come back", wire.Clip(a), name)
 	}
 	return name, nil
 }
@@ -555,16 +555,7 @@ func ParseTime(s string) (time.Time, error) {
 			return t.UTC().Truncate(100), nil
 		}
 	}
-	return time.Time{}, fmt.Errorf("%q is not an ISO 8601 time such as 2026-11-24T12:45:30.1234567Z", clip(s))
-}
-
-// clip keeps error text short when a value is huge.
-func clip(s string) string {
-	const n = 64
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
+	return time.Time{}, fmt.Errorf("%q is not an ISO 8601 time such as 2026-11-24T12:45:30.1234567Z", wire.Clip(s))
 }
 
 // stampHeader marks a stored forward as this package's until it is sent;

@@ -11,6 +11,7 @@ import (
 	"github.com/delaybridge/delaybridge/broker"
 	"github.com/delaybridge/delaybridge/ingest"
 	"github.com/delaybridge/delaybridge/message"
+	"github.com/delaybridge/delaybridge/wire"
 	"github.com/delaybridge/delaybridge/wire/nsbdelay"
 )
 
@@ -189,7 +190,7 @@ func nsbInt(h amqp.Table, name string) (int64, bool, error) {
 		s, _, _ := ingest.HeaderString(h, name)
 		n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
 		if err != nil {
-			return 0, true, fmt.Errorf("header %s %q is not a whole number of seconds", name, ingest.Clip(s))
+			return 0, true, fmt.Errorf("header %s %q is not a whole number of seconds", name, wire.Clip(s))
 		}
 		return n, true, nil
 	}

@@ -237,7 +237,7 @@ const maxOffset = 14 * time.Hour
 // read in the local time zone of whichever host reads it: Rebus always
 // writes one. Minutes of the offset past 59 are refused too.
 func ParseTime(s string) (time.Time, error) {
-	bad := fmt.Errorf("%q is not a .NET round-trip time such as 2026-11-24T13:45:30.1234567+01:00", clip(s))
+	bad := fmt.Errorf("%q is not a .NET round-trip time such as 2026-11-24T13:45:30.1234567+01:00", wire.Clip(s))
 	if len(s) < 27 || len(s) > 33 {
 		return time.Time{}, bad
 	}
@@ -294,12 +294,3 @@ func ParseTime(s string) (time.Time, error) {
 }
 
 func isDigit(c byte) bool { return '0' <= c && c <= '9' }
-
-// clip keeps error text short when a header value is huge.
-func clip(s string) string {
-	const n = 64
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
-}

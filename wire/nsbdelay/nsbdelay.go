@@ -194,12 +194,12 @@ var ErrRoutingKey = errors.New("not an NServiceBus delay routing key (28 binary 
 // (the transport's tools take the address from character 56 on).
 func ParseRoutingKey(key string) (delaySeconds int, address string, err error) {
 	if len(key) <= keyPrefix {
-		return 0, "", fmt.Errorf("routing key %q is %w", clip(key), ErrRoutingKey)
+		return 0, "", fmt.Errorf("routing key %q is %w", wire.ClipTo(key, 80), ErrRoutingKey)
 	}
 	for i := 0; i < Levels; i++ {
 		digit, dot := key[2*i], key[2*i+1]
 		if (digit != '0' && digit != '1') || dot != '.' {
-			return 0, "", fmt.Errorf("routing key %q is %w", clip(key), ErrRoutingKey)
+			return 0, "", fmt.Errorf("routing key %q is %w", wire.ClipTo(key, 80), ErrRoutingKey)
 		}
 		delaySeconds = delaySeconds<<1 | int(digit-'0')
 	}
@@ -215,14 +215,6 @@ func (c Chain) LevelOf(queue string) (int, bool) {
 	}
 	k := int(rest[0]-'0')*10 + int(rest[1]-'0')
 	return k, k < Levels
-}
-
-func clip(s string) string {
-	const n = 80
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
 }
 
 // DeliverAtOfThisSend reports whether a message's NServiceBus.DeliverAt,
