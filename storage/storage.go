@@ -241,6 +241,38 @@ func CheckMessageID(id string) error {
 	return nil
 }
 
+// Limits of a stored timeout, the same for every store so that what one
+// takes the other takes too (docs/contract.md §7). They are bbolt's: its
+// keys hold at most MaxStoreKeyBytes, and storage/boltstore indexes a row by
+// an 8-byte prefix and the id, and a saga's rows by saga id, NUL and id.
+// Ingest never comes near them: wire.ValidateID holds ids and saga ids to
+// 255 bytes without control characters.
+const (
+	MaxStoreKeyBytes = 32768
+	MaxStoredIDBytes = MaxStoreKeyBytes - 8
+)
+
+// CheckInsert refuses timeouts no store can hold, naming the first one:
+// an id CheckMessageID refuses or longer than MaxStoredIDBytes, no
+// destination (neither queue nor exchange), or a saga id that holds a NUL
+// or makes the saga key (saga id, NUL, id) longer than MaxStoreKeyBytes.
+// Every store's Insert and ReplaceGroups call it before writing anything.
+func CheckInsert(ts []Timeout) error {
+	for i := range ts {
+		switch t := &ts[i]; {
+		case CheckMessageID(t.ID) != nil:
+			return fmt.Errorf("timeout %d: %w", i, CheckMessageID(t.ID))
+		case len(t.ID) > MaxStoredIDBytes:
+			return fmt.Errorf("timeout %d: id is %d bytes, longer than %d", i, len(t.ID), MaxStoredIDBytes)
+		case t.Destination == "" && t.Exchange == "":
+			return fmt.Errorf("timeout %q has an empty destination", t.ID)
+		case strings.IndexByte(t.SagaID, 0) >= 0 || len(t.SagaID)+1+len(t.ID) > MaxStoreKeyBytes:
+			return fmt.Errorf("timeout %q: saga id holds a NUL or is too long", t.ID)
+		}
+	}
+	return nil
+}
+
 // CancelMode says whether Cancel leaves a tombstone when nothing with the
 // id is pending.
 type CancelMode uint8

@@ -46,7 +46,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -351,7 +350,9 @@ func buckets(tx *bolt.Tx, c *counts) (txb, error) {
 
 const indexFillPercent = 0.5
 
-// maxIDLen is the longest id: an index key is 8 bytes and the id.
+// maxIDLen is the longest key of a row: an index key is 8 bytes and the
+// row's key. storage.CheckInsert holds ids to the same limit
+// (TestStorageLimitsAreBolts).
 const maxIDLen = bolt.MaxKeySize - 8
 
 var keyPending = []byte("pending")
@@ -572,7 +573,7 @@ func (s *Store) Insert(ctx context.Context, ts []storage.Timeout) ([]storage.Out
 		return nil, err
 	}
 	defer exit()
-	if err := checkInsert(ts); err != nil {
+	if err := storage.CheckInsert(ts); err != nil {
 		return nil, fmt.Errorf("boltstore: insert: %w", err)
 	}
 	outcomes, keys := make([]storage.Outcome, len(ts)), make([]string, len(ts))
@@ -602,23 +603,6 @@ func setKeys(ts []storage.Timeout, outcomes []storage.Outcome, keys []string) {
 			ts[i].ID = keys[i]
 		}
 	}
-}
-
-// checkInsert refuses the timeouts no record or index key can hold.
-func checkInsert(ts []storage.Timeout) error {
-	for i := range ts {
-		switch t := &ts[i]; {
-		case storage.CheckMessageID(t.ID) != nil:
-			return fmt.Errorf("timeout %d: %w", i, storage.CheckMessageID(t.ID))
-		case len(t.ID) > maxIDLen:
-			return fmt.Errorf("timeout %d: id is %d bytes, longer than %d", i, len(t.ID), maxIDLen)
-		case t.Destination == "" && t.Exchange == "":
-			return fmt.Errorf("timeout %q has an empty destination", t.ID)
-		case strings.IndexByte(t.SagaID, 0) >= 0 || len(t.SagaID)+1+len(t.ID) > bolt.MaxKeySize:
-			return fmt.Errorf("timeout %q: saga id holds a NUL or is too long", t.ID)
-		}
-	}
-	return nil
 }
 
 // insert stores the rows of ts that are neither cancelled at now nor the
@@ -1248,7 +1232,7 @@ func (s *Store) ReplaceGroups(ctx context.Context, groups []string, ts []storage
 		return nil, 0, 0, err
 	}
 	defer exit()
-	if err := checkInsert(ts); err != nil {
+	if err := storage.CheckInsert(ts); err != nil {
 		return nil, 0, 0, fmt.Errorf("boltstore: replace groups: %w", err)
 	}
 	outcomes = make([]storage.Outcome, len(ts))

@@ -22,6 +22,34 @@ import (
 
 var ctx = context.Background()
 
+// storage.CheckInsert's limits are the keys this store writes: an id at
+// the limit fits an index key, and so does a saga key (saga id, NUL, id) at
+// MaxStoreKeyBytes; both are stored and found.
+func TestStorageLimitsAreBolts(t *testing.T) {
+	if storage.MaxStoreKeyBytes != bolt.MaxKeySize || storage.MaxStoredIDBytes != maxIDLen {
+		t.Fatalf("storage limits %d, %d; bbolt's %d, %d", storage.MaxStoreKeyBytes, storage.MaxStoredIDBytes, bolt.MaxKeySize, maxIDLen)
+	}
+	s, err := Open(filepath.Join(t.TempDir(), "limits.db"), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	id := strings.Repeat("i", storage.MaxStoredIDBytes)
+	saga := strings.Repeat("s", storage.MaxStoreKeyBytes-1-len("x"))
+	ts := []storage.Timeout{{ID: id, Destination: "d", DueAt: time.Now()}, {ID: "x", Destination: "d", SagaID: saga, DueAt: time.Now()}}
+	if err := storage.CheckInsert(ts); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Insert(ctx, ts); err != nil {
+		t.Fatalf("Insert at the limits: %v", err)
+	}
+	for _, want := range ts {
+		if got, err := s.Get(ctx, want.ID); err != nil || got.SagaID != want.SagaID {
+			t.Fatalf("Get(%d-byte id) = saga of %d bytes, %v", len(want.ID), len(got.SagaID), err)
+		}
+	}
+}
+
 func TestConformance(t *testing.T) {
 	storetest.Run(t, func(t *testing.T, clock *storetest.Clock) storage.Store {
 		path := filepath.Join(t.TempDir(), "nested", "dir", "delaybridge.db")

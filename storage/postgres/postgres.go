@@ -686,7 +686,7 @@ SELECT (SELECT count(*) FROM cur), (SELECT count(*) FROM upd)`),
 // Insert stores the timeouts in one transaction; see storage.Store. Lock
 // and LockExpiresAt of the input are ignored: a new row is never leased.
 func (s *Store) Insert(ctx context.Context, in []storage.Timeout) ([]storage.Outcome, error) {
-	if err := checkInsert(in); err != nil {
+	if err := storage.CheckInsert(in); err != nil {
 		return nil, fmt.Errorf("postgres: insert: %w", err)
 	}
 	outcomes, keys := make([]storage.Outcome, len(in)), make([]string, len(in))
@@ -725,19 +725,6 @@ func (s *Store) Insert(ctx context.Context, in []storage.Timeout) ([]storage.Out
 	}
 	setKeys(in, outcomes, keys)
 	return outcomes, nil
-}
-
-// checkInsert refuses timeouts no row can hold.
-func checkInsert(in []storage.Timeout) error {
-	for i := range in {
-		switch t := &in[i]; {
-		case storage.CheckMessageID(t.ID) != nil:
-			return fmt.Errorf("timeout %d: %w", i, storage.CheckMessageID(t.ID))
-		case t.Destination == "" && t.Exchange == "":
-			return fmt.Errorf("timeout %q has an empty destination", t.ID)
-		}
-	}
-	return nil
 }
 
 func messageBytes(in []storage.Timeout) int64 {
@@ -1381,7 +1368,7 @@ func (s *Store) ReplaceGroups(ctx context.Context, groups []string, in []storage
 		outcomes, err = s.Insert(ctx, in)
 		return outcomes, 0, 0, err
 	}
-	if err := checkInsert(in); err != nil {
+	if err := storage.CheckInsert(in); err != nil {
 		return nil, 0, 0, fmt.Errorf("postgres: replace groups: %w", err)
 	}
 	var spared []string

@@ -18,9 +18,10 @@
 //     is leasable again. All times come from the injected clock.
 //   - Insert stores ID, Destination, Exchange, DueAt, ReceivedAt, Message,
 //     Attempts, LastError and NotBefore; it ignores Lock and LockExpiresAt (a
-//     new row is never leased). An empty ID, or an empty Destination without
-//     an Exchange, fails the whole call; with an Exchange, an empty
-//     Destination (routing key) is stored as such.
+//     new row is never leased). What storage.CheckInsert refuses (an empty
+//     ID, an empty Destination without an Exchange, a saga id with a NUL...)
+//     fails the whole call; with an Exchange, an empty Destination (routing
+//     key) is stored as such.
 //   - List's filter tells queues from exchanges: a Destination alone
 //     selects the rows for that queue only, never an exchange's rows with
 //     that routing key.
@@ -54,6 +55,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -708,16 +710,31 @@ func testInsertConcurrentSameIDs(e *env) {
 	}
 }
 
+// testInsertValidation: every store refuses what storage.CheckInsert
+// refuses, the whole call, before writing anything; ReplaceGroups too.
 func testInsertValidation(e *env) {
 	cases := map[string]storage.Timeout{
 		"empty id":          {ID: "", Destination: "d", DueAt: at(-time.Minute)},
 		"empty destination": {ID: "x", Destination: "", DueAt: at(-time.Minute)},
+		"id over the limit": {ID: strings.Repeat("i", storage.MaxStoredIDBytes+1), Destination: "d", DueAt: at(-time.Minute)},
+		"saga id with NUL":  {ID: "x", Destination: "d", SagaID: "s\x00", DueAt: at(-time.Minute)},
+		"saga key too long": {ID: "x", Destination: "d", SagaID: strings.Repeat("s", storage.MaxStoreKeyBytes-1), DueAt: at(-time.Minute)},
 	}
+	gr, replacer := e.s.(storage.GroupReplacer)
 	for name, bad := range cases {
+		if storage.CheckInsert([]storage.Timeout{bad}) == nil {
+			e.Fatalf("storage.CheckInsert takes a timeout with %s", name)
+		}
 		good := newTimeout("good", at(-time.Minute))
 		got, err := e.s.Insert(e.ctx, []storage.Timeout{good, bad})
 		if err == nil {
 			e.Fatalf("Insert with %s: got %v and no error", name, got)
+		}
+		if replacer {
+			got, _, _, err := gr.ReplaceGroups(e.ctx, []string{"g"}, []storage.Timeout{good, bad})
+			if err == nil {
+				e.Fatalf("ReplaceGroups with %s: got %v and no error", name, got)
+			}
 		}
 		e.expectMissing("good")
 		if bad.ID != "" {
