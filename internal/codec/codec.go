@@ -78,27 +78,21 @@ func (d *Decoder) Byte() byte {
 }
 
 // U16 reads a big-endian (network order) uint16.
-func (d *Decoder) U16() uint16 {
-	if p := d.Next(2); p != nil {
-		return binary.BigEndian.Uint16(p)
-	}
-	return 0
-}
+func (d *Decoder) U16() uint16 { return uint16(d.bigEndian(2)) }
 
 // U32 reads a big-endian uint32.
-func (d *Decoder) U32() uint32 {
-	if p := d.Next(4); p != nil {
-		return binary.BigEndian.Uint32(p)
-	}
-	return 0
-}
+func (d *Decoder) U32() uint32 { return uint32(d.bigEndian(4)) }
 
 // U64 reads a big-endian uint64.
-func (d *Decoder) U64() uint64 {
-	if p := d.Next(8); p != nil {
-		return binary.BigEndian.Uint64(p)
+func (d *Decoder) U64() uint64 { return d.bigEndian(8) }
+
+// bigEndian reads an n-byte big-endian unsigned integer, n <= 8.
+func (d *Decoder) bigEndian(n uint64) uint64 {
+	var v uint64
+	for _, c := range d.Next(n) {
+		v = v<<8 | uint64(c)
 	}
-	return 0
+	return v
 }
 
 // Uvarint reads an encoding/binary uvarint.

@@ -217,3 +217,16 @@ func TestFrames(t *testing.T) {
 		}
 	}
 }
+
+func TestBigEndian(t *testing.T) {
+	b := binary.BigEndian.AppendUint16(nil, 0xfeed)
+	b = binary.BigEndian.AppendUint32(b, 0xdeadbeef)
+	b = binary.BigEndian.AppendUint64(b, 0x0123456789abcdef)
+	d := NewDecoder(append(b, 0x7f), errTest)
+	if a, b, c, e := d.U16(), d.U32(), d.U64(), d.Byte(); a != 0xfeed || b != 0xdeadbeef || c != 0x0123456789abcdef || e != 0x7f {
+		t.Fatalf("read %#x %#x %#x %#x", a, b, c, e)
+	}
+	if err := d.End(); err != nil {
+		t.Fatal(err)
+	}
+}
