@@ -61,12 +61,17 @@ func (d *Decoder) Next(n uint64) []byte {
 		return nil
 	}
 	if n > uint64(len(d.b)) {
-		d.Fail(fmt.Sprintf("%d bytes needed, %d left", n, len(d.b)))
+		d.short(n)
 		return nil
 	}
 	p := d.b[:n:n]
 	d.b = d.b[n:]
 	return p
+}
+
+// short is Next's failure, apart to keep Next small.
+func (d *Decoder) short(n uint64) {
+	d.Fail(fmt.Sprintf("%d bytes needed, %d left", n, len(d.b)))
 }
 
 // Byte reads one byte.
