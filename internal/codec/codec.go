@@ -101,27 +101,26 @@ func (d *Decoder) bigEndian(n uint64) uint64 {
 }
 
 // Uvarint reads an encoding/binary uvarint.
-func (d *Decoder) Uvarint() uint64 {
+func (d *Decoder) Uvarint() uint64 { return d.uvarint("bad uvarint") }
+
+// Varint reads an encoding/binary varint: a uvarint of the zig-zag
+// encoding, decoded as binary.Varint does.
+func (d *Decoder) Varint() int64 {
+	ux := d.uvarint("bad varint")
+	x := int64(ux >> 1)
+	if ux&1 != 0 {
+		x = ^x
+	}
+	return x
+}
+
+func (d *Decoder) uvarint(bad string) uint64 {
 	if d.err != nil {
 		return 0
 	}
 	v, n := binary.Uvarint(d.b)
 	if n <= 0 {
-		d.Fail("bad uvarint")
-		return 0
-	}
-	d.b = d.b[n:]
-	return v
-}
-
-// Varint reads an encoding/binary varint.
-func (d *Decoder) Varint() int64 {
-	if d.err != nil {
-		return 0
-	}
-	v, n := binary.Varint(d.b)
-	if n <= 0 {
-		d.Fail("bad varint")
+		d.Fail(bad)
 		return 0
 	}
 	d.b = d.b[n:]

@@ -230,3 +230,21 @@ func TestBigEndian(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// Varint reads what binary.AppendVarint writes, at the edges too.
+func TestVarintValues(t *testing.T) {
+	vals := []int64{0, 1, -1, 63, -64, 64, -65, math.MaxInt64, math.MinInt64, 1 << 40, -1 << 40}
+	var b []byte
+	for _, v := range vals {
+		b = binary.AppendVarint(b, v)
+	}
+	d := NewDecoder(b, errTest)
+	for _, v := range vals {
+		if got := d.Varint(); got != v {
+			t.Errorf("Varint = %d, want %d", got, v)
+		}
+	}
+	if err := d.End(); err != nil {
+		t.Fatal(err)
+	}
+}
