@@ -185,9 +185,7 @@ func AppendUnixTime(b []byte, t time.Time) []byte {
 	if t.IsZero() {
 		return append(b, 0)
 	}
-	b = append(b, 1)
-	b = binary.AppendVarint(b, t.Unix())
-	return binary.AppendUvarint(b, uint64(t.Nanosecond()))
+	return appendSeconds(append(b, 1), t.Unix(), t)
 }
 
 // UnixTime reads what AppendUnixTime wrote, in UTC.
@@ -196,16 +194,11 @@ func (d *Decoder) UnixTime() time.Time {
 	case 0:
 		return time.Time{}
 	case 1:
-		sec := d.Varint()
-		nsec := d.Uvarint()
-		if d.err != nil {
+		sec, nsec, ok := d.seconds("bad nanoseconds")
+		if !ok {
 			return time.Time{}
 		}
-		if nsec >= 1e9 {
-			d.Fail("bad nanoseconds")
-			return time.Time{}
-		}
-		return time.Unix(sec, int64(nsec)).UTC()
+		return time.Unix(sec, nsec).UTC()
 	}
 	d.Fail("bad time flag")
 	return time.Time{}
@@ -221,20 +214,14 @@ func AppendYear1Time(b []byte, t time.Time) []byte {
 	if t.IsZero() {
 		return append(b, 0, 0)
 	}
-	b = binary.AppendVarint(b, t.Unix()+secondsToUnix)
-	return binary.AppendUvarint(b, uint64(t.Nanosecond()))
+	return appendSeconds(b, t.Unix()+secondsToUnix, t)
 }
 
 // Year1Time reads what AppendYear1Time wrote: 0,0 as the zero time.Time,
 // every other time in UTC.
 func (d *Decoder) Year1Time() time.Time {
-	sec := d.Varint()
-	nsec := d.Uvarint()
-	if d.err != nil {
-		return time.Time{}
-	}
-	if nsec >= 1e9 {
-		d.Fail("nanoseconds out of range")
+	sec, nsec, ok := d.seconds("nanoseconds out of range")
+	if !ok {
 		return time.Time{}
 	}
 	if sec == 0 && nsec == 0 {
@@ -244,5 +231,27 @@ func (d *Decoder) Year1Time() time.Time {
 		d.Fail("time out of range")
 		return time.Time{}
 	}
-	return time.Unix(sec-secondsToUnix, int64(nsec)).UTC()
+	return time.Unix(sec-secondsToUnix, nsec).UTC()
+}
+
+// appendSeconds appends sec as a varint and t's nanoseconds as a uvarint,
+// the tail of both time encodings.
+func appendSeconds(b []byte, sec int64, t time.Time) []byte {
+	b = binary.AppendVarint(b, sec)
+	return binary.AppendUvarint(b, uint64(t.Nanosecond()))
+}
+
+// seconds reads what appendSeconds wrote; nanoseconds of a second or more
+// fail with badNanos.
+func (d *Decoder) seconds(badNanos string) (sec, nsec int64, ok bool) {
+	sec = d.Varint()
+	n := d.Uvarint()
+	if d.err != nil {
+		return 0, 0, false
+	}
+	if n >= 1e9 {
+		d.Fail(badNanos)
+		return 0, 0, false
+	}
+	return sec, int64(n), true
 }
