@@ -205,6 +205,9 @@ type Dispatcher struct {
 	sessions atomic.Int64
 	// commitTook is how long removal commits take (holdEnd).
 	commitTook commitTime
+	// claims are the tokens this instance is forwarding, from their read
+	// until their dispatcher message is settled (claims.go).
+	claims claims
 }
 
 // New returns a Dispatcher consuming on conn, with opts.Workers workers that
@@ -466,6 +469,8 @@ type removal struct {
 	// since is when the earliest of refs was confirmed: a crash from then
 	// on forwards it again.
 	since time.Time
+	// claimed are the dispatcher message's claimed tokens (claims.go).
+	claimed []wire.Token
 }
 
 // forwardAll forwards the tokens of one dispatcher message and decides its
@@ -482,6 +487,15 @@ func (d *Dispatcher) forwardAll(ctx context.Context, del *amqp.Delivery, pub Pub
 		d.log.Error().Err(err).Msg("unreadable dispatcher message dropped")
 		return ack, nil, nil
 	}
+	claimed := d.claim(toks)
+	toks = claimed
+	defer func() {
+		if rm != nil {
+			rm.claimed = claimed // given up once the removal is committed
+		} else {
+			d.claims.release(claimed)
+		}
+	}()
 	for len(toks) > 0 {
 		n := d.groupSize(len(toks))
 		o, rm, err := d.handleGroup(ctx, toks[:n], pub)
@@ -703,6 +717,9 @@ func (d *Dispatcher) removeLoop(ctx context.Context, in <-chan owed) error {
 		began := d.opts.Now()
 		d.removeAll(ctx, rms)
 		d.commitTook.observe(d.opts.Now().Sub(began))
+		for _, rm := range rms {
+			d.claims.release(rm.claimed)
+		}
 		for i := range batch {
 			if err := settle(&batch[i].del, ack); err != nil && firstErr == nil {
 				firstErr = err
