@@ -56,6 +56,17 @@ func testPlanner(s *storage.Schedule, now time.Time) storage.FirePlan {
 	return p
 }
 
+// scheduler is the store as a storage.Scheduler; a store that keeps no
+// schedules skips the case.
+func scheduler(e *env) storage.Scheduler {
+	e.Helper()
+	sc, ok := e.s.(storage.Scheduler)
+	if !ok {
+		e.Skipf("%T keeps no recurring schedules (storage.Scheduler)", e.s)
+	}
+	return sc
+}
+
 func newSchedule(key string, next time.Time) storage.Schedule {
 	return storage.Schedule{Key: key, Source: "amqp", Expr: every10s.String(), Zone: "UTC", Destination: "dest." + key,
 		Message: []byte("template " + key), Description: "d", Token: "tok", NextFireAt: next}
@@ -95,7 +106,7 @@ var scheduleOpts = cmp.Options{cmpopts.EquateEmpty(), cmpopts.IgnoreFields(stora
 // without messages; NextScheduleDue is the earliest next fire time; a
 // missing key is ErrScheduleNotFound.
 func testSchedulePutGetList(e *env) {
-	sc := optional[storage.Scheduler](e)
+	sc := scheduler(e)
 	if _, err := sc.GetSchedule(e.ctx, "amqp:none"); !errors.Is(err, storage.ErrScheduleNotFound) {
 		e.Fatalf("GetSchedule of a missing key: %v, want ErrScheduleNotFound", err)
 	}
@@ -155,7 +166,7 @@ func scheduleKeys(ss []storage.Schedule) []string {
 // ordinary row keyed by FireID, due at the fire time (never leasable
 // before it), and moves the schedule on; called again it stores nothing.
 func testScheduleFireDue(e *env) {
-	sc := optional[storage.Scheduler](e)
+	sc := scheduler(e)
 	e.putSchedule(sc, newSchedule("amqp:s", at(10*time.Second)))
 	if got := e.fireDue(sc, 200*time.Millisecond); len(got) != 0 {
 		e.Fatalf("FireDue 10 s early = %+v; want nothing", got)
@@ -189,7 +200,7 @@ func testScheduleFireDue(e *env) {
 // time of many schedules, store one row per schedule and fire time and
 // report each fire once.
 func testScheduleFireDueConcurrent(e *env) {
-	sc := optional[storage.Scheduler](e)
+	sc := scheduler(e)
 	const n = 20
 	for i := range n {
 		e.putSchedule(sc, newSchedule(fmt.Sprintf("amqp:c%02d", i), at(10*time.Second)))
@@ -243,7 +254,7 @@ func testScheduleFireDueConcurrent(e *env) {
 // once, late (Default), or not at all (Skip), and the schedule continues
 // from the first fire time after now: never a burst of the missed ones.
 func testScheduleMisfire(e *env) {
-	sc := optional[storage.Scheduler](e)
+	sc := scheduler(e)
 	e.putSchedule(sc, newSchedule("amqp:default", at(10*time.Second)))
 	skip := newSchedule("amqp:skip", at(10*time.Second))
 	skip.Misfire = int(cron.MisfireSkip)
@@ -277,7 +288,7 @@ func testScheduleMisfire(e *env) {
 // testScheduleReplace: putting a schedule again cancels its pending fire
 // and starts a new generation, whose fire has a key of its own.
 func testScheduleReplace(e *env) {
-	sc := optional[storage.Scheduler](e)
+	sc := scheduler(e)
 	e.putSchedule(sc, newSchedule("amqp:r", at(10*time.Second)))
 	e.clock.Set(at(10 * time.Second))
 	old := e.fireDue(sc, 0)[0].ID
@@ -293,7 +304,7 @@ func testScheduleReplace(e *env) {
 // testScheduleCancel: CancelSchedule ends the schedule and removes its
 // pending fire; a leased fire is left to its dispatch.
 func testScheduleCancel(e *env) {
-	sc := optional[storage.Scheduler](e)
+	sc := scheduler(e)
 	e.putSchedule(sc, newSchedule("amqp:x", at(10*time.Second)))
 	e.putSchedule(sc, newSchedule("amqp:y", at(10*time.Second)))
 	e.clock.Set(at(10 * time.Second))
@@ -329,7 +340,7 @@ func testScheduleCancel(e *env) {
 // fire goes; resumed after its fire times passed, the misfire policy
 // decides (one catch-up fire).
 func testSchedulePauseResume(e *env) {
-	sc := optional[storage.Scheduler](e)
+	sc := scheduler(e)
 	if _, err := sc.PauseSchedule(e.ctx, "amqp:none"); !errors.Is(err, storage.ErrScheduleNotFound) {
 		e.Fatalf("PauseSchedule of a missing key: %v", err)
 	}
@@ -367,7 +378,7 @@ func testSchedulePauseResume(e *env) {
 // its schedule on: when FireDue fails midway (its context ends while it
 // plans), each schedule has either both or neither.
 func testScheduleFireAtomic(e *env) {
-	sc := optional[storage.Scheduler](e)
+	sc := scheduler(e)
 	for _, k := range []string{"amqp:a1", "amqp:a2", "amqp:a3"} {
 		e.putSchedule(sc, newSchedule(k, at(10*time.Second)))
 	}
@@ -393,7 +404,7 @@ func testScheduleFireAtomic(e *env) {
 // testSchedulePlannerErrors: a plan that fails, or does not move the
 // schedule on, ends the schedule with the reason and fires nothing.
 func testSchedulePlannerErrors(e *env) {
-	sc := optional[storage.Scheduler](e)
+	sc := scheduler(e)
 	e.putSchedule(sc, newSchedule("amqp:bad", at(10*time.Second)))
 	e.putSchedule(sc, newSchedule("amqp:stuck", at(10*time.Second)))
 	e.clock.Set(at(10 * time.Second))
