@@ -157,11 +157,14 @@ func (b *Bridge) Run(ctx context.Context) error {
 	// intake begin, so a second instance is refused before it takes in a
 	// single message.
 	dispatcher := st.start("dispatch", c.dispatcher.Run)
-	var poller, reaper, intake, sampler, bindings *stage
+	var poller, reaper, intake, sampler, bindings, firer *stage
 	runErr, up := b.await(ctx, c.dispatching, c.critical, st.failed)
 	if up {
 		poller = st.start("poller", c.poller.Run)
 		reaper = st.start("reaper", c.reaper.Run)
+		if c.firer != nil {
+			firer = st.start("recurring schedules", c.firer.Run)
+		}
 		intake = st.start("ingest", c.ingester.Run)
 		if c.sampler != nil {
 			sampler = st.start("status sampler", c.sampler)
@@ -176,14 +179,15 @@ func (b *Bridge) Run(ctx context.Context) error {
 	b.setPhase("stopping")
 	b.ready.Store(false)
 
-	// Data-flow order: stop consuming, stop polling, drain dispatch. A
+	// Data-flow order: stop consuming, stop firing schedules (no new fire
+	// rows), stop polling, drain dispatch. A
 	// broker that stopped reading (a resource alarm) can block a publish or
 	// channel call forever; past the deadline the connections are closed
 	// under the stuck calls, which fails them (their work is released or
 	// requeued, nothing is lost).
 	deadline := time.After(ShutdownDrain)
 	cut := func() { c.publishConn.Close(); c.consumeConn.Close(); c.ingestConn.Close() }
-	for _, s := range []*stage{bindings, sampler, intake, reaper, poller, dispatcher} {
+	for _, s := range []*stage{bindings, sampler, intake, firer, reaper, poller, dispatcher} {
 		st.drain(s, deadline, cut)
 	}
 	c.errors.Flush() // no count of refused copies left unlogged

@@ -21,6 +21,7 @@ import (
 	"github.com/delaybridge/delaybridge/metrics"
 	"github.com/delaybridge/delaybridge/poller"
 	"github.com/delaybridge/delaybridge/protocol/delayed"
+	"github.com/delaybridge/delaybridge/recurring"
 	"github.com/delaybridge/delaybridge/storage"
 	"github.com/delaybridge/delaybridge/wire"
 )
@@ -31,8 +32,10 @@ type components struct {
 	consumeConn, publishConn *broker.Conn
 	poller                   *poller.Poller
 	reaper                   *poller.Reaper
-	ingester                 *ingest.Ingester
-	dispatcher               *dispatch.Dispatcher
+	// firer fires recurring schedules; nil when the store keeps none.
+	firer      *recurring.Firer
+	ingester   *ingest.Ingester
+	dispatcher *dispatch.Dispatcher
 	// dispatching closes once the dispatcher consumes.
 	dispatching chan struct{}
 	// critical receives the error of a triggered circuit breaker.
@@ -142,6 +145,15 @@ func (b *Bridge) build(ctx context.Context, srv *httpapi.Server) (_ *components,
 		Metrics:      met,
 		Logger:       log.With().Str("component", "poller").Logger(),
 	})
+	if sc, ok := c.store.(storage.Scheduler); ok {
+		// Recurring schedules (docs/contract.md §2.11): fires are stored a
+		// lookahead ahead, so the poller hands them over in time to be
+		// forwarded on the second; another instance's new schedule is seen
+		// within a poll interval.
+		c.firer = recurring.New(sc, recurring.Options{Lead: lookahead, MaxWait: cfg.PollInterval, Wake: c.poller.Wake, Now: now,
+			Threshold: cfg.MisfireThreshold,
+			Logger:    log.With().Str("component", "recurring").Logger()})
+	}
 	c.reaper = &poller.Reaper{Store: c.store, Interval: cfg.LockLeaseDuration / 4,
 		Logger: log.With().Str("component", "reaper").Logger()}
 	// Half the byte budget for what is being taken in, half for what is
@@ -150,7 +162,8 @@ func (b *Bridge) build(ctx context.Context, srv *httpapi.Server) (_ *components,
 	c.ingester = ingest.New(c.ingestConn, func(ctx context.Context) (ingest.Publisher, error) { return ingestPub(ctx) }, c.store, ingest.Options{
 		Sources: intake.sources,
 		Errors:  c.errors, Prefetch: cfg.Prefetch, MaxBatch: min(cfg.Prefetch, 500), Wake: c.poller.Wake, Now: now,
-		Hold: commitHold, Urgent: holdUrgent,
+		ScheduleWake: c.wakeFirer,
+		Hold:         commitHold, Urgent: holdUrgent,
 		Budget: intakeBudget, ExpectedBytes: cfg.MaxMessageBytes,
 		Rules:        c.rules,
 		StoreBreaker: b.breaker(c, "store", cfg.TimeToTriggerStoreCircuitBreaker),
@@ -394,4 +407,12 @@ func (b *Bridge) dialReplay(ctx context.Context) (*amqp.Connection, error) {
 		errs = append(errs, err)
 	}
 	return nil, errors.Join(append(errs, ctx.Err())...)
+}
+
+// wakeFirer has the firer read the next fire time again (a schedule was
+// stored).
+func (c *components) wakeFirer() {
+	if c.firer != nil {
+		c.firer.Wake()
+	}
 }

@@ -56,6 +56,7 @@ type Config struct {
 	PostgresSchema                   string        `envconfig:"DELAYBRIDGE_POSTGRES_SCHEMA" default:"delaybridge"`
 	HTTPAddr                         string        `envconfig:"DELAYBRIDGE_HTTP_ADDR" default:":8080"`
 	PollInterval                     time.Duration `envconfig:"DELAYBRIDGE_POLL_INTERVAL" default:"1s"`
+	MisfireThreshold                 time.Duration `envconfig:"DELAYBRIDGE_MISFIRE_THRESHOLD" default:"60s"`
 	BatchSize                        int           `envconfig:"DELAYBRIDGE_BATCH_SIZE" default:"1000"`
 	LockLeaseDuration                time.Duration `envconfig:"DELAYBRIDGE_LOCK_LEASE_DURATION" default:"5m"`
 	Prefetch                         int           `envconfig:"DELAYBRIDGE_PREFETCH" default:"500"`
@@ -204,6 +205,9 @@ func (c Config) Validate() error {
 	}
 	if c.PollInterval <= 0 {
 		return bad("POLL_INTERVAL", "must be positive, got %s", c.PollInterval)
+	}
+	if c.MisfireThreshold < time.Second {
+		return bad("MISFIRE_THRESHOLD", "must be at least 1s, got %s", c.MisfireThreshold)
 	}
 	if c.MetricsMaxDestinations < 1 || c.MetricsMaxDestinations > 10000 {
 		return bad("METRICS_MAX_DESTINATIONS", "must be 1 to 10000, got %d", c.MetricsMaxDestinations)

@@ -21,7 +21,8 @@ func TestDefaultsMatchTheContract(t *testing.T) {
 	want := Config{
 		AMQPURL: "amqp://guest:guest@localhost:5672/", Endpoint: "delaybridge", ErrorQueue: "error",
 		Store: "bbolt", StorePath: "./data/delaybridge.db", PostgresSchema: "delaybridge", HTTPAddr: ":8080", PollInterval: time.Second,
-		BatchSize: 1000, LockLeaseDuration: 5 * time.Minute, Prefetch: 500, NumberOfRetries: 5,
+		MisfireThreshold: time.Minute,
+		BatchSize:        1000, LockLeaseDuration: 5 * time.Minute, Prefetch: 500, NumberOfRetries: 5,
 		TimeToTriggerStoreCircuitBreaker: 30 * time.Second, TimeToTriggerFetchCircuitBreaker: 30 * time.Second,
 		TimeToTriggerDispatchBreaker: 30 * time.Second, MaxRecoveryFailuresPerSecond: 1,
 		MaxMessageBytes: 16777216, MaxInflightBytes: 64 << 20, AllowedDestinations: []string{"*"}, QueueType: "classic",
@@ -115,6 +116,7 @@ func TestBadValuesNameTheVariable(t *testing.T) {
 		"DELAYBRIDGE_MANAGEMENT_URL":                        "amqp://guest:secret@host:15672/",
 		"DELAYBRIDGE_BINDING_CHECK_INTERVAL":                "500ms",
 		"DELAYBRIDGE_HTTP_ADDR":                             "8080",
+		"DELAYBRIDGE_MISFIRE_THRESHOLD":                     "500ms",
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := loadClean(t, map[string]string{name: value})

@@ -95,6 +95,9 @@ type Options struct {
 	// Wake is told the earliest due time of every committed batch, so the
 	// poller can wake early. Optional.
 	Wake func(due time.Time)
+	// ScheduleWake is called after a recurring schedule was stored, so the
+	// firer reads the next fire time again. Optional.
+	ScheduleWake func()
 	// Errors puts the invalid messages' copies on the error queue and paces
 	// them while it refuses them (the bridge shares one with dispatch).
 	// Nil: one of ingest's own on ErrorQueue, which does not declare the
@@ -436,7 +439,8 @@ const (
 type entry struct {
 	d       amqp.Delivery
 	intake  Intake
-	row     storage.Timeout // OpSchedule and OpReplace, once accepted
+	row     storage.Timeout  // OpSchedule and OpReplace, once accepted
+	sched   storage.Schedule // OpRecur, once accepted (recurring.go)
 	outcome outcome
 }
 
@@ -449,6 +453,14 @@ func (in *Ingester) classify(src Source, d amqp.Delivery) entry {
 	if err := e.intake.Validate(); err != nil {
 		// Whatever the parser, no store or broker sees a value it refuses.
 		e.intake = Reject(err)
+		return e
+	}
+	if e.intake.Op == OpRecur {
+		sched, err := in.acceptRecurring(&e.intake, &d, now)
+		if err != nil {
+			e.intake = Reject(err)
+		}
+		e.sched = sched
 		return e
 	}
 	if !e.intake.Op.stores() {
@@ -664,14 +676,27 @@ func (in *Ingester) cancel(ctx context.Context, batch []entry) time.Duration {
 			}
 			continue
 		}
+		if e.intake.Op == OpRecur {
+			if p := in.putSchedule(ctx, e); p > 0 {
+				pause = max(pause, p)
+			}
+			continue
+		}
 		if e.intake.Op != OpCancel {
 			continue
 		}
 		id := e.intake.CancelID
-		err := in.store.Cancel(context.WithoutCancel(ctx), id, storage.CancelOrdered)
+		ended, err := in.cancelSchedule(ctx, id)
+		if err == nil {
+			if ended {
+				in.log.Info().Str("id", id).Msg("recurring schedule cancelled over AMQP")
+			}
+			err = in.store.Cancel(context.WithoutCancel(ctx), id, storage.CancelOrdered)
+		}
 		switch {
 		case err == nil:
 			in.log.Info().Str("id", id).Msg("cancelled over AMQP")
+		case errors.Is(err, storage.ErrNotFound) && ended:
 		case errors.Is(err, storage.ErrNotFound):
 			in.log.Info().Str("id", id).Msg("cancel: nothing pending with this id (already delivered, or never scheduled)")
 		case errors.Is(err, storage.ErrLeased):

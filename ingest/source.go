@@ -114,11 +114,15 @@ const (
 	// messages (storage.GroupReplacer); a replace of a group that an
 	// earlier message of the batch belongs to starts the next batch.
 	OpReplace
+	// OpRecur: create or replace the recurring schedule named by ID
+	// (Recur says when it fires; Msg, Destination and Exchange what each
+	// fire forwards). It ends its batch as OpCancel does.
+	OpRecur
 )
 
 // endsBatch reports whether op ends its batch: a cancel applies to
 // everything received before it and to nothing after it.
-func (op Op) endsBatch() bool { return op == OpCancel || op == OpCancelSaga }
+func (op Op) endsBatch() bool { return op == OpCancel || op == OpCancelSaga || op == OpRecur }
 
 // stores reports whether op stores a message.
 func (op Op) stores() bool { return op == OpSchedule || op == OpReplace }
@@ -150,6 +154,9 @@ type Intake struct {
 	// OpCancel.
 	CancelID string
 
+	// OpRecur: the schedule (DueAt is its first fire time).
+	Recur *Recurrence
+
 	// OpReject: why, in words; it lands in the error copy's headers.
 	Reason string
 }
@@ -178,6 +185,17 @@ func (it *Intake) Validate() error {
 			if err := wire.ValidateID("saga id", it.SagaID); err != nil {
 				return err
 			}
+		}
+		return storage.CheckDueAt(it.DueAt)
+	case OpRecur:
+		if it.Recur == nil {
+			return fmt.Errorf("parser returned a recurring schedule without its recurrence")
+		}
+		if err := it.Dest().Validate("destination"); err != nil {
+			return err
+		}
+		if err := wire.ValidateID("schedule id", it.ID); err != nil {
+			return err
 		}
 		return storage.CheckDueAt(it.DueAt)
 	case OpCancel:
@@ -218,6 +236,9 @@ func ParseHeaders(d *amqp.Delivery, receivedAt time.Time) Intake {
 			return Reject(err)
 		}
 		return Intake{Op: OpCancel, CancelID: id}
+	}
+	if v, ok := d.Headers[wire.HeaderCron]; ok && v != nil {
+		return parseRecurring(d, receivedAt)
 	}
 	if v, ok := d.Headers[wire.HeaderNSBClearTimeouts]; ok && v != nil {
 		saga, err := clearTimeoutsSaga(d.Headers)

@@ -21,6 +21,7 @@
 //	cancelled message id -> expiry (8 bytes, Unix ns), cancel tombstones
 //	          (see Cancel)
 //	meta      "format" -> file format version, "pending" -> row count
+//	schedules, schedules_due: recurring schedules (schedule.go)
 //
 // Records are keyed by a sequence that only grows, so they are appended and
 // their pages fill (bucket rows has FillPercent 1); the indexes, whose keys
@@ -193,8 +194,11 @@ func Open(path string, opts Options) (*Store, error) {
 				return fmt.Errorf("unsupported file format %q (this build reads %q, and converts %q)", f, fileFormat, "1")
 			}
 			// Pauses came within format 2: a file made before has no
-			// pause, which empty buckets say.
-			return createPauseBuckets(tx)
+			// pause, which empty buckets say; so did schedules (schedule.go).
+			if err := createPauseBuckets(tx); err != nil {
+				return err
+			}
+			return createScheduleBuckets(tx)
 		})
 	}
 	if err != nil {
@@ -235,7 +239,8 @@ func openDB(path string, timeout time.Duration) (*bolt.DB, error) {
 
 // createLayout makes the buckets of an empty file and marks its format.
 func createLayout(tx *bolt.Tx) error {
-	for _, name := range [][]byte{bucketMeta, bucketRows, bucketIDs, bucketReady, bucketHeld, bucketSagas, bucketCancelled, bucketPauses, bucketParked} {
+	for _, name := range [][]byte{bucketMeta, bucketRows, bucketIDs, bucketReady, bucketHeld, bucketSagas, bucketCancelled, bucketPauses, bucketParked,
+		bucketSchedules, bucketSchedulesDue} {
 		if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 			return err
 		}

@@ -220,6 +220,9 @@ func fromOldSchema(t *testing.T, since int, stmts ...string) *Store {
 	if since <= 8 {
 		stmts = append([]string{undoFingerprints}, stmts...)
 	}
+	if since <= 9 {
+		stmts = append([]string{undoSchedules}, stmts...)
+	}
 	stmts = append(stmts,
 		fmt.Sprintf(`DELETE FROM %s.schema_version WHERE version >= %d`, s.qs, since),
 		`INSERT INTO `+s.qs+`.timeouts (id, destination, due_at, received_at, message)
@@ -239,6 +242,9 @@ func fromOldSchema(t *testing.T, since int, stmts ...string) *Store {
 	}
 	return s
 }
+
+// undoSchedules takes a schema back from version 9 (recurring schedules).
+const undoSchedules = `DROP TABLE {{s}}.schedules`
 
 // undoFingerprints takes a schema back from version 8 (send fingerprints).
 const undoFingerprints = `ALTER TABLE {{s}}.timeouts DROP COLUMN fingerprint`

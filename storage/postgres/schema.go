@@ -145,6 +145,36 @@ var migrations = []migration{
 	{8, "send fingerprints", []string{
 		`ALTER TABLE {{s}}.timeouts ADD COLUMN fingerprint bytea`,
 	}},
+	// Version 9: recurring schedules (storage.Scheduler, schedule.go). One
+	// row per schedule; its fires are rows of timeouts (saga_id = key).
+	// schedules_due holds exactly the schedules FireDue may plan, in fire
+	// time order: FireDue and NextScheduleDue read its head. Self-contained
+	// (a new table only), so the step can be renumbered.
+	{9, "recurring schedules", []string{
+		`CREATE TABLE {{s}}.schedules (
+			key          text COLLATE "C" PRIMARY KEY,
+			source       text        NOT NULL,
+			expr         text        NOT NULL,
+			zone         text        NOT NULL,
+			start_at     timestamptz,
+			end_at       timestamptz,
+			misfire      integer     NOT NULL,
+			description  text        NOT NULL DEFAULT '',
+			destination  text        NOT NULL,
+			exchange     text        NOT NULL DEFAULT '',
+			message      bytea       NOT NULL,
+			token        text        NOT NULL DEFAULT '',
+			next_fire_at timestamptz,
+			prev_fire_at timestamptz,
+			paused       boolean     NOT NULL DEFAULT false,
+			generation   bigint      NOT NULL,
+			fires        bigint      NOT NULL DEFAULT 0,
+			misfires     bigint      NOT NULL DEFAULT 0,
+			last_error   text        NOT NULL DEFAULT '',
+			updated_at   timestamptz NOT NULL
+		)`,
+		`CREATE INDEX schedules_due ON {{s}}.schedules (next_fire_at) WHERE NOT paused AND next_fire_at IS NOT NULL`,
+	}},
 }
 
 // ErrOtherEndpoint means the schema already serves another endpoint.
