@@ -63,7 +63,7 @@ func parseRecurrence(h amqp.Table, receivedAt time.Time) (*Recurrence, error) {
 	}
 	spec, err := cron.Parse(expr)
 	if err != nil {
-		return nil, fmt.Errorf("header %s %q: %w", wire.HeaderCron, clip(expr), err)
+		return nil, fmt.Errorf("header %s %q: %w", wire.HeaderCron, wire.Clip(expr), err)
 	}
 	r.Expr = expr
 	if z, ok, err := headerString(h, wire.HeaderTimeZone); err != nil {
@@ -91,7 +91,7 @@ func parseRecurrence(h amqp.Table, receivedAt time.Time) (*Recurrence, error) {
 	r.First = spec.NextIn(receivedAt.Add(-time.Second), loc, cron.Window{Start: r.Start, End: r.End})
 	if r.First.IsZero() {
 		return nil, fmt.Errorf("header %s %q in %s has no fire time left (after %s, or a date that never comes)",
-			wire.HeaderCron, clip(expr), r.Zone, wire.HeaderEnd)
+			wire.HeaderCron, wire.Clip(expr), r.Zone, wire.HeaderEnd)
 	}
 	r.First = r.First.UTC()
 	return r, nil
@@ -115,7 +115,7 @@ func optionalTime(h amqp.Table, name string) (time.Time, error) {
 	}
 	t, err := time.Parse(time.RFC3339Nano, strings.ToUpper(strings.TrimSpace(s)))
 	if err != nil {
-		return time.Time{}, fmt.Errorf("header %s %q is not an RFC 3339 timestamp like 2026-11-21T20:00:00Z", name, clip(s))
+		return time.Time{}, fmt.Errorf("header %s %q is not an RFC 3339 timestamp like 2026-11-21T20:00:00Z", name, wire.Clip(s))
 	}
 	return t.UTC(), nil
 }
