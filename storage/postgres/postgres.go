@@ -119,6 +119,16 @@ type Options struct {
 	// start, so that the schema could never be upgraded. It logs every
 	// 10 s that it is still running instead.
 	ConnectTimeout time.Duration
+	// Owner, when set, is the lock owner of this instance's poller: Open
+	// registers it and keeps a liveness session for it (liveness.go), so
+	// that other instances take over its leases as soon as it is gone.
+	// Empty (the CLI, tests): no session; the store's leases only expire.
+	// It must not hold ':'.
+	Owner string
+	// TakeoverGrace is how long after a row became visible a dead
+	// instance's lease on it is left alone by TakeOver (liveness.go); zero
+	// or negative means DefaultTakeoverGrace.
+	TakeoverGrace time.Duration
 }
 
 // Store is a storage.Store on PostgreSQL. It is safe for concurrent use, by
@@ -136,6 +146,7 @@ type Store struct {
 	q           queries
 	window      time.Duration // cancel window
 	cancelKey   int64         // see cancelLockKey
+	live        *liveness     // nil without Options.Owner
 
 	stats statsCache
 
@@ -234,6 +245,17 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 			return nil, fmt.Errorf("postgres: %s: %w", where, err)
 		}
 	}
+	if opts.Owner != "" {
+		if opts.TakeoverGrace <= 0 {
+			opts.TakeoverGrace = DefaultTakeoverGrace
+		}
+		cctx, cancel := context.WithTimeout(ctx, opts.ConnectTimeout)
+		defer cancel()
+		if err := s.startLiveness(cctx, cfg.ConnConfig, opts.Owner, opts.TakeoverGrace); err != nil {
+			pool.Close()
+			return nil, fmt.Errorf("postgres: %s: %w", where, err)
+		}
+	}
 	s.log.Debug().Str("db", where).Str("schema", schema).Int32("max_conns", cfg.MaxConns).Msg("postgres store open")
 	return s, nil
 }
@@ -250,6 +272,7 @@ func (s *Store) Close() error {
 		return nil
 	}
 	s.closed = true
+	s.stopLiveness()
 	// pgx says goodbye to the server on each connection and waits for it
 	// to hang up, up to 15 s each when the server has gone silent: do not
 	// hold up the bridge's exit that long.
@@ -440,6 +463,7 @@ type queries struct {
 	insert, insertAt, family, tombstoned                                              string
 	lease, unlease, getMany, remove, release, incr, nextDue, reap, cancel, reschedule string
 	purgeCancels, cancelSaga                                                          string
+	takeOver, handBack                                                                string
 	countLeased, countBoth, estimate, countLeasedBy                                   string
 	listCols, table                                                                   string
 }
@@ -467,8 +491,12 @@ ON CONFLICT (id) DO NOTHING
 RETURNING id`
 
 func newQueries(qs string) queries {
-	r := strings.NewReplacer("{{t}}", qs+".timeouts", "{{c}}", qs+".cancelled", "{{p}}", qs+".paused", "{{seq}}", quoteLiteral(qs+".lock_seq"))
+	r := strings.NewReplacer("{{t}}", qs+".timeouts", "{{c}}", qs+".cancelled", "{{p}}", qs+".paused", "{{seq}}", quoteLiteral(qs+".lock_seq"),
+		"{{i}}", qs+".instances")
 	return queries{
+		takeOver: r.Replace(takeOverSQL),
+		handBack: r.Replace(handBackSQL),
+
 		// Rows go in id order, so that concurrent batches sharing ids wait
 		// for each other in one order and never deadlock.
 		// $10 now: ids with a live cancel tombstone are not stored. A
@@ -988,6 +1016,9 @@ func (s *Store) Lease(ctx context.Context, owner string, dueBy time.Time, limit 
 	var leases []storage.Lease
 	attempt := 0
 	err := s.run(ctx, "lease", func(ctx context.Context) error {
+		if !s.Live() {
+			return ErrNotLive
+		}
 		attempt++
 		if attempt > 1 {
 			if _, err := s.pool.Exec(ctx, s.q.unlease, prefix); err != nil {
