@@ -25,7 +25,8 @@
 //     the same row version.
 //   - Open does not free leases: other live instances may hold them. Expired
 //     leases are taken over by Lease directly and freed by Reap, which the
-//     bridge calls on a timer.
+//     bridge calls on a timer; the leases of an instance that is gone are
+//     freed sooner by TakeOver (liveness.go).
 //   - Writers lock rows in id order (Insert inserts in id order, Remove locks
 //     in id order), so concurrent batches with overlapping ids do not
 //     deadlock; should PostgreSQL still report a deadlock or serialization
