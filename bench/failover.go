@@ -3,7 +3,6 @@ package bench
 import (
 	"context"
 	"fmt"
-	mrand "math/rand/v2"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -168,16 +167,7 @@ func (b *bencher) failoverRun(ctx context.Context, conn *pgx.Conn, appName strin
 			_ = victim.cmd.Process.Signal(syscall.SIGCONT)
 		}
 	}()
-	due := make([]time.Time, n)
-	queue := procs[0].timeoutsQueue()
-	leg, _, err := b.paced(ctx, start, rate, n, func(i int, now time.Time) outgoing {
-		due[i] = now.Add(steadyMinDelay + time.Duration(mrand.Int64N(int64(steadyMaxDelay-steadyMinDelay))))
-		dest := dests[i%steadyDests]
-		return outgoing{key: queue, msg: b.message(dest, i, due[i], dest)}
-	})
-	if eerr := <-evErr; err == nil {
-		err = eerr
-	}
+	due, leg, err := b.pacedSteady(ctx, start, rate, n, dests, procs[0].timeoutsQueue(), evErr)
 	if err != nil {
 		return err
 	}
