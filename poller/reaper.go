@@ -22,9 +22,8 @@ type Reaper struct {
 	Interval time.Duration // contract: a quarter of LOCK_LEASE_DURATION
 	// OnReap, when set, is told how many leases each pass freed.
 	OnReap func(n int)
-	// Freed is logged when a pass freed leases; "" means the message for
-	// expired leases. A store that logs its own passes sets Quiet.
-	Freed  string
+	// Quiet leaves the passes that freed leases unlogged: for a store
+	// that logs its own (the take-over of a dead instance's leases).
 	Quiet  bool
 	Logger zerolog.Logger
 }
@@ -47,11 +46,7 @@ func (r *Reaper) Run(ctx context.Context) error {
 		case err != nil:
 			r.Logger.Warn().Err(err).Msg("reaping expired leases failed; retrying on the next tick")
 		case n > 0 && !r.Quiet:
-			msg := r.Freed
-			if msg == "" {
-				msg = "reaped expired leases (an instance stopped or stalled while dispatching)"
-			}
-			r.Logger.Info().Int("freed", n).Msg(msg)
+			r.Logger.Info().Int("freed", n).Msg("reaped expired leases (an instance stopped or stalled while dispatching)")
 		}
 		if err == nil && r.OnReap != nil {
 			r.OnReap(n)
