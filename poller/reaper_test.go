@@ -1,7 +1,6 @@
 package poller
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"sync"
@@ -10,6 +9,8 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/delaybridge/delaybridge/internal/logtest"
 )
 
 func TestReaperFreesExpiredLeases(t *testing.T) {
@@ -76,7 +77,7 @@ func (f *freeingReaping) Reap(context.Context) (int, error) {
 // store logs its own passes); OnReap is told either way.
 func TestReaperQuiet(t *testing.T) {
 	for _, quiet := range []bool{false, true} {
-		var buf lockedBuffer
+		var buf logtest.Buffer
 		f := &freeingReaping{}
 		var told atomic.Int32
 		r := &Reaper{Store: f, Interval: 5 * time.Millisecond, Quiet: quiet, OnReap: func(n int) { told.Add(int32(n)) },
@@ -89,25 +90,8 @@ func TestReaperQuiet(t *testing.T) {
 		if err := <-done; err != nil {
 			t.Fatalf("Run: %v", err)
 		}
-		if logged := buf.contains("reaped expired leases"); logged == quiet {
+		if logged := buf.Count("reaped expired leases") > 0; logged == quiet {
 			t.Errorf("Quiet %v: logged %v", quiet, logged)
 		}
 	}
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) contains(s string) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return bytes.Contains(l.b.Bytes(), []byte(s))
 }
