@@ -215,20 +215,22 @@ func (s *Store) TakeOver(ctx context.Context) (int, error) {
 
 // takeOverSQL is TakeOver's statement: $1 the latest visible_at a dead
 // instance's row may have to be freed, $2 livenessClass, $3 this
-// instance's owner (” for none). dead: the registered instances whose
-// lock no session holds (pg_locks shows the locks held now, not as of a
-// snapshot). Their leases are found in timeouts_leased (what is in flight)
+// instance's owner (empty for none). held: the liveness locks held now
+// (pg_locks shows the present, not a snapshot; it is read once, as reading
+// it briefly takes every lock partition of the server). dead: the
+// registered instances whose lock no session holds. Their leases are found in timeouts_leased (what is in flight)
 // by the owner part of the token (owner:call.n; owners hold no ':').
 // An instance is forgotten once it holds no lease; rows freed by this
 // statement still count, so that happens on a later call.
 const takeOverSQL = `
-WITH dead AS (
+WITH held AS MATERIALIZED (
+	SELECT l.objid FROM pg_locks l
+	WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2
+	AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+	AND l.classid = $2::integer::oid
+), dead AS (
 	SELECT i.owner FROM {{i}} i
-	WHERE i.owner <> $3 AND NOT EXISTS (
-		SELECT 1 FROM pg_locks l
-		WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2
-		AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
-		AND l.classid = $2::integer::oid AND l.objid = i.lock_key::oid)
+	WHERE i.owner <> $3 AND NOT EXISTS (SELECT 1 FROM held WHERE held.objid = i.lock_key::oid)
 ), gone AS (
 	SELECT t.id FROM {{t}} t JOIN dead d
 		ON starts_with(t.lock_token, d.owner || ':') AND strpos(substr(t.lock_token, length(d.owner) + 2), ':') = 0
