@@ -57,10 +57,11 @@ const (
 	StepBigMsg      = "bigmsg"
 	StepResend      = "resend"
 	StepCrash       = "crash"
+	StepFailover    = "failover"
 )
 
 // AllSteps lists every step in run order.
-var AllSteps = []string{StepCeiling, StepIngest, StepPunctuality, StepBurst, StepTTL, StepExchange, StepScale, StepScaleOut, StepRebus, StepNSB, StepMassTransit, StepNSBTimeouts, StepSteady, StepBigMsg, StepResend, StepCrash}
+var AllSteps = []string{StepCeiling, StepIngest, StepPunctuality, StepBurst, StepTTL, StepExchange, StepScale, StepScaleOut, StepRebus, StepNSB, StepMassTransit, StepNSBTimeouts, StepSteady, StepBigMsg, StepResend, StepCrash, StepFailover}
 
 // Options configure a run. Zero values take the defaults of DefaultOptions.
 type Options struct {
@@ -128,6 +129,12 @@ type Options struct {
 	// CrashDuration (0: the step's defaults).
 	CrashRate     int
 	CrashDuration time.Duration
+	// FailoverRate is the steady rate of the failover step, run for
+	// FailoverDuration, each event FailoverRepeats times (0: the step's
+	// defaults).
+	FailoverRate     int
+	FailoverDuration time.Duration
+	FailoverRepeats  int
 
 	// SentinelOnly makes the bench tell when a workload is stored by a
 	// sentinel message even when the bridge serves delaybridge.pending.
@@ -205,6 +212,7 @@ type Results struct {
 	BigMsg      *BigMsg   `json:"bigmsg,omitempty"`
 	Resend      *Resend   `json:"resend,omitempty"`
 	Crash       *Crash    `json:"crash,omitempty"`
+	Failover    *Failover `json:"failover,omitempty"`
 
 	BridgeLogs []BridgeLog `json:"bridge_logs,omitempty"`
 	Warnings   []string    `json:"warnings,omitempty"`
@@ -499,6 +507,7 @@ func Run(ctx context.Context, opts Options) (*Results, error) {
 		StepScale: b.stepScale, StepScaleOut: b.stepScaleOut, StepRebus: b.stepRebus, StepNSB: b.stepNSB,
 		StepMassTransit: b.stepMassTransit, StepNSBTimeouts: b.stepNSBTimeouts,
 		StepSteady: b.stepSteady, StepBigMsg: b.stepBigMsg, StepResend: b.stepResend, StepCrash: b.stepCrash,
+		StepFailover: b.stepFailover,
 	}
 	for _, s := range b.res.Params.Steps {
 		if ctx.Err() != nil {

@@ -116,16 +116,8 @@ func (b *bencher) stepCrash(ctx context.Context) error {
 			b.logf("   crash: killed at +%.2f s, ready again after %.0f ms", k.Sub(start).Seconds(), ms(time.Since(k)))
 		}
 	}()
-	due := make([]time.Time, n)
-	queue := p.timeoutsQueue() // every restart serves the same endpoint
-	leg, _, err := b.paced(ctx, start, rate, n, func(i int, now time.Time) outgoing {
-		due[i] = now.Add(steadyMinDelay + time.Duration(mrand.Int64N(int64(steadyMaxDelay-steadyMinDelay))))
-		dest := dests[i%steadyDests]
-		return outgoing{key: queue, msg: b.message(dest, i, due[i], dest)}
-	})
-	if kerr := <-killErr; err == nil {
-		err = kerr
-	}
+	// Every restart serves the same endpoint.
+	due, leg, err := b.pacedSteady(ctx, start, rate, n, dests, p.timeoutsQueue(), killErr)
 	if err != nil {
 		return err
 	}
@@ -179,6 +171,23 @@ func (b *bencher) stepCrash(ctx context.Context) error {
 	}
 	res.Other = dups - explained
 	return nil
+}
+
+// pacedSteady publishes the steady workload, n messages at rate a second
+// from start to queue, each due 1–5 s after its send, round-robin to
+// dests; then it waits for the step's events to end (errs closed) and
+// returns the due times and the first error.
+func (b *bencher) pacedSteady(ctx context.Context, start time.Time, rate, n int, dests []string, queue string, errs <-chan error) ([]time.Time, *SteadyLeg, error) {
+	due := make([]time.Time, n)
+	leg, _, err := b.paced(ctx, start, rate, n, func(i int, now time.Time) outgoing {
+		due[i] = now.Add(steadyMinDelay + time.Duration(mrand.Int64N(int64(steadyMaxDelay-steadyMinDelay))))
+		dest := dests[i%len(dests)]
+		return outgoing{key: queue, msg: b.message(dest, i, due[i], dest)}
+	})
+	if eerr := <-errs; err == nil {
+		err = eerr
+	}
+	return due, leg, err
 }
 
 // arrivalLog records every arrival of the bench's messages by seq.

@@ -87,6 +87,7 @@ func BuildRows(r *Results) []Row {
 	rows = append(rows, protocolRows(StepNSBTimeouts, "NServiceBus timeouts", "NServiceBus's timeout manager", r.NSBTimeouts)...)
 	rows = append(rows, resendRows(r.Resend)...)
 	rows = append(rows, crashRows(r.Crash)...)
+	rows = append(rows, failoverRows(r.Failover)...)
 	if x := r.Exchange; x != nil {
 		rows = append(rows, exchangeRows(x)...)
 	}

@@ -20,7 +20,7 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// ScaleOut compares one bridge with two bridges of the same endpoint sharing
+// ScaleOut compares one bridge with two and three bridges of the same endpoint sharing
 // one PostgreSQL store (DELAYBRIDGE_STORE=postgres): each ingests from
 // E.Timeouts and dispatches from E.TimeoutsDispatcher, leasing rows with FOR
 // UPDATE SKIP LOCKED. Every run has a fresh endpoint and a fresh schema,
@@ -29,7 +29,7 @@ type ScaleOut struct {
 	N        int            `json:"n"`
 	WindowMs float64        `json:"window_ms"`
 	Skipped  string         `json:"skipped,omitempty"` // why the step did not run
-	Runs     []*ScaleOutRun `json:"runs,omitempty"`    // 1 instance, then 2
+	Runs     []*ScaleOutRun `json:"runs,omitempty"`    // 1 instance, then 2, then 3
 	// Two instances against one: ingest rate and burst delivery rate.
 	IngestRatio float64 `json:"ingest_ratio_2_vs_1,omitempty"`
 	BurstRatio  float64 `json:"burst_rate_ratio_2_vs_1,omitempty"`
@@ -150,7 +150,7 @@ func (b *bencher) stepScaleOut(ctx context.Context) error {
 		return err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	for _, k := range []int{1, 2} {
+	for _, k := range []int{1, 2, 3} {
 		run := &ScaleOutRun{Instances: k, RowsLeft: -1}
 		res.Runs = append(res.Runs, run)
 		if err := b.scaleOutRun(ctx, conn, appName, run); err != nil {

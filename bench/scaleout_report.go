@@ -53,6 +53,12 @@ func scaleOutLines(s *ScaleOut) []scaleOutLine {
 	add(fmt.Sprintf("ingest: %s due in 1 h, stored/s", groupThousands(int64(s.N))), ratio(s.IngestRatio),
 		phase(ingest, func(ph *ScaleOutPhase) string { return FmtRate(ph.Rate) }))
 	add("ingest: ingested by instance", "", phase(ingest, split))
+	add("ingest: PostgreSQL CPU us per stored message", "", phase(ingest, func(ph *ScaleOutPhase) string {
+		if ph.N <= 0 || ph.PostgresCPUSeconds <= 0 {
+			return "-"
+		}
+		return fmt.Sprintf("%.0f", ph.PostgresCPUSeconds/float64(ph.N)*1e6)
+	}))
 	add(fmt.Sprintf("burst: %s due at once, due instant to last delivered", groupThousands(int64(s.N))), "",
 		phase(burst, func(ph *ScaleOutPhase) string {
 			if ph.Seconds < 0 {

@@ -59,6 +59,8 @@ func TestScaleOutRows(t *testing.T) {
 	for _, c := range []struct{ metric, want string }{
 		{"1 instance: ingest: 20,000 due in 1 h, stored/s", "4,000 msg/s|"},
 		{"2 instances: ingest: ingested by instance", "10,200 (51%) / 9,800 (49%)|"},
+		{"1 instance: ingest: PostgreSQL CPU us per stored message", "150|"},
+		{"2 instances: ingest: PostgreSQL CPU us per stored message", "-|"},
 		{"1 instance: burst: 20,000 due at once, due instant to last delivered", "2.00 s|"},
 		{"2 instances: burst: 20,000 due at once, due instant to last delivered", "never|"},
 		{"2 instances: burst: delivered/s from the due instant", "-|"},
@@ -97,6 +99,7 @@ func TestFormatScaleOut(t *testing.T) {
 		"-----------------------------------------------------------------  --------------------------------  ----------------------------------------------  ------",
 		"ingest: 20,000 due in 1 h, stored/s                                4,000 msg/s                       3,000 msg/s                                     0.75×",
 		"ingest: ingested by instance                                       20,000                            10,200 (51%) / 9,800 (49%)",
+		"ingest: PostgreSQL CPU us per stored message                       150                               -",
 		"burst: 20,000 due at once, due instant to last delivered           2.00 s                            -",
 		"burst: delivered/s from the due instant                            10,000 msg/s                      -",
 		"burst: lateness p50 / p99 / max                                    900.0 ms / 1.95 s / 2.00 s        -",
@@ -221,5 +224,32 @@ func TestLeadFor(t *testing.T) {
 	}
 	if got := leadFor(20000, 0); got != 16*time.Second {
 		t.Errorf("leadFor unknown rate = %v, want 16s", got)
+	}
+}
+
+func TestFailoverRows(t *testing.T) {
+	f := &Failover{Rate: 1000, Runs: []*FailoverRun{
+		{Event: "kill", Repeat: 1, AtSeconds: 8, After: 10000, AfterP99Ms: 900, AfterMaxMs: 1500},
+		{Event: "kill", Repeat: 2, AtSeconds: 8, After: 10000, AfterP99Ms: 900, AfterMaxMs: 60000},
+		{Event: "term", Repeat: 1, AtSeconds: 8, After: 10000, AfterP99Ms: 5, AfterMaxMs: 1200},
+		{Event: "stop", Repeat: 1, AtSeconds: 8, After: 10000, AfterP99Ms: 40000, AfterMaxMs: 40100, Duplicates: 3},
+		{Event: "stop", Repeat: 2, AtSeconds: 8, Lost: 1},
+	}}
+	var got []string
+	for _, r := range failoverRows(f) {
+		got = append(got, r.Value+"|"+r.Result)
+	}
+	want := []string{
+		"0 / 0 / 0; 10000: 900.0 ms / 1.50 s|" + Pass,
+		"0 / 0 / 0; 10000: 900.0 ms / 60.00 s|" + Miss,
+		"0 / 0 / 0; 10000: 5.00 ms / 1.20 s|" + Miss,
+		"0 / 0 / 3; 10000: 40.00 s / 40.10 s|" + Pass,
+		"1 / 0 / 0; 0: 0.00 ms / 0.00 ms|" + Miss,
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("failover rows:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if rows := failoverRows(&Failover{Skipped: "no PostgreSQL URL"}); len(rows) != 1 || rows[0].Result != "" {
+		t.Errorf("skipped: %+v", rows)
 	}
 }

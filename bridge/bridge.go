@@ -157,11 +157,14 @@ func (b *Bridge) Run(ctx context.Context) error {
 	// intake begin, so a second instance is refused before it takes in a
 	// single message.
 	dispatcher := st.start("dispatch", c.dispatcher.Run)
-	var poller, reaper, intake, sampler, bindings, firer *stage
+	var poller, reaper, takeover, intake, sampler, bindings, firer *stage
 	runErr, up := b.await(ctx, c.dispatching, c.critical, st.failed)
 	if up {
 		poller = st.start("poller", c.poller.Run)
 		reaper = st.start("reaper", c.reaper.Run)
+		if c.takeover != nil {
+			takeover = st.start("takeover", c.takeover.Run)
+		}
 		if c.firer != nil {
 			firer = st.start("recurring schedules", c.firer.Run)
 		}
@@ -187,7 +190,7 @@ func (b *Bridge) Run(ctx context.Context) error {
 	// requeued, nothing is lost).
 	deadline := time.After(ShutdownDrain)
 	cut := func() { c.publishConn.Close(); c.consumeConn.Close(); c.ingestConn.Close() }
-	for _, s := range []*stage{bindings, sampler, intake, firer, reaper, poller, dispatcher} {
+	for _, s := range []*stage{bindings, sampler, intake, firer, reaper, takeover, poller, dispatcher} {
 		st.drain(s, deadline, cut)
 	}
 	c.errors.Flush() // no count of refused copies left unlogged

@@ -32,6 +32,7 @@ type components struct {
 	consumeConn, publishConn *broker.Conn
 	poller                   *poller.Poller
 	reaper                   *poller.Reaper
+	takeover                 *poller.Reaper // nil unless the store is a storage.TakerOver
 	// firer fires recurring schedules; nil when the store keeps none.
 	firer      *recurring.Firer
 	ingester   *ingest.Ingester
@@ -156,6 +157,19 @@ func (b *Bridge) build(ctx context.Context, srv *httpapi.Server) (_ *components,
 	}
 	c.reaper = &poller.Reaper{Store: c.store, Interval: cfg.LockLeaseDuration / 4,
 		Logger: log.With().Str("component", "reaper").Logger()}
+	if to, ok := c.store.(storage.TakerOver); ok {
+		// A dead instance's leases are freed within this interval of the
+		// store's grace (docs/contract.md §7.1); the poller is woken for
+		// them, as they are overdue.
+		p := c.poller
+		c.takeover = &poller.Reaper{Store: takeOverFunc(to.TakeOver), Interval: min(cfg.LockLeaseDuration/10, takeoverEvery),
+			OnReap: func(n int) {
+				if n > 0 {
+					p.Wake(now())
+				}
+			},
+			Quiet: true, Logger: log.With().Str("component", "takeover").Logger()}
+	}
 	// Half the byte budget for what is being taken in, half for what is
 	// being forwarded: neither can starve the other.
 	intakeBudget, dispatchBudget := budget.New(cfg.MaxInflightBytes/2), budget.New(cfg.MaxInflightBytes-cfg.MaxInflightBytes/2)

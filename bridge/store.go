@@ -28,6 +28,7 @@ func openStore(ctx context.Context, cfg config.Config, owner string, now func() 
 			cfg.TimeToTriggerDispatchBreaker) / 3
 		callTimeout = max(2*time.Second, min(callTimeout, postgres.DefaultCallTimeout))
 		ps, err := postgres.Open(ctx, cfg.PostgresURL, postgres.Options{Now: now, Schema: cfg.PostgresSchema, Endpoint: cfg.Endpoint,
+			Owner:           owner,
 			ApplicationName: "delaybridge " + owner, CallTimeout: callTimeout,
 			Logger: log.With().Str("component", "store").Logger()})
 		if err != nil {
@@ -44,3 +45,13 @@ func openStore(ctx context.Context, cfg config.Config, owner string, now func() 
 		return bs, nil
 	}
 }
+
+// takeoverEvery is the most time between two TakeOver passes: with the
+// store's grace (postgres.DefaultTakeoverGrace) it bounds how late a dead
+// instance's lost leases are forwarded (docs/contract.md §7.1).
+const takeoverEvery = 500 * time.Millisecond
+
+// takeOverFunc runs a store's TakeOver as a poller.Reaper's pass.
+type takeOverFunc func(ctx context.Context) (int, error)
+
+func (f takeOverFunc) Reap(ctx context.Context) (int, error) { return f(ctx) }

@@ -22,6 +22,9 @@ type Reaper struct {
 	Interval time.Duration // contract: a quarter of LOCK_LEASE_DURATION
 	// OnReap, when set, is told how many leases each pass freed.
 	OnReap func(n int)
+	// Quiet leaves the passes that freed leases unlogged: for a store
+	// that logs its own (the take-over of a dead instance's leases).
+	Quiet  bool
 	Logger zerolog.Logger
 }
 
@@ -42,7 +45,7 @@ func (r *Reaper) Run(ctx context.Context) error {
 			return nil
 		case err != nil:
 			r.Logger.Warn().Err(err).Msg("reaping expired leases failed; retrying on the next tick")
-		case n > 0:
+		case n > 0 && !r.Quiet:
 			r.Logger.Info().Int("freed", n).Msg("reaped expired leases (an instance stopped or stalled while dispatching)")
 		}
 		if err == nil && r.OnReap != nil {

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/delaybridge/delaybridge/internal/logtest"
 )
 
 func TestReaperFreesExpiredLeases(t *testing.T) {
@@ -61,5 +63,35 @@ func TestReaperKeepsGoingAfterAFailure(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("Run: %v", err)
+	}
+}
+
+type freeingReaping struct{ calls atomic.Int32 }
+
+func (f *freeingReaping) Reap(context.Context) (int, error) {
+	f.calls.Add(1)
+	return 3, nil
+}
+
+// A pass that freed leases is logged, unless the reaper is Quiet (its
+// store logs its own passes); OnReap is told either way.
+func TestReaperQuiet(t *testing.T) {
+	for _, quiet := range []bool{false, true} {
+		var buf logtest.Buffer
+		f := &freeingReaping{}
+		var told atomic.Int32
+		r := &Reaper{Store: f, Interval: 5 * time.Millisecond, Quiet: quiet, OnReap: func(n int) { told.Add(int32(n)) },
+			Logger: zerolog.New(&buf)}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- r.Run(ctx) }()
+		waitFor(t, "two passes told", func() bool { return told.Load() >= 6 })
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+		if logged := buf.Count("reaped expired leases") > 0; logged == quiet {
+			t.Errorf("Quiet %v: logged %v", quiet, logged)
+		}
 	}
 }

@@ -399,6 +399,14 @@ type LeaseReleaser interface {
 	ReleaseLeases() int
 }
 
+// TakerOver frees at once the leases of instances that are gone, judged
+// by the database (storage/postgres: a liveness session per instance,
+// docs/contract.md §7.1), rather than when the leases expire. The bridge
+// calls it on a short timer and wakes its poller when it freed any.
+type TakerOver interface {
+	TakeOver(ctx context.Context) (freed int, err error)
+}
+
 // Stater counts the store's rows. The admin API's stats, the status page,
 // /debug/vars and the store metrics show the counts.
 type Stater interface {

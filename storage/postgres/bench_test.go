@@ -2,10 +2,14 @@ package postgres
 
 import (
 	"fmt"
+	"os"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/delaybridge/delaybridge/storage"
+	"github.com/delaybridge/delaybridge/storage/postgres/pgtest"
 	"github.com/delaybridge/delaybridge/storage/storetest"
 )
 
@@ -61,4 +65,57 @@ func BenchmarkLeaseRemove(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(b.N*1000)/b.Elapsed().Seconds(), "msgs/s")
+}
+
+// BenchmarkInsertSmall: one op = one Insert of 10 rows, as ingest commits
+// them at a steady low rate, on a store of one connection whose server
+// process's CPU time is reported per message (pg-us/msg, from
+// /proc/<backend pid>/stat: the server must run on this host).
+func BenchmarkInsertSmall(b *testing.B) {
+	s, err := Open(ctx, pgtest.Require(b), Options{Schema: pgtest.Schema(b), MaxConns: 1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	var pid int
+	if err := s.pool.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+		b.Fatal(err)
+	}
+	due := time.Now().Add(time.Hour)
+	batches := make([][]storage.Timeout, b.N)
+	for i := range batches {
+		batches[i] = storetest.BenchRows(fmt.Sprint("s", i), 10, due)
+	}
+	cpu0, ok := procCPU(pid)
+	b.ResetTimer()
+	for i := range b.N {
+		if _, err := s.Insert(ctx, batches[i]); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	if cpu1, ok1 := procCPU(pid); ok && ok1 {
+		b.ReportMetric((cpu1-cpu0).Seconds()*1e6/float64(b.N*10), "pg-us/msg")
+	}
+	b.ReportMetric(float64(b.N*10)/b.Elapsed().Seconds(), "msgs/s")
+}
+
+// procCPU is the user and system CPU time of process pid, from /proc.
+func procCPU(pid int) (time.Duration, bool) {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, false
+	}
+	// The fields after the command's closing parenthesis: utime and stime
+	// are the 12th and 13th, in clock ticks (100 a second on Linux).
+	f := strings.Fields(string(raw[strings.LastIndexByte(string(raw), ')')+1:]))
+	if len(f) < 13 {
+		return 0, false
+	}
+	u, err1 := strconv.ParseInt(f[11], 10, 64)
+	st, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, false
+	}
+	return time.Duration(u+st) * 10 * time.Millisecond, true
 }

@@ -87,7 +87,7 @@ func TestMigrationStepSaysItRuns(t *testing.T) {
 	fastProgress(t)
 	schema := pgtest.Schema(t)
 	s := openSchema(t, schema, nil)
-	for _, q := range []string{undoSchedules, undoFingerprints, `DELETE FROM {{s}}.schema_version WHERE version >= 8`} {
+	for _, q := range []string{undoSchedules, undoInstances, undoFingerprints, `DELETE FROM {{s}}.schema_version WHERE version >= 8`} {
 		if _, err := s.pool.Exec(ctx, strings.ReplaceAll(q, "{{s}}", s.qs)); err != nil {
 			t.Fatal(err)
 		}
@@ -108,9 +108,9 @@ func TestMigrationStepSaysItRuns(t *testing.T) {
 	if n := logs.Count("still applying version 8 (send fingerprints)"); n == 0 {
 		t.Fatalf("no progress line while version 8 waited:\n%s", logs.String())
 	}
-	// Versions 8 and 9 (recurring schedules, which follow it).
-	if n := logs.Count("applied schema migration"); n != 2 {
-		t.Fatalf("%d lines say a migration was applied, want 2:\n%s", n, logs.String())
+	// Versions 8, 9 and 10 (liveness and recurring schedules follow it).
+	if n := logs.Count("applied schema migration"); n != 3 {
+		t.Fatalf("%d lines say a migration was applied, want 3:\n%s", n, logs.String())
 	}
 }
 

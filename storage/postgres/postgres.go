@@ -25,7 +25,8 @@
 //     the same row version.
 //   - Open does not free leases: other live instances may hold them. Expired
 //     leases are taken over by Lease directly and freed by Reap, which the
-//     bridge calls on a timer.
+//     bridge calls on a timer; the leases of an instance that is gone are
+//     freed sooner by TakeOver (liveness.go).
 //   - Writers lock rows in id order (Insert inserts in id order, Remove locks
 //     in id order), so concurrent batches with overlapping ids do not
 //     deadlock; should PostgreSQL still report a deadlock or serialization
@@ -119,6 +120,16 @@ type Options struct {
 	// start, so that the schema could never be upgraded. It logs every
 	// 10 s that it is still running instead.
 	ConnectTimeout time.Duration
+	// Owner, when set, is the lock owner of this instance's poller: Open
+	// registers it and keeps a liveness session for it (liveness.go), so
+	// that other instances take over its leases as soon as it is gone.
+	// Empty (the CLI, tests): no session; the store's leases only expire.
+	// It must not hold ':'.
+	Owner string
+	// TakeoverGrace is how long after a row became visible a dead
+	// instance's lease on it is left alone by TakeOver (liveness.go); zero
+	// or negative means DefaultTakeoverGrace.
+	TakeoverGrace time.Duration
 }
 
 // Store is a storage.Store on PostgreSQL. It is safe for concurrent use, by
@@ -136,6 +147,7 @@ type Store struct {
 	q           queries
 	window      time.Duration // cancel window
 	cancelKey   int64         // see cancelLockKey
+	live        *liveness     // nil without Options.Owner
 
 	stats statsCache
 
@@ -225,6 +237,17 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 			return nil, fmt.Errorf("postgres: %s: %w", where, err)
 		}
 	}
+	if opts.Owner != "" {
+		if opts.TakeoverGrace <= 0 {
+			opts.TakeoverGrace = DefaultTakeoverGrace
+		}
+		cctx, cancel := context.WithTimeout(ctx, opts.ConnectTimeout)
+		defer cancel()
+		if err := s.startLiveness(cctx, cfg.ConnConfig, opts.Owner, opts.TakeoverGrace); err != nil {
+			pool.Close()
+			return nil, fmt.Errorf("postgres: %s: %w", where, err)
+		}
+	}
 	s.log.Debug().Str("db", where).Str("schema", schema).Int32("max_conns", cfg.MaxConns).Msg("postgres store open")
 	return s, nil
 }
@@ -244,6 +267,7 @@ func (s *Store) Close() error {
 		return nil
 	}
 	s.closed = true
+	s.stopLiveness()
 	// pgx says goodbye to the server on each connection and waits for it
 	// to hang up, up to 15 s each when the server has gone silent: do not
 	// hold up the bridge's exit that long.
@@ -434,6 +458,7 @@ type queries struct {
 	insert, insertAt, family, tombstoned                                              string
 	lease, unlease, getMany, remove, release, incr, nextDue, reap, cancel, reschedule string
 	purgeCancels, cancelSaga                                                          string
+	takeOver, handBack                                                                string
 	countLeased, countBoth, estimate, countLeasedBy                                   string
 	listCols, table                                                                   string
 }
@@ -461,8 +486,12 @@ ON CONFLICT (id) DO NOTHING
 RETURNING id`
 
 func newQueries(qs string) queries {
-	r := strings.NewReplacer("{{t}}", qs+".timeouts", "{{c}}", qs+".cancelled", "{{p}}", qs+".paused", "{{seq}}", quoteLiteral(qs+".lock_seq"))
+	r := strings.NewReplacer("{{t}}", qs+".timeouts", "{{c}}", qs+".cancelled", "{{p}}", qs+".paused", "{{seq}}", quoteLiteral(qs+".lock_seq"),
+		"{{i}}", qs+".instances")
 	return queries{
+		takeOver: r.Replace(takeOverSQL),
+		handBack: r.Replace(handBackSQL),
+
 		// Rows go in id order, so that concurrent batches sharing ids wait
 		// for each other in one order and never deadlock.
 		// $10 now: ids with a live cancel tombstone are not stored. A
@@ -697,11 +726,16 @@ func (s *Store) Insert(ctx context.Context, in []storage.Timeout) ([]storage.Out
 			return nil
 		}
 		expect(bytes)
-		// The shared cancel lock, taken by a statement of its own so that
-		// the inserts' snapshots follow it: a Cancel that records a
-		// tombstone holds the lock exclusively, so either it committed
-		// first and the inserts see its tombstone, or it waits for this
-		// commit and then finds the rows (see Cancel).
+		now := ts(s.now())
+		count, rest, err := s.insertFirst(ctx, c, in, outcomes, keys, now)
+		s.stats.addPending(count) // committed, whatever follows
+		if err != nil || len(rest) == 0 {
+			return err
+		}
+		// Rows whose id is pending already, or repeated in the call (a
+		// redelivery, another send of the id): placed in a transaction of
+		// their own, under the shared cancel lock, after the first
+		// commit, whose rows they see.
 		tx, err := c.Begin(ctx)
 		if err != nil {
 			return err
@@ -710,14 +744,14 @@ func (s *Store) Insert(ctx context.Context, in []storage.Timeout) ([]storage.Out
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock_shared($1)`, s.cancelKey); err != nil {
 			return err
 		}
-		count, err := s.insertRows(ctx, tx, in, outcomes, keys, ts(s.now()))
+		n, err := s.placeAll(ctx, tx, in, rest, keys, outcomes, now)
 		if err != nil {
 			return err
 		}
 		if err := tx.Commit(ctx); err != nil {
 			return err
 		}
-		s.stats.addPending(count)
+		s.stats.addPending(n)
 		return nil
 	})
 	if err != nil {
@@ -740,6 +774,82 @@ func messageBytes(in []storage.Timeout) int64 {
 // this one's read and its insert.
 const placeRounds = 5
 
+// insertFirst stores the first row of each id of in that nothing of its id
+// holds a key of (the common case, see the insert statement) in ONE round
+// trip: the shared cancel lock and the insert statements go as one
+// pipeline, which PostgreSQL runs as one implicit transaction, committed
+// at its end. The lock is taken by a statement of its own so that the
+// inserts' snapshots follow it: a Cancel that records a tombstone holds
+// the lock exclusively, so either it committed first and the inserts see
+// its tombstone, or it waits for this commit and then finds the rows (see
+// Cancel). The lock is shared: inserts never wait for each other. It
+// returns how many rows it stored and the rows left for placeAll, in
+// call order.
+func (s *Store) insertFirst(ctx context.Context, c *pgxpool.Conn, in []storage.Timeout, outcomes []storage.Outcome, keys []string, now time.Time) (count int, rest []int, err error) {
+	clear(outcomes)
+	clear(keys)
+	first, rest := splitFirst(in, keys)
+	b := &pgx.Batch{}
+	b.Queue(`SELECT pg_advisory_xact_lock_shared($1)`, s.cancelKey)
+	chunks := chunkKeyed(in, keys, first)
+	byKeys := make([]map[string]int, len(chunks))
+	for i, chunk := range chunks {
+		var args []any
+		args, byKeys[i] = insertArgs(in, keys, chunk, now)
+		b.Queue(s.q.insert, args...)
+	}
+	err = func() (err error) {
+		br := c.SendBatch(ctx, b)
+		defer func() {
+			if cerr := br.Close(); err == nil {
+				err = cerr
+			}
+		}()
+		if _, err := br.Exec(); err != nil {
+			return err
+		}
+		for i := range chunks {
+			rows, err := br.Query()
+			if err != nil {
+				return err
+			}
+			n, err := scanStored(rows, byKeys[i], outcomes)
+			if err != nil {
+				return err
+			}
+			count += n
+		}
+		return nil
+	}()
+	if err != nil {
+		clear(outcomes)
+		return 0, nil, err
+	}
+	for _, i := range first {
+		if outcomes[i] == 0 {
+			rest = append(rest, i)
+		}
+	}
+	slices.Sort(rest) // the call's order: a later row may repeat an earlier one
+	return count, rest, nil
+}
+
+// splitFirst splits the rows of in into the first of each id, whose key
+// it sets to the id, and the others.
+func splitFirst(in []storage.Timeout, keys []string) (first, rest []int) {
+	seen := make(map[string]bool, len(in))
+	for i := range in {
+		if seen[in[i].ID] {
+			rest = append(rest, i)
+			continue
+		}
+		seen[in[i].ID] = true
+		first = append(first, i)
+		keys[i] = in[i].ID
+	}
+	return first, rest
+}
+
 // insertRows inserts in within tx, whose caller holds the cancel lock,
 // sets the outcome of each, and returns how many it stored. First, one
 // statement stores the first row of each id that nothing of its id holds
@@ -751,19 +861,7 @@ const placeRounds = 5
 func (s *Store) insertRows(ctx context.Context, tx pgx.Tx, in []storage.Timeout, outcomes []storage.Outcome, keys []string, now time.Time) (int, error) {
 	clear(outcomes)
 	clear(keys)
-	seen := make(map[string]bool, len(in))
-	var first, rest []int
-	for i := range in {
-		if seen[in[i].ID] {
-			rest = append(rest, i)
-			continue
-		}
-		seen[in[i].ID] = true
-		first = append(first, i)
-	}
-	for _, i := range first {
-		keys[i] = in[i].ID
-	}
+	first, rest := splitFirst(in, keys)
 	count, err := s.insertKeyed(ctx, tx, s.q.insert, in, keys, first, outcomes, now)
 	if err != nil {
 		return 0, err
@@ -774,6 +872,15 @@ func (s *Store) insertRows(ctx context.Context, tx pgx.Tx, in []storage.Timeout,
 		}
 	}
 	slices.Sort(rest) // the call's order: a later row may repeat an earlier one
+	n, err := s.placeAll(ctx, tx, in, rest, keys, outcomes, now)
+	return count + n, err
+}
+
+// placeAll places rows rest of in (in call order) within tx, whose caller
+// holds the cancel lock, in rounds of place, and returns how many it
+// stored.
+func (s *Store) placeAll(ctx context.Context, tx pgx.Tx, in []storage.Timeout, rest []int, keys []string, outcomes []storage.Outcome, now time.Time) (int, error) {
+	count := 0
 	for round := 0; len(rest) > 0; round++ {
 		if round == placeRounds {
 			return 0, fmt.Errorf("insert: %d rows found their keys taken by concurrent inserts %d times", len(rest), placeRounds)
@@ -872,23 +979,33 @@ func (s *Store) place(ctx context.Context, tx pgx.Tx, in []storage.Timeout, rest
 // so the batch is still one commit. It sets outcomes[i] to Stored for
 // each row stored and returns how many.
 func (s *Store) insertKeyed(ctx context.Context, tx pgx.Tx, stmt string, in []storage.Timeout, keys []string, idx []int, outcomes []storage.Outcome, now time.Time) (int, error) {
+	count := 0
+	for _, chunk := range chunkKeyed(in, keys, idx) {
+		n, err := s.insertChunk(ctx, tx, stmt, in, keys, chunk, outcomes, now)
+		if err != nil {
+			return 0, err
+		}
+		count += n
+	}
+	return count, nil
+}
+
+// chunkKeyed orders rows idx of in by key and cuts them into the chunks of
+// one insert statement each (see insertKeyed).
+func chunkKeyed(in []storage.Timeout, keys []string, idx []int) [][]int {
 	order := slices.Clone(idx)
 	slices.SortFunc(order, func(a, b int) int { return strings.Compare(keys[a], keys[b]) })
-	count := 0
+	var chunks [][]int
 	for lo := 0; lo < len(order); {
 		hi, bytes := lo, 0
 		for hi < len(order) && (hi == lo || bytes+len(in[order[hi]].Message) <= maxInsertBytes) {
 			bytes += len(in[order[hi]].Message)
 			hi++
 		}
-		n, err := s.insertChunk(ctx, tx, stmt, in, keys, order[lo:hi], outcomes, now)
-		if err != nil {
-			return 0, err
-		}
-		count += n
+		chunks = append(chunks, order[lo:hi])
 		lo = hi
 	}
-	return count, nil
+	return chunks
 }
 
 // maxInsertBytes bounds the message bytes of one insert statement: a
@@ -901,6 +1018,17 @@ const maxInsertBytes = 64 << 20
 func (s *Store) insertChunk(ctx context.Context, q interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 }, stmt string, in []storage.Timeout, keys []string, chunk []int, outcomes []storage.Outcome, now time.Time) (int, error) {
+	args, byKey := insertArgs(in, keys, chunk, now)
+	rows, err := q.Query(ctx, stmt, args...)
+	if err != nil {
+		return 0, err
+	}
+	return scanStored(rows, byKey, outcomes)
+}
+
+// insertArgs are the parameters of an insert statement storing in[i]
+// under keys[i] for i in chunk, and the index of each key.
+func insertArgs(in []storage.Timeout, keys []string, chunk []int, now time.Time) ([]any, map[string]int) {
 	n := len(chunk)
 	var (
 		ids, dests, lastErrs = make([]string, 0, n), make([]string, 0, n), make([]string, 0, n)
@@ -931,13 +1059,15 @@ func (s *Store) insertChunk(ctx context.Context, q interface {
 		msgs, fingerprints = append(msgs, msg), append(fingerprints, t.Fingerprint) // nil: NULL
 		attempts = append(attempts, int64(t.Attempts))
 	}
-	rows, err := q.Query(ctx, stmt, ids, dests, exchanges, dues, recvs, msgs, attempts, lastErrs, notBefores, now, sagas, fingerprints)
-	if err != nil {
-		return 0, err
-	}
+	return []any{ids, dests, exchanges, dues, recvs, msgs, attempts, lastErrs, notBefores, now, sagas, fingerprints}, byKey
+}
+
+// scanStored reads the keys an insert statement stored and marks their
+// rows Stored.
+func scanStored(rows pgx.Rows, byKey map[string]int, outcomes []storage.Outcome) (int, error) {
 	var key string
 	count := 0
-	_, err = pgx.ForEachRow(rows, []any{&key}, func() error {
+	_, err := pgx.ForEachRow(rows, []any{&key}, func() error {
 		i, ok := byKey[key]
 		if !ok {
 			return fmt.Errorf("inserted unknown key %q", key)
@@ -969,6 +1099,9 @@ func (s *Store) Lease(ctx context.Context, owner string, dueBy time.Time, limit 
 	var leases []storage.Lease
 	attempt := 0
 	err := s.run(ctx, "lease", func(ctx context.Context) error {
+		if !s.Live() {
+			return ErrNotLive
+		}
 		attempt++
 		if attempt > 1 {
 			if _, err := s.pool.Exec(ctx, s.q.unlease, prefix); err != nil {

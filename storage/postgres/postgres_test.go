@@ -221,6 +221,9 @@ func fromOldSchema(t *testing.T, since int, stmts ...string) *Store {
 		stmts = append([]string{undoFingerprints}, stmts...)
 	}
 	if since <= 9 {
+		stmts = append([]string{undoInstances}, stmts...)
+	}
+	if since <= 10 {
 		stmts = append([]string{undoSchedules}, stmts...)
 	}
 	stmts = append(stmts,
@@ -243,8 +246,28 @@ func fromOldSchema(t *testing.T, since int, stmts ...string) *Store {
 	return s
 }
 
-// undoSchedules takes a schema back from version 9 (recurring schedules).
+// undoSchedules takes a schema back from version 10 (recurring schedules).
 const undoSchedules = `DROP TABLE {{s}}.schedules`
+
+// undoInstances takes a schema back from version 9 (instance liveness).
+const undoInstances = `DROP TABLE {{s}}.instances`
+
+// TestMigrateToInstances: a schema at version 8 gets the instances table;
+// a store with an owner then opens on it, and the lease an older build
+// left is not taken over (its owner has no liveness session): it expires.
+func TestMigrateToInstances(t *testing.T) {
+	s := fromOldSchema(t, 9)
+	if _, err := s.pool.Exec(ctx, `UPDATE `+s.qs+`.timeouts SET lock_token = 'old-owner:0a.1', lock_expires_at = now() + interval '1 hour'`); err != nil {
+		t.Fatal(err)
+	}
+	b := openOwner(t, s.schema, "b", nil)
+	if n, err := b.TakeOver(ctx); err != nil || n != 0 {
+		t.Fatalf("TakeOver = %d, %v; want 0", n, err)
+	}
+	if lockOf(t, b, "old") != "old-owner:0a.1" {
+		t.Fatal("the older build's lease was freed")
+	}
+}
 
 // undoFingerprints takes a schema back from version 8 (send fingerprints).
 const undoFingerprints = `ALTER TABLE {{s}}.timeouts DROP COLUMN fingerprint`

@@ -65,6 +65,9 @@ func run(args []string) int {
 	resendDuration := fs.Duration("resend-duration", 10*time.Second, "resend step: how long new messages are sent")
 	crashRate := fs.Int("crash-rate", 1000, "crash step: steady rate of messages a second")
 	crashDuration := fs.Duration("crash-duration", 20*time.Second, "crash step: how long messages are sent (3 kills spread over it)")
+	failoverRate := fs.Int("failover-rate", 1000, "failover step: steady rate of messages a second")
+	failoverDuration := fs.Duration("failover-duration", 20*time.Second, "failover step: how long messages are sent in each run (the event 8 s in)")
+	failoverRepeats := fs.Int("failover-repeats", 5, "failover step: runs of each event (kill, term, stop)")
 	only := fs.String("only", "", "run only these steps, comma-separated: "+strings.Join(bench.AllSteps, ","))
 	lead := fs.Duration("lead", 0, "time from publishing to the first due time (0: from the measured ingest rate, at least 3s)")
 	publishers := fs.Int("publishers", def.Publishers, "publishing goroutines, each with its own confirm-mode channel")
@@ -102,7 +105,7 @@ Measures the bridge against a real broker and prints a table (and writes JSON):
   steady       (--only steady) messages published at a constant rate R for --steady-duration, each
                due 1–5 s after its send, to 4 destination queues, so intake and delivery overlap:
                lateness p50/p99/p99.9/max per rate, and the broker's own hop at R and 2R
-  scaleout     (--scaleout) one, then two bridges sharing a PostgreSQL store (--postgres-url):
+  scaleout     (--scaleout) one, two, then three bridges sharing a PostgreSQL store (--postgres-url):
                ingest rate, burst delivery rate and lateness, and what each instance did
   resend       (--only resend) clients sending a message again, same id, the moment it arrives:
                NServiceBus delayed retries (v2 chain), second-level retries to the timeout manager,
@@ -114,6 +117,11 @@ Measures the bridge against a real broker and prints a table (and writes JSON):
                bridge on bbolt killed with SIGKILL 3 times over --crash-duration and restarted at once:
                duplicates per kill (what it had forwarded and not yet removed) and how many ms of
                forwards they are; lost and early must be 0
+  failover     (--only failover) three bridges on one PostgreSQL store (--postgres-url) under the
+               steady workload (--failover-rate, due 1–5 s after each send); 8 s in, one is killed
+               (SIGKILL), stopped (SIGTERM) or stalled (SIGSTOP for 40 s, then SIGCONT), each
+               --failover-repeats times: lost, early, duplicates, and the lateness p99 and max of the
+               messages due in the 10 s after the event
 
 Every bridge is the delaybridge binary (--bridge) run as a child process with its own
 endpoint, store and HTTP port; everything the bench declares on the broker is deleted at
@@ -148,6 +156,7 @@ the end.
 		SteadyDuration: *steadyDuration, SteadySearch: *steadySearch, SteadyProfile: *steadyProfile,
 		ResendRate: *resendRate, ResendDuration: *resendDuration,
 		CrashRate: *crashRate, CrashDuration: *crashDuration,
+		FailoverRate: *failoverRate, FailoverDuration: *failoverDuration, FailoverRepeats: *failoverRepeats,
 	}
 	if opts.SteadyRates, err = parseInts(*steadyRates); err != nil {
 		fmt.Fprintln(os.Stderr, "delaybridge-bench: --steady-rates:", err)
