@@ -7,6 +7,8 @@
 #   ./scripts/rabbitmq-cluster.sh status   # each node: running, app running, cluster members
 #   ./scripts/rabbitmq-cluster.sh stop     # stop every node and remove the data; idempotent
 #   ./scripts/rabbitmq-cluster.sh kill N   # SIGKILL node N's Erlang VM (a node that dies)
+#   ./scripts/rabbitmq-cluster.sh partition N  # cut node N off from the other two (iptables)
+#   ./scripts/rabbitmq-cluster.sh heal     # remove the partition's rules; idempotent
 #   ./scripts/rabbitmq-cluster.sh urls     # the AMQP URLs, one a line
 #
 # Nodes cluster1@localhost … cluster3@localhost, AMQP on 127.0.0.1:5681–5683
@@ -18,6 +20,18 @@
 # find each other through the classic_config peer discovery: node 1 starts
 # first, nodes 2 and 3 join it as they boot. start on a cluster whose node was
 # killed or stopped starts that node again, and it rejoins with its data.
+#
+# partition N cuts node N's Erlang distribution links to the other nodes,
+# both ways, and leaves its AMQP listener alone (a node that clients reach
+# but its peers do not). On loopback every node is 127.0.0.1, so the rules
+# match node N's distribution port (connections to it) and the source
+# address its own outgoing distribution connections are bound to, 127.0.1.N
+# (inet_dist_connect_options). They reject with a TCP reset rather than drop,
+# so both sides see the links go down at their next packet instead of after
+# net_ticktime (60 s); RabbitMQ's partition handling is the same from there.
+# The rules live in their own chain, DELAYBRIDGE_PARTITION, hooked into INPUT
+# for lo; heal, start and stop remove them. partition needs iptables (and
+# CAP_NET_ADMIN).
 #
 # It needs Debian's rabbitmq-server (already there for the test broker:
 # scripts/ensure-rabbitmq.sh) and root; it installs nothing. The daemons keep
@@ -39,6 +53,9 @@ die() { printf '[rabbitmq-cluster] ERROR: %s\n' "$*" >&2; exit 1; }
 node_name() { echo "cluster$1@localhost"; }
 amqp_port() { echo $((5680 + $1)); }
 dist_port() { echo $((25680 + $1)); }
+# dist_src N: the address node N's outgoing distribution connections leave from.
+dist_src() { echo "127.0.1.$1"; }
+CHAIN=DELAYBRIDGE_PARTITION
 ctl() { # ctl N args…: rabbitmqctl on node N (the Debian wrapper runs it as rabbitmq)
   local n="$1"
   shift
@@ -96,7 +113,7 @@ launch() {
       RABBITMQ_LOG_BASE="${d}/log" \
       RABBITMQ_ENABLED_PLUGINS_FILE="${d}/enabled_plugins" \
       RABBITMQ_PID_FILE="${d}/pid" \
-      RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS="-kernel inet_dist_use_interface {127,0,0,1}" \
+      RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS="-kernel inet_dist_use_interface {127,0,0,1} -kernel inet_dist_connect_options [{ip,{$(dist_src "${n}" | tr . ,)}}]" \
       "${SERVER}" -detached
   )
 }
@@ -138,6 +155,7 @@ running_members() {
 start() {
   require
   local began=${SECONDS}
+  heal
   mkdir -p "${DIR}"
   ensure_node 1
   await_node 1
@@ -194,6 +212,7 @@ hard_kill() {
 }
 
 stop() {
+  heal
   for n in "${NODES[@]}"; do
     if up "${n}"; then
       log "node ${n}: stopping"
@@ -209,11 +228,40 @@ stop() {
   log "stopped; ${DIR} removed"
 }
 
+# heal: no partition rules left (none there is fine, and so is no iptables).
+heal() {
+  command -v iptables >/dev/null 2>&1 || return 0
+  iptables -w -n -L "${CHAIN}" >/dev/null 2>&1 || return 0
+  while iptables -w -D INPUT -i lo -j "${CHAIN}" 2>/dev/null; do :; done
+  iptables -w -F "${CHAIN}"
+  iptables -w -X "${CHAIN}"
+  log "partition rules removed"
+}
+
+# partition N: node N's distribution links to the others reset, both ways
+# (see the top of this file).
+partition() {
+  local n="$1"
+  [[ "${n}" =~ ^[123]$ ]] || die "partition: node 1, 2 or 3"
+  command -v iptables >/dev/null 2>&1 || die "partition needs iptables (apt-get install -y iptables)"
+  heal
+  iptables -w -N "${CHAIN}" || die "iptables cannot create a chain: is CAP_NET_ADMIN missing?"
+  local m
+  for m in "--dport $(dist_port "${n}")" "--sport $(dist_port "${n}")" "-s $(dist_src "${n}")" "-d $(dist_src "${n}")"; do
+    # shellcheck disable=SC2086 # m is two words
+    iptables -w -A "${CHAIN}" -p tcp ${m} -m tcp ! --tcp-flags RST RST -j REJECT --reject-with tcp-reset
+  done
+  iptables -w -I INPUT 1 -i lo -j "${CHAIN}"
+  log "node ${n}: partitioned (distribution port $(dist_port "${n}") and $(dist_src "${n}") cut off; AMQP $(amqp_port "${n}") open)"
+}
+
 case "${1:-}" in
   start) start ;;
   status) status ;;
   stop) require && stop ;;
   kill) require && hard_kill "${2:-}" ;;
+  partition) require && partition "${2:-}" ;;
+  heal) require && heal ;;
   urls) for n in "${NODES[@]}"; do echo "amqp://guest:guest@127.0.0.1:$(amqp_port "${n}")/"; done ;;
-  *) die "usage: $0 start|status|stop|kill N|urls" ;;
+  *) die "usage: $0 start|status|stop|kill N|partition N|heal|urls" ;;
 esac

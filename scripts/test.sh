@@ -40,7 +40,9 @@
 #    no disruptive test is left out, and none runs beside another test.
 #    A serial step that runs a cluster test (TestCluster*) starts a three-node
 #    RabbitMQ cluster beside the test broker first and stops it after
-#    (scripts/rabbitmq-cluster.sh: nodes on ports 5681-5683, ~25 s to start).
+#    (scripts/rabbitmq-cluster.sh: nodes on ports 5681-5683, ~25 s to start),
+#    installing iptables first when it is missing and we are root (the
+#    partition case).
 #    Extra args must be go test flags (no -args). The script fails if any
 #    step failed. All steps use one race-built bridge binary
 #    (DELAYBRIDGE_TEST_BRIDGE_BIN, see test/integration), linked once.
@@ -171,6 +173,14 @@ run_serial_step() {
   shift
   if grep -q $'\tTestCluster' "${list}"; then
     cluster=1
+    # The partition case cuts a node off with iptables (rabbitmq-cluster.sh
+    # partition); without it that case reports it is unavailable.
+    if ! command -v iptables >/dev/null 2>&1 && [[ "$(id -u)" == 0 ]] && command -v apt-get >/dev/null 2>&1; then
+      echo "installing iptables (Debian package) for the cluster partition test"
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends iptables >/dev/null ||
+        { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends iptables >/dev/null; } ||
+        echo "WARNING: could not install iptables: the cluster partition test will say so" >&2
+    fi
     local began=${SECONDS}
     if bash ./scripts/rabbitmq-cluster.sh start; then
       echo "three-node cluster started in $((SECONDS - began)) s"
