@@ -298,16 +298,6 @@ func (p *Poller) untilNext(ctx context.Context) (time.Duration, error) {
 // leaseCallTimeout bounds one Lease call, which shutdown does not cancel.
 const leaseCallTimeout = 30 * time.Second
 
-// pollOnce leases one batch and hands it over on pub, returning how many it
-// leased, or -1 when leasing failed (after backing off).
-func (p *Poller) pollOnce(ctx context.Context, pub Publisher) (int, error) {
-	leases, n := p.lease(ctx)
-	if n <= 0 {
-		return n, nil
-	}
-	return n, p.handOver(ctx, pub, leases)
-}
-
 // lease leases one batch, returning it and its length, or -1 when leasing
 // failed (after backing off).
 func (p *Poller) lease(ctx context.Context) ([]storage.Lease, int) {

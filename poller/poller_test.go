@@ -26,6 +26,8 @@ type fakePublisher struct {
 	sent   chan struct{}
 	closed int
 	modes  []uint8 // each message's delivery mode
+	// attempts counts Publish calls, failed ones too.
+	attempts int
 }
 
 func (p *fakePublisher) Close() error {
@@ -38,6 +40,7 @@ func (p *fakePublisher) Close() error {
 func (p *fakePublisher) Publish(_ context.Context, msgs []broker.Outgoing) []error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.attempts++
 	res := make([]error, len(msgs))
 	for i, m := range msgs {
 		if p.fail != nil {
@@ -233,15 +236,26 @@ func TestHandOverDeliveryMode(t *testing.T) {
 	}
 }
 
+// A hand-over the broker did not confirm releases its leases at once: the
+// row does not wait out its hour-long lease, it is leased and handed over
+// again, and once Run has returned it is left unleased.
 func TestUnpublishedLeasesAreReleased(t *testing.T) {
 	store := openStore(t)
 	pub := &fakePublisher{fail: fmt.Errorf("%w: boom", broker.ErrNotConfirmed)}
 	p := New(store, source(pub), Options{Owner: "o", BatchSize: 10, LeaseDuration: time.Hour,
 		PollInterval: time.Hour, Logger: zerolog.Nop()})
 	insert(t, store, "a", time.Now().Add(-time.Second))
-	n, err := p.pollOnce(context.Background(), pub)
-	if n != 1 || !errors.Is(err, broker.ErrNotConfirmed) {
-		t.Fatalf("pollOnce = %d, %v", n, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	waitFor(t, "a second hand-over of the released row", func() bool {
+		pub.mu.Lock()
+		defer pub.mu.Unlock()
+		return pub.attempts >= 2
+	})
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
 	}
 	row, err := store.Get(context.Background(), "a")
 	if err != nil || row.Lock != "" {
