@@ -12,8 +12,9 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/delaybridge/delaybridge/errorqueue"
-	"github.com/delaybridge/delaybridge/ingest"
+	"github.com/delaybridge/delaybridge/intake"
 	"github.com/delaybridge/delaybridge/message"
+	"github.com/delaybridge/delaybridge/protocol/nsbtimeout"
 	"github.com/delaybridge/delaybridge/wire"
 )
 
@@ -178,8 +179,8 @@ func describe(d *amqp.Delivery, pos int, detail bool) ErrorCopyJSON {
 	f := errorqueue.Describe(d.Headers)
 	c := ErrorCopyJSON{Position: pos, Redelivered: d.Redelivered, Stage: f.Stage, Reason: f.Reason,
 		ExceptionType: f.ExceptionType, FailedAt: utc(f.FailedAt), Attempts: f.Attempts}
-	c.ID, _ = ingest.ParseID(d)
-	if dest, err := ingest.ForwardedTo(d.Headers); err == nil {
+	c.ID, _ = intake.ParseID(d)
+	if dest, err := nsbtimeout.ForwardedTo(d.Headers); err == nil {
 		if dest.IsQueue() {
 			c.Destination = dest.Key
 		} else {

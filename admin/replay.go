@@ -11,7 +11,9 @@ import (
 	"github.com/delaybridge/delaybridge/broker"
 	"github.com/delaybridge/delaybridge/errorqueue"
 	"github.com/delaybridge/delaybridge/ingest"
+	"github.com/delaybridge/delaybridge/intake"
 	"github.com/delaybridge/delaybridge/message"
+	"github.com/delaybridge/delaybridge/protocol/nsbtimeout"
 	"github.com/delaybridge/delaybridge/storage"
 	"github.com/delaybridge/delaybridge/wire"
 )
@@ -296,15 +298,15 @@ func (rp *Replayer) rebuild(d *amqp.Delivery, now time.Time) (storage.Timeout, s
 	default:
 		return storage.Timeout{}, fmt.Sprintf("no %s header of a delaybridge dispatch failure", wire.HeaderStage)
 	}
-	it := ingest.ParseRetry(d, now)
-	if it.Op == ingest.OpReject {
+	it := nsbtimeout.ParseRetry(d, now)
+	if it.Op == intake.OpReject {
 		return storage.Timeout{}, it.Reason
 	}
 	if it.ID == "" {
 		// A generated id would make every replay of the copy a new message.
 		return storage.Timeout{}, "no message-id (nor " + wire.HeaderNSBMessageID + " header)"
 	}
-	if err := rp.Rules.Check(ingest.Parsed{ID: it.ID, Destination: it.Dest(), DueAt: now}, len(d.Body), now); err != nil {
+	if err := rp.Rules.Check(intake.Parsed{ID: it.ID, Destination: it.Dest(), DueAt: now}, len(d.Body), now); err != nil {
 		return storage.Timeout{}, err.Error()
 	}
 	enc, err := message.Encode(nil, &it.Msg)

@@ -8,8 +8,9 @@ import (
 	"github.com/google/uuid"
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/delaybridge/delaybridge/ingest"
+	"github.com/delaybridge/delaybridge/intake"
 	"github.com/delaybridge/delaybridge/protocol/masstransit"
+	"github.com/delaybridge/delaybridge/protocol/nsbtimeout"
 	"github.com/delaybridge/delaybridge/wire"
 )
 
@@ -36,7 +37,7 @@ func TestMTScheduleParses(t *testing.T) {
 	}
 	d := &amqp.Delivery{ContentType: pub.ContentType, MessageId: pub.MessageId, DeliveryMode: pub.DeliveryMode, Headers: pub.Headers, Body: pub.Body}
 	in := masstransit.Options{Queue: "quartz"}.Parse(d, time.Now())
-	if in.Op != ingest.OpReplace {
+	if in.Op != intake.OpReplace {
 		t.Fatalf("op %v (%s), want a replace", in.Op, in.Reason)
 	}
 	if in.Exchange != "bench-x-dest" || in.Destination != "" || !in.DueAt.Equal(due) || in.SagaID != token.String() {
@@ -60,7 +61,7 @@ func TestNSBTimeoutParses(t *testing.T) {
 		t.Fatalf("due %v, want %v in microseconds", due, want)
 	}
 	d := &amqp.Delivery{MessageId: pub.MessageId, ReplyTo: pub.ReplyTo, Headers: pub.Headers}
-	p, err := ingest.Parse(d, time.Now())
+	p, err := nsbtimeout.Parse(d, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,7 +5,7 @@ import (
 
 	"github.com/delaybridge/delaybridge/config"
 	"github.com/delaybridge/delaybridge/dispatch"
-	"github.com/delaybridge/delaybridge/ingest"
+	"github.com/delaybridge/delaybridge/intake"
 	"github.com/delaybridge/delaybridge/protocol/delayed"
 	"github.com/delaybridge/delaybridge/protocol/masstransit"
 	"github.com/delaybridge/delaybridge/protocol/nsbnative"
@@ -21,8 +21,8 @@ import (
 // forwarded after it is turned off.
 type protocol interface {
 	// Sources are the queues it consumes, each with its parser; sources
-	// of one queue share its consumer (ingest.MergeSources).
-	Sources() []ingest.Source
+	// of one queue share its consumer (intake.MergeSources).
+	Sources() []intake.Source
 	// Declare declares what it needs on the broker, on every new
 	// connection, after the bridge's own queues.
 	Declare(*amqp.Connection) error
@@ -49,9 +49,9 @@ func protocols(cfg config.Config) []protocol {
 	}
 }
 
-// intake is what the protocols add up to.
-type intake struct {
-	sources  []ingest.Source
+// intakes is what the protocols add up to.
+type intakes struct {
+	sources  []intake.Source
 	reserved []string // besides the bridge's own queues
 	routes   []string
 	stamp    dispatch.Stampers
@@ -59,8 +59,8 @@ type intake struct {
 }
 
 // intakeOf adds up ps.
-func intakeOf(ps []protocol) intake {
-	var in intake
+func intakeOf(ps []protocol) intakes {
+	var in intakes
 	for _, p := range ps {
 		in.sources = append(in.sources, p.Sources()...)
 		in.reserved = append(in.reserved, p.Reserved()...)

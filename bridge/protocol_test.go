@@ -17,7 +17,7 @@ import (
 // stampers stamp either way: rows stored while a protocol was on are
 // forwarded after it is turned off.
 func TestProtocols(t *testing.T) {
-	queues := func(in intake) []string {
+	queues := func(in intakes) []string {
 		var qs []string
 		for _, s := range in.sources {
 			qs = append(qs, s.Queue)

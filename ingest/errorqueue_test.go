@@ -15,8 +15,10 @@ import (
 
 	"github.com/delaybridge/delaybridge/broker"
 	"github.com/delaybridge/delaybridge/errorqueue"
+	"github.com/delaybridge/delaybridge/intake"
 	"github.com/delaybridge/delaybridge/internal/logtest"
 	"github.com/delaybridge/delaybridge/internal/testenv"
+	"github.com/delaybridge/delaybridge/protocol/nsbtimeout"
 	"github.com/delaybridge/delaybridge/wire"
 )
 
@@ -124,7 +126,7 @@ func newErrorQueueEnv(t *testing.T, errArgs amqp.Table) *errorQueueEnv {
 	connCtx, cancelConn := context.WithCancel(context.Background())
 	all, _ := CompileGlobs([]string{"*"})
 	in := New(cc, func(context.Context) (Publisher, error) { return e.pub, nil }, e.store, Options{
-		Sources: []Source{TimeoutsSource(e.timeouts)}, Errors: e.gate, Prefetch: 20, MaxBatch: 20,
+		Sources: []intake.Source{nsbtimeout.TimeoutsSource(e.timeouts)}, Errors: e.gate, Prefetch: 20, MaxBatch: 20,
 		Rules:  Rules{MaxMessageBytes: 1 << 20, Allowed: all, Reserved: []string{e.timeouts, e.errQ}},
 		Logger: log,
 	})

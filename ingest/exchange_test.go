@@ -7,7 +7,9 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/delaybridge/delaybridge/intake"
 	"github.com/delaybridge/delaybridge/internal/amqptest"
+	"github.com/delaybridge/delaybridge/protocol/nsbtimeout"
 	"github.com/delaybridge/delaybridge/wire"
 )
 
@@ -25,7 +27,7 @@ func TestExchangeDestinationIsParsed(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			c.h[wire.HeaderDueAt] = due
-			p, err := Parse(&amqp.Delivery{MessageId: "a", Headers: c.h}, received)
+			p, err := nsbtimeout.Parse(&amqp.Delivery{MessageId: "a", Headers: c.h}, received)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -57,7 +59,7 @@ func TestExchangeDestinationIsRefused(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			c.h[wire.HeaderDueAt] = due
-			_, err := Parse(&amqp.Delivery{MessageId: "a", Headers: c.h}, received)
+			_, err := nsbtimeout.Parse(&amqp.Delivery{MessageId: "a", Headers: c.h}, received)
 			if err == nil {
 				t.Fatal("Parse accepted it")
 			}
@@ -87,7 +89,7 @@ func TestAllowListOfExchanges(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		err = Rules{Allowed: g}.Check(Parsed{Destination: c.d, DueAt: received}, 0, received)
+		err = Rules{Allowed: g}.Check(intake.Parsed{Destination: c.d, DueAt: received}, 0, received)
 		if (err == nil) != c.want {
 			t.Errorf("patterns %q, %s: Check = %v, want allowed %v", c.patterns, c.d, err, c.want)
 		}
@@ -98,10 +100,10 @@ func TestAllowListOfExchanges(t *testing.T) {
 	// The reserved queues are queue names: an exchange's routing key equal
 	// to one is not that queue.
 	r := Rules{Reserved: []string{"e.Timeouts"}}
-	if err := r.Check(Parsed{Destination: wire.Destination{Exchange: "x", Key: "e.Timeouts"}, DueAt: received}, 0, received); err != nil {
+	if err := r.Check(intake.Parsed{Destination: wire.Destination{Exchange: "x", Key: "e.Timeouts"}, DueAt: received}, 0, received); err != nil {
 		t.Errorf("exchange destination refused as a reserved queue: %v", err)
 	}
-	if err := r.Check(Parsed{Destination: wire.Queue("e.Timeouts"), DueAt: received}, 0, received); err == nil {
+	if err := r.Check(intake.Parsed{Destination: wire.Queue("e.Timeouts"), DueAt: received}, 0, received); err == nil {
 		t.Error("reserved queue allowed")
 	}
 }

@@ -22,6 +22,8 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/delaybridge/delaybridge/intake"
+	"github.com/delaybridge/delaybridge/protocol/nsbtimeout"
 	"github.com/delaybridge/delaybridge/wire"
 )
 
@@ -91,7 +93,7 @@ func TestParseTimestampDueAtOutsideYears0000To9999(t *testing.T) {
 		{time.Unix(-1<<62, 0), false},
 	} {
 		d := &amqp.Delivery{MessageId: "m1", Headers: amqp.Table{wire.HeaderDestination: "q", wire.HeaderDueAt: c.due}}
-		p, err := Parse(d, fzReceived)
+		p, err := nsbtimeout.Parse(d, fzReceived)
 		if c.want {
 			if err != nil || !p.DueAt.Equal(c.due) {
 				t.Errorf("x-due-at timestamp %s: got %s, %v", c.due, p.DueAt, err)
@@ -115,7 +117,7 @@ func TestParseZeroInstantIsAValidDueTime(t *testing.T) {
 		{wire.HeaderDestination: "q", wire.HeaderDueAt: time.Time{}},
 		{wire.HeaderDestination: "q", wire.HeaderNSBExpire: "0001-01-01 00:00:00:000000 Z"},
 	} {
-		p, err := Parse(&amqp.Delivery{MessageId: "m1", Headers: h}, fzReceived)
+		p, err := nsbtimeout.Parse(&amqp.Delivery{MessageId: "m1", Headers: h}, fzReceived)
 		if err != nil || !p.DueAt.Equal(time.Time{}) || !fzZeroInstant(h) {
 			t.Errorf("%v: got %s, %v", h, p.DueAt, err)
 		}
@@ -376,14 +378,14 @@ func fzZeroInstant(h amqp.Table) bool {
 }
 
 // fzParse runs Parse twice and checks what must hold of any result.
-func fzParse(t *testing.T, what string, d *amqp.Delivery, r time.Time) (Parsed, error) {
+func fzParse(t *testing.T, what string, d *amqp.Delivery, r time.Time) (intake.Parsed, error) {
 	t.Helper()
 	keys := make([]string, 0, len(d.Headers))
 	for k := range d.Headers {
 		keys = append(keys, k)
 	}
-	p, err := Parse(d, r)
-	p2, err2 := Parse(d, r)
+	p, err := nsbtimeout.Parse(d, r)
+	p2, err2 := nsbtimeout.Parse(d, r)
 	if p != p2 || fmt.Sprint(err) != fmt.Sprint(err2) {
 		t.Fatalf("%s: Parse is not deterministic: %+v, %v then %+v, %v\n%s", what, p, err, p2, err2, fzShowDelivery(d))
 	}
@@ -429,7 +431,7 @@ func fzParse(t *testing.T, what string, d *amqp.Delivery, r time.Time) (Parsed, 
 }
 
 // fzCheckRules checks Rules.Check on an accepted message.
-func fzCheckRules(t *testing.T, what string, p Parsed, r time.Time) {
+func fzCheckRules(t *testing.T, what string, p intake.Parsed, r time.Time) {
 	t.Helper()
 	if err := (Rules{}).Check(p, math.MaxInt, r); err != nil {
 		t.Fatalf("%s: Rules{} refused %+v: %v", what, p, err)
@@ -541,11 +543,11 @@ func FuzzParseHeaderValues(f *testing.F) {
 	add(seed{kStr, kStr, 0, []byte("\x00"), "-9223372036854775808", "\xff", 1 << 62, 0, 0})
 	add(seed{kI64, kStr, 0, []byte("\x00"), "", "\xff", 1 << 62, 0, 0})
 
-	baseline, err := Parse(&amqp.Delivery{MessageId: "m1", Headers: amqp.Table{wire.HeaderDestination: "orders", wire.HeaderDueAt: fzDue}}, fzReceived)
+	baseline, err := nsbtimeout.Parse(&amqp.Delivery{MessageId: "m1", Headers: amqp.Table{wire.HeaderDestination: "orders", wire.HeaderDueAt: fzDue}}, fzReceived)
 	if err != nil {
 		f.Fatal(err)
 	}
-	expireBaseline, err := Parse(&amqp.Delivery{MessageId: "m1", Headers: amqp.Table{wire.HeaderDestination: "orders", wire.HeaderNSBExpire: fzExpire}}, fzReceived)
+	expireBaseline, err := nsbtimeout.Parse(&amqp.Delivery{MessageId: "m1", Headers: amqp.Table{wire.HeaderDestination: "orders", wire.HeaderNSBExpire: fzExpire}}, fzReceived)
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -697,7 +699,7 @@ func FuzzParseHeaderValues(f *testing.F) {
 		for _, c := range []struct {
 			h    amqp.Table
 			id   string
-			want Parsed
+			want intake.Parsed
 		}{
 			{amqp.Table{wire.HeaderDestination: "orders", wire.HeaderDueAt: fzDue, wire.HeaderNSBDestination: v}, "m1", baseline},
 			{amqp.Table{wire.HeaderDestination: "orders", wire.HeaderDueAt: fzDue, wire.HeaderNSBExpire: v}, "m1", baseline},
@@ -922,7 +924,7 @@ func FuzzGlobs(f *testing.F) {
 		}
 
 		// Rules.Check allows exactly the names Match allows.
-		p := Parsed{Destination: wire.Queue(name), DueAt: fzReceived}
+		p := intake.Parsed{Destination: wire.Queue(name), DueAt: fzReceived}
 		err = Rules{Allowed: g}.Check(p, 0, fzReceived)
 		if (err == nil) != m {
 			t.Fatalf("Check(%q) = %v but Match = %v", name, err, m)

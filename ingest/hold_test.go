@@ -9,6 +9,8 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/delaybridge/delaybridge/intake"
+	"github.com/delaybridge/delaybridge/protocol/nsbtimeout"
 	"github.com/delaybridge/delaybridge/storage"
 	"github.com/delaybridge/delaybridge/wire"
 )
@@ -22,7 +24,7 @@ func runHolding(t *testing.T, maxBatch int, urgent time.Duration) (*amqp.Channel
 	declareTestQueues(t, ach, q)
 	store := &fakeStore{}
 	stop := runIngester(t, store, &lockedPublisher{}, Options{
-		Sources: []Source{TimeoutsSource(q)}, Rules: Rules{Reserved: []string{q}},
+		Sources: []intake.Source{nsbtimeout.TimeoutsSource(q)}, Rules: Rules{Reserved: []string{q}},
 		Prefetch: maxBatch, MaxBatch: maxBatch, Hold: time.Hour, Urgent: urgent,
 	})
 	return ach, q, store, stop
@@ -110,7 +112,7 @@ func TestPatient(t *testing.T) {
 	in := &Ingester{opts: Options{Linger: 2 * time.Millisecond, Hold: 100 * time.Millisecond, Urgent: time.Second,
 		Now: func() time.Time { return now0 }}}
 	row := func(due time.Duration) *entry {
-		return &entry{intake: Intake{Op: OpSchedule}, row: storage.Timeout{DueAt: now0.Add(due)}}
+		return &entry{intake: intake.Intake{Op: intake.OpSchedule}, row: storage.Timeout{DueAt: now0.Add(due)}}
 	}
 	for _, c := range []struct {
 		name string
@@ -120,9 +122,9 @@ func TestPatient(t *testing.T) {
 		{"due after Urgent", row(time.Second + time.Millisecond), true},
 		{"due at Urgent", row(time.Second), false},
 		{"due already", row(-time.Minute), false},
-		{"a replace due later", &entry{intake: Intake{Op: OpReplace}, row: storage.Timeout{DueAt: now0.Add(time.Hour)}}, true},
-		{"a rejection", &entry{intake: Reject(context.Canceled)}, true},
-		{"a cancel", &entry{intake: Intake{Op: OpCancel}}, false},
+		{"a replace due later", &entry{intake: intake.Intake{Op: intake.OpReplace}, row: storage.Timeout{DueAt: now0.Add(time.Hour)}}, true},
+		{"a rejection", &entry{intake: intake.Reject(context.Canceled)}, true},
+		{"a cancel", &entry{intake: intake.Intake{Op: intake.OpCancel}}, false},
 	} {
 		if got := in.patient(c.e); got != c.want {
 			t.Errorf("%s: patient = %v, want %v", c.name, got, c.want)

@@ -21,6 +21,7 @@ import (
 	"github.com/delaybridge/delaybridge/budget"
 	"github.com/delaybridge/delaybridge/circuit"
 	"github.com/delaybridge/delaybridge/errorqueue"
+	"github.com/delaybridge/delaybridge/intake"
 	"github.com/delaybridge/delaybridge/message"
 	"github.com/delaybridge/delaybridge/storage"
 	"github.com/delaybridge/delaybridge/wire"
@@ -30,9 +31,9 @@ import (
 type Store interface {
 	Insert(ctx context.Context, ts []storage.Timeout) ([]storage.Outcome, error)
 	Cancel(ctx context.Context, id string, mode storage.CancelMode) error
-	// CancelSaga applies OpCancelSaga.
+	// CancelSaga applies intake.OpCancelSaga.
 	storage.SagaCanceller
-	// ReplaceGroups commits a batch holding OpReplace.
+	// ReplaceGroups commits a batch holding intake.OpReplace.
 	storage.GroupReplacer
 }
 
@@ -72,8 +73,8 @@ func (noMetrics) ObserveIngestCommit(time.Duration) {}
 // Options configure an Ingester.
 type Options struct {
 	// Sources are the queues to consume, each with its parser; sources of
-	// one queue share its consumer (MergeSources).
-	Sources []Source
+	// one queue share its consumer (intake.MergeSources).
+	Sources []intake.Source
 	// ErrorQueue is the queue of ingest's own Errors, when none is given.
 	ErrorQueue string
 	Prefetch   int
@@ -129,7 +130,7 @@ const (
 	// (storage.Cancelled).
 	DropCancelled = "cancelled"
 	// DropReplaced: a pending message removed by a message that replaces
-	// its group (OpReplace: a MassTransit token scheduled again).
+	// its group (intake.OpReplace: a MassTransit token scheduled again).
 	DropReplaced = "replaced"
 )
 
@@ -151,7 +152,7 @@ func New(conn broker.Waiter, newPub NewPublisher, store Store, opts Options) *In
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	opts.Sources = MergeSources(opts.Sources)
+	opts.Sources = intake.MergeSources(opts.Sources)
 	if opts.MaxBatch < 1 {
 		opts.MaxBatch = 1
 	}
@@ -183,8 +184,8 @@ func (in *Ingester) patient(e *entry) bool {
 	if in.opts.Hold <= in.opts.Linger {
 		return false
 	}
-	if !e.intake.Op.stores() {
-		return e.intake.Op == OpReject
+	if !e.intake.Op.Stores() {
+		return e.intake.Op == intake.OpReject
 	}
 	return e.row.DueAt.After(in.opts.Now().Add(in.opts.Urgent))
 }
@@ -195,11 +196,11 @@ func (in *Ingester) patient(e *entry) bool {
 // wait for the next batch: it would otherwise spare that message, which
 // it replaces. Messages after a replace, of its group or not, fit.
 func (in *Ingester) fits(batch []entry, e *entry) bool {
-	if e.intake.Op != OpReplace {
+	if e.intake.Op != intake.OpReplace {
 		return true
 	}
 	for i := range batch {
-		if batch[i].intake.Op.stores() && batch[i].intake.SagaID == e.intake.SagaID {
+		if batch[i].intake.Op.Stores() && batch[i].intake.SagaID == e.intake.SagaID {
 			return false
 		}
 	}
@@ -258,7 +259,7 @@ func (in *Ingester) Run(ctx context.Context) error {
 
 // session takes in one source's deliveries on one channel until it fails or
 // ctx ends.
-func (in *Ingester) session(ctx context.Context, src Source, s *broker.Session) error {
+func (in *Ingester) session(ctx context.Context, src intake.Source, s *broker.Session) error {
 	pub, err := in.newPub(ctx)
 	if err != nil {
 		return fmt.Errorf("%s: open error-queue publisher: %w", src.Name, err)
@@ -318,7 +319,7 @@ func (in *Ingester) session(ctx context.Context, src Source, s *broker.Session) 
 				batch = append(batch, in.classify(src, d))
 			}
 		}
-		if !batch[0].intake.Op.endsBatch() {
+		if !batch[0].intake.Op.EndsBatch() {
 			// Group commit: gather what arrives within a short linger. The
 			// library hands deliveries over one at a time, so a
 			// non-blocking drain alone yields batches of one and an fsync
@@ -343,7 +344,7 @@ func (in *Ingester) session(ctx context.Context, src Source, s *broker.Session) 
 						break fill
 					}
 					batch = append(batch, e)
-					if e.intake.Op.endsBatch() || (held && (!in.patient(&e) || len(batch) >= in.holdBatch())) {
+					if e.intake.Op.EndsBatch() || (held && (!in.patient(&e) || len(batch) >= in.holdBatch())) {
 						break fill
 					}
 				case <-linger.C:
@@ -382,7 +383,7 @@ func (in *Ingester) armRetry(retry *time.Timer, held []entry) {
 // retryHeld tries the held deliveries' error copies again, if the error gate
 // publishes now, and acks each one the broker confirmed; it returns those
 // still held.
-func (in *Ingester) retryHeld(ctx context.Context, src Source, pub Publisher, held []entry) ([]entry, error) {
+func (in *Ingester) retryHeld(ctx context.Context, src intake.Source, pub Publisher, held []entry) ([]entry, error) {
 	if in.opts.Errors.RetryIn(in.opts.Now()) > 0 {
 		return held, nil
 	}
@@ -438,37 +439,37 @@ const (
 // entry is one delivery on its way through a batch.
 type entry struct {
 	d       amqp.Delivery
-	intake  Intake
-	row     storage.Timeout  // OpSchedule and OpReplace, once accepted
-	sched   storage.Schedule // OpRecur, once accepted (recurring.go)
+	intake  intake.Intake
+	row     storage.Timeout  // intake.OpSchedule and intake.OpReplace, once accepted
+	sched   storage.Schedule // intake.OpRecur, once accepted (schedule.go)
 	outcome outcome
 }
 
 // classify parses a delivery and, for a message to schedule, applies the
 // rules and builds its store row; a message that fails either becomes a
 // rejection.
-func (in *Ingester) classify(src Source, d amqp.Delivery) entry {
+func (in *Ingester) classify(src intake.Source, d amqp.Delivery) entry {
 	now := in.opts.Now()
 	e := entry{d: d, intake: src.Parser.Parse(&d, now)}
 	if err := e.intake.Validate(); err != nil {
 		// Whatever the parser, no store or broker sees a value it refuses.
-		e.intake = Reject(err)
+		e.intake = intake.Reject(err)
 		return e
 	}
-	if e.intake.Op == OpRecur {
+	if e.intake.Op == intake.OpRecur {
 		sched, err := in.acceptRecurring(&e.intake, &d, now)
 		if err != nil {
-			e.intake = Reject(err)
+			e.intake = intake.Reject(err)
 		}
 		e.sched = sched
 		return e
 	}
-	if !e.intake.Op.stores() {
+	if !e.intake.Op.Stores() {
 		return e
 	}
 	row, err := in.accept(&e.intake, &d, now)
 	if err != nil {
-		e.intake = Reject(err)
+		e.intake = intake.Reject(err)
 		return e
 	}
 	e.row = row
@@ -478,8 +479,8 @@ func (in *Ingester) classify(src Source, d amqp.Delivery) entry {
 // accept checks a message to schedule against the rules and builds its row,
 // with the fingerprint of the send it is (docs/contract.md §2.4): taken
 // from the delivery as it arrived, so that a redelivery has the same one.
-func (in *Ingester) accept(it *Intake, d *amqp.Delivery, now time.Time) (storage.Timeout, error) {
-	if err := in.opts.Rules.Check(Parsed{ID: it.ID, Destination: it.Dest(), DueAt: it.DueAt}, len(d.Body), now); err != nil {
+func (in *Ingester) accept(it *intake.Intake, d *amqp.Delivery, now time.Time) (storage.Timeout, error) {
+	if err := in.opts.Rules.Check(intake.Parsed{ID: it.ID, Destination: it.Dest(), DueAt: it.DueAt}, len(d.Body), now); err != nil {
 		return storage.Timeout{}, err
 	}
 	if it.ID == "" {
@@ -506,7 +507,7 @@ func (in *Ingester) accept(it *Intake, d *amqp.Delivery, now time.Time) (storage
 // returns it. Rejections go to the error queue first: they do not depend on
 // the store. Then the messages to schedule are stored in one commit, and a
 // cancel (last in its batch) is applied after them.
-func (in *Ingester) handle(ctx context.Context, src Source, pub Publisher, batch, held []entry) ([]entry, error) {
+func (in *Ingester) handle(ctx context.Context, src intake.Source, pub Publisher, batch, held []entry) ([]entry, error) {
 	connErr := in.reject(ctx, src, pub, batch)
 	var pause time.Duration
 	if committed, p := in.commit(ctx, batch); !committed {
@@ -576,8 +577,8 @@ func (in *Ingester) commit(ctx context.Context, batch []entry) (bool, time.Durat
 	var groups []string
 	for i := range batch {
 		switch it := &batch[i].intake; {
-		case it.Op == OpSchedule:
-		case it.Op == OpReplace:
+		case it.Op == intake.OpSchedule:
+		case it.Op == intake.OpReplace:
 			if !slices.Contains(groups, it.SagaID) {
 				groups = append(groups, it.SagaID)
 			}
@@ -670,19 +671,19 @@ func (in *Ingester) cancel(ctx context.Context, batch []entry) time.Duration {
 	var pause time.Duration
 	for i := range batch {
 		e := &batch[i]
-		if e.intake.Op == OpCancelSaga {
+		if e.intake.Op == intake.OpCancelSaga {
 			if p := in.cancelSaga(ctx, e); p > 0 {
 				pause = max(pause, p)
 			}
 			continue
 		}
-		if e.intake.Op == OpRecur {
+		if e.intake.Op == intake.OpRecur {
 			if p := in.putSchedule(ctx, e); p > 0 {
 				pause = max(pause, p)
 			}
 			continue
 		}
-		if e.intake.Op != OpCancel {
+		if e.intake.Op != intake.OpCancel {
 			continue
 		}
 		id := e.intake.CancelID
@@ -738,12 +739,12 @@ func (in *Ingester) cancelSaga(ctx context.Context, e *entry) time.Duration {
 // marks acked each one whose copy the broker confirmed, and held each one
 // the error queue refused (the Sender logs those, summed up); the others
 // stay requeued. It returns an error when the publish connection failed.
-func (in *Ingester) reject(ctx context.Context, src Source, pub Publisher, batch []entry) error {
+func (in *Ingester) reject(ctx context.Context, src intake.Source, pub Publisher, batch []entry) error {
 	var fs []errorqueue.Failure
 	var idx []int
 	for i := range batch {
 		e := &batch[i]
-		if e.intake.Op != OpReject {
+		if e.intake.Op != intake.OpReject {
 			continue
 		}
 		fs = append(fs, errorqueue.Failure{Msg: message.FromDelivery(&e.d),

@@ -16,8 +16,10 @@ import (
 
 	"github.com/delaybridge/delaybridge/broker"
 	"github.com/delaybridge/delaybridge/errorqueue"
+	"github.com/delaybridge/delaybridge/intake"
 	"github.com/delaybridge/delaybridge/internal/amqptest"
 	"github.com/delaybridge/delaybridge/message"
+	"github.com/delaybridge/delaybridge/protocol/nsbtimeout"
 	"github.com/delaybridge/delaybridge/storage"
 	"github.com/delaybridge/delaybridge/wire"
 )
@@ -167,7 +169,7 @@ var now0 = time.Date(2026, 11, 21, 20, 0, 0, 0, time.UTC)
 func newIngester(store Store, _ Publisher, woke *[]time.Time) *Ingester {
 	all, _ := CompileGlobs([]string{"*"})
 	return New(nil, nil, store, Options{
-		Sources: []Source{testSource}, ErrorQueue: "error", MaxBatch: 100,
+		Sources: []intake.Source{testSource}, ErrorQueue: "error", MaxBatch: 100,
 		Rules: Rules{MaxMessageBytes: 1 << 20, Allowed: all, Reserved: []string{"e.Timeouts", "e.TimeoutsDispatcher"}},
 		Wake:  func(t time.Time) { *woke = append(*woke, t) },
 		Now:   func() time.Time { return now0 }, Logger: zerolog.Nop(),
@@ -184,7 +186,7 @@ func deliveries(a *amqptest.Acker, hs ...amqp.Table) []amqp.Delivery {
 	return out
 }
 
-var testSource = TimeoutsSource("e.Timeouts")
+var testSource = nsbtimeout.TimeoutsSource("e.Timeouts")
 
 // take runs ds through ingest as one batch of testSource; the deliveries it
 // holds go back to the queue afterwards, as when the session ends.
@@ -207,7 +209,7 @@ func (in *Ingester) takeHolding(pub Publisher, ds []amqp.Delivery, held []entry)
 }
 
 // takeFrom runs ds through ingest as one batch of src.
-func (in *Ingester) takeFrom(src Source, pub Publisher, ds []amqp.Delivery) error {
+func (in *Ingester) takeFrom(src intake.Source, pub Publisher, ds []amqp.Delivery) error {
 	batch := make([]entry, len(ds))
 	for i, d := range ds {
 		batch[i] = in.classify(src, d)
@@ -445,11 +447,11 @@ func TestNewSendsAreAllStored(t *testing.T) {
 	store, pub := &fakeStore{}, &fakePublisher{}
 	var woke []time.Time
 	in := newIngester(store, pub, &woke)
-	src := Source{Name: "new sends", Queue: "e.Timeouts", Parser: ParserFunc(func(d *amqp.Delivery, receivedAt time.Time) Intake {
-		return Intake{Op: OpSchedule, ID: d.MessageId, Exchange: "dx.route", Destination: d.RoutingKey, DueAt: receivedAt.Add(time.Minute),
+	src := intake.Source{Name: "new sends", Queue: "e.Timeouts", Parser: intake.ParserFunc(func(d *amqp.Delivery, receivedAt time.Time) intake.Intake {
+		return intake.Intake{Op: intake.OpSchedule, ID: d.MessageId, Exchange: "dx.route", Destination: d.RoutingKey, DueAt: receivedAt.Add(time.Minute),
 			Msg: amqp.Publishing{MessageId: d.MessageId, Body: d.Body}, NewSend: true}
 	})}
-	in.opts.Sources = []Source{src}
+	in.opts.Sources = []intake.Source{src}
 	for range 2 {
 		a := amqptest.New(t)
 		d := a.Deliver(amqp.Delivery{Exchange: "dx", RoutingKey: "k", MessageId: "same", Body: []byte("same")})
@@ -719,7 +721,7 @@ func TestClearTimeoutsOverAMQP(t *testing.T) {
 	if len(pub.sent) != 0 {
 		t.Fatalf("%d on the error queue, want none", len(pub.sent))
 	}
-	if !OpCancelSaga.endsBatch() || !OpCancel.endsBatch() || OpSchedule.endsBatch() {
+	if !intake.OpCancelSaga.EndsBatch() || !intake.OpCancel.EndsBatch() || intake.OpSchedule.EndsBatch() {
 		t.Fatal("a saga cancel must end its batch as a cancel does, and only cancels do")
 	}
 
@@ -768,12 +770,12 @@ func TestClearTimeoutsRefused(t *testing.T) {
 
 // replaceSource reads each delivery as a replacement of group "g" by a
 // message for queue "a", under the delivery's message-id.
-var replaceSource = Source{Name: "replace", Queue: "q", Parser: ParserFunc(func(d *amqp.Delivery, now time.Time) Intake {
-	return Intake{Op: OpReplace, ID: d.MessageId, SagaID: "g", Destination: "a", DueAt: now.Add(time.Minute),
+var replaceSource = intake.Source{Name: "replace", Queue: "q", Parser: intake.ParserFunc(func(d *amqp.Delivery, now time.Time) intake.Intake {
+	return intake.Intake{Op: intake.OpReplace, ID: d.MessageId, SagaID: "g", Destination: "a", DueAt: now.Add(time.Minute),
 		Msg: amqp.Publishing{MessageId: d.MessageId, Body: d.Body}}
 })}
 
-// An OpReplace cancels every pending message of its group that is not
+// An intake.OpReplace cancels every pending message of its group that is not
 // leased, not those of other groups, then stores its own in that group, in
 // one ReplaceGroups, and is acked; a store failure requeues it.
 func TestReplace(t *testing.T) {
@@ -808,7 +810,7 @@ func TestReplace(t *testing.T) {
 	if len(woke) != 1 {
 		t.Fatalf("%d wakes, want one", len(woke))
 	}
-	if OpReplace.endsBatch() || !OpReplace.stores() || OpCancelSaga.stores() {
+	if intake.OpReplace.EndsBatch() || !intake.OpReplace.Stores() || intake.OpCancelSaga.Stores() {
 		t.Fatal("a replace must store, and not end its batch")
 	}
 
@@ -823,7 +825,7 @@ func TestReplace(t *testing.T) {
 
 // handleAll runs ds through in as one batch of src and fails t when a
 // delivery is held or handle fails.
-func handleAll(t *testing.T, in *Ingester, src Source, pub Publisher, ds []amqp.Delivery) {
+func handleAll(t *testing.T, in *Ingester, src intake.Source, pub Publisher, ds []amqp.Delivery) {
 	t.Helper()
 	batch := make([]entry, len(ds))
 	for i, d := range ds {

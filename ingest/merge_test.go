@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/delaybridge/delaybridge/intake"
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
@@ -12,10 +13,12 @@ import (
 // that names its exchange, and every other with its own. Other queues keep
 // their sources and their order.
 func TestMergeSources(t *testing.T) {
-	reads := func(name string) Parser {
-		return ParserFunc(func(*amqp.Delivery, time.Time) Intake { return Intake{Op: OpReject, Reason: name} })
+	reads := func(name string) intake.Parser {
+		return intake.ParserFunc(func(*amqp.Delivery, time.Time) intake.Intake {
+			return intake.Intake{Op: intake.OpReject, Reason: name}
+		})
 	}
-	srcs := MergeSources([]Source{
+	srcs := intake.MergeSources([]intake.Source{
 		{Name: "x", Queue: "q", Exchanges: []string{"x1", "x2"}, Parser: reads("x")},
 		{Name: "other", Queue: "r", Parser: reads("other")},
 		{Name: "own", Queue: "q", Parser: reads("own")},
@@ -32,7 +35,7 @@ func TestMergeSources(t *testing.T) {
 	if got := srcs[1].Parser.Parse(&amqp.Delivery{Exchange: "x1"}, time.Time{}).Reason; got != "other" {
 		t.Errorf("another queue's delivery read by %q", got)
 	}
-	if one := MergeSources([]Source{{Name: "own", Queue: "q", Parser: reads("own")}}); len(one) != 1 || one[0].Name != "own" {
+	if one := intake.MergeSources([]intake.Source{{Name: "own", Queue: "q", Parser: reads("own")}}); len(one) != 1 || one[0].Name != "own" {
 		t.Errorf("a lone source: %+v", one)
 	}
 }

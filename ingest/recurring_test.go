@@ -10,7 +10,9 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/delaybridge/delaybridge/cron"
+	"github.com/delaybridge/delaybridge/intake"
 	"github.com/delaybridge/delaybridge/internal/amqptest"
+	"github.com/delaybridge/delaybridge/protocol/nsbtimeout"
 	"github.com/delaybridge/delaybridge/storage"
 	"github.com/delaybridge/delaybridge/wire"
 )
@@ -24,8 +26,8 @@ func TestParseRecurring(t *testing.T) {
 	d := &amqp.Delivery{MessageId: "daily", Body: []byte("b"), Headers: amqp.Table{
 		wire.HeaderDestination: "q", wire.HeaderCron: "30 2 * * *", wire.HeaderTimeZone: "Europe/Berlin",
 		wire.HeaderMisfire: "Skip", wire.HeaderEnd: "2026-12-31T00:00:00Z", wire.HeaderDueAt: "2026-01-01T00:00:00Z", "keep": "me"}}
-	it := ParseHeaders(d, now)
-	if it.Op != OpRecur || it.ID != "daily" || it.Destination != "q" || it.Recur == nil {
+	it := nsbtimeout.ParseHeaders(d, now)
+	if it.Op != intake.OpRecur || it.ID != "daily" || it.Destination != "q" || it.Recur == nil {
 		t.Fatalf("intake = %+v", it)
 	}
 	// 02:30 does not exist in Berlin that day: it fires at 03:30 CEST.
@@ -68,8 +70,8 @@ func TestParseRecurring(t *testing.T) {
 		for k, v := range tc.headers {
 			h[k] = v
 		}
-		it := ParseHeaders(&amqp.Delivery{MessageId: tc.id, Headers: h}, now)
-		if it.Op != OpReject || !strings.Contains(it.Reason, tc.reason) {
+		it := nsbtimeout.ParseHeaders(&amqp.Delivery{MessageId: tc.id, Headers: h}, now)
+		if it.Op != intake.OpReject || !strings.Contains(it.Reason, tc.reason) {
 			t.Errorf("%s: intake %v %q, want a rejection containing %q", tc.name, it.Op, it.Reason, tc.reason)
 		}
 	}

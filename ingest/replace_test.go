@@ -14,6 +14,7 @@ import (
 	"github.com/google/uuid"
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/delaybridge/delaybridge/intake"
 	"github.com/delaybridge/delaybridge/internal/amqptest"
 	"github.com/delaybridge/delaybridge/storage"
 	"github.com/delaybridge/delaybridge/storage/boltstore"
@@ -24,14 +25,14 @@ import (
 // message for queue "a", and "clear|G" as a cancel of group G; ids are
 // the deliveries' message-ids. It stands for MassTransit's ScheduleMessage
 // and CancelScheduledMessage.
-var groupSource = Source{Name: "groups", Queue: "q", Parser: ParserFunc(parseGroups)}
+var groupSource = intake.Source{Name: "groups", Queue: "q", Parser: intake.ParserFunc(parseGroups)}
 
-func parseGroups(d *amqp.Delivery, now time.Time) Intake {
+func parseGroups(d *amqp.Delivery, now time.Time) intake.Intake {
 	op, group, _ := strings.Cut(string(d.Body), "|")
 	if op == "clear" {
-		return Intake{Op: OpCancelSaga, SagaID: group}
+		return intake.Intake{Op: intake.OpCancelSaga, SagaID: group}
 	}
-	return Intake{Op: OpReplace, ID: d.MessageId, SagaID: group, Destination: "a", DueAt: now.Add(time.Hour),
+	return intake.Intake{Op: intake.OpReplace, ID: d.MessageId, SagaID: group, Destination: "a", DueAt: now.Add(time.Hour),
 		Msg: amqp.Publishing{MessageId: d.MessageId, Body: d.Body}}
 }
 
@@ -180,28 +181,30 @@ func TestReplacesShareOneCommit(t *testing.T) {
 func TestReplaceFitsAndEndsBatch(t *testing.T) {
 	var woke []time.Time
 	with := newIngester(newReplaceStore(t, nil), nil, &woke)
-	e := func(op Op, group string) entry { return entry{intake: Intake{Op: op, SagaID: group}} }
-	batch := []entry{e(OpReplace, "g1"), e(OpSchedule, "s"), e(OpReject, "g3")}
+	e := func(op intake.Op, group string) entry {
+		return entry{intake: intake.Intake{Op: op, SagaID: group}}
+	}
+	batch := []entry{e(intake.OpReplace, "g1"), e(intake.OpSchedule, "s"), e(intake.OpReject, "g3")}
 	for _, c := range []struct {
 		e    entry
 		fits bool
 	}{
-		{e(OpReplace, "g2"), true},
-		{e(OpReplace, "g1"), false},
-		{e(OpReplace, "s"), false},
-		{e(OpReplace, "g3"), true}, // a rejection stores nothing
-		{e(OpSchedule, "g1"), true},
-		{e(OpCancelSaga, "g1"), true},
+		{e(intake.OpReplace, "g2"), true},
+		{e(intake.OpReplace, "g1"), false},
+		{e(intake.OpReplace, "s"), false},
+		{e(intake.OpReplace, "g3"), true}, // a rejection stores nothing
+		{e(intake.OpSchedule, "g1"), true},
+		{e(intake.OpCancelSaga, "g1"), true},
 	} {
 		if got := with.fits(batch, &c.e); got != c.fits {
 			t.Errorf("fits(%v %q) = %v, want %v", c.e.intake.Op, c.e.intake.SagaID, got, c.fits)
 		}
 	}
-	if OpReplace.endsBatch() {
+	if intake.OpReplace.EndsBatch() {
 		t.Error("a replace must not end its batch")
 	}
-	for _, op := range []Op{OpCancel, OpCancelSaga} {
-		if !op.endsBatch() {
+	for _, op := range []intake.Op{intake.OpCancel, intake.OpCancelSaga} {
+		if !op.EndsBatch() {
 			t.Errorf("op %v must end its batch", op)
 		}
 	}
@@ -235,7 +238,7 @@ func TestReplacesBatchOverAMQP(t *testing.T) {
 	}
 	src := groupSource
 	src.Queue = q
-	stop := runIngester(t, store, &lockedPublisher{}, Options{Sources: []Source{src}, Prefetch: 200, MaxBatch: 100, Linger: 200 * time.Millisecond})
+	stop := runIngester(t, store, &lockedPublisher{}, Options{Sources: []intake.Source{src}, Prefetch: 200, MaxBatch: 100, Linger: 200 * time.Millisecond})
 	want := map[string][]string{}
 	for g, id := range last {
 		want[g] = []string{id}

@@ -8,6 +8,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/delaybridge/delaybridge/intake"
 	"github.com/delaybridge/delaybridge/wire"
 )
 
@@ -23,7 +24,7 @@ type Rules struct {
 }
 
 // Check returns why a parsed message may not be stored, or nil.
-func (r Rules) Check(p Parsed, bodyLen int, receivedAt time.Time) error {
+func (r Rules) Check(p intake.Parsed, bodyLen int, receivedAt time.Time) error {
 	if r.MaxMessageBytes > 0 && bodyLen > r.MaxMessageBytes {
 		return fmt.Errorf("body is %d bytes, over DELAYBRIDGE_MAX_MESSAGE_BYTES (%d)", bodyLen, r.MaxMessageBytes)
 	}

@@ -14,21 +14,23 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/delaybridge/delaybridge/broker"
+	"github.com/delaybridge/delaybridge/intake"
 	"github.com/delaybridge/delaybridge/internal/amqptest"
 	"github.com/delaybridge/delaybridge/internal/logtest"
 	"github.com/delaybridge/delaybridge/internal/testenv"
+	"github.com/delaybridge/delaybridge/protocol/nsbtimeout"
 	"github.com/delaybridge/delaybridge/wire"
 )
 
 // parseToy reads a made-up protocol: the body is "destination|delay in ms".
 // It stands for any adapter: a parser and a source are all a protocol needs.
-func parseToy(d *amqp.Delivery, receivedAt time.Time) Intake {
+func parseToy(d *amqp.Delivery, receivedAt time.Time) intake.Intake {
 	dest, ms, ok := strings.Cut(string(d.Body), "|")
 	n, err := strconv.Atoi(ms)
 	if !ok || err != nil {
-		return Reject(errors.New("toy: body must be destination|milliseconds"))
+		return intake.Reject(errors.New("toy: body must be destination|milliseconds"))
 	}
-	return Intake{Op: OpSchedule, ID: d.MessageId, Destination: dest,
+	return intake.Intake{Op: intake.OpSchedule, ID: d.MessageId, Destination: dest,
 		DueAt: receivedAt.Add(time.Duration(n) * time.Millisecond), Msg: amqp.Publishing{Body: d.Body}}
 }
 
@@ -60,7 +62,7 @@ func TestRunConsumesEverySource(t *testing.T) {
 	declareTestQueues(t, ach, qHeaders, qToy)
 	store, pub := &fakeStore{}, &lockedPublisher{}
 	stop := runIngester(t, store, pub, Options{
-		Sources: []Source{TimeoutsSource(qHeaders), {Name: "toy", Queue: qToy, Parser: ParserFunc(parseToy)}},
+		Sources: []intake.Source{nsbtimeout.TimeoutsSource(qHeaders), {Name: "toy", Queue: qToy, Parser: intake.ParserFunc(parseToy)}},
 		Rules:   Rules{Reserved: []string{qHeaders}},
 	})
 
@@ -125,18 +127,18 @@ func TestIngestValidatesWhatAnyParserReturns(t *testing.T) {
 	a := amqptest.New(t)
 	var woke []time.Time
 	in := newIngester(store, pub, &woke)
-	careless := Source{Name: "careless", Queue: "careless", Parser: ParserFunc(func(d *amqp.Delivery, now time.Time) Intake {
+	careless := intake.Source{Name: "careless", Queue: "careless", Parser: intake.ParserFunc(func(d *amqp.Delivery, now time.Time) intake.Intake {
 		switch d.MessageId {
 		case "nul-cancel":
-			return Intake{Op: OpCancel, CancelID: "a\x00b"}
+			return intake.Intake{Op: intake.OpCancel, CancelID: "a\x00b"}
 		case "bad-utf8":
-			return Intake{Op: OpSchedule, ID: "\xff", Destination: "q", DueAt: now}
+			return intake.Intake{Op: intake.OpSchedule, ID: "\xff", Destination: "q", DueAt: now}
 		case "unknown-op":
-			return Intake{Op: Op(9)}
+			return intake.Intake{Op: intake.Op(9)}
 		case "far":
-			return Intake{Op: OpSchedule, ID: "far", Destination: "q", DueAt: time.Date(3000, 1, 1, 0, 0, 0, 0, time.UTC)}
+			return intake.Intake{Op: intake.OpSchedule, ID: "far", Destination: "q", DueAt: time.Date(3000, 1, 1, 0, 0, 0, 0, time.UTC)}
 		}
-		return Intake{Op: OpSchedule, ID: d.MessageId, Destination: "q", DueAt: now}
+		return intake.Intake{Op: intake.OpSchedule, ID: d.MessageId, Destination: "q", DueAt: now}
 	})}
 	var batch []entry
 	for _, id := range []string{"bad-utf8", "far", "unknown-op", "ok", "nul-cancel"} {
@@ -172,9 +174,9 @@ func TestSourcesWaitForTheirGate(t *testing.T) {
 		}
 	}
 	store, logs := &fakeStore{}, &logtest.Buffer{}
-	var srcs []Source
+	var srcs []intake.Source
 	for _, q := range []string{qa, qb} {
-		srcs = append(srcs, Source{Name: "gated", Queue: q, MustExist: true, Gate: gate, Parser: ParserFunc(parseToy)})
+		srcs = append(srcs, intake.Source{Name: "gated", Queue: q, MustExist: true, Gate: gate, Parser: intake.ParserFunc(parseToy)})
 	}
 	stop := runIngester(t, store, &lockedPublisher{}, Options{Sources: srcs, Logger: zerolog.New(logs)})
 	defer func() {

@@ -12,6 +12,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/delaybridge/delaybridge/circuit"
+	"github.com/delaybridge/delaybridge/intake"
 	"github.com/delaybridge/delaybridge/internal/amqptest"
 	"github.com/delaybridge/delaybridge/storage"
 	"github.com/delaybridge/delaybridge/storage/boltstore"
@@ -36,7 +37,7 @@ func newBreakerIngester(store Store) (*Ingester, *circuit.Breaker) {
 	breaker := circuit.New("store", time.Hour, circuit.Options{Now: func() time.Time { return now0 }})
 	all, _ := CompileGlobs([]string{"*"})
 	return New(nil, nil, store, Options{
-		Sources: []Source{testSource}, ErrorQueue: "error", MaxBatch: 100,
+		Sources: []intake.Source{testSource}, ErrorQueue: "error", MaxBatch: 100,
 		Rules:        Rules{MaxMessageBytes: 1 << 20, Allowed: all, Reserved: []string{"e.Timeouts", "e.TimeoutsDispatcher"}},
 		StoreBreaker: breaker,
 		Now:          func() time.Time { return now0 }, Logger: zerolog.Nop(),
@@ -106,18 +107,18 @@ func openPostgres(t *testing.T) *postgres.Store {
 func TestIntakeValidate(t *testing.T) {
 	long := strings.Repeat("q", 256)
 	for name, c := range map[string]struct {
-		it   Intake
+		it   intake.Intake
 		want error
 	}{
-		"schedule":              {Intake{Op: OpSchedule, ID: "a", Destination: "q"}, nil},
-		"schedule no id":        {Intake{Op: OpSchedule, Destination: "q"}, nil},
-		"schedule long dest":    {Intake{Op: OpSchedule, Destination: long}, wire.ErrInvalidDestination},
-		"schedule no dest":      {Intake{Op: OpSchedule, ID: "a"}, wire.ErrInvalidDestination},
-		"schedule NUL id":       {Intake{Op: OpSchedule, ID: "a\x00", Destination: "q"}, wire.ErrInvalidID},
-		"cancel":                {Intake{Op: OpCancel, CancelID: "a"}, nil},
-		"cancel invalid UTF-8":  {Intake{Op: OpCancel, CancelID: "\xff"}, wire.ErrInvalidID},
-		"cancel empty":          {Intake{Op: OpCancel}, wire.ErrInvalidID},
-		"reject has no id rule": {Reject(errors.New("x")), nil},
+		"schedule":              {intake.Intake{Op: intake.OpSchedule, ID: "a", Destination: "q"}, nil},
+		"schedule no id":        {intake.Intake{Op: intake.OpSchedule, Destination: "q"}, nil},
+		"schedule long dest":    {intake.Intake{Op: intake.OpSchedule, Destination: long}, wire.ErrInvalidDestination},
+		"schedule no dest":      {intake.Intake{Op: intake.OpSchedule, ID: "a"}, wire.ErrInvalidDestination},
+		"schedule NUL id":       {intake.Intake{Op: intake.OpSchedule, ID: "a\x00", Destination: "q"}, wire.ErrInvalidID},
+		"cancel":                {intake.Intake{Op: intake.OpCancel, CancelID: "a"}, nil},
+		"cancel invalid UTF-8":  {intake.Intake{Op: intake.OpCancel, CancelID: "\xff"}, wire.ErrInvalidID},
+		"cancel empty":          {intake.Intake{Op: intake.OpCancel}, wire.ErrInvalidID},
+		"reject has no id rule": {intake.Reject(errors.New("x")), nil},
 	} {
 		if err := c.it.Validate(); !errors.Is(err, c.want) || (c.want == nil) != (err == nil) {
 			t.Errorf("%s: Validate() = %v, want %v", name, err, c.want)
@@ -125,18 +126,18 @@ func TestIntakeValidate(t *testing.T) {
 	}
 }
 
-// An OpReplace needs a group, and is held to OpSchedule's rules otherwise.
+// An intake.OpReplace needs a group, and is held to intake.OpSchedule's rules otherwise.
 func TestValidateReplace(t *testing.T) {
-	ok := Intake{Op: OpReplace, ID: "t/1", SagaID: "t", Destination: "a", DueAt: now0}
+	ok := intake.Intake{Op: intake.OpReplace, ID: "t/1", SagaID: "t", Destination: "a", DueAt: now0}
 	if err := ok.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	for name, edit := range map[string]func(*Intake){
-		"no group":     func(it *Intake) { it.SagaID = "" },
-		"bad group":    func(it *Intake) { it.SagaID = "a\x00b" },
-		"bad id":       func(it *Intake) { it.ID = "\xff" },
-		"no address":   func(it *Intake) { it.Destination = "" },
-		"out of range": func(it *Intake) { it.DueAt = time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC) },
+	for name, edit := range map[string]func(*intake.Intake){
+		"no group":     func(it *intake.Intake) { it.SagaID = "" },
+		"bad group":    func(it *intake.Intake) { it.SagaID = "a\x00b" },
+		"bad id":       func(it *intake.Intake) { it.ID = "\xff" },
+		"no address":   func(it *intake.Intake) { it.Destination = "" },
+		"out of range": func(it *intake.Intake) { it.DueAt = time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC) },
 	} {
 		it := ok
 		edit(&it)
@@ -154,7 +155,7 @@ func TestValidateReplace(t *testing.T) {
 func TestValidateComesBeforeCheckInsert(t *testing.T) {
 	var woke []time.Time
 	in := newIngester(&fakeStore{}, nil, &woke)
-	row := func(it Intake) storage.Timeout {
+	row := func(it intake.Intake) storage.Timeout {
 		t.Helper()
 		r, err := in.accept(&it, &amqp.Delivery{}, now0)
 		if err != nil {
@@ -163,10 +164,10 @@ func TestValidateComesBeforeCheckInsert(t *testing.T) {
 		return r
 	}
 	max := strings.Repeat("i", wire.MaxIDBytes)
-	for name, it := range map[string]Intake{
-		"longest id and saga id": {Op: OpSchedule, ID: max, SagaID: max, Destination: strings.Repeat("q", wire.MaxDestinationBytes), DueAt: now0},
-		"exchange":               {Op: OpSchedule, ID: "a", Exchange: "x", DueAt: now0},
-		"replace":                {Op: OpReplace, ID: "a", SagaID: max, Destination: "q", DueAt: now0},
+	for name, it := range map[string]intake.Intake{
+		"longest id and saga id": {Op: intake.OpSchedule, ID: max, SagaID: max, Destination: strings.Repeat("q", wire.MaxDestinationBytes), DueAt: now0},
+		"exchange":               {Op: intake.OpSchedule, ID: "a", Exchange: "x", DueAt: now0},
+		"replace":                {Op: intake.OpReplace, ID: "a", SagaID: max, Destination: "q", DueAt: now0},
 	} {
 		if err := it.Validate(); err != nil {
 			t.Fatalf("%s: Validate: %v", name, err)
@@ -176,13 +177,13 @@ func TestValidateComesBeforeCheckInsert(t *testing.T) {
 		}
 	}
 	over := strings.Repeat("i", storage.MaxStoredIDBytes+1)
-	for name, it := range map[string]Intake{
-		"id holding the send separator": {Op: OpSchedule, ID: wire.SendKey("a", 2), Destination: "q", DueAt: now0},
-		"id over the store's limit":     {Op: OpSchedule, ID: over, Destination: "q", DueAt: now0},
-		"no destination":                {Op: OpSchedule, ID: "a", DueAt: now0},
-		"saga id with NUL":              {Op: OpSchedule, ID: "a", SagaID: "s\x00", Destination: "q", DueAt: now0},
-		"saga key over the limit":       {Op: OpSchedule, ID: "a", SagaID: strings.Repeat("s", storage.MaxStoreKeyBytes), Destination: "q", DueAt: now0},
-		"replace, group with NUL":       {Op: OpReplace, ID: "a", SagaID: "s\x00", Destination: "q", DueAt: now0},
+	for name, it := range map[string]intake.Intake{
+		"id holding the send separator": {Op: intake.OpSchedule, ID: wire.SendKey("a", 2), Destination: "q", DueAt: now0},
+		"id over the store's limit":     {Op: intake.OpSchedule, ID: over, Destination: "q", DueAt: now0},
+		"no destination":                {Op: intake.OpSchedule, ID: "a", DueAt: now0},
+		"saga id with NUL":              {Op: intake.OpSchedule, ID: "a", SagaID: "s\x00", Destination: "q", DueAt: now0},
+		"saga key over the limit":       {Op: intake.OpSchedule, ID: "a", SagaID: strings.Repeat("s", storage.MaxStoreKeyBytes), Destination: "q", DueAt: now0},
+		"replace, group with NUL":       {Op: intake.OpReplace, ID: "a", SagaID: "s\x00", Destination: "q", DueAt: now0},
 	} {
 		if err := storage.CheckInsert([]storage.Timeout{row(it)}); err == nil {
 			t.Fatalf("%s: storage.CheckInsert takes it; the case tests nothing", name)

@@ -1,14 +1,17 @@
-package ingest
+// Package intake is what every intake protocol and ingest share: a Source
+// (a queue and the Parser of its wire format), the Intake a parser makes of
+// one delivery, and the readers of header values every parser reads by the
+// same rules (header.go). The protocols under protocol/ produce Intakes;
+// ingest stores them.
+package intake
 
 import (
 	"fmt"
-	"strings"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/delaybridge/delaybridge/broker"
-	"github.com/delaybridge/delaybridge/message"
+	"github.com/delaybridge/delaybridge/cron"
 	"github.com/delaybridge/delaybridge/storage"
 	"github.com/delaybridge/delaybridge/wire"
 )
@@ -120,12 +123,12 @@ const (
 	OpRecur
 )
 
-// endsBatch reports whether op ends its batch: a cancel applies to
+// EndsBatch reports whether op ends its batch: a cancel applies to
 // everything received before it and to nothing after it.
-func (op Op) endsBatch() bool { return op == OpCancel || op == OpCancelSaga || op == OpRecur }
+func (op Op) EndsBatch() bool { return op == OpCancel || op == OpCancelSaga || op == OpRecur }
 
-// stores reports whether op stores a message.
-func (op Op) stores() bool { return op == OpSchedule || op == OpReplace }
+// Stores reports whether op stores a message.
+func (op Op) Stores() bool { return op == OpSchedule || op == OpReplace }
 
 // Intake is a parser's reading of one delivery.
 type Intake struct {
@@ -218,124 +221,11 @@ func (it *Intake) Dest() wire.Destination {
 // Reject is the Intake of an invalid delivery.
 func Reject(err error) Intake { return Intake{Op: OpReject, Reason: err.Error()} }
 
-// TimeoutsSource is E.Timeouts (docs/contract.md §2): messages with the
-// bridge's own headers. The delayed exchanges bound to it read theirs
-// with sources of their own (Source.Exchanges).
-func TimeoutsSource(queue string) Source {
-	return Source{Name: "ingest", Queue: queue, Parser: ParserFunc(ParseHeaders)}
-}
-
-// ParseHeaders reads a delivery to E.Timeouts: a cancel (x-delaybridge-cancel),
-// NServiceBus's request to clear a saga's timeouts (NServiceBus.ClearTimeouts)
-// or a message to schedule (destination, due time and id headers, and the
-// saga it belongs to).
-func ParseHeaders(d *amqp.Delivery, receivedAt time.Time) Intake {
-	if _, ok := d.Headers[wire.HeaderCancel]; ok {
-		id, err := cancelID(d)
-		if err != nil {
-			return Reject(err)
-		}
-		return Intake{Op: OpCancel, CancelID: id}
-	}
-	if v, ok := d.Headers[wire.HeaderCron]; ok && v != nil {
-		return parseRecurring(d, receivedAt)
-	}
-	if v, ok := d.Headers[wire.HeaderNSBClearTimeouts]; ok && v != nil {
-		saga, err := clearTimeoutsSaga(d.Headers)
-		if err != nil {
-			return Reject(err)
-		}
-		return Intake{Op: OpCancelSaga, SagaID: saga}
-	}
-	var it Intake
-	if IsRetry(d.Headers) {
-		// A dispatch failure retried from ServicePulse: due now, to where
-		// it was going (docs/contract.md §4.6).
-		it = ParseRetry(d, receivedAt)
-	} else {
-		p, err := Parse(d, receivedAt)
-		if err != nil {
-			return Reject(err)
-		}
-		it = Intake{Op: OpSchedule, ID: p.ID, Destination: p.Destination.Key, Exchange: p.Destination.Exchange, DueAt: p.DueAt,
-			Msg: broker.Forwardable(message.FromDelivery(d), wire.DueTimeHeaders)}
-		if isNSBTimeout(d.Headers) {
-			it.Msg = markNSBTimeout(it.Msg)
-		}
-	}
-	if it.Op == OpReject {
-		return it
-	}
-	saga, _, err := headerString(d.Headers, wire.HeaderNSBSagaID)
-	if err != nil {
-		return Reject(err)
-	}
-	it.SagaID = strings.TrimSpace(saga)
-	return it
-}
-
-// noSaga is Guid.Empty as .NET writes it: no saga instance.
-const noSaga = "00000000-0000-0000-0000-000000000000"
-
-// clearTimeoutsSaga reads the saga whose timeouts a ClearTimeouts message
-// cancels. NServiceBus's timeout manager (3.x to 7.x: TimeoutMessageProcessor,
-// later StoreTimeoutBehavior) acts on the header's presence, whatever its
-// value and body, and refuses a missing or empty saga id: "clear timeouts is
-// only supported for saga instances". Saga ids are compared as the text the
-// sender wrote (Guid.ToString(), lower-case "D" form, in every version).
-func clearTimeoutsSaga(h amqp.Table) (string, error) {
-	saga, _, err := headerString(h, wire.HeaderNSBSagaID)
-	if err != nil {
-		return "", err
-	}
-	saga = strings.TrimSpace(saga)
-	if saga == "" || saga == noSaga {
-		return "", fmt.Errorf("header %s needs header %s naming the saga whose timeouts to cancel (clearing is for saga instances only)",
-			wire.HeaderNSBClearTimeouts, wire.HeaderNSBSagaID)
-	}
-	if err := wire.ValidateID("header "+wire.HeaderNSBSagaID, saga); err != nil {
-		return "", err
-	}
-	return saga, nil
-}
-
-// cancelID validates a cancel message and returns the id it names.
-func cancelID(d *amqp.Delivery) (string, error) {
-	id, _, err := headerString(d.Headers, wire.HeaderCancel)
-	switch {
-	case err != nil:
-		return "", err
-	case strings.TrimSpace(id) == "":
-		return "", fmt.Errorf("header %s is empty: it must name the message-id to cancel", wire.HeaderCancel)
-	case len(d.Body) > 0:
-		return "", fmt.Errorf("a message with header %s cancels and must have no body (this one has %d bytes)", wire.HeaderCancel, len(d.Body))
-	}
-	// The same rules as every stored id: an id no message can have (NUL,
-	// invalid UTF-8) is this message's error, never a store call that
-	// PostgreSQL refuses and the store breaker counts as an outage.
-	if err := wire.ValidateID("header "+wire.HeaderCancel, id); err != nil {
-		return "", err
-	}
-	return id, nil
-}
-
-// isNSBTimeout reports whether a message parsed from its headers is an
-// NServiceBus timeout: its due time is NServiceBus.Timeout.Expire (no
-// x-due-at, which would win).
-func isNSBTimeout(h amqp.Table) bool {
-	if v, ok := h[wire.HeaderDueAt]; ok && v != nil {
-		return false
-	}
-	v, ok := h[wire.HeaderNSBExpire]
-	return ok && v != nil
-}
-
-// markNSBTimeout marks msg, a stored NServiceBus timeout, for the stamper
-// of protocol/nsbtimeout. msg's headers are a copy of the delivery's.
-func markNSBTimeout(msg amqp.Publishing) amqp.Publishing {
-	if msg.Headers == nil {
-		msg.Headers = amqp.Table{}
-	}
-	msg.Headers[wire.HeaderNSBTimeoutStamp] = "timeout-manager"
-	return msg
+// Recurrence is what a recurring schedule's headers say.
+type Recurrence struct {
+	Expr, Zone string
+	Start, End time.Time
+	Misfire    cron.MisfirePolicy
+	// First is the first fire time, from the time the message was taken in.
+	First time.Time
 }

@@ -6,16 +6,16 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/delaybridge/delaybridge/broker"
-	"github.com/delaybridge/delaybridge/ingest"
+	"github.com/delaybridge/delaybridge/intake"
 	"github.com/delaybridge/delaybridge/message"
 	"github.com/delaybridge/delaybridge/wire"
 )
 
 // Sources reads what is published to the delayed exchanges: a source of
 // E.Timeouts for the deliveries that came through them, told apart by the
-// exchange a delivery was published to (ingest.MergeSources). None without
+// exchange a delivery was published to (intake.MergeSources). None without
 // delayed exchanges.
-func (p Protocol) Sources() []ingest.Source {
+func (p Protocol) Sources() []intake.Source {
 	if len(p.Exchanges) == 0 {
 		return nil
 	}
@@ -24,8 +24,8 @@ func (p Protocol) Sources() []ingest.Source {
 	for i, x := range p.Exchanges {
 		routes[x.Name], names[i] = x.Route(), x.Name
 	}
-	return []ingest.Source{{Name: "delayed", Queue: p.TimeoutsQueue, Exchanges: names,
-		Parser: ingest.ParserFunc(func(d *amqp.Delivery, receivedAt time.Time) ingest.Intake {
+	return []intake.Source{{Name: "delayed", Queue: p.TimeoutsQueue, Exchanges: names,
+		Parser: intake.ParserFunc(func(d *amqp.Delivery, receivedAt time.Time) intake.Intake {
 			return parse(d, receivedAt, routes[d.Exchange])
 		})}}
 }
@@ -49,24 +49,24 @@ func (p Protocol) Routes() []string {
 // receivedAt (zero, negative or void: now). Unlike the plugin, an x-delay it
 // cannot read is refused rather than routed at once, and a delay too long
 // for the plugin's timer is honoured.
-func parse(d *amqp.Delivery, receivedAt time.Time, route string) ingest.Intake {
+func parse(d *amqp.Delivery, receivedAt time.Time, route string) intake.Intake {
 	var ms int64
 	if v := d.Headers[wire.HeaderDelay]; v != nil {
 		var err error
-		if ms, err = ingest.ParseDelay(v); err != nil {
-			return ingest.Reject(err)
+		if ms, err = intake.ParseDelay(v); err != nil {
+			return intake.Reject(err)
 		}
 	}
 	due := receivedAt
 	if ms > 0 {
 		var err error
-		if due, err = ingest.InRange(wire.HeaderDelay, receivedAt.Add(time.Duration(ms)*time.Millisecond)); err != nil {
-			return ingest.Reject(err)
+		if due, err = intake.InRange(wire.HeaderDelay, receivedAt.Add(time.Duration(ms)*time.Millisecond)); err != nil {
+			return intake.Reject(err)
 		}
 	}
-	id, err := ingest.ParseID(d)
+	id, err := intake.ParseID(d)
 	if err != nil {
-		return ingest.Reject(err)
+		return intake.Reject(err)
 	}
 	msg := broker.Forwardable(message.FromDelivery(d), nil) // a copy of the headers
 	if ms > 0 {
@@ -76,5 +76,5 @@ func parse(d *amqp.Delivery, receivedAt time.Time, route string) ingest.Intake {
 	}
 	// Every publish is a send of its own, as the plugin delivers each:
 	// never taken for a redelivery (docs/contract.md §2.7).
-	return ingest.Intake{Op: ingest.OpSchedule, ID: id, Exchange: route, Destination: d.RoutingKey, DueAt: due, Msg: msg, NewSend: true}
+	return intake.Intake{Op: intake.OpSchedule, ID: id, Exchange: route, Destination: d.RoutingKey, DueAt: due, Msg: msg, NewSend: true}
 }

@@ -10,7 +10,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/delaybridge/delaybridge/ingest"
+	"github.com/delaybridge/delaybridge/intake"
+	"github.com/delaybridge/delaybridge/protocol/nsbtimeout"
 	"github.com/delaybridge/delaybridge/wire"
 )
 
@@ -19,7 +20,7 @@ var received = time.Date(2026, 11, 21, 19, 0, 0, 0, time.UTC)
 
 // delayedSource is E.Timeouts as the bridge consumes it with the delayed
 // exchanges orders and audit bound to it.
-var delayedSource = ingest.MergeSources(append([]ingest.Source{ingest.TimeoutsSource("e.Timeouts")},
+var delayedSource = intake.MergeSources(append([]intake.Source{nsbtimeout.TimeoutsSource("e.Timeouts")},
 	Protocol{TimeoutsQueue: "e.Timeouts", Exchanges: []Exchange{{Name: "orders", Type: "topic"}, {Name: "audit", Type: "fanout"}}}.Sources()...))[0]
 
 // delayedDelivery is a delivery to E.Timeouts through the delayed exchange
@@ -75,8 +76,8 @@ func TestDelayedExchangeIntake(t *testing.T) {
 			d := delayedDelivery(c.delay, c.present)
 			before := maps.Clone(d.Headers)
 			it := delayedSource.Parser.Parse(d, received)
-			if it.Op != ingest.OpSchedule {
-				t.Fatalf("op %d (reason %q), want ingest.OpSchedule", it.Op, it.Reason)
+			if it.Op != intake.OpSchedule {
+				t.Fatalf("op %d (reason %q), want intake.OpSchedule", it.Op, it.Reason)
 			}
 			// Every publish is a send of its own, as the plugin delivers
 			// each (docs/contract.md §2.7).
@@ -135,8 +136,8 @@ func TestDelayedExchangeRefusesAnUnreadableDelay(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			it := delayedSource.Parser.Parse(delayedDelivery(delay, true), received)
-			if it.Op != ingest.OpReject {
-				t.Fatalf("op %d, want ingest.OpReject", it.Op)
+			if it.Op != intake.OpReject {
+				t.Fatalf("op %d, want intake.OpReject", it.Op)
 			}
 			if !strings.Contains(it.Reason, wire.HeaderDelay) || len(it.Reason) > 400 {
 				t.Fatalf("reason %q must name %s and be short", it.Reason, wire.HeaderDelay)
@@ -157,7 +158,7 @@ func TestDelayedExchangeIsToldApartByTheDeliveryExchange(t *testing.T) {
 	d.Headers[wire.HeaderDueAt] = "2030-01-01T00:00:00Z"
 	d.Headers[wire.HeaderCancel] = "m0"
 	it := delayedSource.Parser.Parse(d, received)
-	if it.Op != ingest.OpSchedule || it.Exchange != "audit.route" || it.Destination != "" || !it.DueAt.Equal(received.Add(time.Second)) {
+	if it.Op != intake.OpSchedule || it.Exchange != "audit.route" || it.Destination != "" || !it.DueAt.Equal(received.Add(time.Second)) {
 		t.Fatalf("got op %d exchange %q routing key %q due %s (reason %q)", it.Op, it.Exchange, it.Destination, it.DueAt, it.Reason)
 	}
 	for _, h := range []string{wire.HeaderDestination, wire.HeaderDueAt, wire.HeaderCancel} {
@@ -173,11 +174,11 @@ func TestDelayedExchangeIsToldApartByTheDeliveryExchange(t *testing.T) {
 		t.Errorf("id %q, want the NServiceBus.MessageId header's", it.ID)
 	}
 	d.Headers[wire.HeaderNSBMessageID] = nil
-	if it := delayedSource.Parser.Parse(d, received); it.Op != ingest.OpSchedule || it.ID != "" {
+	if it := delayedSource.Parser.Parse(d, received); it.Op != intake.OpSchedule || it.ID != "" {
 		t.Errorf("op %d id %q: a message without an id is scheduled and given one by ingest", it.Op, it.ID)
 	}
 	d.MessageId = "a\x00b"
-	if it := delayedSource.Parser.Parse(d, received); it.Op != ingest.OpReject || !strings.Contains(it.Reason, "message-id") {
+	if it := delayedSource.Parser.Parse(d, received); it.Op != intake.OpReject || !strings.Contains(it.Reason, "message-id") {
 		t.Errorf("an impossible message-id: op %d reason %q", it.Op, it.Reason)
 	}
 
@@ -185,7 +186,7 @@ func TestDelayedExchangeIsToldApartByTheDeliveryExchange(t *testing.T) {
 		d := &amqp.Delivery{Exchange: exchange, RoutingKey: "e.Timeouts", MessageId: "h1",
 			Headers: amqp.Table{wire.HeaderDestination: "billing", wire.HeaderDelay: int32(1000)}}
 		it := delayedSource.Parser.Parse(d, received)
-		if it.Op != ingest.OpSchedule || it.Exchange != "" || it.Destination != "billing" {
+		if it.Op != intake.OpSchedule || it.Exchange != "" || it.Destination != "billing" {
 			t.Errorf("exchange %q: op %d exchange %q destination %q; want the headers read", exchange, it.Op, it.Exchange, it.Destination)
 		}
 		if _, ok := it.Msg.Headers[wire.HeaderDelay]; ok {

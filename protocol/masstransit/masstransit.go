@@ -85,7 +85,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/delaybridge/delaybridge/broker"
-	"github.com/delaybridge/delaybridge/ingest"
+	"github.com/delaybridge/delaybridge/intake"
 	"github.com/delaybridge/delaybridge/message"
 	"github.com/delaybridge/delaybridge/wire"
 )
@@ -130,11 +130,11 @@ type Options struct {
 
 // Sources is the intake of Queue; none when Queue is empty (the intake is
 // off).
-func (o Options) Sources() []ingest.Source {
+func (o Options) Sources() []intake.Source {
 	if o.Queue == "" {
 		return nil
 	}
-	return []ingest.Source{{Name: "masstransit", Queue: o.Queue, Parser: ingest.ParserFunc(o.Parse)}}
+	return []intake.Source{{Name: "masstransit", Queue: o.Queue, Parser: intake.ParserFunc(o.Parse)}}
 }
 
 // Declare declares Topology.
@@ -252,22 +252,22 @@ var envelopeFields = []string{"messageId", "requestId", "correlationId", "conver
 // Parse reads a scheduler message: a ScheduleMessage replaces whatever its
 // token has pending by its payload, a CancelScheduledMessage cancels it,
 // anything else is refused.
-func (o Options) Parse(d *amqp.Delivery, _ time.Time) ingest.Intake {
+func (o Options) Parse(d *amqp.Delivery, _ time.Time) intake.Intake {
 	ct, _, _ := strings.Cut(d.ContentType, ";")
 	if strings.TrimSpace(ct) != ContentType {
-		return ingest.Reject(fmt.Errorf("content type %q: the MassTransit scheduler queue %q takes MassTransit's JSON envelopes (%s)", d.ContentType, o.Queue, ContentType))
+		return intake.Reject(fmt.Errorf("content type %q: the MassTransit scheduler queue %q takes MassTransit's JSON envelopes (%s)", d.ContentType, o.Queue, ContentType))
 	}
 	env, err := members(d.Body)
 	if err != nil {
-		return ingest.Reject(fmt.Errorf("the body is not a MassTransit envelope: %w", err))
+		return intake.Reject(fmt.Errorf("the body is not a MassTransit envelope: %w", err))
 	}
 	var types []string
 	if raw := get(env, "messageType"); raw == nil || json.Unmarshal(raw, &types) != nil || len(types) == 0 {
-		return ingest.Reject(errors.New("the envelope's messageType is missing or not a list of message types"))
+		return intake.Reject(errors.New("the envelope's messageType is missing or not a list of message types"))
 	}
 	msg, err := members(get(env, "message"))
 	if err != nil {
-		return ingest.Reject(fmt.Errorf("the envelope's message: %w", err))
+		return intake.Reject(fmt.Errorf("the envelope's message: %w", err))
 	}
 	switch {
 	case slices.Contains(types, urnPrefix+ExchangeSchedule):
@@ -275,53 +275,53 @@ func (o Options) Parse(d *amqp.Delivery, _ time.Time) ingest.Intake {
 	case slices.Contains(types, urnPrefix+ExchangeCancel):
 		token, err := guid(msg, "tokenId")
 		if err != nil {
-			return ingest.Reject(fmt.Errorf("CancelScheduledMessage: %w", err))
+			return intake.Reject(fmt.Errorf("CancelScheduledMessage: %w", err))
 		}
-		return ingest.Intake{Op: ingest.OpCancelSaga, SagaID: token.String()}
+		return intake.Intake{Op: intake.OpCancelSaga, SagaID: token.String()}
 	}
 	for _, t := range types {
 		if strings.HasPrefix(t, urnPrefix+"MassTransit.Scheduling:") && strings.HasSuffix(t, recurringSuffix) {
-			return ingest.Reject(fmt.Errorf("%s: recurring schedules are not supported by the bridge; use MassTransit's Quartz or Hangfire scheduler for them", t))
+			return intake.Reject(fmt.Errorf("%s: recurring schedules are not supported by the bridge; use MassTransit's Quartz or Hangfire scheduler for them", t))
 		}
 	}
-	return ingest.Reject(fmt.Errorf("message types %q: the MassTransit scheduler queue takes ScheduleMessage and CancelScheduledMessage only", types))
+	return intake.Reject(fmt.Errorf("message types %q: the MassTransit scheduler queue takes ScheduleMessage and CancelScheduledMessage only", types))
 }
 
 // schedule reads a ScheduleMessage and builds what the scheduler sends.
-func (o Options) schedule(d *amqp.Delivery, env, msg []field) ingest.Intake {
+func (o Options) schedule(d *amqp.Delivery, env, msg []field) intake.Intake {
 	token, err := guid(msg, "correlationId")
 	if err != nil {
-		return ingest.Reject(fmt.Errorf("ScheduleMessage: %w (the schedule token)", err))
+		return intake.Reject(fmt.Errorf("ScheduleMessage: %w (the schedule token)", err))
 	}
 	var at string
 	if raw := get(msg, "scheduledTime"); raw == nil || json.Unmarshal(raw, &at) != nil {
-		return ingest.Reject(errors.New("ScheduleMessage: scheduledTime is missing or not a string"))
+		return intake.Reject(errors.New("ScheduleMessage: scheduledTime is missing or not a string"))
 	}
 	due, err := ParseTime(at)
 	if err != nil {
-		return ingest.Reject(fmt.Errorf("ScheduleMessage: scheduledTime: %w", err))
+		return intake.Reject(fmt.Errorf("ScheduleMessage: scheduledTime: %w", err))
 	}
 	payloadType := get(msg, "payloadType")
 	var pts []string
 	if payloadType == nil || json.Unmarshal(payloadType, &pts) != nil || len(pts) == 0 {
-		return ingest.Reject(errors.New("ScheduleMessage: payloadType is missing or not a list of message types"))
+		return intake.Reject(errors.New("ScheduleMessage: payloadType is missing or not a list of message types"))
 	}
 	var dest string
 	destRaw := get(msg, "destination")
 	if destRaw == nil || json.Unmarshal(destRaw, &dest) != nil {
-		return ingest.Reject(errors.New("ScheduleMessage: destination is missing or not a string"))
+		return intake.Reject(errors.New("ScheduleMessage: destination is missing or not a string"))
 	}
 	x, err := o.Exchange(dest)
 	if err != nil {
-		return ingest.Reject(fmt.Errorf("ScheduleMessage: destination: %w", err))
+		return intake.Reject(fmt.Errorf("ScheduleMessage: destination: %w", err))
 	}
 	payload := get(msg, "payload")
 	if payload == nil {
-		return ingest.Reject(errors.New("ScheduleMessage: payload is missing"))
+		return intake.Reject(errors.New("ScheduleMessage: payload is missing"))
 	}
 	body, err := envelope(env, destRaw, payloadType, payload, scheduledHeaders(token, due))
 	if err != nil {
-		return ingest.Reject(fmt.Errorf("ScheduleMessage: %w", err))
+		return intake.Reject(fmt.Errorf("ScheduleMessage: %w", err))
 	}
 	// The job's send (ScheduledMessageJob.ForwardScheduledMessagePipe,
 	// RabbitMqSendTransportContext.Send): the envelope's ids as message and
@@ -350,17 +350,17 @@ func (o Options) schedule(d *amqp.Delivery, env, msg []field) ingest.Intake {
 	var exp string
 	if raw := get(env, "expirationTime"); raw != nil {
 		if json.Unmarshal(raw, &exp) != nil {
-			return ingest.Reject(errors.New("ScheduleMessage: the envelope's expirationTime is not a string"))
+			return intake.Reject(errors.New("ScheduleMessage: the envelope's expirationTime is not a string"))
 		}
 		if _, err := ParseTime(exp); err != nil {
-			return ingest.Reject(fmt.Errorf("ScheduleMessage: the envelope's expirationTime: %w", err))
+			return intake.Reject(fmt.Errorf("ScheduleMessage: the envelope's expirationTime: %w", err))
 		}
 	}
 	out.Headers[stampHeader] = exp
 	out.Body = body
 	// A new id each time: the group (the token) is what repeats, and
 	// OpReplace needs an id the group's cancel did not tombstone.
-	return ingest.Intake{Op: ingest.OpReplace, ID: token.String() + "/" + uuid.NewString(), SagaID: token.String(),
+	return intake.Intake{Op: intake.OpReplace, ID: token.String() + "/" + uuid.NewString(), SagaID: token.String(),
 		Exchange: x, Destination: d.RoutingKey, DueAt: due, Msg: out}
 }
 

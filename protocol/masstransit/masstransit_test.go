@@ -9,7 +9,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/delaybridge/delaybridge/ingest"
+	"github.com/delaybridge/delaybridge/intake"
 )
 
 var opts = Options{Queue: "quartz"}
@@ -47,7 +47,7 @@ func delivery(body []byte) *amqp.Delivery {
 func TestParseSchedule(t *testing.T) {
 	d := delivery(read(t, "schedule.json"))
 	it := opts.Parse(d, time.Now())
-	if it.Op != ingest.OpReplace {
+	if it.Op != intake.OpReplace {
 		t.Fatalf("op %d, reason %q", it.Op, it.Reason)
 	}
 	if err := it.Validate(); err != nil {
@@ -92,7 +92,7 @@ func TestParseScheduleLenient(t *testing.T) {
 		`"PayloadType":["urn:message:X:Y"],"Destination":"rabbitmq://mq.example:5673/billing-vh/invoices%2Ddue?bind=true","Payload":{"a":1}},` +
 		`"Headers":{"mt-quartz-sent":"old","x":[1,2]}}`
 	it := opts.Parse(delivery([]byte(body)), time.Now())
-	if it.Op != ingest.OpReplace || it.Exchange != "invoices-due" || it.SagaID != fixtureToken ||
+	if it.Op != intake.OpReplace || it.Exchange != "invoices-due" || it.SagaID != fixtureToken ||
 		!it.DueAt.Equal(time.Date(2026, 11, 24, 12, 45, 30, 5e8, time.UTC)) {
 		t.Fatalf("got %+v", it)
 	}
@@ -105,7 +105,7 @@ func TestParseScheduleLenient(t *testing.T) {
 	}
 	body = strings.Replace(body, `,"Headers":{"mt-quartz-sent":"old","x":[1,2]}`, "", 1)
 	it = opts.Parse(delivery([]byte(body)), time.Now())
-	if it.Op != ingest.OpReplace || !strings.Contains(string(it.Msg.Body), `"headers":{"MT-Quartz-Sent":`) {
+	if it.Op != intake.OpReplace || !strings.Contains(string(it.Msg.Body), `"headers":{"MT-Quartz-Sent":`) {
 		t.Fatalf("got %+v", it)
 	}
 }
@@ -113,7 +113,7 @@ func TestParseScheduleLenient(t *testing.T) {
 // A CancelScheduledMessage cancels its token's group.
 func TestParseCancel(t *testing.T) {
 	it := opts.Parse(delivery(read(t, "cancel.json")), time.Now())
-	if it.Op != ingest.OpCancelSaga || it.SagaID != fixtureToken {
+	if it.Op != intake.OpCancelSaga || it.SagaID != fixtureToken {
 		t.Fatalf("got %+v", it)
 	}
 	if err := it.Validate(); err != nil {
@@ -126,7 +126,7 @@ func TestParseRecurringRefused(t *testing.T) {
 	for _, typ := range []string{"ScheduleRecurringMessage", "CancelScheduledRecurringMessage", "PauseScheduledRecurringMessage"} {
 		body := strings.Replace(string(read(t, "recurring.json")), "ScheduleRecurringMessage", typ, 1)
 		it := opts.Parse(delivery([]byte(body)), time.Now())
-		if it.Op != ingest.OpReject || !strings.Contains(it.Reason, "recurring schedules are not supported") {
+		if it.Op != intake.OpReject || !strings.Contains(it.Reason, "recurring schedules are not supported") {
 			t.Fatalf("%s: got %+v", typ, it)
 		}
 	}
@@ -168,7 +168,7 @@ func TestParseRefused(t *testing.T) {
 		d := delivery([]byte(c.body))
 		d.ContentType = c.contentType
 		it := opts.Parse(d, time.Now())
-		if it.Op != ingest.OpReject || !strings.Contains(it.Reason, c.why) {
+		if it.Op != intake.OpReject || !strings.Contains(it.Reason, c.why) {
 			t.Errorf("%s: op %d, reason %q; want a refusal mentioning %q", name, it.Op, it.Reason, c.why)
 		}
 	}
@@ -251,7 +251,7 @@ func TestTopology(t *testing.T) {
 func TestStamp(t *testing.T) {
 	body := strings.Replace(string(read(t, "schedule.json")), `"expirationTime": null`, `"expirationTime": "2026-11-24T12:46:00.1234567Z"`, 1)
 	it := opts.Parse(delivery([]byte(body)), time.Now())
-	if it.Op != ingest.OpReplace {
+	if it.Op != intake.OpReplace {
 		t.Fatalf("op %d, reason %q", it.Op, it.Reason)
 	}
 	late := fixtureDue.Add(1500 * time.Millisecond)

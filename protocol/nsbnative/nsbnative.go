@@ -9,7 +9,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/delaybridge/delaybridge/broker"
-	"github.com/delaybridge/delaybridge/ingest"
+	"github.com/delaybridge/delaybridge/intake"
 	"github.com/delaybridge/delaybridge/message"
 	"github.com/delaybridge/delaybridge/wire"
 	"github.com/delaybridge/delaybridge/wire/nsbdelay"
@@ -24,14 +24,14 @@ import (
 // chain's delivery exchange with its routing key, which the destination's
 // binding (#.<address>) matches whatever the key's digits, as at the end of
 // the chain.
-func Sources(chains ...nsbdelay.Chain) []ingest.Source {
-	var srcs []ingest.Source
+func Sources(chains ...nsbdelay.Chain) []intake.Source {
+	var srcs []intake.Source
 	for _, c := range chains {
 		for k := nsbdelay.Levels - 1; k >= 0; k-- {
-			srcs = append(srcs, ingest.Source{
+			srcs = append(srcs, intake.Source{
 				Name: fmt.Sprintf("nsb-%s-level-%02d", c.Version, k), Queue: c.Level(k),
 				MustExist: true, Gate: c.Level(0),
-				Parser: ingest.ParserFunc(func(d *amqp.Delivery, receivedAt time.Time) ingest.Intake {
+				Parser: intake.ParserFunc(func(d *amqp.Delivery, receivedAt time.Time) intake.Intake {
 					return parseNSBNative(d, receivedAt, c, k)
 				}),
 			})
@@ -41,20 +41,20 @@ func Sources(chains ...nsbdelay.Chain) []ingest.Source {
 }
 
 // parseNSBNative reads a message taken from level k's queue of chain c.
-func parseNSBNative(d *amqp.Delivery, receivedAt time.Time, c nsbdelay.Chain, k int) ingest.Intake {
+func parseNSBNative(d *amqp.Delivery, receivedAt time.Time, c nsbdelay.Chain, k int) intake.Intake {
 	keyDelay, _, err := nsbdelay.ParseRoutingKey(d.RoutingKey)
 	if err != nil {
-		return ingest.Reject(fmt.Errorf("%w, on queue %s", err, c.Level(k)))
+		return intake.Reject(fmt.Errorf("%w, on queue %s", err, c.Level(k)))
 	}
 	due, err := nsbDue(d.Headers, receivedAt, c, k, keyDelay)
 	if err != nil {
-		return ingest.Reject(err)
+		return intake.Reject(err)
 	}
-	id, err := ingest.ParseID(d)
+	id, err := intake.ParseID(d)
 	if err != nil {
-		return ingest.Reject(err)
+		return intake.Reject(err)
 	}
-	return ingest.Intake{Op: ingest.OpSchedule, ID: id, Exchange: c.Delivery, Destination: d.RoutingKey, DueAt: due,
+	return intake.Intake{Op: intake.OpSchedule, ID: id, Exchange: c.Delivery, Destination: d.RoutingKey, DueAt: due,
 		Msg: broker.Forwardable(message.FromDelivery(d), nsbdelay.DeadLetterHeaders)}
 }
 
@@ -99,13 +99,13 @@ func nsbDue(h amqp.Table, receivedAt time.Time, c nsbdelay.Chain, k, keyDelay in
 	}
 	switch {
 	case hint.IsZero():
-		return ingest.InRange(nsbdelay.HeaderDelay, hi)
+		return intake.InRange(nsbdelay.HeaderDelay, hi)
 	case hint.Before(lo):
 		hint = lo
 	case hint.After(hi):
 		hint = hi
 	}
-	return ingest.InRange(nsbdelay.HeaderDelay, hint)
+	return intake.InRange(nsbdelay.HeaderDelay, hint)
 }
 
 // nsbHint is nsbDue's due time before the bounds, or zero when nothing
@@ -182,25 +182,25 @@ func nsbInt(h amqp.Table, name string) (int64, bool, error) {
 	if !ok || v == nil {
 		return 0, false, nil
 	}
-	if n, ok := ingest.HeaderInteger(v); ok {
+	if n, ok := intake.HeaderInteger(v); ok {
 		return n, true, nil
 	}
 	switch v.(type) {
 	case string, []byte:
-		s, _, _ := ingest.HeaderString(h, name)
+		s, _, _ := intake.HeaderString(h, name)
 		n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
 		if err != nil {
 			return 0, true, fmt.Errorf("header %s %q is not a whole number of seconds", name, wire.Clip(s))
 		}
 		return n, true, nil
 	}
-	return 0, true, fmt.Errorf("header %s must be a whole number of seconds, got %s", name, ingest.TypeName(v))
+	return 0, true, fmt.Errorf("header %s must be a whole number of seconds, got %s", name, intake.TypeName(v))
 }
 
 // nsbTime reads a header in the NServiceBus wire format; zero when absent.
 func nsbTime(h amqp.Table, name string) (time.Time, error) {
 	if v, ok := h[name]; ok && v != nil {
-		return ingest.ParseNSBTimeHeader(name, v)
+		return intake.ParseNSBTimeHeader(name, v)
 	}
 	return time.Time{}, nil
 }

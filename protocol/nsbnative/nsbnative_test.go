@@ -10,7 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/delaybridge/delaybridge/ingest"
+	"github.com/delaybridge/delaybridge/intake"
 	"github.com/delaybridge/delaybridge/internal/nsbendpoint"
 	"github.com/delaybridge/delaybridge/wire/nsbdelay"
 )
@@ -67,7 +67,7 @@ func TestNSBNativeStoresTheMessageAsSent(t *testing.T) {
 		_, level := s.Key()
 		it := parseNSBNative(&d, nsbReceivedAt, c, level)
 		key, _ := s.Key()
-		if it.Op != ingest.OpSchedule || it.ID != "b7a1c9e2-0001" || it.Exchange != c.Delivery || it.Destination != key {
+		if it.Op != intake.OpSchedule || it.ID != "b7a1c9e2-0001" || it.Exchange != c.Delivery || it.Destination != key {
 			t.Fatalf("%s: %+v", c.Version, it)
 		}
 		if want := s.DeliverAt.Truncate(time.Microsecond); !it.DueAt.Equal(want) {
@@ -210,7 +210,7 @@ func TestNSBNativeDueTime(t *testing.T) {
 					d = v1Deaths(d)
 				}
 				it := parseNSBNative(&d, r, ch, c.level)
-				if it.Op != ingest.OpSchedule {
+				if it.Op != intake.OpSchedule {
 					t.Fatalf("%s: %+v", ch.Version, it)
 				}
 				if want := c.want.Truncate(time.Microsecond); !it.DueAt.Truncate(time.Microsecond).Equal(want) {
@@ -272,7 +272,7 @@ func TestNSBNativeRefuses(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			it := parseNSBNative(&c.d, nsbReceivedAt, nsbdelay.V2, 3)
-			if it.Op != ingest.OpReject || !strings.Contains(it.Reason, c.reason) {
+			if it.Op != intake.OpReject || !strings.Contains(it.Reason, c.reason) {
 				t.Errorf("got %v %q, want a rejection saying %q", it.Op, it.Reason, c.reason)
 			}
 		})
@@ -280,7 +280,7 @@ func TestNSBNativeRefuses(t *testing.T) {
 	// A delay as a decimal string, or any integer type, is read.
 	for _, v := range []any{"10", []byte("10"), int8(10), int16(10), int64(10), uint32(10)} {
 		d := with(nsbdelay.HeaderDelay, v)
-		if it := parseNSBNative(&d, nsbReceivedAt, nsbdelay.V2, 3); it.Op != ingest.OpSchedule || !it.DueAt.Equal(nsbReceivedAt.Add(10*time.Second)) {
+		if it := parseNSBNative(&d, nsbReceivedAt, nsbdelay.V2, 3); it.Op != intake.OpSchedule || !it.DueAt.Equal(nsbReceivedAt.Add(10*time.Second)) {
 			t.Errorf("delay %#v: %v %q due %v", v, it.Op, it.Reason, it.DueAt)
 		}
 	}

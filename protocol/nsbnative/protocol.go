@@ -3,7 +3,7 @@ package nsbnative
 import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/delaybridge/delaybridge/ingest"
+	"github.com/delaybridge/delaybridge/intake"
 	"github.com/delaybridge/delaybridge/wire/nsbdelay"
 )
 
@@ -24,7 +24,7 @@ func (p Protocol) chains() []nsbdelay.Chain {
 }
 
 // Sources are the chains' level queues (Sources).
-func (p Protocol) Sources() []ingest.Source { return Sources(p.chains()...) }
+func (p Protocol) Sources() []intake.Source { return Sources(p.chains()...) }
 
 // Declare declares nothing: the endpoints' installers declare the chains,
 // and each source waits for its queue.

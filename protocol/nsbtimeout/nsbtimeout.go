@@ -1,8 +1,12 @@
 // Package nsbtimeout serves E.Timeouts (docs/contract.md §2): messages that
-// name their destination and due time in headers, the bridge's own or those
-// NServiceBus endpoints send their timeout manager, and NServiceBus's
-// requests to clear a saga's timeouts. The headers are read by
-// ingest.ParseHeaders, which the rest of ingest is tested with.
+// name their destination and due time in headers, the bridge's own
+// (x-destination, x-due-at, x-delay) or those NServiceBus endpoints send
+// their timeout manager, which one parser reads together since either may
+// name the destination and the due time of one message (parse.go);
+// cancels (x-delaybridge-cancel) and NServiceBus's requests to clear a
+// saga's timeouts; recurring schedules (x-delaybridge-cron, recurring.go);
+// dispatch failures retried from ServicePulse (retry.go); and the headers
+// NServiceBus's timeout manager adds to a forward (Stamper, below).
 package nsbtimeout
 
 import (
@@ -18,7 +22,7 @@ import (
 // auditing and ServiceControl read the time a message was sent from
 // NServiceBus.TimeSent, which for a timeout is when the timeout manager
 // sent it. The bridge sets both when it forwards a message whose due time
-// was NServiceBus.Timeout.Expire (ingest.ParseHeaders marks it), so an endpoint sees what its own timeout
+// was NServiceBus.Timeout.Expire (ParseHeaders marks it), so an endpoint sees what its own timeout
 // manager would have sent (docs/contract.md §3.2). The message id is left
 // as it came: the 5.x timeout manager sent the NServiceBus.MessageId header
 // as the message-id property (TransportMessage.Id), the 7.x one the id of

@@ -7,7 +7,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/delaybridge/delaybridge/ingest"
+	"github.com/delaybridge/delaybridge/intake"
 	"github.com/delaybridge/delaybridge/wire"
 )
 
@@ -31,8 +31,8 @@ func TestNSBTimeoutForward(t *testing.T) {
 		}
 		return &amqp.Delivery{MessageId: "t-1", Headers: h, Body: []byte("<OrderTimeout/>")}
 	}
-	it := ingest.ParseHeaders(timeout(nil), now)
-	if it.Op != ingest.OpSchedule || it.Msg.Headers[wire.HeaderNSBTimeoutStamp] == nil {
+	it := ParseHeaders(timeout(nil), now)
+	if it.Op != intake.OpSchedule || it.Msg.Headers[wire.HeaderNSBTimeoutStamp] == nil {
 		t.Fatalf("an NServiceBus timeout was not marked: %+v", it)
 	}
 	sentAt := now.Add(5*time.Second + 123456789)
@@ -57,8 +57,8 @@ func TestNSBTimeoutForward(t *testing.T) {
 		"x-due-at wins": timeout(amqp.Table{wire.HeaderDueAt: "2026-11-21T20:00:05Z"}),
 		"x-delay":       {MessageId: "d-1", Headers: amqp.Table{wire.HeaderDestination: "Shop", wire.HeaderDelay: int32(5000), wire.HeaderNSBTimeSent: "x"}},
 	} {
-		it := ingest.ParseHeaders(d, now)
-		if it.Op != ingest.OpSchedule {
+		it := ParseHeaders(d, now)
+		if it.Op != intake.OpSchedule {
 			t.Fatalf("%s: %+v", name, it)
 		}
 		if _, ok := it.Msg.Headers[wire.HeaderNSBTimeoutStamp]; ok {

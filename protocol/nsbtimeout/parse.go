@@ -1,60 +1,23 @@
-package ingest
+package nsbtimeout
 
 import (
 	"fmt"
-	"math"
-	"regexp"
-	"strconv"
 	"strings"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/delaybridge/delaybridge/storage"
+	"github.com/delaybridge/delaybridge/broker"
+	"github.com/delaybridge/delaybridge/intake"
+	"github.com/delaybridge/delaybridge/message"
 	"github.com/delaybridge/delaybridge/wire"
 )
-
-// maxDelay is the longest x-delay whose due time a time.Duration can hold.
-const maxDelay = math.MaxInt64 / int64(time.Millisecond)
-
-// maxTimeText is far above the longest valid due-time text (~35 bytes);
-// longer values are refused before any parsing work. The limits on ids and
-// destinations are wire's, shared with every other way into the store.
-const maxTimeText = 64
-
-var (
-	// NServiceBus.Timeout.Expire: every released NServiceBus with a timeout
-	// manager, 3.0.0 to 7.x, wrote it with the invariant culture in the
-	// format wire.ParseNSBTime reads (src/utils/DateTimeExtensions.cs in
-	// 3.x, src/NServiceBus.Core/DateTimeExtensions.cs in 4.x to 7.x;
-	// writers: UnicastBus.Defer and TimeoutMessageConverter in 3.x,
-	// TimeoutManagerDeferrer in 4.x/5.x, TimeoutManagerRoutingStrategy and
-	// DelayedRetryExecutor in 6.x/7.x), always six fractional digits.
-	// The 3.0 betas (tags 3.0.0-Beta1, -Beta2) wrote DateTime.ToString(),
-	// the sender's culture's general format ("1/5/2012 1:14:15 PM",
-	// "05.01.2012 13:14:15", ...), sometimes in local time; 3.0.0 read it
-	// back with the receiver's culture. Neither the day/month order nor the
-	// zone can be known from the text, so it is refused with its own reason
-	// rather than guessed.
-	nsbCultureTime = regexp.MustCompile(`^\d{1,4}[./-]\d{1,2}[./-]\d{1,4}\.? \d{1,2}[:.]\d{2}([:.]\d{2})?( ?[AaPp]\.? ?[Mm]\.?)?$`)
-	// The earliest and latest due times the bridge accepts: the earliest
-	// RFC 3339 can write, the latest a store can keep in order.
-	minDue = time.Date(0, 1, 1, 0, 0, 0, 0, time.UTC)
-	maxDue = storage.MaxDueAt
-)
-
-// Parsed is what ingest needs to store a message.
-type Parsed struct {
-	ID          string
-	Destination wire.Destination
-	DueAt       time.Time
-}
 
 // Parse reads destination, due time and id from a delivery. receivedAt is
 // the base of x-delay. The error says in words what is wrong; it is what lands
 // in x-delaybridge-error.
-func Parse(d *amqp.Delivery, receivedAt time.Time) (Parsed, error) {
-	var p Parsed
+func Parse(d *amqp.Delivery, receivedAt time.Time) (intake.Parsed, error) {
+	var p intake.Parsed
 	var err error
 	if p.Destination, err = destination(d.Headers, d.ReplyTo); err != nil {
 		return p, err
@@ -62,32 +25,10 @@ func Parse(d *amqp.Delivery, receivedAt time.Time) (Parsed, error) {
 	if p.DueAt, err = dueAt(d.Headers, receivedAt); err != nil {
 		return p, err
 	}
-	if p.ID, err = messageID(d); err != nil {
+	if p.ID, err = intake.ParseID(d); err != nil {
 		return p, err
 	}
 	return p, nil
-}
-
-// HeaderString reads a text header as every parser does: an AMQP long
-// string or a byte array (some clients send text as 'x'). ok is false when
-// the header is absent or void; any other type is an error naming the header.
-func HeaderString(h amqp.Table, name string) (s string, ok bool, err error) {
-	return headerString(h, name)
-}
-
-func headerString(h amqp.Table, name string) (s string, ok bool, err error) {
-	v, present := h[name]
-	if !present || v == nil {
-		return "", false, nil
-	}
-	switch v := v.(type) {
-	case string:
-		return v, true, nil
-	case []byte:
-		return string(v), true, nil
-	default:
-		return "", true, fmt.Errorf("header %s must be a string, got %s", name, typeName(v))
-	}
 }
 
 // ParseDestination reads the destination headers as Parse does
@@ -100,18 +41,13 @@ func headerString(h amqp.Table, name string) (s string, ok bool, err error) {
 // property.
 func ParseDestination(h amqp.Table) (wire.Destination, error) { return destination(h, "") }
 
-// ParseID reads the id as Parse does (docs/contract.md §2.4): the message-id
-// property, else the NServiceBus.MessageId header. "" with a nil error means
-// the delivery names no id.
-func ParseID(d *amqp.Delivery) (string, error) { return messageID(d) }
-
 // destination reads where a delivery goes; replyTo is its reply-to property.
 func destination(h amqp.Table, replyTo string) (wire.Destination, error) {
-	x, isExchange, err := headerString(h, wire.HeaderDestinationExchange)
+	x, isExchange, err := intake.HeaderString(h, wire.HeaderDestinationExchange)
 	if err != nil {
 		return wire.Destination{}, err
 	}
-	key, hasKey, err := headerString(h, wire.HeaderDestinationRoutingKey)
+	key, hasKey, err := intake.HeaderString(h, wire.HeaderDestinationRoutingKey)
 	if err != nil {
 		return wire.Destination{}, err
 	}
@@ -134,7 +70,7 @@ func destination(h amqp.Table, replyTo string) (wire.Destination, error) {
 		return wire.Destination{}, fmt.Errorf("header %s needs %s: a queue destination has no routing key of its own", wire.HeaderDestinationRoutingKey, wire.HeaderDestinationExchange)
 	}
 	for _, name := range []string{wire.HeaderDestination, wire.HeaderNSBDestination} {
-		s, ok, err := headerString(h, name)
+		s, ok, err := intake.HeaderString(h, name)
 		if err != nil {
 			return wire.Destination{}, err
 		}
@@ -164,7 +100,7 @@ func destination(h amqp.Table, replyTo string) (wire.Destination, error) {
 // timeouts fall back; for any other message a missing destination is an
 // error, not a guess.
 func nsbReplyTo(h amqp.Table, replyTo string) (wire.Destination, error) {
-	s, ok, err := headerString(h, wire.HeaderNSBReplyTo)
+	s, ok, err := intake.HeaderString(h, wire.HeaderNSBReplyTo)
 	if err != nil {
 		return wire.Destination{}, err
 	}
@@ -190,7 +126,7 @@ func dueAt(h amqp.Table, receivedAt time.Time) (time.Time, error) {
 		return parseNSBExpire(v)
 	}
 	if v, ok := h[wire.HeaderDelay]; ok && v != nil {
-		ms, err := parseDelay(v)
+		ms, err := intake.ParseDelay(v)
 		if err != nil {
 			return time.Time{}, err
 		}
@@ -198,7 +134,7 @@ func dueAt(h amqp.Table, receivedAt time.Time) (time.Time, error) {
 			return receivedAt, nil
 		}
 		// A long delay can pass maxDue (a Duration reaches ~292 years).
-		return inRange(wire.HeaderDelay, receivedAt.Add(time.Duration(ms)*time.Millisecond))
+		return intake.InRange(wire.HeaderDelay, receivedAt.Add(time.Duration(ms)*time.Millisecond))
 	}
 	return time.Time{}, fmt.Errorf("no due time: set header %s (RFC 3339), %s or %s (milliseconds)", wire.HeaderDueAt, wire.HeaderNSBExpire, wire.HeaderDelay)
 }
@@ -211,179 +147,143 @@ func parseDueAt(v any) (time.Time, error) {
 	case []byte:
 		s = string(v)
 	case time.Time: // an AMQP timestamp is unambiguous, if only to the second
-		return inRange(wire.HeaderDueAt, v.UTC())
+		return intake.InRange(wire.HeaderDueAt, v.UTC())
 	default:
-		return time.Time{}, fmt.Errorf("header %s must be an RFC 3339 string, got %s", wire.HeaderDueAt, typeName(v))
+		return time.Time{}, fmt.Errorf("header %s must be an RFC 3339 string, got %s", wire.HeaderDueAt, intake.TypeName(v))
 	}
 	// RFC 3339 allows lower-case t and z; Go's parser wants them upper-case.
-	if len(s) > maxTimeText {
+	if len(s) > intake.MaxTimeText {
 		return time.Time{}, fmt.Errorf("header %s is %d bytes, too long for an RFC 3339 timestamp", wire.HeaderDueAt, len(s))
 	}
 	t, err := time.Parse(time.RFC3339Nano, strings.ToUpper(strings.TrimSpace(s)))
 	if err != nil {
 		return time.Time{}, fmt.Errorf("header %s %q is not an RFC 3339 timestamp like 2026-11-21T20:00:00.250Z", wire.HeaderDueAt, wire.Clip(s))
 	}
-	return inRange(wire.HeaderDueAt, t.UTC())
+	return intake.InRange(wire.HeaderDueAt, t.UTC())
 }
 
-func parseNSBExpire(v any) (time.Time, error) { return parseNSBTime(wire.HeaderNSBExpire, v) }
+func parseNSBExpire(v any) (time.Time, error) {
+	return intake.ParseNSBTimeHeader(wire.HeaderNSBExpire, v)
+}
 
-// parseNSBTime reads header name's value v in the NServiceBus wire format
-// (wire.ParseNSBTime), as a string or a byte array.
-func parseNSBTime(name string, v any) (time.Time, error) {
-	var s string
-	switch v := v.(type) {
-	case string:
-		s = v
-	case []byte:
-		s = string(v)
-	default:
-		return time.Time{}, fmt.Errorf("header %s must be a string, got %s", name, typeName(v))
+// TimeoutsSource is E.Timeouts (docs/contract.md §2): messages with the
+// bridge's own headers. The delayed exchanges bound to it read theirs
+// with sources of their own (intake.Source.Exchanges).
+func TimeoutsSource(queue string) intake.Source {
+	return intake.Source{Name: "ingest", Queue: queue, Parser: intake.ParserFunc(ParseHeaders)}
+}
+
+// ParseHeaders reads a delivery to E.Timeouts: a cancel (x-delaybridge-cancel),
+// NServiceBus's request to clear a saga's timeouts (NServiceBus.ClearTimeouts)
+// or a message to schedule (destination, due time and id headers, and the
+// saga it belongs to).
+func ParseHeaders(d *amqp.Delivery, receivedAt time.Time) intake.Intake {
+	if _, ok := d.Headers[wire.HeaderCancel]; ok {
+		id, err := cancelID(d)
+		if err != nil {
+			return intake.Reject(err)
+		}
+		return intake.Intake{Op: intake.OpCancel, CancelID: id}
 	}
-	if len(s) > maxTimeText {
-		return time.Time{}, fmt.Errorf("header %s is %d bytes, too long for the NServiceBus wire format", name, len(s))
+	if v, ok := d.Headers[wire.HeaderCron]; ok && v != nil {
+		return parseRecurring(d, receivedAt)
 	}
-	if nsbCultureTime.MatchString(s) {
-		return time.Time{}, fmt.Errorf("header %s %q is culture-dependent date text, as NServiceBus 3.0 betas wrote it: its day/month order and time zone are unknown; senders from NServiceBus 3.0.0 on write %s", name, wire.Clip(s), wire.NSBTimeLayout)
+	if v, ok := d.Headers[wire.HeaderNSBClearTimeouts]; ok && v != nil {
+		saga, err := clearTimeoutsSaga(d.Headers)
+		if err != nil {
+			return intake.Reject(err)
+		}
+		return intake.Intake{Op: intake.OpCancelSaga, SagaID: saga}
 	}
-	t, err := wire.ParseNSBTime(s)
+	var it intake.Intake
+	if IsRetry(d.Headers) {
+		// A dispatch failure retried from ServicePulse: due now, to where
+		// it was going (docs/contract.md §4.6).
+		it = ParseRetry(d, receivedAt)
+	} else {
+		p, err := Parse(d, receivedAt)
+		if err != nil {
+			return intake.Reject(err)
+		}
+		it = intake.Intake{Op: intake.OpSchedule, ID: p.ID, Destination: p.Destination.Key, Exchange: p.Destination.Exchange, DueAt: p.DueAt,
+			Msg: broker.Forwardable(message.FromDelivery(d), wire.DueTimeHeaders)}
+		if isNSBTimeout(d.Headers) {
+			it.Msg = markNSBTimeout(it.Msg)
+		}
+	}
+	if it.Op == intake.OpReject {
+		return it
+	}
+	saga, _, err := intake.HeaderString(d.Headers, wire.HeaderNSBSagaID)
 	if err != nil {
-		return time.Time{}, fmt.Errorf("header %s %q is %v", name, wire.Clip(s), err)
+		return intake.Reject(err)
 	}
-	return inRange(name, t)
+	it.SagaID = strings.TrimSpace(saga)
+	return it
 }
 
-// parseDelay reads x-delay as the delayed-message-exchange plugin does:
-// every AMQP integer type, a decimal string, or a floating-point number
-// truncated toward zero. Zero or negative means now.
-func parseDelay(v any) (int64, error) {
-	if ms, ok := amqpInteger(v); ok {
-		return delayInRange(ms)
+// noSaga is Guid.Empty as .NET writes it: no saga instance.
+const noSaga = "00000000-0000-0000-0000-000000000000"
+
+// clearTimeoutsSaga reads the saga whose timeouts a ClearTimeouts message
+// cancels. NServiceBus's timeout manager (3.x to 7.x: TimeoutMessageProcessor,
+// later StoreTimeoutBehavior) acts on the header's presence, whatever its
+// value and body, and refuses a missing or empty saga id: "clear timeouts is
+// only supported for saga instances". Saga ids are compared as the text the
+// sender wrote (Guid.ToString(), lower-case "D" form, in every version).
+func clearTimeoutsSaga(h amqp.Table) (string, error) {
+	saga, _, err := intake.HeaderString(h, wire.HeaderNSBSagaID)
+	if err != nil {
+		return "", err
 	}
-	switch v := v.(type) {
-	case float32:
-		return floatDelay(float64(v))
-	case float64:
-		return floatDelay(v)
-	case string, []byte:
-		var s string
-		if b, ok := v.([]byte); ok {
-			s = string(b)
-		} else {
-			s = v.(string)
-		}
-		n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
-		if err != nil {
-			return 0, fmt.Errorf("header %s %q is not a whole number of milliseconds", wire.HeaderDelay, wire.Clip(s))
-		}
-		return delayInRange(n)
+	saga = strings.TrimSpace(saga)
+	if saga == "" || saga == noSaga {
+		return "", fmt.Errorf("header %s needs header %s naming the saga whose timeouts to cancel (clearing is for saga instances only)",
+			wire.HeaderNSBClearTimeouts, wire.HeaderNSBSagaID)
 	}
-	return 0, fmt.Errorf("header %s must be a number of milliseconds (an integer, a decimal string or a floating-point number), got %s", wire.HeaderDelay, typeName(v))
+	if err := wire.ValidateID("header "+wire.HeaderNSBSagaID, saga); err != nil {
+		return "", err
+	}
+	return saga, nil
 }
 
-// amqpInteger is v as an int64 when it is of one of the integer types an
-// AMQP table value decodes to.
-func amqpInteger(v any) (int64, bool) {
-	switch v := v.(type) {
-	case int8:
-		return int64(v), true
-	case uint8:
-		return int64(v), true
-	case int16:
-		return int64(v), true
-	case uint16:
-		return int64(v), true
-	case int32:
-		return int64(v), true
-	case uint32:
-		return int64(v), true
-	case int64:
-		return v, true
-	case int:
-		return int64(v), true
-	}
-	return 0, false
-}
-
-func floatDelay(f float64) (int64, error) {
+// cancelID validates a cancel message and returns the id it names.
+func cancelID(d *amqp.Delivery) (string, error) {
+	id, _, err := intake.HeaderString(d.Headers, wire.HeaderCancel)
 	switch {
-	case math.IsNaN(f):
-		return 0, fmt.Errorf("header %s is NaN, not a number of milliseconds", wire.HeaderDelay)
-	case f <= 0: // -Inf too
-		return 0, nil
-	case f > float64(maxDelay): // +Inf too; checked before the conversion, which would overflow
-		return 0, fmt.Errorf("header %s %g ms is longer than the %d ms the bridge can represent", wire.HeaderDelay, f, maxDelay)
+	case err != nil:
+		return "", err
+	case strings.TrimSpace(id) == "":
+		return "", fmt.Errorf("header %s is empty: it must name the message-id to cancel", wire.HeaderCancel)
+	case len(d.Body) > 0:
+		return "", fmt.Errorf("a message with header %s cancels and must have no body (this one has %d bytes)", wire.HeaderCancel, len(d.Body))
 	}
-	return delayInRange(int64(f)) // truncates toward zero
-}
-
-func delayInRange(ms int64) (int64, error) {
-	if ms > maxDelay {
-		return 0, fmt.Errorf("header %s %d ms is longer than the %d ms the bridge can represent", wire.HeaderDelay, ms, maxDelay)
-	}
-	return ms, nil
-}
-
-func inRange(header string, t time.Time) (time.Time, error) {
-	if t.Before(minDue) || t.After(maxDue) {
-		return time.Time{}, fmt.Errorf("header %s %s is outside years 0000 to 2262 (the latest due time is %s)",
-			header, t.Format(time.RFC3339Nano), maxDue.Format(time.RFC3339Nano))
-	}
-	return t, nil
-}
-
-func messageID(d *amqp.Delivery) (string, error) {
-	id, source := d.MessageId, "message-id property"
-	if strings.TrimSpace(id) == "" {
-		s, ok, err := headerString(d.Headers, wire.HeaderNSBMessageID)
-		if err != nil {
-			return "", err
-		}
-		id, source = s, "header "+wire.HeaderNSBMessageID
-		if !ok || strings.TrimSpace(id) == "" {
-			return "", nil // the caller assigns one
-		}
-	}
-	if err := wire.ValidateID(source, id); err != nil {
+	// The same rules as every stored id: an id no message can have (NUL,
+	// invalid UTF-8) is this message's error, never a store call that
+	// PostgreSQL refuses and the store breaker counts as an outage.
+	if err := wire.ValidateID("header "+wire.HeaderCancel, id); err != nil {
 		return "", err
 	}
 	return id, nil
 }
 
-func typeName(v any) string {
-	switch v.(type) {
-	case float32, float64:
-		return fmt.Sprintf("a floating-point number (%v)", v)
-	case bool:
-		return "a boolean"
-	case amqp.Table:
-		return "a table"
-	case []any:
-		return "an array"
-	case amqp.Decimal:
-		return "a decimal"
-	case time.Time:
-		return "a timestamp"
+// isNSBTimeout reports whether a message parsed from its headers is an
+// NServiceBus timeout: its due time is NServiceBus.Timeout.Expire (no
+// x-due-at, which would win).
+func isNSBTimeout(h amqp.Table) bool {
+	if v, ok := h[wire.HeaderDueAt]; ok && v != nil {
+		return false
 	}
-	return fmt.Sprintf("%T", v)
+	v, ok := h[wire.HeaderNSBExpire]
+	return ok && v != nil
 }
 
-// The readers below serve the parsers of the protocols under protocol/,
-// which read their headers by the same rules.
-
-// InRange returns t, or an error naming header when t is outside the due
-// times a store keeps.
-func InRange(header string, t time.Time) (time.Time, error) { return inRange(header, t) }
-
-// HeaderInteger reads a header value of any AMQP integer type.
-func HeaderInteger(v any) (int64, bool) { return amqpInteger(v) }
-
-// ParseNSBTimeHeader reads the value v of header name in the NServiceBus
-// wire format (wire.ParseNSBTime).
-func ParseNSBTimeHeader(name string, v any) (time.Time, error) { return parseNSBTime(name, v) }
-
-// ParseDelay reads an x-delay value: milliseconds.
-func ParseDelay(v any) (int64, error) { return parseDelay(v) }
-
-// TypeName names a header value's type in error text.
-func TypeName(v any) string { return typeName(v) }
+// markNSBTimeout marks msg, a stored NServiceBus timeout, for the stamper
+// of protocol/nsbtimeout. msg's headers are a copy of the delivery's.
+func markNSBTimeout(msg amqp.Publishing) amqp.Publishing {
+	if msg.Headers == nil {
+		msg.Headers = amqp.Table{}
+	}
+	msg.Headers[wire.HeaderNSBTimeoutStamp] = "timeout-manager"
+	return msg
+}

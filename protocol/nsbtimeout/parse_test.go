@@ -1,4 +1,4 @@
-package ingest
+package nsbtimeout
 
 import (
 	"math"
@@ -179,46 +179,5 @@ func TestDestinationAndIdentity(t *testing.T) {
 				t.Fatalf("got destination %q id %q, want %q %q", p.Destination, p.ID, c.wantDest, c.wantID)
 			}
 		})
-	}
-}
-
-func TestRules(t *testing.T) {
-	globs, err := CompileGlobs([]string{"orders.*", " billing ", "a?c", "x/*"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for name, want := range map[string]bool{
-		"orders.eu": true, "orders.": true, "orders": false, "billing": true, "billing2": false,
-		"abc": true, "abbc": false, "x/y/z": true, "ordersXeu": false, "a.c": true,
-	} {
-		if got := globs.Match(name); got != want {
-			t.Errorf("Match(%q) = %v, want %v", name, got, want)
-		}
-	}
-	if all, _ := CompileGlobs([]string{"*"}); !all.Match("any/thing.at all") {
-		t.Error("* must match every queue name")
-	}
-	if _, err := CompileGlobs([]string{"a", " "}); err == nil {
-		t.Error("an empty pattern must be refused")
-	}
-
-	r := Rules{MaxDelay: time.Hour, MaxMessageBytes: 10, Allowed: globs, Reserved: []string{"e.Timeouts"}}
-	ok := Parsed{Destination: wire.Queue("billing"), DueAt: received.Add(time.Minute)}
-	if err := r.Check(ok, 10, received); err != nil {
-		t.Fatalf("valid message refused: %v", err)
-	}
-	for name, c := range map[string]struct {
-		p    Parsed
-		size int
-		want string
-	}{
-		"too big":     {ok, 11, "MAX_MESSAGE_BYTES"},
-		"not allowed": {Parsed{Destination: wire.Queue("shipping"), DueAt: ok.DueAt}, 1, "ALLOWED_DESTINATIONS"},
-		"own queue":   {Parsed{Destination: wire.Queue("e.Timeouts"), DueAt: ok.DueAt}, 1, "own queues"},
-		"too far out": {Parsed{Destination: wire.Queue("billing"), DueAt: received.Add(time.Hour + time.Nanosecond)}, 1, "MAX_DELAY"},
-	} {
-		if err := r.Check(c.p, c.size, received); err == nil || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("%s: got %v, want an error mentioning %s", name, err, c.want)
-		}
 	}
 }

@@ -6,7 +6,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/delaybridge/delaybridge/broker"
-	"github.com/delaybridge/delaybridge/ingest"
+	"github.com/delaybridge/delaybridge/intake"
 )
 
 // Protocol is E.Timeouts, Queue.
@@ -15,7 +15,7 @@ type Protocol struct {
 }
 
 // Sources is the intake of Queue.
-func (p Protocol) Sources() []ingest.Source { return []ingest.Source{ingest.TimeoutsSource(p.Queue)} }
+func (p Protocol) Sources() []intake.Source { return []intake.Source{TimeoutsSource(p.Queue)} }
 
 // Topology is NServiceBus's conventional exchange of Queue: NServiceBus
 // endpoints send timeouts to E.Timeouts, and ServiceControl sends back the

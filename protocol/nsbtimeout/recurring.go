@@ -1,8 +1,6 @@
-package ingest
+package nsbtimeout
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -11,53 +9,44 @@ import (
 
 	"github.com/delaybridge/delaybridge/broker"
 	"github.com/delaybridge/delaybridge/cron"
+	"github.com/delaybridge/delaybridge/intake"
 	"github.com/delaybridge/delaybridge/message"
-	"github.com/delaybridge/delaybridge/storage"
 	"github.com/delaybridge/delaybridge/wire"
 )
 
 // Recurring schedules over AMQP (docs/contract.md §2.11): a message on
 // E.Timeouts with x-delaybridge-cron creates or replaces the schedule named
-// by its message id; x-delaybridge-cancel with that id ends it (cancel in
-// ingest.go calls cancelSchedule too).
-
-// Recurrence is what a recurring schedule's headers say.
-type Recurrence struct {
-	Expr, Zone string
-	Start, End time.Time
-	Misfire    cron.MisfirePolicy
-	// First is the first fire time, from the time the message was taken in.
-	First time.Time
-}
+// by its message id; x-delaybridge-cancel with that id ends it (ingest's
+// cancel ends the schedule of the id it cancels).
 
 // parseRecurring reads a delivery with wire.HeaderCron: where each fire
 // goes, the schedule's headers and the message every fire forwards (the
 // delivery without the due-time and schedule headers).
-func parseRecurring(d *amqp.Delivery, receivedAt time.Time) Intake {
+func parseRecurring(d *amqp.Delivery, receivedAt time.Time) intake.Intake {
 	dest, err := destination(d.Headers, d.ReplyTo)
 	if err != nil {
-		return Reject(err)
+		return intake.Reject(err)
 	}
-	id, err := messageID(d)
+	id, err := intake.ParseID(d)
 	if err != nil {
-		return Reject(err)
+		return intake.Reject(err)
 	}
 	if id == "" {
-		return Reject(fmt.Errorf("header %s needs a message id (the message-id property): it names the schedule, and %s with it ends the schedule",
+		return intake.Reject(fmt.Errorf("header %s needs a message id (the message-id property): it names the schedule, and %s with it ends the schedule",
 			wire.HeaderCron, wire.HeaderCancel))
 	}
 	r, err := parseRecurrence(d.Headers, receivedAt)
 	if err != nil {
-		return Reject(err)
+		return intake.Reject(err)
 	}
 	msg := broker.Forwardable(message.FromDelivery(d), append(append([]string{}, wire.DueTimeHeaders...), wire.ScheduleHeaders...))
-	return Intake{Op: OpRecur, ID: id, Destination: dest.Key, Exchange: dest.Exchange, DueAt: r.First, Msg: msg, Recur: r}
+	return intake.Intake{Op: intake.OpRecur, ID: id, Destination: dest.Key, Exchange: dest.Exchange, DueAt: r.First, Msg: msg, Recur: r}
 }
 
 // parseRecurrence reads the schedule headers; the time zone defaults to UTC.
-func parseRecurrence(h amqp.Table, receivedAt time.Time) (*Recurrence, error) {
-	r := &Recurrence{Zone: "UTC"}
-	expr, _, err := headerString(h, wire.HeaderCron)
+func parseRecurrence(h amqp.Table, receivedAt time.Time) (*intake.Recurrence, error) {
+	r := &intake.Recurrence{Zone: "UTC"}
+	expr, _, err := intake.HeaderString(h, wire.HeaderCron)
 	if err != nil {
 		return nil, err
 	}
@@ -66,7 +55,7 @@ func parseRecurrence(h amqp.Table, receivedAt time.Time) (*Recurrence, error) {
 		return nil, fmt.Errorf("header %s %q: %w", wire.HeaderCron, wire.Clip(expr), err)
 	}
 	r.Expr = expr
-	if z, ok, err := headerString(h, wire.HeaderTimeZone); err != nil {
+	if z, ok, err := intake.HeaderString(h, wire.HeaderTimeZone); err != nil {
 		return nil, err
 	} else if ok {
 		r.Zone = strings.TrimSpace(z)
@@ -81,7 +70,7 @@ func parseRecurrence(h amqp.Table, receivedAt time.Time) (*Recurrence, error) {
 	if r.End, err = optionalTime(h, wire.HeaderEnd); err != nil {
 		return nil, err
 	}
-	if m, _, err := headerString(h, wire.HeaderMisfire); err != nil {
+	if m, _, err := intake.HeaderString(h, wire.HeaderMisfire); err != nil {
 		return nil, err
 	} else if r.Misfire, err = cron.ParseMisfirePolicy(m); err != nil {
 		return nil, fmt.Errorf("header %s: %w", wire.HeaderMisfire, err)
@@ -106,11 +95,11 @@ func optionalTime(h amqp.Table, name string) (time.Time, error) {
 	if t, ok := v.(time.Time); ok {
 		return t.UTC(), nil
 	}
-	s, _, err := headerString(h, name)
+	s, _, err := intake.HeaderString(h, name)
 	if err != nil {
 		return time.Time{}, err
 	}
-	if len(s) > maxTimeText {
+	if len(s) > intake.MaxTimeText {
 		return time.Time{}, fmt.Errorf("header %s is %d bytes, too long for an RFC 3339 timestamp", name, len(s))
 	}
 	t, err := time.Parse(time.RFC3339Nano, strings.ToUpper(strings.TrimSpace(s)))
@@ -118,53 +107,4 @@ func optionalTime(h amqp.Table, name string) (time.Time, error) {
 		return time.Time{}, fmt.Errorf("header %s %q is not an RFC 3339 timestamp like 2026-11-21T20:00:00Z", name, wire.Clip(s))
 	}
 	return t.UTC(), nil
-}
-
-// acceptRecurring checks a schedule against the rules (its first fire time
-// as the due time) and builds it.
-func (in *Ingester) acceptRecurring(it *Intake, d *amqp.Delivery, now time.Time) (storage.Schedule, error) {
-	if _, ok := in.store.(storage.Scheduler); !ok {
-		return storage.Schedule{}, errors.New("this store cannot keep recurring schedules")
-	}
-	if err := in.opts.Rules.Check(Parsed{ID: it.ID, Destination: it.Dest(), DueAt: it.DueAt}, len(d.Body), now); err != nil {
-		return storage.Schedule{}, err
-	}
-	enc, err := message.Encode(nil, &it.Msg)
-	if err != nil {
-		return storage.Schedule{}, fmt.Errorf("headers cannot be stored: %w", err)
-	}
-	r := it.Recur
-	return storage.Schedule{Key: storage.ScheduleKey(wire.ScheduleSourceAMQP, it.ID), Source: wire.ScheduleSourceAMQP,
-		Expr: r.Expr, Zone: r.Zone, Start: r.Start, End: r.End, Misfire: int(r.Misfire),
-		Destination: it.Destination, Exchange: it.Exchange, Message: enc, NextFireAt: r.First}, nil
-}
-
-// putSchedule stores e's schedule and acks e, or returns the pause to take
-// when the store failed (e stays requeued).
-func (in *Ingester) putSchedule(ctx context.Context, e *entry) time.Duration {
-	sc := in.store.(storage.Scheduler) // acceptRecurring refused the message otherwise
-	got, err := sc.PutSchedule(context.WithoutCancel(ctx), e.sched)
-	if err != nil {
-		pause := in.opts.StoreBreaker.Failure(err)
-		in.log.Error().Err(err).Str("schedule", e.sched.Key).Dur("retry_in", pause).Msg("storing a recurring schedule failed; requeued")
-		return pause
-	}
-	in.opts.StoreBreaker.Success()
-	e.outcome = ack
-	in.log.Info().Str("schedule", got.Key).Int64("generation", got.Generation).Str("cron", got.Expr).Str("zone", got.Zone).
-		Time("first_fire", got.NextFireAt).Msg("recurring schedule stored")
-	if in.opts.ScheduleWake != nil {
-		in.opts.ScheduleWake()
-	}
-	return 0
-}
-
-// cancelSchedule ends the AMQP schedule named id, if the store keeps
-// schedules: found says whether there was one.
-func (in *Ingester) cancelSchedule(ctx context.Context, id string) (found bool, err error) {
-	sc, ok := in.store.(storage.Scheduler)
-	if !ok {
-		return false, nil
-	}
-	return sc.CancelSchedule(context.WithoutCancel(ctx), storage.ScheduleKey(wire.ScheduleSourceAMQP, id))
 }

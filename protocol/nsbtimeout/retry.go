@@ -1,4 +1,4 @@
-package ingest
+package nsbtimeout
 
 import (
 	"time"
@@ -7,6 +7,7 @@ import (
 
 	"github.com/delaybridge/delaybridge/broker"
 	"github.com/delaybridge/delaybridge/errorqueue"
+	"github.com/delaybridge/delaybridge/intake"
 	"github.com/delaybridge/delaybridge/message"
 	"github.com/delaybridge/delaybridge/wire"
 )
@@ -43,14 +44,14 @@ func IsRetry(h amqp.Table) bool {
 // acknowledges the retry to ServiceControl with them. It is used for a
 // copy coming back to E.Timeouts (IsRetry) and by the admin API's replay.
 // An empty ID is the caller's to refuse or fill.
-func ParseRetry(d *amqp.Delivery, now time.Time) Intake {
+func ParseRetry(d *amqp.Delivery, now time.Time) intake.Intake {
 	dest, err := ForwardedTo(d.Headers)
 	if err != nil {
-		return Reject(err)
+		return intake.Reject(err)
 	}
-	id, err := messageID(d)
+	id, err := intake.ParseID(d)
 	if err != nil {
-		return Reject(err)
+		return intake.Reject(err)
 	}
 	p := message.FromDelivery(d)
 	h := make(amqp.Table, len(p.Headers))
@@ -60,7 +61,7 @@ func ParseRetry(d *amqp.Delivery, now time.Time) Intake {
 		}
 	}
 	p.Headers = h
-	return Intake{Op: OpSchedule, ID: id, Destination: dest.Key, Exchange: dest.Exchange, DueAt: now,
+	return intake.Intake{Op: intake.OpSchedule, ID: id, Destination: dest.Key, Exchange: dest.Exchange, DueAt: now,
 		Msg: broker.Forwardable(p, wire.DueTimeHeaders)}
 }
 
@@ -72,11 +73,11 @@ func ForwardedTo(h amqp.Table) (wire.Destination, error) {
 	if _, ok := h[wire.HeaderForwardRoutingKey]; !ok {
 		return ParseDestination(h)
 	}
-	x, _, err := headerString(h, wire.HeaderForwardExchange)
+	x, _, err := intake.HeaderString(h, wire.HeaderForwardExchange)
 	if err != nil {
 		return wire.Destination{}, err
 	}
-	key, _, err := headerString(h, wire.HeaderForwardRoutingKey)
+	key, _, err := intake.HeaderString(h, wire.HeaderForwardRoutingKey)
 	if err != nil {
 		return wire.Destination{}, err
 	}

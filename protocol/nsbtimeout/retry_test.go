@@ -1,4 +1,4 @@
-package ingest
+package nsbtimeout
 
 import (
 	"strings"
@@ -8,6 +8,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/delaybridge/delaybridge/errorqueue"
+	"github.com/delaybridge/delaybridge/intake"
 	"github.com/delaybridge/delaybridge/wire"
 )
 
@@ -53,7 +54,7 @@ func TestServicePulseRetryIsDueNow(t *testing.T) {
 				t.Fatal("not recognised as a retry")
 			}
 			it := ParseHeaders(&d, now)
-			if it.Op != OpSchedule {
+			if it.Op != intake.OpSchedule {
 				t.Fatalf("op %v: %s", it.Op, it.Reason)
 			}
 			if it.Dest() != dest || !it.DueAt.Equal(now) || it.ID != "staging-native-id" || it.SagaID != "s-1" {
@@ -76,16 +77,16 @@ func TestServicePulseRetryIsDueNow(t *testing.T) {
 	// not a retry.
 	d := amqp.Delivery{MessageId: "m", Headers: amqp.Table{wire.HeaderStage: wire.StageDispatch, wire.HeaderForwardRoutingKey: "q",
 		wire.HeaderDestination: "later", wire.HeaderDueAt: now.Add(time.Hour).Format(time.RFC3339)}}
-	if it := ParseHeaders(&d, now); IsRetry(d.Headers) || it.Op != OpSchedule || it.Destination != "later" || !it.DueAt.Equal(now.Add(time.Hour)) {
+	if it := ParseHeaders(&d, now); IsRetry(d.Headers) || it.Op != intake.OpSchedule || it.Destination != "later" || !it.DueAt.Equal(now.Add(time.Hour)) {
 		t.Errorf("copy with x-due-at: %+v", it)
 	}
 	d = amqp.Delivery{MessageId: "m", Headers: amqp.Table{wire.HeaderStage: wire.StageIngest, wire.HeaderDestination: "q"}}
-	if it := ParseHeaders(&d, now); IsRetry(d.Headers) || it.Op != OpReject || !strings.Contains(it.Reason, "no due time") {
+	if it := ParseHeaders(&d, now); IsRetry(d.Headers) || it.Op != intake.OpReject || !strings.Contains(it.Reason, "no due time") {
 		t.Errorf("ingest copy: %+v", it)
 	}
 	// A retried copy whose forward headers are unusable is refused.
 	d = amqp.Delivery{MessageId: "m", Headers: amqp.Table{wire.HeaderStage: wire.StageDispatch, wire.HeaderForwardRoutingKey: int32(1)}}
-	if it := ParseHeaders(&d, now); it.Op != OpReject {
+	if it := ParseHeaders(&d, now); it.Op != intake.OpReject {
 		t.Errorf("bad forward headers: %+v", it)
 	}
 }

@@ -67,7 +67,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/delaybridge/delaybridge/broker"
-	"github.com/delaybridge/delaybridge/ingest"
+	"github.com/delaybridge/delaybridge/intake"
 	"github.com/delaybridge/delaybridge/message"
 	"github.com/delaybridge/delaybridge/wire"
 )
@@ -99,11 +99,11 @@ type Options struct {
 
 // Sources is the intake of Queue; none when Queue is empty (the intake is
 // off).
-func (o Options) Sources() []ingest.Source {
+func (o Options) Sources() []intake.Source {
 	if o.Queue == "" {
 		return nil
 	}
-	return []ingest.Source{{Name: "rebus", Queue: o.Queue, Parser: ingest.ParserFunc(o.Parse)}}
+	return []intake.Source{{Name: "rebus", Queue: o.Queue, Parser: intake.ParserFunc(o.Parse)}}
 }
 
 // Topology is what the bridge declares for the intake: Queue and the direct
@@ -147,34 +147,34 @@ func (o Options) Routes() []string {
 // Parse reads a deferred message: due at rbs2-deferred-until, for
 // rbs2-defer-recipient, forwarded with rbs2-deferred-until removed and
 // everything else as it came. Its id is deferID's.
-func (o Options) Parse(d *amqp.Delivery, _ time.Time) ingest.Intake {
-	until, ok, err := ingest.HeaderString(d.Headers, HeaderDeferredUntil)
+func (o Options) Parse(d *amqp.Delivery, _ time.Time) intake.Intake {
+	until, ok, err := intake.HeaderString(d.Headers, HeaderDeferredUntil)
 	if err != nil {
-		return ingest.Reject(err)
+		return intake.Reject(err)
 	}
 	if !ok {
-		return ingest.Reject(fmt.Errorf("no header %s: only messages Rebus defers belong on the timeout manager queue %q", HeaderDeferredUntil, o.Queue))
+		return intake.Reject(fmt.Errorf("no header %s: only messages Rebus defers belong on the timeout manager queue %q", HeaderDeferredUntil, o.Queue))
 	}
 	due, err := ParseTime(until)
 	if err != nil {
-		return ingest.Reject(fmt.Errorf("header %s: %w", HeaderDeferredUntil, err))
+		return intake.Reject(fmt.Errorf("header %s: %w", HeaderDeferredUntil, err))
 	}
-	recipient, ok, err := ingest.HeaderString(d.Headers, HeaderDeferRecipient)
+	recipient, ok, err := intake.HeaderString(d.Headers, HeaderDeferRecipient)
 	if err != nil {
-		return ingest.Reject(err)
+		return intake.Reject(err)
 	}
 	if !ok {
-		return ingest.Reject(fmt.Errorf("no header %s: a deferred message must name its recipient", HeaderDeferRecipient))
+		return intake.Reject(fmt.Errorf("no header %s: a deferred message must name its recipient", HeaderDeferRecipient))
 	}
 	dest, err := o.Recipient(recipient)
 	if err != nil {
-		return ingest.Reject(fmt.Errorf("header %s: %w", HeaderDeferRecipient, err))
+		return intake.Reject(fmt.Errorf("header %s: %w", HeaderDeferRecipient, err))
 	}
 	id, err := deferID(d, recipient, until)
 	if err != nil {
-		return ingest.Reject(err)
+		return intake.Reject(err)
 	}
-	return ingest.Intake{Op: ingest.OpSchedule, ID: id, Exchange: dest.Exchange, Destination: dest.Key, DueAt: due,
+	return intake.Intake{Op: intake.OpSchedule, ID: id, Exchange: dest.Exchange, Destination: dest.Key, DueAt: due,
 		Msg: broker.Forwardable(message.FromDelivery(d), []string{HeaderDeferredUntil})}
 }
 
@@ -213,7 +213,7 @@ func (o Options) Recipient(a string) (wire.Destination, error) {
 // (wire.ValidateID), the bridge generates one: stored without duplicate
 // suppression, and the message keeps its message-id property either way.
 func deferID(d *amqp.Delivery, recipient, until string) (string, error) {
-	msgID, _, err := ingest.HeaderString(d.Headers, HeaderMessageID)
+	msgID, _, err := intake.HeaderString(d.Headers, HeaderMessageID)
 	if err != nil {
 		return "", err
 	}

@@ -12,7 +12,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/delaybridge/delaybridge/broker"
-	"github.com/delaybridge/delaybridge/ingest"
+	"github.com/delaybridge/delaybridge/intake"
 	"github.com/delaybridge/delaybridge/wire"
 )
 
@@ -67,7 +67,7 @@ func fixture(h amqp.Table) *amqp.Delivery {
 func TestParseDeferredMessage(t *testing.T) {
 	d := fixture(fixtureHeaders())
 	it := opts.Parse(d, time.Now())
-	if it.Op != ingest.OpSchedule {
+	if it.Op != intake.OpSchedule {
 		t.Fatalf("op %d, reason %q", it.Op, it.Reason)
 	}
 	if err := it.Validate(); err != nil {
@@ -100,7 +100,7 @@ func TestParseByteArrayHeaders(t *testing.T) {
 		h[k] = []byte(h[k].(string))
 	}
 	it := opts.Parse(fixture(h), time.Now())
-	if it.Op != ingest.OpSchedule || it.Destination != "billing" || !it.DueAt.Equal(fixtureDue) ||
+	if it.Op != intake.OpSchedule || it.Destination != "billing" || !it.DueAt.Equal(fixtureDue) ||
 		it.ID != fixtureMsgID+"/billing/"+fixtureUntil {
 		t.Fatalf("got %+v", it)
 	}
@@ -241,14 +241,14 @@ func TestParseRefusals(t *testing.T) {
 		h := fixtureHeaders()
 		tc.edit(h)
 		it := opts.Parse(fixture(h), time.Now())
-		if it.Op != ingest.OpReject || !strings.Contains(it.Reason, tc.why) {
+		if it.Op != intake.OpReject || !strings.Contains(it.Reason, tc.why) {
 			t.Errorf("%s: %+v; want a rejection saying %q", name, it, tc.why)
 		}
 	}
 	// Beyond what the stores keep in order: refused by the intake's rules.
 	h := fixtureHeaders()
 	h["rbs2-deferred-until"] = "2300-01-01T00:00:00.0000000+00:00"
-	if it := opts.Parse(fixture(h), time.Now()); it.Op != ingest.OpSchedule || it.Validate() == nil {
+	if it := opts.Parse(fixture(h), time.Now()); it.Op != intake.OpSchedule || it.Validate() == nil {
 		t.Errorf("a due time in 2300 passed: %+v", it)
 	}
 }
@@ -263,7 +263,7 @@ func TestDeferID(t *testing.T) {
 		d := fixture(fixtureHeaders())
 		edit(d)
 		it := opts.Parse(d, time.Now())
-		if it.Op != ingest.OpSchedule {
+		if it.Op != intake.OpSchedule {
 			t.Fatalf("refused: %s", it.Reason)
 		}
 		if err := it.Validate(); err != nil {
