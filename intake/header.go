@@ -62,26 +62,29 @@ func HeaderString(h amqp.Table, name string) (s string, ok bool, err error) {
 	if !present || v == nil {
 		return "", false, nil
 	}
+	if s, ok := Text(v); ok {
+		return s, true, nil
+	}
+	return "", true, fmt.Errorf("header %s must be a string, got %s", name, TypeName(v))
+}
+
+// Text is v as text when it is of a type a client sends text as: an AMQP
+// long string, or a byte array (some clients send text as 'x').
+func Text(v any) (string, bool) {
 	switch v := v.(type) {
 	case string:
-		return v, true, nil
+		return v, true
 	case []byte:
-		return string(v), true, nil
-	default:
-		return "", true, fmt.Errorf("header %s must be a string, got %s", name, TypeName(v))
+		return string(v), true
 	}
+	return "", false
 }
 
 // ParseNSBTimeHeader reads header name's value v in the NServiceBus wire
 // format (wire.ParseNSBTime), as a string or a byte array.
 func ParseNSBTimeHeader(name string, v any) (time.Time, error) {
-	var s string
-	switch v := v.(type) {
-	case string:
-		s = v
-	case []byte:
-		s = string(v)
-	default:
+	s, ok := Text(v)
+	if !ok {
 		return time.Time{}, fmt.Errorf("header %s must be a string, got %s", name, TypeName(v))
 	}
 	if len(s) > MaxTimeText {
@@ -110,12 +113,7 @@ func ParseDelay(v any) (int64, error) {
 	case float64:
 		return floatDelay(v)
 	case string, []byte:
-		var s string
-		if b, ok := v.([]byte); ok {
-			s = string(b)
-		} else {
-			s = v.(string)
-		}
+		s, _ := Text(v)
 		n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
 		if err != nil {
 			return 0, fmt.Errorf("header %s %q is not a whole number of milliseconds", wire.HeaderDelay, wire.Clip(s))

@@ -140,26 +140,32 @@ func dueAt(h amqp.Table, receivedAt time.Time) (time.Time, error) {
 }
 
 func parseDueAt(v any) (time.Time, error) {
-	var s string
-	switch v := v.(type) {
-	case string:
-		s = v
-	case []byte:
-		s = string(v)
-	case time.Time: // an AMQP timestamp is unambiguous, if only to the second
-		return intake.InRange(wire.HeaderDueAt, v.UTC())
-	default:
-		return time.Time{}, fmt.Errorf("header %s must be an RFC 3339 string, got %s", wire.HeaderDueAt, intake.TypeName(v))
+	t, err := parseTime(wire.HeaderDueAt, v)
+	if err != nil {
+		return time.Time{}, err
+	}
+	return intake.InRange(wire.HeaderDueAt, t)
+}
+
+// parseTime reads header name's value v as an RFC 3339 timestamp, or an
+// AMQP timestamp (unambiguous, if only to the second), in UTC.
+func parseTime(name string, v any) (time.Time, error) {
+	if t, ok := v.(time.Time); ok {
+		return t.UTC(), nil
+	}
+	s, ok := intake.Text(v)
+	if !ok {
+		return time.Time{}, fmt.Errorf("header %s must be an RFC 3339 string, got %s", name, intake.TypeName(v))
+	}
+	if len(s) > intake.MaxTimeText {
+		return time.Time{}, fmt.Errorf("header %s is %d bytes, too long for an RFC 3339 timestamp", name, len(s))
 	}
 	// RFC 3339 allows lower-case t and z; Go's parser wants them upper-case.
-	if len(s) > intake.MaxTimeText {
-		return time.Time{}, fmt.Errorf("header %s is %d bytes, too long for an RFC 3339 timestamp", wire.HeaderDueAt, len(s))
-	}
 	t, err := time.Parse(time.RFC3339Nano, strings.ToUpper(strings.TrimSpace(s)))
 	if err != nil {
-		return time.Time{}, fmt.Errorf("header %s %q is not an RFC 3339 timestamp like 2026-11-21T20:00:00.250Z", wire.HeaderDueAt, wire.Clip(s))
+		return time.Time{}, fmt.Errorf("header %s %q is not an RFC 3339 timestamp like 2026-11-21T20:00:00.250Z", name, wire.Clip(s))
 	}
-	return intake.InRange(wire.HeaderDueAt, t.UTC())
+	return t.UTC(), nil
 }
 
 func parseNSBExpire(v any) (time.Time, error) {

@@ -92,19 +92,5 @@ func optionalTime(h amqp.Table, name string) (time.Time, error) {
 	if !ok || v == nil {
 		return time.Time{}, nil
 	}
-	if t, ok := v.(time.Time); ok {
-		return t.UTC(), nil
-	}
-	s, _, err := intake.HeaderString(h, name)
-	if err != nil {
-		return time.Time{}, err
-	}
-	if len(s) > intake.MaxTimeText {
-		return time.Time{}, fmt.Errorf("header %s is %d bytes, too long for an RFC 3339 timestamp", name, len(s))
-	}
-	t, err := time.Parse(time.RFC3339Nano, strings.ToUpper(strings.TrimSpace(s)))
-	if err != nil {
-		return time.Time{}, fmt.Errorf("header %s %q is not an RFC 3339 timestamp like 2026-11-21T20:00:00Z", name, wire.Clip(s))
-	}
-	return t.UTC(), nil
+	return parseTime(name, v)
 }
