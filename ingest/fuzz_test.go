@@ -168,6 +168,16 @@ func (src *fzSrc) ext(lo, hi int64) int64 {
 	return hi
 }
 
+// fzInt is an integer of type T, one of the types an AMQP table value
+// decodes to: the type's minimum or maximum when extreme (ext), else i
+// converted to T.
+func fzInt[T int8 | uint8 | int16 | uint16 | int32 | uint32 | int64 | int](src *fzSrc, extreme bool, lo, hi int64) T {
+	if extreme {
+		return T(src.ext(lo, hi))
+	}
+	return T(src.i)
+}
+
 func (src *fzSrc) value(sel byte, depth int) any {
 	x := src.has(fzExtreme)
 	switch sel % fzKinds {
@@ -176,45 +186,21 @@ func (src *fzSrc) value(sel byte, depth int) any {
 	case 1:
 		return src.u&1 == 1
 	case 2:
-		if x {
-			return int8(src.ext(math.MinInt8, math.MaxInt8))
-		}
-		return int8(src.i)
+		return fzInt[int8](src, x, math.MinInt8, math.MaxInt8)
 	case 3:
-		if x {
-			return uint8(src.ext(0, math.MaxUint8))
-		}
-		return uint8(src.i)
+		return fzInt[uint8](src, x, 0, math.MaxUint8)
 	case 4:
-		if x {
-			return int16(src.ext(math.MinInt16, math.MaxInt16))
-		}
-		return int16(src.i)
+		return fzInt[int16](src, x, math.MinInt16, math.MaxInt16)
 	case 5:
-		if x {
-			return uint16(src.ext(0, math.MaxUint16))
-		}
-		return uint16(src.i)
+		return fzInt[uint16](src, x, 0, math.MaxUint16)
 	case 6:
-		if x {
-			return int32(src.ext(math.MinInt32, math.MaxInt32))
-		}
-		return int32(src.i)
+		return fzInt[int32](src, x, math.MinInt32, math.MaxInt32)
 	case 7:
-		if x {
-			return uint32(src.ext(0, math.MaxUint32))
-		}
-		return uint32(src.i)
+		return fzInt[uint32](src, x, 0, math.MaxUint32)
 	case 8:
-		if x {
-			return src.ext(math.MinInt64, math.MaxInt64)
-		}
-		return src.i
+		return fzInt[int64](src, x, math.MinInt64, math.MaxInt64)
 	case 9:
-		if x {
-			return int(src.ext(math.MinInt, math.MaxInt))
-		}
-		return int(src.i)
+		return fzInt[int](src, x, math.MinInt, math.MaxInt)
 	case 10:
 		return float32(src.float())
 	case 11:
