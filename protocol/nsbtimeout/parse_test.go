@@ -181,3 +181,60 @@ func TestDestinationAndIdentity(t *testing.T) {
 		})
 	}
 }
+
+func TestExchangeDestinationIsParsed(t *testing.T) {
+	due := "2026-11-21T20:00:00Z"
+	for name, c := range map[string]struct {
+		h    amqp.Table
+		want wire.Destination
+	}{
+		"exchange and key":   {amqp.Table{wire.HeaderDestinationExchange: "events", wire.HeaderDestinationRoutingKey: "orders.eu"}, wire.Destination{Exchange: "events", Key: "orders.eu"}},
+		"key defaults empty": {amqp.Table{wire.HeaderDestinationExchange: "fan"}, wire.Destination{Exchange: "fan"}},
+		"empty key":          {amqp.Table{wire.HeaderDestinationExchange: "fan", wire.HeaderDestinationRoutingKey: ""}, wire.Destination{Exchange: "fan"}},
+		"as bytes":           {amqp.Table{wire.HeaderDestinationExchange: []byte("events"), wire.HeaderDestinationRoutingKey: []byte("a.b")}, wire.Destination{Exchange: "events", Key: "a.b"}},
+		"amq.topic":          {amqp.Table{wire.HeaderDestinationExchange: "amq.topic", wire.HeaderDestinationRoutingKey: "x"}, wire.Destination{Exchange: "amq.topic", Key: "x"}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			c.h[wire.HeaderDueAt] = due
+			p, err := Parse(&amqp.Delivery{MessageId: "a", Headers: c.h}, received)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p.Destination != c.want {
+				t.Fatalf("destination %+v, want %+v", p.Destination, c.want)
+			}
+		})
+	}
+}
+
+func TestExchangeDestinationIsRefused(t *testing.T) {
+	due := "2026-11-21T20:00:00Z"
+	long := strings.Repeat("x", 256)
+	for name, c := range map[string]struct {
+		h    amqp.Table
+		want string
+	}{
+		"with x-destination":       {amqp.Table{wire.HeaderDestination: "q", wire.HeaderDestinationExchange: "events"}, "both name a destination"},
+		"with the nsb destination": {amqp.Table{wire.HeaderNSBDestination: "q", wire.HeaderDestinationExchange: "events"}, "both name a destination"},
+		"key without exchange":     {amqp.Table{wire.HeaderDestination: "q", wire.HeaderDestinationRoutingKey: "k"}, "needs " + wire.HeaderDestinationExchange},
+		"empty exchange":           {amqp.Table{wire.HeaderDestinationExchange: ""}, "is empty"},
+		"default exchange's name":  {amqp.Table{wire.HeaderDestinationExchange: "amq.default"}, "default exchange"},
+		"long exchange":            {amqp.Table{wire.HeaderDestinationExchange: long}, "at most 255"},
+		"long key":                 {amqp.Table{wire.HeaderDestinationExchange: "e", wire.HeaderDestinationRoutingKey: long}, "at most 255"},
+		"key with NUL":             {amqp.Table{wire.HeaderDestinationExchange: "e", wire.HeaderDestinationRoutingKey: "a\x00b"}, "control"},
+		"exchange not UTF-8":       {amqp.Table{wire.HeaderDestinationExchange: "\xff"}, "UTF-8"},
+		"exchange a number":        {amqp.Table{wire.HeaderDestinationExchange: int32(1)}, "must be a string"},
+		"key a number":             {amqp.Table{wire.HeaderDestinationExchange: "e", wire.HeaderDestinationRoutingKey: int32(1)}, "must be a string"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			c.h[wire.HeaderDueAt] = due
+			_, err := Parse(&amqp.Delivery{MessageId: "a", Headers: c.h}, received)
+			if err == nil {
+				t.Fatal("Parse accepted it")
+			}
+			if !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("reason %q does not mention %q", err, c.want)
+			}
+		})
+	}
+}
