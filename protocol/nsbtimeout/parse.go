@@ -284,8 +284,8 @@ func isNSBTimeout(h amqp.Table) bool {
 	return ok && v != nil
 }
 
-// markNSBTimeout marks msg, a stored NServiceBus timeout, for the stamper
-// of protocol/nsbtimeout. msg's headers are a copy of the delivery's.
+// markNSBTimeout marks msg, a stored NServiceBus timeout, for Stamper
+// (nsbtimeout.go). msg's headers are a copy of the delivery's.
 func markNSBTimeout(msg amqp.Publishing) amqp.Publishing {
 	if msg.Headers == nil {
 		msg.Headers = amqp.Table{}
