@@ -333,16 +333,7 @@ func runClusterNodeLoss(t *testing.T, nodes []clusterNode, order []int, queuesOn
 	}
 
 	start := time.Now()
-	type waveResult struct {
-		due map[string]time.Time
-		err error
-		end time.Time
-	}
-	pubDone := make(chan waveResult, 1)
-	go func() {
-		due, err := publishWave(pub, queues[0], []string{dest}, "cluster-", n, batch, every, time.Second, 8*time.Second)
-		pubDone <- waveResult{due, err, time.Now()}
-	}()
+	pubDone := publishWaveAsync(pub, queues[0], []string{dest}, "cluster-", n, batch, every, time.Second, 8*time.Second)
 
 	time.Sleep(time.Until(start.Add(killAt)))
 	if !b.Running() {
@@ -373,10 +364,7 @@ func runClusterNodeLoss(t *testing.T, nodes []clusterNode, order []int, queuesOn
 			stopped.Sub(kill).Round(time.Millisecond), c.Count())
 	}
 
-	res := <-pubDone
-	if res.err != nil {
-		t.Fatalf("publishing: %v (%d confirmed before that)", res.err, len(res.due))
-	}
+	res := awaitWave(t, pubDone)
 	due := res.due
 	t.Logf("published and confirmed %d messages in %s", len(due), res.end.Sub(start).Round(time.Millisecond))
 	if missing := c.waitAll(due, time.Until(latestDue(due).Add(30*time.Second))); missing > 0 {

@@ -53,13 +53,7 @@ func TestForcedConnectionClose(t *testing.T) {
 	testStart := time.Now()
 	b := startBridge(t, nil)
 	dest := b.Endpoint + ".dst"
-	declareQueue(t, dial(t), dest)
-	c := startFaultConsumer(t, dest)
-	pub, err := newFaultPublisher("it-forced-close-publisher")
-	if err != nil {
-		t.Fatalf("publisher: %v", err)
-	}
-	t.Cleanup(pub.Close)
+	_, c, pub := startFaultClients(t, "it-forced-close-publisher", dest)
 	mon := startReadyMonitor(t, b.HTTPAddr)
 	defer func() { // also after a t.Fatal
 		summarizeBridgeLog(t, "", b)
@@ -71,15 +65,8 @@ func TestForcedConnectionClose(t *testing.T) {
 	targets := waitNewBridgeConnections(t, b, nil, 15*time.Second)
 
 	start := time.Now()
-	type waveResult struct {
-		due map[string]time.Time
-		err error
-	}
-	pubDone := make(chan waveResult, 1)
-	go func() { // 50 batches of 40, one every 100 ms: ~5 s of publishing
-		due, err := publishWave(pub, b.TimeoutsQueue(), []string{dest}, "close-", n, 40, 100*time.Millisecond, 500*time.Millisecond, 6*time.Second)
-		pubDone <- waveResult{due, err}
-	}()
+	// 50 batches of 40, one every 100 ms: ~5 s of publishing
+	pubDone := publishWaveAsync(pub, b.TimeoutsQueue(), []string{dest}, "close-", n, 40, 100*time.Millisecond, 500*time.Millisecond, 6*time.Second)
 
 	var closes []time.Time
 	for i, off := range []time.Duration{1500 * time.Millisecond, 3500 * time.Millisecond} {
@@ -120,10 +107,7 @@ func TestForcedConnectionClose(t *testing.T) {
 			i+1, issued.Sub(start).Round(time.Millisecond), time.Since(issued).Round(time.Millisecond), targets, c.Count())
 	}
 
-	res := <-pubDone
-	if res.err != nil {
-		t.Fatalf("publishing: %v (%d confirmed before that)", res.err, len(res.due))
-	}
+	res := awaitWave(t, pubDone)
 	due := res.due
 	waitBridgeReadyAgain(t, b, 30*time.Second)
 	t.Logf("ready again %s after the last close", time.Since(closes[len(closes)-1]).Round(time.Millisecond))
@@ -194,13 +178,7 @@ func TestBrokerRestartMidFlow(t *testing.T) {
 	testStart := time.Now()
 	b := startBridge(t, nil)
 	dest := b.Endpoint + ".dst"
-	declareQueue(t, dial(t), dest)
-	c := startFaultConsumer(t, dest)
-	pub, err := newFaultPublisher("it-broker-restart-publisher")
-	if err != nil {
-		t.Fatalf("publisher: %v", err)
-	}
-	t.Cleanup(pub.Close)
+	_, c, pub := startFaultClients(t, "it-broker-restart-publisher", dest)
 	mon := startReadyMonitor(t, b.HTTPAddr)
 	defer func() { // also after a t.Fatal
 		summarizeBridgeLog(t, "", b)

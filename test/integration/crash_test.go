@@ -51,16 +51,7 @@ func TestCrashSafetyRepeatedKill(t *testing.T) {
 	b := startBridge(t, map[string]string{"DELAYBRIDGE_LOG_LEVEL": "debug"})
 	instances := []*bridgeProc{b}
 	dests := []string{b.Endpoint + ".dst-a", b.Endpoint + ".dst-b"}
-	setup := dial(t)
-	for _, q := range dests {
-		declareQueue(t, setup, q)
-	}
-	c := startFaultConsumer(t, dests...)
-	pub, err := newFaultPublisher("it-crash-publisher")
-	if err != nil {
-		t.Fatalf("publisher: %v", err)
-	}
-	t.Cleanup(pub.Close)
+	_, c, pub := startFaultClients(t, "it-crash-publisher", dests...)
 	defer func() { // also after a t.Fatal
 		disrupted := 0
 		for i, inst := range instances {
@@ -73,15 +64,7 @@ func TestCrashSafetyRepeatedKill(t *testing.T) {
 	}()
 
 	start := time.Now()
-	type waveResult struct {
-		due map[string]time.Time
-		err error
-	}
-	pubDone := make(chan waveResult, 1)
-	go func() {
-		due, err := publishWave(pub, b.TimeoutsQueue(), dests, "crash-", n, batch, every, 500*time.Millisecond, 8*time.Second)
-		pubDone <- waveResult{due, err}
-	}()
+	pubDone := publishWaveAsync(pub, b.TimeoutsQueue(), dests, "crash-", n, batch, every, 500*time.Millisecond, 8*time.Second)
 
 	// Irregular kill moments, after the publishing started.
 	killAt := []time.Duration{700 * time.Millisecond, 1900 * time.Millisecond, 3100 * time.Millisecond, 4600 * time.Millisecond}
@@ -106,10 +89,7 @@ func TestCrashSafetyRepeatedKill(t *testing.T) {
 			i+1, k.Sub(start).Round(time.Millisecond), k.Format("15:04:05.000"), delivered, time.Since(k).Round(time.Millisecond))
 	}
 
-	res := <-pubDone
-	if res.err != nil {
-		t.Fatalf("publishing: %v (%d messages confirmed before that)", res.err, len(res.due))
-	}
+	res := awaitWave(t, pubDone)
 	due := res.due
 	t.Logf("published and confirmed %d messages in %s", len(due), time.Since(start).Round(time.Millisecond))
 
@@ -237,6 +217,53 @@ func publishWave(p *faultPublisher, queue string, dests []string, prefix string,
 		}
 	}
 	return due, nil
+}
+
+// waveResult is what a wave published in the background came to.
+type waveResult struct {
+	due map[string]time.Time // every confirmed message and its due time
+	err error                // the error publishWave stopped at
+	end time.Time            // when publishing ended
+}
+
+// publishWaveAsync runs publishWave in a goroutine, so that a test can
+// disrupt the bridge meanwhile; the channel carries its one result.
+func publishWaveAsync(p *faultPublisher, queue string, dests []string, prefix string, n, batch int, every, from, to time.Duration) <-chan waveResult {
+	done := make(chan waveResult, 1)
+	go func() {
+		due, err := publishWave(p, queue, dests, prefix, n, batch, every, from, to)
+		done <- waveResult{due, err, time.Now()}
+	}()
+	return done
+}
+
+// awaitWave waits for the wave of publishWaveAsync and fails the test if it
+// did not publish everything.
+func awaitWave(t testing.TB, wave <-chan waveResult) waveResult {
+	t.Helper()
+	res := <-wave
+	if res.err != nil {
+		t.Fatalf("publishing: %v (%d messages confirmed before that)", res.err, len(res.due))
+	}
+	return res
+}
+
+// startFaultClients declares the destination queues dests and starts a
+// faultConsumer on them and a faultPublisher named name, both closed at the
+// test's cleanup. setup is a connection for the test's own checks.
+func startFaultClients(t testing.TB, name string, dests ...string) (setup *amqp.Connection, c *faultConsumer, pub *faultPublisher) {
+	t.Helper()
+	setup = dial(t)
+	for _, q := range dests {
+		declareQueue(t, setup, q)
+	}
+	c = startFaultConsumer(t, dests...)
+	pub, err := newFaultPublisher(name)
+	if err != nil {
+		t.Fatalf("publisher: %v", err)
+	}
+	t.Cleanup(pub.Close)
+	return setup, c, pub
 }
 
 func latestDue(due map[string]time.Time) time.Time {

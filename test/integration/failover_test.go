@@ -67,16 +67,7 @@ func TestFailoverBrokerMidRun(t *testing.T) {
 		"DELAYBRIDGE_AMQP_FAILOVER_URLS": urlB,
 	})
 	dests := []string{b.Endpoint + ".dst-a", b.Endpoint + ".dst-b"}
-	setup := dial(t)
-	for _, q := range dests {
-		declareQueue(t, setup, q)
-	}
-	c := startFaultConsumer(t, dests...)
-	pub, err := newFaultPublisher("it-failover-publisher")
-	if err != nil {
-		t.Fatalf("publisher: %v", err)
-	}
-	t.Cleanup(pub.Close)
+	_, c, pub := startFaultClients(t, "it-failover-publisher", dests...)
 	mon := startReadyMonitor(t, b.HTTPAddr)
 	defer func() { // also after a t.Fatal
 		summarizeBridgeLog(t, "", b)
@@ -100,15 +91,7 @@ func TestFailoverBrokerMidRun(t *testing.T) {
 	}
 
 	start := time.Now()
-	type waveResult struct {
-		due map[string]time.Time
-		err error
-	}
-	pubDone := make(chan waveResult, 1)
-	go func() {
-		due, err := publishWave(pub, b.TimeoutsQueue(), dests, "failover-", n, batch, every, 500*time.Millisecond, 6*time.Second)
-		pubDone <- waveResult{due, err}
-	}()
+	pubDone := publishWaveAsync(pub, b.TimeoutsQueue(), dests, "failover-", n, batch, every, 500*time.Millisecond, 6*time.Second)
 
 	time.Sleep(time.Until(start.Add(killAt)))
 	if !b.Running() {
@@ -160,10 +143,7 @@ func TestFailoverBrokerMidRun(t *testing.T) {
 		t.Errorf("the bridge log contains the broker password")
 	}
 
-	res := <-pubDone
-	if res.err != nil {
-		t.Fatalf("publishing: %v (%d confirmed before that)", res.err, len(res.due))
-	}
+	res := awaitWave(t, pubDone)
 	due := res.due
 	t.Logf("published and confirmed %d messages in %s", len(due), time.Since(start).Round(time.Millisecond))
 

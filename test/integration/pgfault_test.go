@@ -209,16 +209,7 @@ func TestPGSessionsTerminatedMidFlow(t *testing.T) {
 	}
 
 	dests := []string{b.Endpoint + ".dst-a", b.Endpoint + ".dst-b"}
-	setup := dial(t)
-	for _, q := range dests {
-		declareQueue(t, setup, q)
-	}
-	c := startFaultConsumer(t, dests...)
-	pub, err := newFaultPublisher("it-pg-terminate-publisher")
-	if err != nil {
-		t.Fatalf("publisher: %v", err)
-	}
-	t.Cleanup(pub.Close)
+	_, c, pub := startFaultClients(t, "it-pg-terminate-publisher", dests...)
 	defer func() {
 		summarizeBridgeLog(t, "bridge", b)
 		t.Logf("runtime %s", time.Since(testStart).Round(time.Millisecond))
@@ -226,15 +217,7 @@ func TestPGSessionsTerminatedMidFlow(t *testing.T) {
 
 	rw := watchReady(b.HTTPAddr)
 	start := time.Now()
-	type waveResult struct {
-		due map[string]time.Time
-		err error
-	}
-	pubDone := make(chan waveResult, 1)
-	go func() {
-		due, err := publishWave(pub, b.TimeoutsQueue(), dests, "pgterm-", n, batch, every, dueFrom, dueTo)
-		pubDone <- waveResult{due, err}
-	}()
+	pubDone := publishWaveAsync(pub, b.TimeoutsQueue(), dests, "pgterm-", n, batch, every, dueFrom, dueTo)
 
 	var lastKill time.Time
 	for i, off := range []time.Duration{2500 * time.Millisecond, 3500 * time.Millisecond, 4500 * time.Millisecond} {
@@ -252,10 +235,7 @@ func TestPGSessionsTerminatedMidFlow(t *testing.T) {
 		}
 	}
 
-	res := <-pubDone
-	if res.err != nil {
-		t.Fatalf("publishing: %v (%d confirmed before that)", res.err, len(res.due))
-	}
+	res := awaitWave(t, pubDone)
 	due := res.due
 	t.Logf("published and confirmed %d messages in %s; the last one is due at +%s", len(due),
 		time.Since(start).Round(time.Millisecond), latestDue(due).Sub(start).Round(time.Millisecond))
@@ -390,16 +370,7 @@ func TestPGDatabaseSilentLongerThanBreakers(t *testing.T) {
 	}))
 	instances := []*bridgeProc{b}
 	dests := []string{b.Endpoint + ".dst-a", b.Endpoint + ".dst-b"}
-	setup := dial(t)
-	for _, q := range dests {
-		declareQueue(t, setup, q)
-	}
-	c := startFaultConsumer(t, dests...)
-	pub, err := newFaultPublisher("it-pg-silent-publisher")
-	if err != nil {
-		t.Fatalf("publisher: %v", err)
-	}
-	t.Cleanup(pub.Close)
+	setup, c, pub := startFaultClients(t, "it-pg-silent-publisher", dests...)
 	defer func() {
 		for i, inst := range instances {
 			summarizeBridgeLog(t, fmt.Sprintf("instance %d", i), inst)

@@ -79,16 +79,7 @@ func TestScaleOutThreeInstancesOneKilled(t *testing.T) {
 	t.Logf("3 instances ready after %s (schema %s, owners %q)", time.Since(testStart).Round(time.Millisecond), pg.Schema, owners)
 
 	dests := []string{endpoint + ".dst-a", endpoint + ".dst-b"}
-	setup := dial(t)
-	for _, q := range dests {
-		declareQueue(t, setup, q)
-	}
-	c := startFaultConsumer(t, dests...)
-	pub, err := newFaultPublisher("it-scale-publisher")
-	if err != nil {
-		t.Fatalf("publisher: %v", err)
-	}
-	t.Cleanup(pub.Close)
+	setup, c, pub := startFaultClients(t, "it-scale-publisher", dests...)
 	defer func() { // also after a t.Fatal
 		disrupted := 0
 		for i, b := range insts {
@@ -101,15 +92,7 @@ func TestScaleOutThreeInstancesOneKilled(t *testing.T) {
 	}()
 
 	start := time.Now()
-	type waveResult struct {
-		due map[string]time.Time
-		err error
-	}
-	pubDone := make(chan waveResult, 1)
-	go func() {
-		due, err := publishWave(pub, endpoint+".Timeouts", dests, "scale-", n, batch, every, dueFrom, dueTo)
-		pubDone <- waveResult{due, err}
-	}()
+	pubDone := publishWaveAsync(pub, endpoint+".Timeouts", dests, "scale-", n, batch, every, dueFrom, dueTo)
 
 	// Kill the victim while it has forwards in flight (or 2 s later anyway).
 	time.Sleep(time.Until(start.Add(killAfter)))
@@ -132,10 +115,7 @@ func TestScaleOutThreeInstancesOneKilled(t *testing.T) {
 		killAt.Sub(start).Round(time.Millisecond), killAt.Format("15:04:05.000"), deliveredAtKill,
 		len(vlog.forwarded), victimRemoved, len(inFlight), len(stillLeased))
 
-	res := <-pubDone
-	if res.err != nil {
-		t.Fatalf("publishing: %v (%d messages confirmed before that)", res.err, len(res.due))
-	}
+	res := awaitWave(t, pubDone)
 	due := res.due
 	t.Logf("published and confirmed %d messages in %s; due from %s to %s", len(due), time.Since(start).Round(time.Millisecond),
 		earliestDue(due).Format("15:04:05.000"), latestDue(due).Format("15:04:05.000"))
