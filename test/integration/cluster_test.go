@@ -367,12 +367,7 @@ func runClusterNodeLoss(t *testing.T, nodes []clusterNode, order []int, queuesOn
 	res := awaitWave(t, pubDone)
 	due := res.due
 	t.Logf("published and confirmed %d messages in %s", len(due), res.end.Sub(start).Round(time.Millisecond))
-	if missing := c.waitAll(due, time.Until(latestDue(due).Add(30*time.Second))); missing > 0 {
-		t.Errorf("%d of %d messages still missing 30 s after the last due time", missing, len(due))
-	}
-	time.Sleep(2 * time.Second) // late duplicates
-	got := c.All()
-	rep := checkFaultRun(t, due, got)
+	got, rep := collectWave(t, c, due, 30*time.Second, 2*time.Second)
 
 	// The node closes the bridge's connections some time into stop_app:
 	// forwards up to then were published, and those whose confirms were

@@ -93,13 +93,7 @@ func TestCrashSafetyRepeatedKill(t *testing.T) {
 	due := res.due
 	t.Logf("published and confirmed %d messages in %s", len(due), time.Since(start).Round(time.Millisecond))
 
-	lastDue := latestDue(due)
-	if missing := c.waitAll(due, time.Until(lastDue.Add(25*time.Second))); missing > 0 {
-		t.Errorf("%d of %d messages still missing 25 s after the last due time", missing, len(due))
-	}
-	time.Sleep(2 * time.Second) // late duplicates
-	got := c.All()
-	rep := checkFaultRun(t, due, got)
+	got, rep := collectWave(t, c, due, 25*time.Second, 2*time.Second)
 	logs := make([]string, len(instances))
 	for i, inst := range instances {
 		logs[i] = inst.Stderr()
@@ -246,6 +240,19 @@ func awaitWave(t testing.TB, wave <-chan waveResult) waveResult {
 		t.Fatalf("publishing: %v (%d messages confirmed before that)", res.err, len(res.due))
 	}
 	return res
+}
+
+// collectWave waits until every message of due arrived, failing the test
+// for any still missing grace after the last due time, then settle more for
+// late duplicates, and checks the run (checkFaultRun).
+func collectWave(t *testing.T, c *faultConsumer, due map[string]time.Time, grace, settle time.Duration) ([]faultArrival, faultReport) {
+	t.Helper()
+	if missing := c.waitAll(due, time.Until(latestDue(due).Add(grace))); missing > 0 {
+		t.Errorf("%d of %d messages still missing %s after the last due time", missing, len(due), grace)
+	}
+	time.Sleep(settle)
+	got := c.All()
+	return got, checkFaultRun(t, due, got)
 }
 
 // startFaultClients declares the destination queues dests and starts a

@@ -120,13 +120,7 @@ func TestScaleOutThreeInstancesOneKilled(t *testing.T) {
 	t.Logf("published and confirmed %d messages in %s; due from %s to %s", len(due), time.Since(start).Round(time.Millisecond),
 		earliestDue(due).Format("15:04:05.000"), latestDue(due).Format("15:04:05.000"))
 
-	lastDue := latestDue(due)
-	if missing := c.waitAll(due, time.Until(lastDue.Add(lease+20*time.Second))); missing > 0 {
-		t.Errorf("%d of %d messages still missing %s after the last due time", missing, len(due), lease+20*time.Second)
-	}
-	time.Sleep(2 * time.Second) // late duplicates
-	got := c.All()
-	rep := checkFaultRun(t, due, got)
+	got, rep := collectWave(t, c, due, lease+20*time.Second, 2*time.Second)
 
 	// Duplicates: only forwards left unsettled (logged "forwarding" more
 	// often than "removed"), by the kill or by a fault §3.3 names: the killed
