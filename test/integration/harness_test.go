@@ -619,6 +619,17 @@ func consume(t testing.TB, conn *amqp.Connection, queue string) *consumer {
 	return c
 }
 
+// startWithDest starts a bridge and, on a connection of the test's own, a
+// publisher and a consumer of the destination queue <endpoint>.dst.
+func startWithDest(t *testing.T) (b *bridgeProc, conn *amqp.Connection, pub *publisher, dest string, c *consumer) {
+	t.Helper()
+	b = startBridge(t, nil)
+	conn = dial(t)
+	pub = newPublisher(t, conn)
+	dest = b.Endpoint + ".dst"
+	return b, conn, pub, dest, declareAndConsume(t, conn, dest)
+}
+
 // declareAndConsume declares a destination queue and consumes it.
 func declareAndConsume(t testing.TB, conn *amqp.Connection, queue string) *consumer {
 	t.Helper()

@@ -31,17 +31,6 @@ func scheduleSpread(t *testing.T, b *bridgeProc, pub *publisher, dest, prefix st
 	return due
 }
 
-// startWithDest starts a bridge and, on a connection of the test's own, a
-// publisher and a consumer of the destination queue <endpoint>.dst.
-func startWithDest(t *testing.T) (b *bridgeProc, conn *amqp.Connection, pub *publisher, dest string, c *consumer) {
-	t.Helper()
-	b = startBridge(t, nil)
-	conn = dial(t)
-	pub = newPublisher(t, conn)
-	dest = b.Endpoint + ".dst"
-	return b, conn, pub, dest, declareAndConsume(t, conn, dest)
-}
-
 // restartAndCollect restarts the stopped or killed bridge b on its store,
 // waits up to wait for n distinct messages on c and returns the new bridge
 // and every delivery once c has been quiet for quietPeriod.
