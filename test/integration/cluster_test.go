@@ -21,7 +21,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -399,8 +398,7 @@ func runClusterNodeLoss(t *testing.T, nodes []clusterNode, order []int, queuesOn
 	}
 	slices.Sort(lates)
 	checkDuplicatesExplainedByKills(t, rep, due, []killEvent{{At: lost, Running: resumed}}, restoredAfterConnectionLoss(b.Stderr()))
-	t.Logf("%d deliveries of %d messages: %d lost, %d early, %d duplicate deliveries (%d ids), %d unknown; consumer reconnects %d",
-		len(got), len(due), rep.lost, rep.early, rep.dups, len(rep.dupIDs), rep.unknown, c.Reconnects())
+	logWaveReport(t, c, due, got, rep)
 	t.Logf("bridge connections lost %s after the node was taken down (stop_app or partition); forwarding resumed %s after that; lateness of the %d messages due in the 10 s after it was taken down: median %s, p99 %s, max %s",
 		lost.Sub(kill).Round(time.Millisecond), resumed.Sub(lost).Round(time.Millisecond), len(lates), lates[len(lates)/2].Round(time.Millisecond),
 		lates[len(lates)*99/100].Round(time.Millisecond), lates[len(lates)-1].Round(time.Millisecond))
@@ -408,13 +406,7 @@ func runClusterNodeLoss(t *testing.T, nodes []clusterNode, order []int, queuesOn
 	if r := resumed.Sub(lost); r > resumeWithin {
 		t.Errorf("forwarding resumed %s after the bridge lost the node, want within %s", r.Round(time.Millisecond), resumeWithin)
 	}
-	if !b.Running() {
-		t.Fatalf("the bridge exited with code %d", b.exitCode)
-	}
-	if code, err := getReadyz(b.HTTPAddr); code != http.StatusOK {
-		t.Errorf("at the end /readyz answers %d (%v), want 200", code, err)
-	}
-	b.Stop()
+	checkReadyAndStop(t, b)
 	conn, err := amqp.Dial(client.URL)
 	if err != nil {
 		t.Fatalf("connect to check the queues: %v", err)

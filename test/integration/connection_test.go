@@ -121,26 +121,13 @@ func TestForcedConnectionClose(t *testing.T) {
 	}
 
 	// Ingest must be consuming again: a second wave after the reconnects.
-	due2, err := publishWave(pub, b.TimeoutsQueue(), []string{dest}, "close-after-", 200, 100, 50*time.Millisecond, 500*time.Millisecond, 2*time.Second)
-	if err != nil {
-		t.Fatalf("publishing the second wave: %v", err)
-	}
-	for id, d := range due2 {
-		due[id] = d
-	}
+	publishMore(t, due, pub, b.TimeoutsQueue(), []string{dest}, "close-after-", 200, 100, 50*time.Millisecond, 500*time.Millisecond, 2*time.Second)
 
 	got, rep := collectWave(t, c, due, 30*time.Second, 2*time.Second)
-	t.Logf("%d deliveries of %d messages: %d lost, %d early, %d duplicate deliveries (%d ids), %d unknown; latest %s after its due time",
-		len(got), len(due), rep.lost, rep.early, rep.dups, len(rep.dupIDs), rep.unknown, rep.worstLate.Round(time.Millisecond))
+	logWaveReport(t, c, due, got, rep)
 	t.Logf("/readyz transitions (from the start of publishing): %s", mon.String(start))
 
-	if !b.Running() {
-		t.Fatalf("the bridge exited with code %d", b.exitCode)
-	}
-	if code, err := getReadyz(b.HTTPAddr); code != http.StatusOK {
-		t.Errorf("at the end /readyz answers %d (%v), want 200", code, err)
-	}
-	b.Stop()
+	checkReadyAndStop(t, b)
 	checkBridgeQueuesDrained(t, b)
 }
 
@@ -225,27 +212,14 @@ func TestBrokerRestartMidFlow(t *testing.T) {
 		t.Fatalf("publisher after the restart: %v", err)
 	}
 	t.Cleanup(pub2.Close)
-	due2, err := publishWave(pub2, b.TimeoutsQueue(), []string{dest}, "restart-after-", 300, 100, 50*time.Millisecond, 500*time.Millisecond, 2*time.Second)
-	if err != nil {
-		t.Fatalf("publishing the second wave: %v", err)
-	}
-	for id, d := range due2 {
-		due[id] = d
-	}
+	publishMore(t, due, pub2, b.TimeoutsQueue(), []string{dest}, "restart-after-", 300, 100, 50*time.Millisecond, 500*time.Millisecond, 2*time.Second)
 
 	got, rep := collectWave(t, c, due, 30*time.Second, 2*time.Second)
-	t.Logf("%d deliveries of %d messages: %d lost, %d early, %d duplicate deliveries (%d ids), %d unknown; latest %s after its due time; consumer reconnects %d",
-		len(got), len(due), rep.lost, rep.early, rep.dups, len(rep.dupIDs), rep.unknown, rep.worstLate.Round(time.Millisecond), c.Reconnects())
+	logWaveReport(t, c, due, got, rep)
 	t.Logf("/readyz transitions (from the start of publishing): %s", mon.String(start))
 	checkBackAtOnce(t, b, due, rep, stopped, upAt, 2*time.Second, 5*time.Second)
 
-	if !b.Running() {
-		t.Fatalf("the bridge exited with code %d", b.exitCode)
-	}
-	if code, err := getReadyz(b.HTTPAddr); code != http.StatusOK {
-		t.Errorf("at the end /readyz answers %d (%v), want 200", code, err)
-	}
-	b.Stop()
+	checkReadyAndStop(t, b)
 	checkBridgeQueuesDrained(t, b)
 }
 

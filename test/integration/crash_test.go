@@ -13,7 +13,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math/rand/v2"
+	"net/http"
 	"slices"
 	"sort"
 	"strconv"
@@ -99,8 +101,7 @@ func TestCrashSafetyRepeatedKill(t *testing.T) {
 		logs[i] = inst.Stderr()
 	}
 	checkDuplicatesExplainedByKills(t, rep, due, kills, restoredAfterKills(logs))
-	t.Logf("%d deliveries of %d messages: %d lost, %d early, %d duplicate deliveries (%d ids), %d unknown; latest %s after its due time; consumer reconnects %d",
-		len(got), len(due), rep.lost, rep.early, rep.dups, len(rep.dupIDs), rep.unknown, rep.worstLate.Round(time.Millisecond), c.Reconnects())
+	logWaveReport(t, c, due, got, rep)
 
 	if !b.Running() {
 		t.Fatalf("the last bridge exited with code %d", b.exitCode)
@@ -253,6 +254,37 @@ func collectWave(t *testing.T, c *faultConsumer, due map[string]time.Time, grace
 	time.Sleep(settle)
 	got := c.All()
 	return got, checkFaultRun(t, due, got)
+}
+
+// publishMore publishes another wave (publishWave's arguments) and adds its
+// messages to due; it fails the test if the wave fails.
+func publishMore(t *testing.T, due map[string]time.Time, p *faultPublisher, queue string, dests []string, prefix string, n, batch int, every, from, to time.Duration) {
+	t.Helper()
+	more, err := publishWave(p, queue, dests, prefix, n, batch, every, from, to)
+	if err != nil {
+		t.Fatalf("publishing the wave %s: %v", prefix, err)
+	}
+	maps.Copy(due, more)
+}
+
+// logWaveReport logs what checkFaultRun found for a wave.
+func logWaveReport(t *testing.T, c *faultConsumer, due map[string]time.Time, got []faultArrival, rep faultReport) {
+	t.Helper()
+	t.Logf("%d deliveries of %d messages: %d lost, %d early, %d duplicate deliveries (%d ids), %d unknown; latest %s after its due time; consumer reconnects %d",
+		len(got), len(due), rep.lost, rep.early, rep.dups, len(rep.dupIDs), rep.unknown, rep.worstLate.Round(time.Millisecond), c.Reconnects())
+}
+
+// checkReadyAndStop fails the test unless the bridge survived the disruption
+// and is ready at the end; then it stops the bridge.
+func checkReadyAndStop(t *testing.T, b *bridgeProc) {
+	t.Helper()
+	if !b.Running() {
+		t.Fatalf("the bridge exited with code %d", b.exitCode)
+	}
+	if code, err := getReadyz(b.HTTPAddr); code != http.StatusOK {
+		t.Errorf("at the end /readyz answers %d (%v), want 200", code, err)
+	}
+	b.Stop()
 }
 
 // startFaultClients declares the destination queues dests and starts a

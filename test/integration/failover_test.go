@@ -149,8 +149,7 @@ func TestFailoverBrokerMidRun(t *testing.T) {
 
 	got, rep := collectWave(t, c, due, 15*time.Second, 1500*time.Millisecond)
 	checkDuplicatesExplainedByKills(t, rep, due, []killEvent{{At: kill, Running: readyAt}}, nil)
-	t.Logf("%d deliveries of %d messages: %d lost, %d early, %d duplicate deliveries (%d ids), %d unknown; latest %s after its due time; consumer reconnects %d",
-		len(got), len(due), rep.lost, rep.early, rep.dups, len(rep.dupIDs), rep.unknown, rep.worstLate.Round(time.Millisecond), c.Reconnects())
+	logWaveReport(t, c, due, got, rep)
 	t.Logf("/readyz transitions (from the start of publishing): %s", mon.String(start))
 
 	// Proxy B carried the bridge's traffic: its consume and publish
@@ -165,13 +164,7 @@ func TestFailoverBrokerMidRun(t *testing.T) {
 		t.Errorf("proxy B carries %d connections at the end, want ≥ 2 (consume and publish)", proxyB.Open())
 	}
 
-	if !b.Running() {
-		t.Fatalf("the bridge exited with code %d", b.exitCode)
-	}
-	if code, err := getReadyz(b.HTTPAddr); code != http.StatusOK {
-		t.Errorf("at the end /readyz answers %d (%v), want 200", code, err)
-	}
-	b.Stop()
+	checkReadyAndStop(t, b)
 	checkBridgeQueuesDrained(t, b)
 }
 
