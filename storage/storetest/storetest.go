@@ -697,14 +697,7 @@ func testInsertConcurrentSameIDs(e *env) {
 		})
 	}
 	wg.Wait()
-	if len(wins) != n {
-		e.Fatalf("%d ids inserted, want %d", len(wins), n)
-	}
-	for id, c := range wins {
-		if c != 1 {
-			e.Errorf("id %s: Insert returned true %d times, want once", id, c)
-		}
-	}
+	e.checkEachOnce(wins, n, "stored by Insert")
 	if ls := e.lease("o", 1000, time.Minute); len(ls) != n {
 		e.Fatalf("leased %d rows, want %d", len(ls), n)
 	}
