@@ -50,15 +50,7 @@ func TestForcedConnectionClose(t *testing.T) {
 	t.Parallel()
 	requireRabbitmqctl(t)
 	const n = 2000
-	testStart := time.Now()
-	b := startBridge(t, nil)
-	dest := b.Endpoint + ".dst"
-	_, c, pub := startFaultClients(t, "it-forced-close-publisher", dest)
-	mon := startReadyMonitor(t, b.HTTPAddr)
-	defer func() { // also after a t.Fatal
-		summarizeBridgeLog(t, "", b)
-		t.Logf("runtime %s", time.Since(testStart).Round(time.Millisecond))
-	}()
+	b, dest, c, pub, mon := startWatchedBridge(t, "it-forced-close-publisher")
 
 	// rabbitmqctl takes ~1 s (more under load): list the bridge's
 	// connections ahead, so that each close lands when planned.
@@ -157,15 +149,7 @@ func TestForcedConnectionClose(t *testing.T) {
 func TestBrokerRestartMidFlow(t *testing.T) {
 	testenv.Disruptive(t)
 	requireRabbitmqctl(t)
-	testStart := time.Now()
-	b := startBridge(t, nil)
-	dest := b.Endpoint + ".dst"
-	_, c, pub := startFaultClients(t, "it-broker-restart-publisher", dest)
-	mon := startReadyMonitor(t, b.HTTPAddr)
-	defer func() { // also after a t.Fatal
-		summarizeBridgeLog(t, "", b)
-		t.Logf("runtime %s", time.Since(testStart).Round(time.Millisecond))
-	}()
+	b, dest, c, pub, mon := startWatchedBridge(t, "it-broker-restart-publisher")
 
 	// Wave 1: 30 batches of 50 over ~1.8 s, due 0.5–8 s after publishing, so
 	// that the stop comes while some are being ingested and dispatched and
@@ -221,6 +205,24 @@ func TestBrokerRestartMidFlow(t *testing.T) {
 
 	checkReadyAndStop(t, b)
 	checkBridgeQueuesDrained(t, b)
+}
+
+// startWatchedBridge starts a bridge, fault clients on <endpoint>.dst (the
+// publisher named publisher) and a monitor of its /readyz. When the test
+// ends, even by t.Fatal, it logs the summary of the bridge's log and the
+// test's runtime.
+func startWatchedBridge(t *testing.T, publisher string) (b *bridgeProc, dest string, c *faultConsumer, pub *faultPublisher, mon *readyMonitor) {
+	t.Helper()
+	testStart := time.Now()
+	b = startBridge(t, nil)
+	dest = b.Endpoint + ".dst"
+	_, c, pub = startFaultClients(t, publisher, dest)
+	mon = startReadyMonitor(t, b.HTTPAddr)
+	t.Cleanup(func() {
+		summarizeBridgeLog(t, "", b)
+		t.Logf("runtime %s", time.Since(testStart).Round(time.Millisecond))
+	})
+	return b, dest, c, pub, mon
 }
 
 // checkBackAtOnce checks that the bridge resumed at once after the broker's

@@ -214,12 +214,9 @@ func bridgeEnv(t testing.TB, env map[string]string) map[string]string {
 	return full
 }
 
-// execBridge starts the binary with args and exactly the given DELAYBRIDGE_*
-// variables (none inherited from the test's environment), except that
-// DELAYBRIDGE_ADMIN_TOKEN_FILE is empty unless given: a test's bridge makes
-// no token file in the working directory, and its admin API is on only with
-// a token the test sets.
-func execBridge(t testing.TB, env map[string]string, args ...string) *bridgeProc {
+// bridgeCommand is the built binary with args, the test's environment
+// without its DELAYBRIDGE_* variables, and exactly those of env.
+func bridgeCommand(t testing.TB, env map[string]string, args ...string) *exec.Cmd {
 	t.Helper()
 	if bridgeBin == "" {
 		requireBroker(t) // TestMain builds the binary only when the broker is up
@@ -231,11 +228,22 @@ func execBridge(t testing.TB, env map[string]string, args ...string) *bridgeProc
 			cmd.Env = append(cmd.Env, kv)
 		}
 	}
-	if _, ok := env["DELAYBRIDGE_ADMIN_TOKEN_FILE"]; !ok {
-		cmd.Env = append(cmd.Env, "DELAYBRIDGE_ADMIN_TOKEN_FILE=")
-	}
 	for k, v := range env {
 		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	return cmd
+}
+
+// execBridge starts the binary with args and exactly the given DELAYBRIDGE_*
+// variables (none inherited from the test's environment), except that
+// DELAYBRIDGE_ADMIN_TOKEN_FILE is empty unless given: a test's bridge makes
+// no token file in the working directory, and its admin API is on only with
+// a token the test sets.
+func execBridge(t testing.TB, env map[string]string, args ...string) *bridgeProc {
+	t.Helper()
+	cmd := bridgeCommand(t, env, args...)
+	if _, ok := env["DELAYBRIDGE_ADMIN_TOKEN_FILE"]; !ok {
+		cmd.Env = append(cmd.Env, "DELAYBRIDGE_ADMIN_TOKEN_FILE=")
 	}
 	b := &bridgeProc{
 		t: t, Env: env, Endpoint: env["DELAYBRIDGE_ENDPOINT"], ErrorQ: env["DELAYBRIDGE_ERROR_QUEUE"],
