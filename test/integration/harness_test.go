@@ -627,6 +627,26 @@ func consume(t testing.TB, conn *amqp.Connection, queue string) *consumer {
 	return c
 }
 
+// delayOne sends one message (message-id and body id) through b to
+// <endpoint>.dst, due after from now, waits up to wait for its first
+// delivery and fails the test if that came early (otherwise it logs how
+// late). It returns the consumer of the destination and that delivery.
+func delayOne(t *testing.T, b *bridgeProc, id string, after, wait time.Duration) (*consumer, arrival) {
+	t.Helper()
+	conn := dial(t)
+	dest := b.Endpoint + ".dst"
+	c := declareAndConsume(t, conn, dest)
+	due := time.Now().Add(after).UTC().Truncate(time.Millisecond)
+	newPublisher(t, conn).Publish(b.TimeoutsQueue(), delayedMessage(id, dest, due))
+	got := c.WaitFor(1, wait)[0]
+	if got.At.Before(due) {
+		t.Errorf("delivered EARLY by %s (arrived %s, due %s)", due.Sub(got.At),
+			got.At.Format(time.RFC3339Nano), due.Format(time.RFC3339Nano))
+	}
+	t.Logf("%s delivered %s after its due time", id, got.At.Sub(due).Round(time.Millisecond))
+	return c, got
+}
+
 // startWithDest starts a bridge and, on a connection of the test's own, a
 // publisher and a consumer of the destination queue <endpoint>.dst.
 func startWithDest(t *testing.T) (b *bridgeProc, conn *amqp.Connection, pub *publisher, dest string, c *consumer) {

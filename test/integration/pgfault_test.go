@@ -675,14 +675,6 @@ func TestPGTwoEndpointsOneSchema(t *testing.T) {
 		t.Fatalf("bridge A exited with code %d", a.exitCode)
 	}
 	a.waitReady(5 * time.Second)
-	conn := dial(t)
-	dest := a.Endpoint + ".dst"
-	cons := declareAndConsume(t, conn, dest)
-	dueAt := time.Now().Add(500 * time.Millisecond).UTC().Truncate(time.Millisecond)
-	newPublisher(t, conn).Publish(a.TimeoutsQueue(), delayedMessage("two-endpoints-1", dest, dueAt))
-	got := cons.WaitFor(1, 15*time.Second)
-	if got[0].At.Before(dueAt) {
-		t.Errorf("delivered early by %s", dueAt.Sub(got[0].At))
-	}
+	delayOne(t, a, "two-endpoints-1", 500*time.Millisecond, 15*time.Second)
 	a.Stop()
 }

@@ -380,26 +380,16 @@ func TestFailoverBrokerAtStart(t *testing.T) {
 	}
 	t.Logf("dead broker %s; connected: %v", dead.Host, connected)
 
-	conn := dial(t)
-	dest := b.Endpoint + ".dst"
-	c := declareAndConsume(t, conn, dest)
-	due := time.Now().Add(1500 * time.Millisecond).UTC().Truncate(time.Millisecond)
-	newPublisher(t, conn).Publish(b.TimeoutsQueue(), delayedMessage("failover-1", dest, due))
-	got := c.WaitFor(1, 20*time.Second)
-	if got[0].MessageId != "failover-1" || string(got[0].Body) != "failover-1" {
-		t.Fatalf("got message %q body %q, want failover-1", got[0].MessageId, got[0].Body)
+	c, got := delayOne(t, b, "failover-1", 1500*time.Millisecond, 20*time.Second)
+	if got.MessageId != "failover-1" || string(got.Body) != "failover-1" {
+		t.Fatalf("got message %q body %q, want failover-1", got.MessageId, got.Body)
 	}
-	if got[0].At.Before(due) {
-		t.Errorf("delivered EARLY by %s (arrived %s, due %s)", due.Sub(got[0].At),
-			got[0].At.Format(time.RFC3339Nano), due.Format(time.RFC3339Nano))
-	}
-	if h := headerString(got[0].Headers, "x-due-at"); h != "" {
+	if h := headerString(got.Headers, "x-due-at"); h != "" {
 		t.Errorf("x-due-at still on the forwarded message: %q", h)
 	}
 	if all := c.Quiet(500 * time.Millisecond); len(all) != 1 {
 		t.Errorf("%d deliveries, want 1", len(all))
 	}
-	t.Logf("delivered %s after its due time", got[0].At.Sub(due).Round(time.Millisecond))
 	b.Stop()
 	checkBridgeQueuesDrained(t, b)
 }
