@@ -74,26 +74,26 @@ func bridgeLogLines(stderr string) []logLine {
 // bridge's ('delaybridge <owner>') and returns how many it ended.
 func (p *pgTest) terminateBridgeSessions(t testing.TB, owner string) int {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	var n int
-	if err := p.conn.QueryRow(ctx, `SELECT count(*) FILTER (WHERE pg_terminate_backend(pid))
-		FROM pg_stat_activity WHERE application_name = $1 AND pid <> pg_backend_pid()`,
-		"delaybridge "+owner).Scan(&n); err != nil {
-		t.Fatalf("terminate the bridge's sessions: %v", err)
-	}
-	return n
+	return p.countSessions(t, "terminate the bridge's sessions", `SELECT count(*) FILTER (WHERE pg_terminate_backend(pid))
+		FROM pg_stat_activity WHERE application_name = $1 AND pid <> pg_backend_pid()`, owner)
 }
 
 // bridgeSessions counts the backends named after the bridge's owner.
 func (p *pgTest) bridgeSessions(t testing.TB, owner string) int {
 	t.Helper()
+	return p.countSessions(t, "count the bridge's sessions", `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1`, owner)
+}
+
+// countSessions runs query, a count over the backends whose
+// application_name ($1) is the bridge's of owner, and returns the count;
+// what says what failed.
+func (p *pgTest) countSessions(t testing.TB, what, query, owner string) int {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var n int
-	if err := p.conn.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1`,
-		"delaybridge "+owner).Scan(&n); err != nil {
-		t.Fatalf("count the bridge's sessions: %v", err)
+	if err := p.conn.QueryRow(ctx, query, "delaybridge "+owner).Scan(&n); err != nil {
+		t.Fatalf("%s: %v", what, err)
 	}
 	return n
 }
