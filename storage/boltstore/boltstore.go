@@ -296,6 +296,16 @@ func (s *Store) enter(ctx context.Context) (func(), error) {
 	return s.mu.RUnlock, nil
 }
 
+// readCall runs fn in a read transaction within one call (enter).
+func (s *Store) readCall(ctx context.Context, fn func(tx *bolt.Tx) error) error {
+	exit, err := s.enter(ctx)
+	if err != nil {
+		return err
+	}
+	defer exit()
+	return s.view(fn)
+}
+
 // pinnedWrite is the frame of a write that must leave rows under a live
 // lease alone: one call (enter), its time, and one write transaction whose
 // fn pins what it changes; the pins are released when the call ends.

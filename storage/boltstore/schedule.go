@@ -207,13 +207,8 @@ func (s *Store) setPaused(ctx context.Context, key string, paused bool) (bool, e
 
 // GetSchedule returns a schedule; see storage.Scheduler.
 func (s *Store) GetSchedule(ctx context.Context, key string) (storage.Schedule, error) {
-	exit, err := s.enter(ctx)
-	if err != nil {
-		return storage.Schedule{}, err
-	}
-	defer exit()
 	var out *storage.Schedule
-	err = s.view(func(tx *bolt.Tx) error {
+	err := s.readCall(ctx, func(tx *bolt.Tx) error {
 		sb, err := scheduleBuckets(tx)
 		if err != nil {
 			return err
