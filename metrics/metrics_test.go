@@ -3,6 +3,7 @@ package metrics
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -179,25 +180,21 @@ func TestConnections(t *testing.T) {
 	up := true
 	m.WatchConnection("consume", func() bool { return up })
 	m.WatchConnection("publish", func() bool { return true })
-	err := testutil.CollectAndCompare(m.conns, strings.NewReader(`
+	wantConsume := func(v int) {
+		t.Helper()
+		err := testutil.CollectAndCompare(m.conns, strings.NewReader(fmt.Sprintf(`
 # HELP delaybridge_broker_connected 1 while the broker connection is up, 0 while it is down or reconnecting.
 # TYPE delaybridge_broker_connected gauge
-delaybridge_broker_connected{connection="consume"} 1
+delaybridge_broker_connected{connection="consume"} %d
 delaybridge_broker_connected{connection="publish"} 1
-`))
-	if err != nil {
-		t.Error(err)
+`, v)))
+		if err != nil {
+			t.Error(err)
+		}
 	}
+	wantConsume(1)
 	up = false
-	err = testutil.CollectAndCompare(m.conns, strings.NewReader(`
-# HELP delaybridge_broker_connected 1 while the broker connection is up, 0 while it is down or reconnecting.
-# TYPE delaybridge_broker_connected gauge
-delaybridge_broker_connected{connection="consume"} 0
-delaybridge_broker_connected{connection="publish"} 1
-`))
-	if err != nil {
-		t.Error(err)
-	}
+	wantConsume(0)
 }
 
 func TestErrorQueueRefusing(t *testing.T) {

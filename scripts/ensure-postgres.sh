@@ -28,11 +28,9 @@ set -euo pipefail
 PG_URL="${DELAYBRIDGE_TEST_POSTGRES_URL:-postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable}"
 START_TIMEOUT="${POSTGRES_START_TIMEOUT:-60}"
 
-case ":${PATH}:" in *:/usr/sbin:*) ;; *) PATH="${PATH}:/usr/sbin:/sbin" ;; esac
-export PATH
-
-log() { printf '[ensure-postgres] %s\n' "$*"; }
-die() { printf '[ensure-postgres] ERROR: %s\n' "$*" >&2; exit 1; }
+LOG_TAG=ensure-postgres
+# shellcheck source=scripts/ensure-lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/ensure-lib.sh"
 redacted() { sed -E 's#(://[^:/@]*:)[^@]*@#\1***@#' <<<"$1"; }
 
 # --- parse scheme://[user[:pass]@]host[:port][/db][?query], or key=value ------
@@ -42,16 +40,7 @@ if [[ "${PG_URL}" == *://* ]]; then
   rest="${PG_URL#*://}"
   rest="${rest%%\?*}"    # drop ?query
   rest="${rest%%/*}"     # drop /db
-  hostport="${rest##*@}" # drop user:pass@
-  if [[ "${hostport}" == \[* ]]; then # [ipv6]:port
-    host="${hostport#[}"
-    host="${host%%]*}"
-    port="${hostport##*]}"
-    port="${port#:}"
-  else
-    host="${hostport%%:*}"
-    [[ "${hostport}" == *:* ]] && port="${hostport##*:}"
-  fi
+  split_hostport "${rest##*@}" # drop user:pass@
 else # key=value connection string
   for kv in ${PG_URL}; do
     case "${kv}" in
@@ -63,10 +52,6 @@ fi
 host="${host:-localhost}"
 port="${port:-5432}"
 [[ "${port}" =~ ^[0-9]+$ ]] || die "bad port '${port}' in DELAYBRIDGE_TEST_POSTGRES_URL"
-
-port_open() {
-  timeout 2 bash -c "exec 3<>'/dev/tcp/$1/$2'" 2>/dev/null
-}
 
 # ready: the server accepts connections (pg_isready when installed).
 ready() {
@@ -121,18 +106,12 @@ if port_open "${host}" "${port}"; then
 fi
 
 # --- from here we have to act on the local server: need root -----------------
-SUDO=()
-if [[ "$(id -u)" -ne 0 ]]; then
-  if command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
-    SUDO=(sudo -n)
-  else
-    die "PostgreSQL is not usable on ${host}:${port}, and managing it needs root.
+if ! have_root; then
+  die "PostgreSQL is not usable on ${host}:${port}, and managing it needs root.
   Run this script as root (or with passwordless sudo), or start a server yourself, e.g.:
     sudo apt-get install -y postgresql && sudo pg_ctlcluster --skip-systemctl-redirect 15 main start
   or point DELAYBRIDGE_TEST_POSTGRES_URL at a running server."
-  fi
 fi
-as_root() { "${SUDO[@]}" "$@"; }
 
 if ! command -v pg_lsclusters >/dev/null 2>&1 || ! compgen -G '/usr/lib/postgresql/*/bin/postgres' >/dev/null; then
   log "PostgreSQL is not installed; installing it from the Debian repositories"

@@ -28,39 +28,21 @@ AMQP_URL="${DELAYBRIDGE_TEST_AMQP_URL:-amqp://guest:guest@127.0.0.1:5672/}"
 MGMT_PORT="${DELAYBRIDGE_TEST_MANAGEMENT_PORT:-15672}"
 START_TIMEOUT="${RABBITMQ_START_TIMEOUT:-90}"
 
-# The RabbitMQ tools live in /usr/sbin, which is not on every user's PATH.
-case ":${PATH}:" in *:/usr/sbin:*) ;; *) PATH="${PATH}:/usr/sbin:/sbin" ;; esac
-export PATH
-
-log() { printf '[ensure-rabbitmq] %s\n' "$*"; }
-die() { printf '[ensure-rabbitmq] ERROR: %s\n' "$*" >&2; exit 1; }
+LOG_TAG=ensure-rabbitmq
+# shellcheck source=scripts/ensure-lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/ensure-lib.sh"
 
 # --- parse scheme://[user[:pass]@]host[:port][/vhost] -------------------------
 scheme="${AMQP_URL%%://*}"
 rest="${AMQP_URL#*://}"
 rest="${rest%%/*}"     # drop /vhost
 rest="${rest%%\?*}"    # drop ?query
-hostport="${rest##*@}" # drop user:pass@
-if [[ "${hostport}" == \[* ]]; then # [ipv6]:port
-  host="${hostport#[}"
-  host="${host%%]*}"
-  port="${hostport##*]}"
-  port="${port#:}"
-else
-  host="${hostport%%:*}"
-  port=""
-  [[ "${hostport}" == *:* ]] && port="${hostport##*:}"
-fi
+split_hostport "${rest##*@}" # drop user:pass@
 if [[ -z "${port}" ]]; then
   if [[ "${scheme}" == "amqps" ]]; then port=5671; else port=5672; fi
 fi
 [[ -n "${host}" ]] || die "cannot find a host in DELAYBRIDGE_TEST_AMQP_URL"
 [[ "${port}" =~ ^[0-9]+$ ]] || die "bad port '${port}' in DELAYBRIDGE_TEST_AMQP_URL"
-
-# TCP connect check (bash /dev/tcp, no extra tools needed).
-port_open() {
-  timeout 2 bash -c "exec 3<>'/dev/tcp/$1/$2'" 2>/dev/null
-}
 
 case "${host}" in
   127.*|localhost|::1) ;;
@@ -76,18 +58,6 @@ case "${host}" in
     exit 0
     ;;
 esac
-
-# Acting on the local broker needs root.
-SUDO=()
-have_root() {
-  [[ "$(id -u)" -eq 0 ]] && return 0
-  if command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
-    SUDO=(sudo -n)
-    return 0
-  fi
-  return 1
-}
-as_root() { "${SUDO[@]}" "$@"; }
 
 # ensure_management enables the management plugin unless its port answers,
 # and waits for the port. rabbitmq-plugins enables it on the running node

@@ -76,23 +76,12 @@ func Vhost(t testing.TB) (amqpURL, vhost string) {
 	if err != nil {
 		t.Fatalf("the test broker's URL: %v", err)
 	}
-	b := make([]byte, 4)
-	_, _ = rand.Read(b)
-	vhost = "delaybridge-test-" + hex.EncodeToString(b)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if _, err := managementDo(ctx, m, http.MethodPut, "api/vhosts/"+url.PathEscape(vhost), []byte(`{}`)); err != nil {
-		t.Fatalf("create vhost %s: %v", vhost, err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if _, err := managementDo(ctx, m, http.MethodDelete, "api/vhosts/"+url.PathEscape(vhost), nil); err != nil {
-			t.Logf("delete vhost %s: %v", vhost, err)
-		}
-	})
+	vhost = "delaybridge-test-" + randomHex()
+	managementCreate(t, m, "vhost "+vhost, "api/vhosts/"+url.PathEscape(vhost), []byte(`{}`))
 	user := a.User.Username()
 	perm := []byte(`{"configure":".*","write":".*","read":".*"}`)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
 	if _, err := managementDo(ctx, m, http.MethodPut, "api/permissions/"+url.PathEscape(vhost)+"/"+url.PathEscape(user), perm); err != nil {
 		t.Fatalf("grant %s on vhost %s: %v", user, vhost, err)
 	}
@@ -138,21 +127,35 @@ func managementDo(ctx context.Context, base, method, path string, body []byte) (
 func ManagementUser(t testing.TB, tags string) (user, password string) {
 	t.Helper()
 	m := ManagementURL(t)
-	b := make([]byte, 4)
-	_, _ = rand.Read(b)
-	user, password = "delaybridge-test-"+hex.EncodeToString(b), "pw-"+hex.EncodeToString(b)
+	suffix := randomHex()
+	user, password = "delaybridge-test-"+suffix, "pw-"+suffix
 	body, _ := json.Marshal(map[string]string{"password": password, "tags": tags})
+	managementCreate(t, m, "user "+user, "api/users/"+url.PathEscape(user), body)
+	return user, password
+}
+
+// managementCreate PUTs body to path on the management API at m, failing t
+// on an error, and DELETEs path when t ends; what names the object in the
+// messages.
+func managementCreate(t testing.TB, m, what, path string, body []byte) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if _, err := managementDo(ctx, m, http.MethodPut, "api/users/"+url.PathEscape(user), body); err != nil {
-		t.Fatalf("create user %s: %v", user, err)
+	if _, err := managementDo(ctx, m, http.MethodPut, path, body); err != nil {
+		t.Fatalf("create %s: %v", what, err)
 	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		if _, err := managementDo(ctx, m, http.MethodDelete, "api/users/"+url.PathEscape(user), nil); err != nil {
-			t.Logf("delete user %s: %v", user, err)
+		if _, err := managementDo(ctx, m, http.MethodDelete, path, nil); err != nil {
+			t.Logf("delete %s: %v", what, err)
 		}
 	})
-	return user, password
+}
+
+// randomHex is 8 random hex digits, for names of the test's own.
+func randomHex() string {
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
 }

@@ -296,6 +296,37 @@ func (s *Store) enter(ctx context.Context) (func(), error) {
 	return s.mu.RUnlock, nil
 }
 
+// readCall runs fn in a read transaction within one call (enter).
+func (s *Store) readCall(ctx context.Context, fn func(tx *bolt.Tx) error) error {
+	exit, err := s.enter(ctx)
+	if err != nil {
+		return err
+	}
+	defer exit()
+	return s.view(fn)
+}
+
+// pinnedWrite is the frame of a write that must leave rows under a live
+// lease alone: one call (enter), its time, and one write transaction whose
+// fn pins what it changes; the pins are released when the call ends.
+func (s *Store) pinnedWrite(ctx context.Context, fn func(tx *bolt.Tx, b txb, pins *pinSet, now time.Time) error) error {
+	exit, err := s.enter(ctx)
+	if err != nil {
+		return err
+	}
+	defer exit()
+	now := s.now()
+	pins := pinSet{t: s.leases}
+	defer pins.release()
+	return s.update(func(tx *bolt.Tx, c *counts) error {
+		b, err := buckets(tx, c)
+		if err != nil {
+			return err
+		}
+		return fn(tx, b, &pins, now)
+	})
+}
+
 // buckets of one transaction, and the changes it makes to the row count
 // (nil in read-only transactions).
 type txb struct {
@@ -1148,21 +1179,9 @@ func listFew(b txb, rs []*row, f storage.ListFilter, after []byte) ([]storage.Ti
 // tombstone, in the same transaction as the lookup; see storage.Store.
 // bbolt's single writer makes Cancel and Insert atomic.
 func (s *Store) Cancel(ctx context.Context, id string, mode storage.CancelMode) error {
-	exit, err := s.enter(ctx)
-	if err != nil {
-		return err
-	}
-	defer exit()
-	now := s.now()
 	var found, removed int
-	pins := pinSet{t: s.leases}
-	defer pins.release()
-	err = s.update(func(tx *bolt.Tx, c *counts) error {
+	err := s.pinnedWrite(ctx, func(_ *bolt.Tx, b txb, pins *pinSet, now time.Time) error {
 		found, removed = 0, 0
-		b, err := buckets(tx, c)
-		if err != nil {
-			return err
-		}
 		rs, err := b.family(id, false)
 		if err != nil {
 			return err
@@ -1204,20 +1223,9 @@ func (s *Store) CancelSaga(ctx context.Context, sagaID string) (cancelled, lease
 	if sagaID == "" {
 		return 0, 0, errors.New("boltstore: cancel saga: empty saga id")
 	}
-	exit, err := s.enter(ctx)
-	if err != nil {
-		return 0, 0, err
-	}
-	defer exit()
-	now := s.now()
-	pins := pinSet{t: s.leases}
-	defer pins.release()
-	err = s.update(func(tx *bolt.Tx, c *counts) error {
-		b, err := buckets(tx, c)
-		if err != nil {
-			return err
-		}
-		cancelled, leased, err = s.cancelSaga(b, &pins, sagaID, nil, now)
+	err = s.pinnedWrite(ctx, func(_ *bolt.Tx, b txb, pins *pinSet, now time.Time) error {
+		var err error
+		cancelled, leased, err = s.cancelSaga(b, pins, sagaID, nil, now)
 		return err
 	})
 	if err != nil {
@@ -1356,21 +1364,9 @@ func (s *Store) Reschedule(ctx context.Context, id string, dueAt time.Time) erro
 	if err := storage.CheckDueAt(dueAt); err != nil {
 		return fmt.Errorf("boltstore: reschedule %q: %w", id, err)
 	}
-	exit, err := s.enter(ctx)
-	if err != nil {
-		return err
-	}
-	defer exit()
-	now := s.now()
 	var found, moved int
-	pins := pinSet{t: s.leases}
-	defer pins.release()
-	err = s.update(func(tx *bolt.Tx, c *counts) error {
+	err := s.pinnedWrite(ctx, func(_ *bolt.Tx, b txb, pins *pinSet, now time.Time) error {
 		found, moved = 0, 0
-		b, err := buckets(tx, c)
-		if err != nil {
-			return err
-		}
 		rs, err := b.family(id, true) // save writes the whole record
 		if err != nil {
 			return err

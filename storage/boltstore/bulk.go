@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"time"
 
 	bolt "go.etcd.io/bbolt"
 
@@ -179,21 +180,9 @@ func inDueRange(k []byte, f *storage.ListFilter, desc bool) bool {
 
 // bulkApply changes the rows ids in one write and adds to res what it did.
 func (s *Store) bulkApply(ctx context.Context, f *storage.ListFilter, a storage.BulkAction, ids []string, res *storage.BulkResult) error {
-	exit, err := s.enter(ctx)
-	if err != nil {
-		return err
-	}
-	defer exit()
-	now := s.now()
-	pins := pinSet{t: s.leases}
-	defer pins.release()
 	var got storage.BulkResult
-	err = s.update(func(tx *bolt.Tx, c *counts) error {
+	err := s.pinnedWrite(ctx, func(_ *bolt.Tx, b txb, pins *pinSet, now time.Time) error {
 		got = storage.BulkResult{}
-		b, err := buckets(tx, c)
-		if err != nil {
-			return err
-		}
 		for _, id := range ids {
 			r, err := b.load(id)
 			if err != nil {

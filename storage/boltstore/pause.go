@@ -182,12 +182,7 @@ func sortRows(rs []*row, key func(*storage.Timeout) []byte) {
 // destRows reads every record once, in a read transaction, and returns the
 // sequences of d's rows and the last sequence it read.
 func (s *Store) destRows(ctx context.Context, d wire.Destination) (seqs [][8]byte, last []byte, err error) {
-	exit, err := s.enter(ctx)
-	if err != nil {
-		return nil, nil, err
-	}
-	defer exit()
-	err = s.view(func(tx *bolt.Tx) error {
+	err = s.readCall(ctx, func(tx *bolt.Tx) error {
 		b, err := buckets(tx, nil)
 		if err != nil {
 			return err
@@ -269,13 +264,8 @@ func (s *Store) Resume(ctx context.Context, d wire.Destination) (bool, error) {
 
 // Paused lists the paused destinations; see storage.Pauser.
 func (s *Store) Paused(ctx context.Context) ([]storage.PausedDestination, error) {
-	exit, err := s.enter(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer exit()
 	var out []storage.PausedDestination
-	err = s.view(func(tx *bolt.Tx) error {
+	err := s.readCall(ctx, func(tx *bolt.Tx) error {
 		b, err := buckets(tx, nil)
 		if err != nil {
 			return err

@@ -46,63 +46,44 @@ func TestRenewUnderLoad(t *testing.T) {
 	removed := map[string]bool{}
 	var leaser sync.WaitGroup
 	leaser.Add(2)
-	go func() { // leases and removes what is due, as the dispatcher does
-		defer leaser.Done()
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			ls, err := s.Lease(ctx, "owner", t0, 20, time.Minute)
-			if err != nil {
-				errs <- fmt.Errorf("lease: %w", err)
-				return
-			}
-			var refs []storage.Ref
-			for _, l := range ls {
-				if _, err := s.Get(ctx, l.ID); err != nil {
-					errs <- fmt.Errorf("get %s: %w", l.ID, err)
-					return
-				}
-				refs = append(refs, storage.Ref{ID: l.ID, Lock: l.Lock})
-			}
-			res, err := s.Remove(ctx, refs)
-			if err != nil {
-				errs <- fmt.Errorf("remove: %w", err)
-				return
-			}
-			for i, r := range refs {
-				if res[i] != nil {
-					errs <- fmt.Errorf("remove %s: %w", r.ID, res[i])
-					return
-				}
-				if removed[r.ID] {
-					errs <- fmt.Errorf("%s leased and removed twice", r.ID)
-					return
-				}
-				removed[r.ID] = true
-			}
+	// Leases and removes what is due, as the dispatcher does.
+	go repeatUntil(&leaser, stop, errs, func() error {
+		ls, err := s.Lease(ctx, "owner", t0, 20, time.Minute)
+		if err != nil {
+			return fmt.Errorf("lease: %w", err)
 		}
-	}()
-	go func() { // reads that overlap the reopens
-		defer leaser.Done()
-		for {
-			select {
-			case <-stop:
-				return
-			default:
+		var refs []storage.Ref
+		for _, l := range ls {
+			if _, err := s.Get(ctx, l.ID); err != nil {
+				return fmt.Errorf("get %s: %w", l.ID, err)
 			}
-			if _, _, err := s.Stats(ctx); err != nil {
-				errs <- fmt.Errorf("stats: %w", err)
-				return
-			}
-			if _, _, err := s.List(ctx, storage.ListFilter{Limit: 50}); err != nil {
-				errs <- fmt.Errorf("list: %w", err)
-				return
-			}
+			refs = append(refs, storage.Ref{ID: l.ID, Lock: l.Lock})
 		}
-	}()
+		res, err := s.Remove(ctx, refs)
+		if err != nil {
+			return fmt.Errorf("remove: %w", err)
+		}
+		for i, r := range refs {
+			if res[i] != nil {
+				return fmt.Errorf("remove %s: %w", r.ID, res[i])
+			}
+			if removed[r.ID] {
+				return fmt.Errorf("%s leased and removed twice", r.ID)
+			}
+			removed[r.ID] = true
+		}
+		return nil
+	})
+	// Reads that overlap the reopens.
+	go repeatUntil(&leaser, stop, errs, func() error {
+		if _, _, err := s.Stats(ctx); err != nil {
+			return fmt.Errorf("stats: %w", err)
+		}
+		if _, _, err := s.List(ctx, storage.ListFilter{Limit: 50}); err != nil {
+			return fmt.Errorf("list: %w", err)
+		}
+		return nil
+	})
 	wg.Wait()
 	close(stop)
 	leaser.Wait()
@@ -133,6 +114,23 @@ func TestRenewUnderLoad(t *testing.T) {
 			if removed[id] != errors.Is(err, storage.ErrNotFound) {
 				t.Fatalf("%s: removed %v, Get after reopen: %v", id, removed[id], err)
 			}
+		}
+	}
+}
+
+// repeatUntil calls step until stop is closed or step fails, and sends the
+// failure to errs; it calls wg.Done when it returns.
+func repeatUntil(wg *sync.WaitGroup, stop <-chan struct{}, errs chan<- error, step func() error) {
+	defer wg.Done()
+	for {
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		if err := step(); err != nil {
+			errs <- err
+			return
 		}
 	}
 }

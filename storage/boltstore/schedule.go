@@ -106,24 +106,12 @@ func (b schedBuckets) del(old *storage.Schedule) error {
 // schedWrite runs fn in a write transaction with both sets of buckets and
 // the lease pins of cancelled fires.
 func (s *Store) schedWrite(ctx context.Context, op string, fn func(b txb, sb schedBuckets, pins *pinSet, now time.Time) error) error {
-	exit, err := s.enter(ctx)
-	if err != nil {
-		return err
-	}
-	defer exit()
-	now := s.now()
-	pins := pinSet{t: s.leases}
-	defer pins.release()
-	err = s.update(func(tx *bolt.Tx, c *counts) error {
-		b, err := buckets(tx, c)
-		if err != nil {
-			return err
-		}
+	err := s.pinnedWrite(ctx, func(tx *bolt.Tx, b txb, pins *pinSet, now time.Time) error {
 		sb, err := scheduleBuckets(tx)
 		if err != nil {
 			return err
 		}
-		return fn(b, sb, &pins, now)
+		return fn(b, sb, pins, now)
 	})
 	if err != nil {
 		return fmt.Errorf("boltstore: %s: %w", op, err)
@@ -219,13 +207,8 @@ func (s *Store) setPaused(ctx context.Context, key string, paused bool) (bool, e
 
 // GetSchedule returns a schedule; see storage.Scheduler.
 func (s *Store) GetSchedule(ctx context.Context, key string) (storage.Schedule, error) {
-	exit, err := s.enter(ctx)
-	if err != nil {
-		return storage.Schedule{}, err
-	}
-	defer exit()
 	var out *storage.Schedule
-	err = s.view(func(tx *bolt.Tx) error {
+	err := s.readCall(ctx, func(tx *bolt.Tx) error {
 		sb, err := scheduleBuckets(tx)
 		if err != nil {
 			return err

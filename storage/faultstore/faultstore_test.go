@@ -51,6 +51,16 @@ func open(t *testing.T, now func() time.Time) (*Store, *boltstore.Store) {
 	return s, inner
 }
 
+// openFull is open with a fullStore, which records the calls that reach
+// it, between the fault store and bbolt.
+func openFull(t *testing.T) (*storetest.Clock, *fullStore, *Store) {
+	t.Helper()
+	clock := storetest.NewClock(storetest.T0)
+	_, bolt := open(t, clock.Now)
+	inner := &fullStore{Store: bolt, calls: map[Op]int{}}
+	return clock, inner, Wrap(inner)
+}
+
 func row(id string, due time.Time) storage.Timeout {
 	return storage.Timeout{ID: id, Destination: "dest", DueAt: due, ReceivedAt: due, Message: []byte("body-" + id)}
 }
@@ -535,21 +545,18 @@ func (f *fullStore) Paused(ctx context.Context) ([]storage.PausedDestination, er
 // or wait with their own faults and delays without reaching the wrapped
 // store.
 func TestPartMethods(t *testing.T) {
-	clock := storetest.NewClock(storetest.T0)
-	_, bolt := open(t, clock.Now)
-	inner := &fullStore{Store: bolt, calls: map[Op]int{}}
-	s := Wrap(inner)
+	clock, inner, s := openFull(t)
 	saga := row("c", clock.Now().Add(time.Hour))
 	saga.SagaID = "saga-1"
 	mustInsert(t, s, row("a", clock.Now()), row("b", clock.Now().Add(time.Hour)), saga)
 	mustLease(t, s, 1)
-	rowA, err := bolt.Get(ctx, "a")
+	rowA, err := inner.Store.Get(ctx, "a")
 	if err != nil {
 		t.Fatal(err)
 	}
 	// boltstore counts by destination once it has counted its file.
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if _, err := bolt.CountByDestination(ctx, clock.Now(), clock.Now()); !errors.Is(err, storage.ErrNotYet) || time.Now().After(deadline) {
+		if _, err := inner.Store.CountByDestination(ctx, clock.Now(), clock.Now()); !errors.Is(err, storage.ErrNotYet) || time.Now().After(deadline) {
 			break
 		}
 	}
@@ -625,10 +632,7 @@ func TestPartMethods(t *testing.T) {
 // ReplaceGroups commits new rows as Insert does: Insert's fault and delay
 // apply to it too, without counting an Insert or reaching the wrapped store.
 func TestReplaceGroupsTakesInsertFaults(t *testing.T) {
-	clock := storetest.NewClock(storetest.T0)
-	_, bolt := open(t, clock.Now)
-	inner := &fullStore{Store: bolt, calls: map[Op]int{}}
-	s := Wrap(inner)
+	clock, inner, s := openFull(t)
 	r := row("a", clock.Now().Add(time.Hour))
 	r.SagaID = "g"
 	s.FailInsert(errBoom)
@@ -645,7 +649,7 @@ func TestReplaceGroupsTakesInsertFaults(t *testing.T) {
 		t.Fatalf("wrapped store had %d ReplaceGroups; Calls(Insert) %d, Calls(ReplaceGroups) %d; want 0, 0, 2",
 			inner.calls[ReplaceGroups], s.Calls(Insert), s.Calls(ReplaceGroups))
 	}
-	if _, err := bolt.Get(ctx, "a"); !errors.Is(err, storage.ErrNotFound) {
+	if _, err := inner.Store.Get(ctx, "a"); !errors.Is(err, storage.ErrNotFound) {
 		t.Fatalf("a failed ReplaceGroups stored its row: %v", err)
 	}
 }

@@ -697,14 +697,7 @@ func testInsertConcurrentSameIDs(e *env) {
 		})
 	}
 	wg.Wait()
-	if len(wins) != n {
-		e.Fatalf("%d ids inserted, want %d", len(wins), n)
-	}
-	for id, c := range wins {
-		if c != 1 {
-			e.Errorf("id %s: Insert returned true %d times, want once", id, c)
-		}
-	}
+	e.checkEachOnce(wins, n, "stored by Insert")
 	if ls := e.lease("o", 1000, time.Minute); len(ls) != n {
 		e.Fatalf("leased %d rows, want %d", len(ls), n)
 	}
@@ -1025,43 +1018,21 @@ func testLeaseExclusiveConcurrent(e *env) {
 	var mu sync.Mutex
 	got := map[string]int{}
 	locks := map[string]bool{}
-	var wg sync.WaitGroup
-	for w := range workers {
-		wg.Go(func() {
-			owner := fmt.Sprintf("worker-%d", w)
-			for {
-				ls, err := e.s.Lease(e.ctx, owner, time.Time{}, limit, time.Hour)
-				if err != nil {
-					e.Errorf("%s: Lease: %v", owner, err)
-					return
-				}
-				if len(ls) > limit {
-					e.Errorf("%s: Lease(limit %d) returned %d rows", owner, limit, len(ls))
-				}
-				if len(ls) == 0 {
-					return
-				}
-				mu.Lock()
-				for _, l := range ls {
-					got[l.ID]++
-					if locks[l.Lock] {
-						e.Errorf("lock %q handed out twice", l.Lock)
-					}
-					locks[l.Lock] = true
-				}
-				mu.Unlock()
-			}
-		})
-	}
-	wg.Wait()
-	if len(got) != n {
-		e.Fatalf("%d distinct rows leased, want %d", len(got), n)
-	}
-	for id, c := range got {
-		if c != 1 {
-			e.Errorf("row %s leased %d times", id, c)
+	e.leaseUntilEmpty(workers, limit, func(owner string, ls []storage.Lease) {
+		if len(ls) > limit {
+			e.Errorf("%s: Lease(limit %d) returned %d rows", owner, limit, len(ls))
 		}
-	}
+		mu.Lock()
+		defer mu.Unlock()
+		for _, l := range ls {
+			got[l.ID]++
+			if locks[l.Lock] {
+				e.Errorf("lock %q handed out twice", l.Lock)
+			}
+			locks[l.Lock] = true
+		}
+	})
+	e.checkEachOnce(got, n, "leased")
 	e.expectNoLease()
 }
 
@@ -1074,49 +1045,66 @@ func testLeaseRemoveConcurrent(e *env) {
 	e.insert(ts...)
 	var mu sync.Mutex
 	removed := map[string]int{}
+	e.leaseUntilEmpty(workers, 5, func(_ string, ls []storage.Lease) {
+		refs := make([]storage.Ref, len(ls))
+		for i, l := range ls {
+			refs[i] = storage.Ref{ID: l.ID, Lock: l.Lock}
+		}
+		res, err := e.s.Remove(e.ctx, refs)
+		if err != nil {
+			e.Errorf("Remove: %v", err)
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		for i, r := range res {
+			if r != nil {
+				e.Errorf("Remove(%s) with its own valid lock: %v", refs[i].ID, r)
+			}
+			removed[refs[i].ID]++
+		}
+	})
+	e.checkEachOnce(removed, n, "removed")
+	if _, ok := e.nextDue(); ok {
+		e.Fatal("NextDue ok after every row was removed")
+	}
+}
+
+// leaseUntilEmpty runs workers goroutines, each leasing up to limit due rows
+// (for an hour) under an owner of its own until a lease comes back empty,
+// and hands every non-empty lease to handle, concurrently. A Lease error
+// fails the test and stops that worker.
+func (e *env) leaseUntilEmpty(workers, limit int, handle func(owner string, ls []storage.Lease)) {
 	var wg sync.WaitGroup
 	for w := range workers {
 		wg.Go(func() {
+			owner := fmt.Sprintf("worker-%d", w)
 			for {
-				ls, err := e.s.Lease(e.ctx, fmt.Sprint("w", w), time.Time{}, 5, time.Hour)
+				ls, err := e.s.Lease(e.ctx, owner, time.Time{}, limit, time.Hour)
 				if err != nil {
-					e.Errorf("Lease: %v", err)
+					e.Errorf("%s: Lease: %v", owner, err)
 					return
 				}
 				if len(ls) == 0 {
 					return
 				}
-				refs := make([]storage.Ref, len(ls))
-				for i, l := range ls {
-					refs[i] = storage.Ref{ID: l.ID, Lock: l.Lock}
-				}
-				res, err := e.s.Remove(e.ctx, refs)
-				if err != nil {
-					e.Errorf("Remove: %v", err)
-					return
-				}
-				mu.Lock()
-				for i, r := range res {
-					if r != nil {
-						e.Errorf("Remove(%s) with its own valid lock: %v", refs[i].ID, r)
-					}
-					removed[refs[i].ID]++
-				}
-				mu.Unlock()
+				handle(owner, ls)
 			}
 		})
 	}
 	wg.Wait()
-	if len(removed) != n {
-		e.Fatalf("%d rows removed, want %d", len(removed), n)
+}
+
+// checkEachOnce fails the test unless counts holds n ids, each counted once.
+func (e *env) checkEachOnce(counts map[string]int, n int, what string) {
+	e.Helper()
+	if len(counts) != n {
+		e.Fatalf("%d distinct rows %s, want %d", len(counts), what, n)
 	}
-	for id, c := range removed {
+	for id, c := range counts {
 		if c != 1 {
-			e.Errorf("row %s removed %d times", id, c)
+			e.Errorf("row %s %s %d times", id, what, c)
 		}
-	}
-	if _, ok := e.nextDue(); ok {
-		e.Fatal("NextDue ok after every row was removed")
 	}
 }
 

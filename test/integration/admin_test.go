@@ -31,19 +31,7 @@ func runCLI(t *testing.T, b *bridgeProc, withToken bool, args ...string) (int, s
 // variables, to its end, and returns its exit code, stdout and stderr.
 func runBin(t *testing.T, env map[string]string, args ...string) (int, string, string) {
 	t.Helper()
-	if bridgeBin == "" {
-		requireBroker(t) // TestMain builds the binary only when the broker is up
-		t.Fatal("the bridge binary was not built (TestMain)")
-	}
-	cmd := exec.Command(bridgeBin, args...)
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "DELAYBRIDGE_") {
-			cmd.Env = append(cmd.Env, kv)
-		}
-	}
-	for k, v := range env {
-		cmd.Env = append(cmd.Env, k+"="+v)
-	}
+	cmd := bridgeCommand(t, env, args...)
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	err := cmd.Run()

@@ -128,13 +128,7 @@ func TestCancelAcrossTwoPostgresInstancesThroughAnOutage(t *testing.T) {
 	}()
 
 	dest := endpoint + ".dst"
-	declareQueue(t, dial(t), dest)
-	c := startFaultConsumer(t, dest)
-	pub, err := newFaultPublisher("it-cancel-outage-publisher")
-	if err != nil {
-		t.Fatalf("publisher: %v", err)
-	}
-	t.Cleanup(pub.Close)
+	_, c, pub := startFaultClients(t, "it-cancel-outage-publisher", dest)
 
 	type published struct {
 		cancelled map[string]time.Time // id → due

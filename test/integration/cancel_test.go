@@ -12,11 +12,7 @@ import (
 // a malformed cancel lands on the error queue.
 func TestCancelOverAMQP(t *testing.T) {
 	t.Parallel()
-	b := startBridge(t, nil)
-	conn := dial(t)
-	pub := newPublisher(t, conn)
-	dest := b.Endpoint + ".dst"
-	c := declareAndConsume(t, conn, dest)
+	b, conn, pub, dest, c := startWithDest(t)
 
 	due := time.Now().Add(2 * time.Second).UTC().Format(time.RFC3339Nano)
 	for _, id := range []string{"keep", "drop"} {

@@ -21,7 +21,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -333,16 +332,7 @@ func runClusterNodeLoss(t *testing.T, nodes []clusterNode, order []int, queuesOn
 	}
 
 	start := time.Now()
-	type waveResult struct {
-		due map[string]time.Time
-		err error
-		end time.Time
-	}
-	pubDone := make(chan waveResult, 1)
-	go func() {
-		due, err := publishWave(pub, queues[0], []string{dest}, "cluster-", n, batch, every, time.Second, 8*time.Second)
-		pubDone <- waveResult{due, err, time.Now()}
-	}()
+	pubDone := publishWaveAsync(pub, queues[0], []string{dest}, "cluster-", n, batch, every, time.Second, 8*time.Second)
 
 	time.Sleep(time.Until(start.Add(killAt)))
 	if !b.Running() {
@@ -373,18 +363,10 @@ func runClusterNodeLoss(t *testing.T, nodes []clusterNode, order []int, queuesOn
 			stopped.Sub(kill).Round(time.Millisecond), c.Count())
 	}
 
-	res := <-pubDone
-	if res.err != nil {
-		t.Fatalf("publishing: %v (%d confirmed before that)", res.err, len(res.due))
-	}
+	res := awaitWave(t, pubDone)
 	due := res.due
 	t.Logf("published and confirmed %d messages in %s", len(due), res.end.Sub(start).Round(time.Millisecond))
-	if missing := c.waitAll(due, time.Until(latestDue(due).Add(30*time.Second))); missing > 0 {
-		t.Errorf("%d of %d messages still missing 30 s after the last due time", missing, len(due))
-	}
-	time.Sleep(2 * time.Second) // late duplicates
-	got := c.All()
-	rep := checkFaultRun(t, due, got)
+	got, rep := collectWave(t, c, due, 30*time.Second, 2*time.Second)
 
 	// The node closes the bridge's connections some time into stop_app:
 	// forwards up to then were published, and those whose confirms were
@@ -416,8 +398,7 @@ func runClusterNodeLoss(t *testing.T, nodes []clusterNode, order []int, queuesOn
 	}
 	slices.Sort(lates)
 	checkDuplicatesExplainedByKills(t, rep, due, []killEvent{{At: lost, Running: resumed}}, restoredAfterConnectionLoss(b.Stderr()))
-	t.Logf("%d deliveries of %d messages: %d lost, %d early, %d duplicate deliveries (%d ids), %d unknown; consumer reconnects %d",
-		len(got), len(due), rep.lost, rep.early, rep.dups, len(rep.dupIDs), rep.unknown, c.Reconnects())
+	logWaveReport(t, c, due, got, rep)
 	t.Logf("bridge connections lost %s after the node was taken down (stop_app or partition); forwarding resumed %s after that; lateness of the %d messages due in the 10 s after it was taken down: median %s, p99 %s, max %s",
 		lost.Sub(kill).Round(time.Millisecond), resumed.Sub(lost).Round(time.Millisecond), len(lates), lates[len(lates)/2].Round(time.Millisecond),
 		lates[len(lates)*99/100].Round(time.Millisecond), lates[len(lates)-1].Round(time.Millisecond))
@@ -425,13 +406,7 @@ func runClusterNodeLoss(t *testing.T, nodes []clusterNode, order []int, queuesOn
 	if r := resumed.Sub(lost); r > resumeWithin {
 		t.Errorf("forwarding resumed %s after the bridge lost the node, want within %s", r.Round(time.Millisecond), resumeWithin)
 	}
-	if !b.Running() {
-		t.Fatalf("the bridge exited with code %d", b.exitCode)
-	}
-	if code, err := getReadyz(b.HTTPAddr); code != http.StatusOK {
-		t.Errorf("at the end /readyz answers %d (%v), want 200", code, err)
-	}
-	b.Stop()
+	checkReadyAndStop(t, b)
 	conn, err := amqp.Dial(client.URL)
 	if err != nil {
 		t.Fatalf("connect to check the queues: %v", err)

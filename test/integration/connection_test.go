@@ -50,36 +50,15 @@ func TestForcedConnectionClose(t *testing.T) {
 	t.Parallel()
 	requireRabbitmqctl(t)
 	const n = 2000
-	testStart := time.Now()
-	b := startBridge(t, nil)
-	dest := b.Endpoint + ".dst"
-	declareQueue(t, dial(t), dest)
-	c := startFaultConsumer(t, dest)
-	pub, err := newFaultPublisher("it-forced-close-publisher")
-	if err != nil {
-		t.Fatalf("publisher: %v", err)
-	}
-	t.Cleanup(pub.Close)
-	mon := startReadyMonitor(t, b.HTTPAddr)
-	defer func() { // also after a t.Fatal
-		summarizeBridgeLog(t, "", b)
-		t.Logf("runtime %s", time.Since(testStart).Round(time.Millisecond))
-	}()
+	b, dest, c, pub, mon := startWatchedBridge(t, "it-forced-close-publisher")
 
 	// rabbitmqctl takes ~1 s (more under load): list the bridge's
 	// connections ahead, so that each close lands when planned.
 	targets := waitNewBridgeConnections(t, b, nil, 15*time.Second)
 
 	start := time.Now()
-	type waveResult struct {
-		due map[string]time.Time
-		err error
-	}
-	pubDone := make(chan waveResult, 1)
-	go func() { // 50 batches of 40, one every 100 ms: ~5 s of publishing
-		due, err := publishWave(pub, b.TimeoutsQueue(), []string{dest}, "close-", n, 40, 100*time.Millisecond, 500*time.Millisecond, 6*time.Second)
-		pubDone <- waveResult{due, err}
-	}()
+	// 50 batches of 40, one every 100 ms: ~5 s of publishing
+	pubDone := publishWaveAsync(pub, b.TimeoutsQueue(), []string{dest}, "close-", n, 40, 100*time.Millisecond, 500*time.Millisecond, 6*time.Second)
 
 	var closes []time.Time
 	for i, off := range []time.Duration{1500 * time.Millisecond, 3500 * time.Millisecond} {
@@ -120,10 +99,7 @@ func TestForcedConnectionClose(t *testing.T) {
 			i+1, issued.Sub(start).Round(time.Millisecond), time.Since(issued).Round(time.Millisecond), targets, c.Count())
 	}
 
-	res := <-pubDone
-	if res.err != nil {
-		t.Fatalf("publishing: %v (%d confirmed before that)", res.err, len(res.due))
-	}
+	res := awaitWave(t, pubDone)
 	due := res.due
 	waitBridgeReadyAgain(t, b, 30*time.Second)
 	t.Logf("ready again %s after the last close", time.Since(closes[len(closes)-1]).Round(time.Millisecond))
@@ -137,31 +113,13 @@ func TestForcedConnectionClose(t *testing.T) {
 	}
 
 	// Ingest must be consuming again: a second wave after the reconnects.
-	due2, err := publishWave(pub, b.TimeoutsQueue(), []string{dest}, "close-after-", 200, 100, 50*time.Millisecond, 500*time.Millisecond, 2*time.Second)
-	if err != nil {
-		t.Fatalf("publishing the second wave: %v", err)
-	}
-	for id, d := range due2 {
-		due[id] = d
-	}
+	publishMore(t, due, pub, b.TimeoutsQueue(), []string{dest}, "close-after-", 200, 100, 50*time.Millisecond, 500*time.Millisecond, 2*time.Second)
 
-	if missing := c.waitAll(due, time.Until(latestDue(due).Add(30*time.Second))); missing > 0 {
-		t.Errorf("%d of %d messages still missing 30 s after the last due time", missing, len(due))
-	}
-	time.Sleep(2 * time.Second) // late duplicates
-	got := c.All()
-	rep := checkFaultRun(t, due, got)
-	t.Logf("%d deliveries of %d messages: %d lost, %d early, %d duplicate deliveries (%d ids), %d unknown; latest %s after its due time",
-		len(got), len(due), rep.lost, rep.early, rep.dups, len(rep.dupIDs), rep.unknown, rep.worstLate.Round(time.Millisecond))
+	got, rep := collectWave(t, c, due, 30*time.Second, 2*time.Second)
+	logWaveReport(t, c, due, got, rep)
 	t.Logf("/readyz transitions (from the start of publishing): %s", mon.String(start))
 
-	if !b.Running() {
-		t.Fatalf("the bridge exited with code %d", b.exitCode)
-	}
-	if code, err := getReadyz(b.HTTPAddr); code != http.StatusOK {
-		t.Errorf("at the end /readyz answers %d (%v), want 200", code, err)
-	}
-	b.Stop()
+	checkReadyAndStop(t, b)
 	checkBridgeQueuesDrained(t, b)
 }
 
@@ -191,21 +149,7 @@ func TestForcedConnectionClose(t *testing.T) {
 func TestBrokerRestartMidFlow(t *testing.T) {
 	testenv.Disruptive(t)
 	requireRabbitmqctl(t)
-	testStart := time.Now()
-	b := startBridge(t, nil)
-	dest := b.Endpoint + ".dst"
-	declareQueue(t, dial(t), dest)
-	c := startFaultConsumer(t, dest)
-	pub, err := newFaultPublisher("it-broker-restart-publisher")
-	if err != nil {
-		t.Fatalf("publisher: %v", err)
-	}
-	t.Cleanup(pub.Close)
-	mon := startReadyMonitor(t, b.HTTPAddr)
-	defer func() { // also after a t.Fatal
-		summarizeBridgeLog(t, "", b)
-		t.Logf("runtime %s", time.Since(testStart).Round(time.Millisecond))
-	}()
+	b, dest, c, pub, mon := startWatchedBridge(t, "it-broker-restart-publisher")
 
 	// Wave 1: 30 batches of 50 over ~1.8 s, due 0.5–8 s after publishing, so
 	// that the stop comes while some are being ingested and dispatched and
@@ -252,33 +196,33 @@ func TestBrokerRestartMidFlow(t *testing.T) {
 		t.Fatalf("publisher after the restart: %v", err)
 	}
 	t.Cleanup(pub2.Close)
-	due2, err := publishWave(pub2, b.TimeoutsQueue(), []string{dest}, "restart-after-", 300, 100, 50*time.Millisecond, 500*time.Millisecond, 2*time.Second)
-	if err != nil {
-		t.Fatalf("publishing the second wave: %v", err)
-	}
-	for id, d := range due2 {
-		due[id] = d
-	}
+	publishMore(t, due, pub2, b.TimeoutsQueue(), []string{dest}, "restart-after-", 300, 100, 50*time.Millisecond, 500*time.Millisecond, 2*time.Second)
 
-	if missing := c.waitAll(due, time.Until(latestDue(due).Add(30*time.Second))); missing > 0 {
-		t.Errorf("%d of %d messages still missing 30 s after the last due time", missing, len(due))
-	}
-	time.Sleep(2 * time.Second) // late duplicates
-	got := c.All()
-	rep := checkFaultRun(t, due, got)
-	t.Logf("%d deliveries of %d messages: %d lost, %d early, %d duplicate deliveries (%d ids), %d unknown; latest %s after its due time; consumer reconnects %d",
-		len(got), len(due), rep.lost, rep.early, rep.dups, len(rep.dupIDs), rep.unknown, rep.worstLate.Round(time.Millisecond), c.Reconnects())
+	got, rep := collectWave(t, c, due, 30*time.Second, 2*time.Second)
+	logWaveReport(t, c, due, got, rep)
 	t.Logf("/readyz transitions (from the start of publishing): %s", mon.String(start))
 	checkBackAtOnce(t, b, due, rep, stopped, upAt, 2*time.Second, 5*time.Second)
 
-	if !b.Running() {
-		t.Fatalf("the bridge exited with code %d", b.exitCode)
-	}
-	if code, err := getReadyz(b.HTTPAddr); code != http.StatusOK {
-		t.Errorf("at the end /readyz answers %d (%v), want 200", code, err)
-	}
-	b.Stop()
+	checkReadyAndStop(t, b)
 	checkBridgeQueuesDrained(t, b)
+}
+
+// startWatchedBridge starts a bridge, fault clients on <endpoint>.dst (the
+// publisher named publisher) and a monitor of its /readyz. When the test
+// ends, even by t.Fatal, it logs the summary of the bridge's log and the
+// test's runtime.
+func startWatchedBridge(t *testing.T, publisher string) (b *bridgeProc, dest string, c *faultConsumer, pub *faultPublisher, mon *readyMonitor) {
+	t.Helper()
+	testStart := time.Now()
+	b = startBridge(t, nil)
+	dest = b.Endpoint + ".dst"
+	_, c, pub = startFaultClients(t, publisher, dest)
+	mon = startReadyMonitor(t, b.HTTPAddr)
+	t.Cleanup(func() {
+		summarizeBridgeLog(t, "", b)
+		t.Logf("runtime %s", time.Since(testStart).Round(time.Millisecond))
+	})
+	return b, dest, c, pub, mon
 }
 
 // checkBackAtOnce checks that the bridge resumed at once after the broker's

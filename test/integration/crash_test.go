@@ -13,7 +13,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math/rand/v2"
+	"net/http"
 	"slices"
 	"sort"
 	"strconv"
@@ -51,16 +53,7 @@ func TestCrashSafetyRepeatedKill(t *testing.T) {
 	b := startBridge(t, map[string]string{"DELAYBRIDGE_LOG_LEVEL": "debug"})
 	instances := []*bridgeProc{b}
 	dests := []string{b.Endpoint + ".dst-a", b.Endpoint + ".dst-b"}
-	setup := dial(t)
-	for _, q := range dests {
-		declareQueue(t, setup, q)
-	}
-	c := startFaultConsumer(t, dests...)
-	pub, err := newFaultPublisher("it-crash-publisher")
-	if err != nil {
-		t.Fatalf("publisher: %v", err)
-	}
-	t.Cleanup(pub.Close)
+	_, c, pub := startFaultClients(t, "it-crash-publisher", dests...)
 	defer func() { // also after a t.Fatal
 		disrupted := 0
 		for i, inst := range instances {
@@ -73,15 +66,7 @@ func TestCrashSafetyRepeatedKill(t *testing.T) {
 	}()
 
 	start := time.Now()
-	type waveResult struct {
-		due map[string]time.Time
-		err error
-	}
-	pubDone := make(chan waveResult, 1)
-	go func() {
-		due, err := publishWave(pub, b.TimeoutsQueue(), dests, "crash-", n, batch, every, 500*time.Millisecond, 8*time.Second)
-		pubDone <- waveResult{due, err}
-	}()
+	pubDone := publishWaveAsync(pub, b.TimeoutsQueue(), dests, "crash-", n, batch, every, 500*time.Millisecond, 8*time.Second)
 
 	// Irregular kill moments, after the publishing started.
 	killAt := []time.Duration{700 * time.Millisecond, 1900 * time.Millisecond, 3100 * time.Millisecond, 4600 * time.Millisecond}
@@ -106,27 +91,17 @@ func TestCrashSafetyRepeatedKill(t *testing.T) {
 			i+1, k.Sub(start).Round(time.Millisecond), k.Format("15:04:05.000"), delivered, time.Since(k).Round(time.Millisecond))
 	}
 
-	res := <-pubDone
-	if res.err != nil {
-		t.Fatalf("publishing: %v (%d messages confirmed before that)", res.err, len(res.due))
-	}
+	res := awaitWave(t, pubDone)
 	due := res.due
 	t.Logf("published and confirmed %d messages in %s", len(due), time.Since(start).Round(time.Millisecond))
 
-	lastDue := latestDue(due)
-	if missing := c.waitAll(due, time.Until(lastDue.Add(25*time.Second))); missing > 0 {
-		t.Errorf("%d of %d messages still missing 25 s after the last due time", missing, len(due))
-	}
-	time.Sleep(2 * time.Second) // late duplicates
-	got := c.All()
-	rep := checkFaultRun(t, due, got)
+	got, rep := collectWave(t, c, due, 25*time.Second, 2*time.Second)
 	logs := make([]string, len(instances))
 	for i, inst := range instances {
 		logs[i] = inst.Stderr()
 	}
 	checkDuplicatesExplainedByKills(t, rep, due, kills, restoredAfterKills(logs))
-	t.Logf("%d deliveries of %d messages: %d lost, %d early, %d duplicate deliveries (%d ids), %d unknown; latest %s after its due time; consumer reconnects %d",
-		len(got), len(due), rep.lost, rep.early, rep.dups, len(rep.dupIDs), rep.unknown, rep.worstLate.Round(time.Millisecond), c.Reconnects())
+	logWaveReport(t, c, due, got, rep)
 
 	if !b.Running() {
 		t.Fatalf("the last bridge exited with code %d", b.exitCode)
@@ -237,6 +212,97 @@ func publishWave(p *faultPublisher, queue string, dests []string, prefix string,
 		}
 	}
 	return due, nil
+}
+
+// waveResult is what a wave published in the background came to.
+type waveResult struct {
+	due map[string]time.Time // every confirmed message and its due time
+	err error                // the error publishWave stopped at
+	end time.Time            // when publishing ended
+}
+
+// publishWaveAsync runs publishWave in a goroutine, so that a test can
+// disrupt the bridge meanwhile; the channel carries its one result.
+func publishWaveAsync(p *faultPublisher, queue string, dests []string, prefix string, n, batch int, every, from, to time.Duration) <-chan waveResult {
+	done := make(chan waveResult, 1)
+	go func() {
+		due, err := publishWave(p, queue, dests, prefix, n, batch, every, from, to)
+		done <- waveResult{due, err, time.Now()}
+	}()
+	return done
+}
+
+// awaitWave waits for the wave of publishWaveAsync and fails the test if it
+// did not publish everything.
+func awaitWave(t testing.TB, wave <-chan waveResult) waveResult {
+	t.Helper()
+	res := <-wave
+	if res.err != nil {
+		t.Fatalf("publishing: %v (%d messages confirmed before that)", res.err, len(res.due))
+	}
+	return res
+}
+
+// collectWave waits until every message of due arrived, failing the test
+// for any still missing grace after the last due time, then settle more for
+// late duplicates, and checks the run (checkFaultRun).
+func collectWave(t *testing.T, c *faultConsumer, due map[string]time.Time, grace, settle time.Duration) ([]faultArrival, faultReport) {
+	t.Helper()
+	if missing := c.waitAll(due, time.Until(latestDue(due).Add(grace))); missing > 0 {
+		t.Errorf("%d of %d messages still missing %s after the last due time", missing, len(due), grace)
+	}
+	time.Sleep(settle)
+	got := c.All()
+	return got, checkFaultRun(t, due, got)
+}
+
+// publishMore publishes another wave (publishWave's arguments) and adds its
+// messages to due; it fails the test if the wave fails.
+func publishMore(t *testing.T, due map[string]time.Time, p *faultPublisher, queue string, dests []string, prefix string, n, batch int, every, from, to time.Duration) {
+	t.Helper()
+	more, err := publishWave(p, queue, dests, prefix, n, batch, every, from, to)
+	if err != nil {
+		t.Fatalf("publishing the wave %s: %v", prefix, err)
+	}
+	maps.Copy(due, more)
+}
+
+// logWaveReport logs what checkFaultRun found for a wave.
+func logWaveReport(t *testing.T, c *faultConsumer, due map[string]time.Time, got []faultArrival, rep faultReport) {
+	t.Helper()
+	t.Logf("%d deliveries of %d messages: %d lost, %d early, %d duplicate deliveries (%d ids), %d unknown; latest %s after its due time; consumer reconnects %d",
+		len(got), len(due), rep.lost, rep.early, rep.dups, len(rep.dupIDs), rep.unknown, rep.worstLate.Round(time.Millisecond), c.Reconnects())
+}
+
+// checkReadyAndStop fails the test unless the bridge survived the disruption
+// and is ready at the end; then it stops the bridge.
+func checkReadyAndStop(t *testing.T, b *bridgeProc) {
+	t.Helper()
+	if !b.Running() {
+		t.Fatalf("the bridge exited with code %d", b.exitCode)
+	}
+	if code, err := getReadyz(b.HTTPAddr); code != http.StatusOK {
+		t.Errorf("at the end /readyz answers %d (%v), want 200", code, err)
+	}
+	b.Stop()
+}
+
+// startFaultClients declares the destination queues dests and starts a
+// faultConsumer on them and a faultPublisher named name, both closed at the
+// test's cleanup. setup is a connection for the test's own checks.
+func startFaultClients(t testing.TB, name string, dests ...string) (setup *amqp.Connection, c *faultConsumer, pub *faultPublisher) {
+	t.Helper()
+	setup = dial(t)
+	for _, q := range dests {
+		declareQueue(t, setup, q)
+	}
+	c = startFaultConsumer(t, dests...)
+	pub, err := newFaultPublisher(name)
+	if err != nil {
+		t.Fatalf("publisher: %v", err)
+	}
+	t.Cleanup(pub.Close)
+	return setup, c, pub
 }
 
 func latestDue(due map[string]time.Time) time.Time {

@@ -144,11 +144,7 @@ func TestHeaderStyles(t *testing.T) {
 // every AMQP field type survive the delay unchanged (docs/contract.md §3).
 func TestFaithfulForwarding(t *testing.T) {
 	t.Parallel()
-	b := startBridge(t, nil)
-	conn := dial(t)
-	pub := newPublisher(t, conn)
-	dest := b.Endpoint + ".dst"
-	c := declareAndConsume(t, conn, dest)
+	b, conn, pub, dest, c := startWithDest(t)
 
 	body := make([]byte, 256*4)
 	for i := range body {
@@ -261,25 +257,20 @@ func TestFaithfulForwarding(t *testing.T) {
 		UserId: "", // dropped by contract
 		AppId:  sent.AppId, Exchange: "", RKey: dest,
 	}
-	gotProps := props{
-		ContentType: d.ContentType, ContentEncoding: d.ContentEncoding,
-		DeliveryMode: d.DeliveryMode, Priority: d.Priority,
-		CorrelationId: d.CorrelationId, ReplyTo: d.ReplyTo, Expiration: d.Expiration,
-		MessageId: d.MessageId, Timestamp: d.Timestamp, Type: d.Type,
-		UserId: d.UserId, AppId: d.AppId, Exchange: d.Exchange, RKey: d.RoutingKey,
+	propsOf := func(a arrival) props {
+		return props{
+			ContentType: a.ContentType, ContentEncoding: a.ContentEncoding,
+			DeliveryMode: a.DeliveryMode, Priority: a.Priority,
+			CorrelationId: a.CorrelationId, ReplyTo: a.ReplyTo, Expiration: a.Expiration,
+			MessageId: a.MessageId, Timestamp: a.Timestamp, Type: a.Type,
+			UserId: a.UserId, AppId: a.AppId, Exchange: a.Exchange, RKey: a.RoutingKey,
+		}
 	}
-	if diff := cmp.Diff(want, gotProps); diff != "" {
+	if diff := cmp.Diff(want, propsOf(d)); diff != "" {
 		t.Errorf("forwarded properties differ (-want, +got):\n%s", diff)
 	}
 	want.RKey = control
-	ctlProps := props{
-		ContentType: ctl.ContentType, ContentEncoding: ctl.ContentEncoding,
-		DeliveryMode: ctl.DeliveryMode, Priority: ctl.Priority,
-		CorrelationId: ctl.CorrelationId, ReplyTo: ctl.ReplyTo, Expiration: ctl.Expiration,
-		MessageId: ctl.MessageId, Timestamp: ctl.Timestamp, Type: ctl.Type,
-		UserId: ctl.UserId, AppId: ctl.AppId, Exchange: ctl.Exchange, RKey: ctl.RoutingKey,
-	}
-	if diff := cmp.Diff(want, ctlProps); diff != "" {
+	if diff := cmp.Diff(want, propsOf(ctl)); diff != "" {
 		t.Errorf("sanity: the broker changed the properties of a direct publish (-want, +got):\n%s", diff)
 	}
 	if diff := cmp.Diff(body, d.Body); diff != "" {
@@ -293,11 +284,7 @@ var uuidForm = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}
 // bridge assigns a unique id and puts it in message-id (docs/contract.md §2).
 func TestGeneratedMessageID(t *testing.T) {
 	t.Parallel()
-	b := startBridge(t, nil)
-	conn := dial(t)
-	pub := newPublisher(t, conn)
-	dest := b.Endpoint + ".dst"
-	c := declareAndConsume(t, conn, dest)
+	b, _, pub, dest, c := startWithDest(t)
 
 	for i := range 3 {
 		pub.Publish(b.TimeoutsQueue(), amqp.Publishing{
@@ -325,11 +312,7 @@ func TestGeneratedMessageID(t *testing.T) {
 // TestDueInThePast: a due time in the past is due at once (docs/contract.md §2).
 func TestDueInThePast(t *testing.T) {
 	t.Parallel()
-	b := startBridge(t, nil)
-	conn := dial(t)
-	pub := newPublisher(t, conn)
-	dest := b.Endpoint + ".dst"
-	c := declareAndConsume(t, conn, dest)
+	b, _, pub, dest, c := startWithDest(t)
 
 	hourAgo := time.Now().Add(-time.Hour)
 	expire, _ := nsbExpire(hourAgo)
@@ -420,11 +403,7 @@ func TestScheduleCommand(t *testing.T) {
 // forwarded unchanged like any other value (docs/contract.md §3 "Faithful").
 func TestFaithfulForwardingExtremeTimestamps(t *testing.T) {
 	t.Parallel()
-	b := startBridge(t, nil)
-	conn := dial(t)
-	pub := newPublisher(t, conn)
-	dest := b.Endpoint + ".dst"
-	c := declareAndConsume(t, conn, dest)
+	b, conn, pub, dest, c := startWithDest(t)
 	control := b.Endpoint + ".control"
 	cc := declareAndConsume(t, conn, control)
 

@@ -67,16 +67,7 @@ func TestFailoverBrokerMidRun(t *testing.T) {
 		"DELAYBRIDGE_AMQP_FAILOVER_URLS": urlB,
 	})
 	dests := []string{b.Endpoint + ".dst-a", b.Endpoint + ".dst-b"}
-	setup := dial(t)
-	for _, q := range dests {
-		declareQueue(t, setup, q)
-	}
-	c := startFaultConsumer(t, dests...)
-	pub, err := newFaultPublisher("it-failover-publisher")
-	if err != nil {
-		t.Fatalf("publisher: %v", err)
-	}
-	t.Cleanup(pub.Close)
+	_, c, pub := startFaultClients(t, "it-failover-publisher", dests...)
 	mon := startReadyMonitor(t, b.HTTPAddr)
 	defer func() { // also after a t.Fatal
 		summarizeBridgeLog(t, "", b)
@@ -100,15 +91,7 @@ func TestFailoverBrokerMidRun(t *testing.T) {
 	}
 
 	start := time.Now()
-	type waveResult struct {
-		due map[string]time.Time
-		err error
-	}
-	pubDone := make(chan waveResult, 1)
-	go func() {
-		due, err := publishWave(pub, b.TimeoutsQueue(), dests, "failover-", n, batch, every, 500*time.Millisecond, 6*time.Second)
-		pubDone <- waveResult{due, err}
-	}()
+	pubDone := publishWaveAsync(pub, b.TimeoutsQueue(), dests, "failover-", n, batch, every, 500*time.Millisecond, 6*time.Second)
 
 	time.Sleep(time.Until(start.Add(killAt)))
 	if !b.Running() {
@@ -160,22 +143,13 @@ func TestFailoverBrokerMidRun(t *testing.T) {
 		t.Errorf("the bridge log contains the broker password")
 	}
 
-	res := <-pubDone
-	if res.err != nil {
-		t.Fatalf("publishing: %v (%d confirmed before that)", res.err, len(res.due))
-	}
+	res := awaitWave(t, pubDone)
 	due := res.due
 	t.Logf("published and confirmed %d messages in %s", len(due), time.Since(start).Round(time.Millisecond))
 
-	if missing := c.waitAll(due, time.Until(latestDue(due).Add(15*time.Second))); missing > 0 {
-		t.Errorf("%d of %d messages still missing 15 s after the last due time", missing, len(due))
-	}
-	time.Sleep(1500 * time.Millisecond) // late duplicates
-	got := c.All()
-	rep := checkFaultRun(t, due, got)
+	got, rep := collectWave(t, c, due, 15*time.Second, 1500*time.Millisecond)
 	checkDuplicatesExplainedByKills(t, rep, due, []killEvent{{At: kill, Running: readyAt}}, nil)
-	t.Logf("%d deliveries of %d messages: %d lost, %d early, %d duplicate deliveries (%d ids), %d unknown; latest %s after its due time; consumer reconnects %d",
-		len(got), len(due), rep.lost, rep.early, rep.dups, len(rep.dupIDs), rep.unknown, rep.worstLate.Round(time.Millisecond), c.Reconnects())
+	logWaveReport(t, c, due, got, rep)
 	t.Logf("/readyz transitions (from the start of publishing): %s", mon.String(start))
 
 	// Proxy B carried the bridge's traffic: its consume and publish
@@ -190,13 +164,7 @@ func TestFailoverBrokerMidRun(t *testing.T) {
 		t.Errorf("proxy B carries %d connections at the end, want ≥ 2 (consume and publish)", proxyB.Open())
 	}
 
-	if !b.Running() {
-		t.Fatalf("the bridge exited with code %d", b.exitCode)
-	}
-	if code, err := getReadyz(b.HTTPAddr); code != http.StatusOK {
-		t.Errorf("at the end /readyz answers %d (%v), want 200", code, err)
-	}
-	b.Stop()
+	checkReadyAndStop(t, b)
 	checkBridgeQueuesDrained(t, b)
 }
 

@@ -214,12 +214,9 @@ func bridgeEnv(t testing.TB, env map[string]string) map[string]string {
 	return full
 }
 
-// execBridge starts the binary with args and exactly the given DELAYBRIDGE_*
-// variables (none inherited from the test's environment), except that
-// DELAYBRIDGE_ADMIN_TOKEN_FILE is empty unless given: a test's bridge makes
-// no token file in the working directory, and its admin API is on only with
-// a token the test sets.
-func execBridge(t testing.TB, env map[string]string, args ...string) *bridgeProc {
+// bridgeCommand is the built binary with args, the test's environment
+// without its DELAYBRIDGE_* variables, and exactly those of env.
+func bridgeCommand(t testing.TB, env map[string]string, args ...string) *exec.Cmd {
 	t.Helper()
 	if bridgeBin == "" {
 		requireBroker(t) // TestMain builds the binary only when the broker is up
@@ -231,11 +228,22 @@ func execBridge(t testing.TB, env map[string]string, args ...string) *bridgeProc
 			cmd.Env = append(cmd.Env, kv)
 		}
 	}
-	if _, ok := env["DELAYBRIDGE_ADMIN_TOKEN_FILE"]; !ok {
-		cmd.Env = append(cmd.Env, "DELAYBRIDGE_ADMIN_TOKEN_FILE=")
-	}
 	for k, v := range env {
 		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	return cmd
+}
+
+// execBridge starts the binary with args and exactly the given DELAYBRIDGE_*
+// variables (none inherited from the test's environment), except that
+// DELAYBRIDGE_ADMIN_TOKEN_FILE is empty unless given: a test's bridge makes
+// no token file in the working directory, and its admin API is on only with
+// a token the test sets.
+func execBridge(t testing.TB, env map[string]string, args ...string) *bridgeProc {
+	t.Helper()
+	cmd := bridgeCommand(t, env, args...)
+	if _, ok := env["DELAYBRIDGE_ADMIN_TOKEN_FILE"]; !ok {
+		cmd.Env = append(cmd.Env, "DELAYBRIDGE_ADMIN_TOKEN_FILE=")
 	}
 	b := &bridgeProc{
 		t: t, Env: env, Endpoint: env["DELAYBRIDGE_ENDPOINT"], ErrorQ: env["DELAYBRIDGE_ERROR_QUEUE"],
@@ -617,6 +625,37 @@ func consume(t testing.TB, conn *amqp.Connection, queue string) *consumer {
 	}()
 	t.Cleanup(func() { _ = ch.Close() })
 	return c
+}
+
+// delayOne sends one message (message-id and body id) through b to
+// <endpoint>.dst, due after from now, waits up to wait for its first
+// delivery and fails the test if that came early (otherwise it logs how
+// late). It returns the consumer of the destination and that delivery.
+func delayOne(t *testing.T, b *bridgeProc, id string, after, wait time.Duration) (*consumer, arrival) {
+	t.Helper()
+	conn := dial(t)
+	dest := b.Endpoint + ".dst"
+	c := declareAndConsume(t, conn, dest)
+	due := time.Now().Add(after).UTC().Truncate(time.Millisecond)
+	newPublisher(t, conn).Publish(b.TimeoutsQueue(), delayedMessage(id, dest, due))
+	got := c.WaitFor(1, wait)[0]
+	if got.At.Before(due) {
+		t.Errorf("delivered EARLY by %s (arrived %s, due %s)", due.Sub(got.At),
+			got.At.Format(time.RFC3339Nano), due.Format(time.RFC3339Nano))
+	}
+	t.Logf("%s delivered %s after its due time", id, got.At.Sub(due).Round(time.Millisecond))
+	return c, got
+}
+
+// startWithDest starts a bridge and, on a connection of the test's own, a
+// publisher and a consumer of the destination queue <endpoint>.dst.
+func startWithDest(t *testing.T) (b *bridgeProc, conn *amqp.Connection, pub *publisher, dest string, c *consumer) {
+	t.Helper()
+	b = startBridge(t, nil)
+	conn = dial(t)
+	pub = newPublisher(t, conn)
+	dest = b.Endpoint + ".dst"
+	return b, conn, pub, dest, declareAndConsume(t, conn, dest)
 }
 
 // declareAndConsume declares a destination queue and consumes it.

@@ -25,12 +25,20 @@ func scheduleSpread(t *testing.T, b *bridgeProc, pub *publisher, dest, prefix st
 		id := prefix + strconv.Itoa(i)
 		d := start.Add(from + time.Duration(rand.Int64N(int64(to-from)))).UTC().Truncate(time.Millisecond)
 		due[id] = d
-		msgs[i] = amqp.Publishing{MessageId: id, Body: []byte(id), DeliveryMode: amqp.Persistent, Headers: amqp.Table{
-			"x-destination": dest, "x-due-at": d.Format(time.RFC3339Nano),
-		}}
+		msgs[i] = delayedMessage(id, dest, d)
 	}
 	pub.PublishAll(b.TimeoutsQueue(), msgs)
 	return due
+}
+
+// restartAndCollect restarts the stopped or killed bridge b on its store,
+// waits up to wait for n distinct messages on c and returns the new bridge
+// and every delivery once c has been quiet for quietPeriod.
+func restartAndCollect(t *testing.T, b *bridgeProc, c *consumer, n int, wait time.Duration) (*bridgeProc, []arrival) {
+	t.Helper()
+	b2 := b.Restart(nil)
+	c.WaitUntil(wait, "all messages", func(got []arrival) bool { return len(distinct(got)) >= n })
+	return b2, c.Quiet(quietPeriod)
 }
 
 func earliestDue(due map[string]time.Time) time.Time {
@@ -71,9 +79,7 @@ func TestGracefulRestart(t *testing.T) {
 		t.Errorf("%d messages delivered before any was due", early)
 	}
 
-	b2 := b.Restart(nil)
-	c.WaitUntil(20*time.Second, "all messages", func(got []arrival) bool { return len(distinct(got)) >= n })
-	got := c.Quiet(quietPeriod)
+	b2, got := restartAndCollect(t, b, c, n, 20*time.Second)
 	checkDeliveries(t, got, due, false)
 	b2.Stop()
 }
@@ -85,11 +91,7 @@ func TestGracefulRestart(t *testing.T) {
 func TestGracefulStopDuringDispatch(t *testing.T) {
 	t.Parallel()
 	const n = 1000
-	b := startBridge(t, nil)
-	conn := dial(t)
-	pub := newPublisher(t, conn)
-	dest := b.Endpoint + ".dst"
-	c := declareAndConsume(t, conn, dest)
+	b, _, pub, dest, c := startWithDest(t)
 
 	due := scheduleSpread(t, b, pub, dest, "stop-mid-", n, 1500*time.Millisecond, 2500*time.Millisecond)
 	first := earliestDue(due)
@@ -98,9 +100,7 @@ func TestGracefulStopDuringDispatch(t *testing.T) {
 	t.Logf("stopped %s after the first due time; %d of %d delivered before the stop",
 		time.Since(first).Round(time.Millisecond), c.Count(), n)
 
-	b2 := b.Restart(nil)
-	c.WaitUntil(30*time.Second, "all messages", func(got []arrival) bool { return len(distinct(got)) >= n })
-	got := c.Quiet(quietPeriod)
+	b2, got := restartAndCollect(t, b, c, n, 30*time.Second)
 	checkDeliveries(t, got, due, false)
 	b2.Stop()
 }
@@ -111,11 +111,7 @@ func TestGracefulStopDuringDispatch(t *testing.T) {
 func TestKillBeforeDue(t *testing.T) {
 	t.Parallel()
 	const n = 500
-	b := startBridge(t, nil)
-	conn := dial(t)
-	pub := newPublisher(t, conn)
-	dest := b.Endpoint + ".dst"
-	c := declareAndConsume(t, conn, dest)
+	b, conn, pub, dest, c := startWithDest(t)
 
 	due := scheduleSpread(t, b, pub, dest, "kill-", n, 3*time.Second, 5*time.Second)
 	waitQueueEmpty(t, conn, b.TimeoutsQueue(), 10*time.Second)
@@ -125,9 +121,7 @@ func TestKillBeforeDue(t *testing.T) {
 	first := earliestDue(due)
 	t.Logf("killed %s before the first due time", first.Sub(killedAt).Round(time.Millisecond))
 
-	b2 := b.Restart(nil)
-	c.WaitUntil(25*time.Second, "all messages", func(got []arrival) bool { return len(distinct(got)) >= n })
-	got := c.Quiet(quietPeriod)
+	b2, got := restartAndCollect(t, b, c, n, 25*time.Second)
 	// Duplicates are only allowed for a kill mid-dispatch; this one came
 	// before anything was due, unless the machine was very slow.
 	dups := checkDeliveries(t, got, due, !killedAt.Before(first))
@@ -146,11 +140,7 @@ func TestKillBeforeDue(t *testing.T) {
 func TestKillDuringDispatch(t *testing.T) {
 	t.Parallel()
 	const n = 1000
-	b := startBridge(t, nil)
-	conn := dial(t)
-	pub := newPublisher(t, conn)
-	dest := b.Endpoint + ".dst"
-	c := declareAndConsume(t, conn, dest)
+	b, conn, pub, dest, c := startWithDest(t)
 
 	start := time.Now()
 	burst := start.Add(4 * time.Second).UTC().Truncate(time.Millisecond)
@@ -163,9 +153,7 @@ func TestKillDuringDispatch(t *testing.T) {
 			d = burst.Add(time.Duration(rand.Int64N(int64(time.Second)))).Truncate(time.Millisecond)
 		}
 		due[id] = d
-		msgs[i] = amqp.Publishing{MessageId: id, Body: []byte(id), DeliveryMode: amqp.Persistent, Headers: amqp.Table{
-			"x-destination": dest, "x-due-at": d.Format(time.RFC3339Nano),
-		}}
+		msgs[i] = delayedMessage(id, dest, d)
 	}
 	pub.PublishAll(b.TimeoutsQueue(), msgs)
 	waitQueueEmpty(t, conn, b.TimeoutsQueue(), 10*time.Second)
@@ -178,9 +166,7 @@ func TestKillDuringDispatch(t *testing.T) {
 	t.Logf("killed %s after the burst was due; %d of %d delivered before the kill",
 		time.Since(burst).Round(time.Millisecond), before, n)
 
-	b2 := b.Restart(nil)
-	c.WaitUntil(30*time.Second, "all messages", func(got []arrival) bool { return len(distinct(got)) >= n })
-	got := c.Quiet(quietPeriod)
+	b2, got := restartAndCollect(t, b, c, n, 30*time.Second)
 	dups := checkDeliveries(t, got, due, true)
 	t.Logf("%d duplicate deliveries after kill -9 mid-dispatch (allowed)", dups)
 	b2.Stop()

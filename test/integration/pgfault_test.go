@@ -74,26 +74,26 @@ func bridgeLogLines(stderr string) []logLine {
 // bridge's ('delaybridge <owner>') and returns how many it ended.
 func (p *pgTest) terminateBridgeSessions(t testing.TB, owner string) int {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	var n int
-	if err := p.conn.QueryRow(ctx, `SELECT count(*) FILTER (WHERE pg_terminate_backend(pid))
-		FROM pg_stat_activity WHERE application_name = $1 AND pid <> pg_backend_pid()`,
-		"delaybridge "+owner).Scan(&n); err != nil {
-		t.Fatalf("terminate the bridge's sessions: %v", err)
-	}
-	return n
+	return p.countSessions(t, "terminate the bridge's sessions", `SELECT count(*) FILTER (WHERE pg_terminate_backend(pid))
+		FROM pg_stat_activity WHERE application_name = $1 AND pid <> pg_backend_pid()`, owner)
 }
 
 // bridgeSessions counts the backends named after the bridge's owner.
 func (p *pgTest) bridgeSessions(t testing.TB, owner string) int {
 	t.Helper()
+	return p.countSessions(t, "count the bridge's sessions", `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1`, owner)
+}
+
+// countSessions runs query, a count over the backends whose
+// application_name ($1) is the bridge's of owner, and returns the count;
+// what says what failed.
+func (p *pgTest) countSessions(t testing.TB, what, query, owner string) int {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var n int
-	if err := p.conn.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1`,
-		"delaybridge "+owner).Scan(&n); err != nil {
-		t.Fatalf("count the bridge's sessions: %v", err)
+	if err := p.conn.QueryRow(ctx, query, "delaybridge "+owner).Scan(&n); err != nil {
+		t.Fatalf("%s: %v", what, err)
 	}
 	return n
 }
@@ -209,16 +209,7 @@ func TestPGSessionsTerminatedMidFlow(t *testing.T) {
 	}
 
 	dests := []string{b.Endpoint + ".dst-a", b.Endpoint + ".dst-b"}
-	setup := dial(t)
-	for _, q := range dests {
-		declareQueue(t, setup, q)
-	}
-	c := startFaultConsumer(t, dests...)
-	pub, err := newFaultPublisher("it-pg-terminate-publisher")
-	if err != nil {
-		t.Fatalf("publisher: %v", err)
-	}
-	t.Cleanup(pub.Close)
+	_, c, pub := startFaultClients(t, "it-pg-terminate-publisher", dests...)
 	defer func() {
 		summarizeBridgeLog(t, "bridge", b)
 		t.Logf("runtime %s", time.Since(testStart).Round(time.Millisecond))
@@ -226,15 +217,7 @@ func TestPGSessionsTerminatedMidFlow(t *testing.T) {
 
 	rw := watchReady(b.HTTPAddr)
 	start := time.Now()
-	type waveResult struct {
-		due map[string]time.Time
-		err error
-	}
-	pubDone := make(chan waveResult, 1)
-	go func() {
-		due, err := publishWave(pub, b.TimeoutsQueue(), dests, "pgterm-", n, batch, every, dueFrom, dueTo)
-		pubDone <- waveResult{due, err}
-	}()
+	pubDone := publishWaveAsync(pub, b.TimeoutsQueue(), dests, "pgterm-", n, batch, every, dueFrom, dueTo)
 
 	var lastKill time.Time
 	for i, off := range []time.Duration{2500 * time.Millisecond, 3500 * time.Millisecond, 4500 * time.Millisecond} {
@@ -252,10 +235,7 @@ func TestPGSessionsTerminatedMidFlow(t *testing.T) {
 		}
 	}
 
-	res := <-pubDone
-	if res.err != nil {
-		t.Fatalf("publishing: %v (%d confirmed before that)", res.err, len(res.due))
-	}
+	res := awaitWave(t, pubDone)
 	due := res.due
 	t.Logf("published and confirmed %d messages in %s; the last one is due at +%s", len(due),
 		time.Since(start).Round(time.Millisecond), latestDue(due).Sub(start).Round(time.Millisecond))
@@ -390,16 +370,7 @@ func TestPGDatabaseSilentLongerThanBreakers(t *testing.T) {
 	}))
 	instances := []*bridgeProc{b}
 	dests := []string{b.Endpoint + ".dst-a", b.Endpoint + ".dst-b"}
-	setup := dial(t)
-	for _, q := range dests {
-		declareQueue(t, setup, q)
-	}
-	c := startFaultConsumer(t, dests...)
-	pub, err := newFaultPublisher("it-pg-silent-publisher")
-	if err != nil {
-		t.Fatalf("publisher: %v", err)
-	}
-	t.Cleanup(pub.Close)
+	setup, c, pub := startFaultClients(t, "it-pg-silent-publisher", dests...)
 	defer func() {
 		for i, inst := range instances {
 			summarizeBridgeLog(t, fmt.Sprintf("instance %d", i), inst)
@@ -704,14 +675,6 @@ func TestPGTwoEndpointsOneSchema(t *testing.T) {
 		t.Fatalf("bridge A exited with code %d", a.exitCode)
 	}
 	a.waitReady(5 * time.Second)
-	conn := dial(t)
-	dest := a.Endpoint + ".dst"
-	cons := declareAndConsume(t, conn, dest)
-	dueAt := time.Now().Add(500 * time.Millisecond).UTC().Truncate(time.Millisecond)
-	newPublisher(t, conn).Publish(a.TimeoutsQueue(), delayedMessage("two-endpoints-1", dest, dueAt))
-	got := cons.WaitFor(1, 15*time.Second)
-	if got[0].At.Before(dueAt) {
-		t.Errorf("delivered early by %s", dueAt.Sub(got[0].At))
-	}
+	delayOne(t, a, "two-endpoints-1", 500*time.Millisecond, 15*time.Second)
 	a.Stop()
 }

@@ -79,16 +79,7 @@ func TestScaleOutThreeInstancesOneKilled(t *testing.T) {
 	t.Logf("3 instances ready after %s (schema %s, owners %q)", time.Since(testStart).Round(time.Millisecond), pg.Schema, owners)
 
 	dests := []string{endpoint + ".dst-a", endpoint + ".dst-b"}
-	setup := dial(t)
-	for _, q := range dests {
-		declareQueue(t, setup, q)
-	}
-	c := startFaultConsumer(t, dests...)
-	pub, err := newFaultPublisher("it-scale-publisher")
-	if err != nil {
-		t.Fatalf("publisher: %v", err)
-	}
-	t.Cleanup(pub.Close)
+	setup, c, pub := startFaultClients(t, "it-scale-publisher", dests...)
 	defer func() { // also after a t.Fatal
 		disrupted := 0
 		for i, b := range insts {
@@ -101,15 +92,7 @@ func TestScaleOutThreeInstancesOneKilled(t *testing.T) {
 	}()
 
 	start := time.Now()
-	type waveResult struct {
-		due map[string]time.Time
-		err error
-	}
-	pubDone := make(chan waveResult, 1)
-	go func() {
-		due, err := publishWave(pub, endpoint+".Timeouts", dests, "scale-", n, batch, every, dueFrom, dueTo)
-		pubDone <- waveResult{due, err}
-	}()
+	pubDone := publishWaveAsync(pub, endpoint+".Timeouts", dests, "scale-", n, batch, every, dueFrom, dueTo)
 
 	// Kill the victim while it has forwards in flight (or 2 s later anyway).
 	time.Sleep(time.Until(start.Add(killAfter)))
@@ -132,21 +115,12 @@ func TestScaleOutThreeInstancesOneKilled(t *testing.T) {
 		killAt.Sub(start).Round(time.Millisecond), killAt.Format("15:04:05.000"), deliveredAtKill,
 		len(vlog.forwarded), victimRemoved, len(inFlight), len(stillLeased))
 
-	res := <-pubDone
-	if res.err != nil {
-		t.Fatalf("publishing: %v (%d messages confirmed before that)", res.err, len(res.due))
-	}
+	res := awaitWave(t, pubDone)
 	due := res.due
 	t.Logf("published and confirmed %d messages in %s; due from %s to %s", len(due), time.Since(start).Round(time.Millisecond),
 		earliestDue(due).Format("15:04:05.000"), latestDue(due).Format("15:04:05.000"))
 
-	lastDue := latestDue(due)
-	if missing := c.waitAll(due, time.Until(lastDue.Add(lease+20*time.Second))); missing > 0 {
-		t.Errorf("%d of %d messages still missing %s after the last due time", missing, len(due), lease+20*time.Second)
-	}
-	time.Sleep(2 * time.Second) // late duplicates
-	got := c.All()
-	rep := checkFaultRun(t, due, got)
+	got, rep := collectWave(t, c, due, lease+20*time.Second, 2*time.Second)
 
 	// Duplicates: only forwards left unsettled (logged "forwarding" more
 	// often than "removed"), by the kill or by a fault §3.3 names: the killed
@@ -406,26 +380,16 @@ func TestFailoverBrokerAtStart(t *testing.T) {
 	}
 	t.Logf("dead broker %s; connected: %v", dead.Host, connected)
 
-	conn := dial(t)
-	dest := b.Endpoint + ".dst"
-	c := declareAndConsume(t, conn, dest)
-	due := time.Now().Add(1500 * time.Millisecond).UTC().Truncate(time.Millisecond)
-	newPublisher(t, conn).Publish(b.TimeoutsQueue(), delayedMessage("failover-1", dest, due))
-	got := c.WaitFor(1, 20*time.Second)
-	if got[0].MessageId != "failover-1" || string(got[0].Body) != "failover-1" {
-		t.Fatalf("got message %q body %q, want failover-1", got[0].MessageId, got[0].Body)
+	c, got := delayOne(t, b, "failover-1", 1500*time.Millisecond, 20*time.Second)
+	if got.MessageId != "failover-1" || string(got.Body) != "failover-1" {
+		t.Fatalf("got message %q body %q, want failover-1", got.MessageId, got.Body)
 	}
-	if got[0].At.Before(due) {
-		t.Errorf("delivered EARLY by %s (arrived %s, due %s)", due.Sub(got[0].At),
-			got[0].At.Format(time.RFC3339Nano), due.Format(time.RFC3339Nano))
-	}
-	if h := headerString(got[0].Headers, "x-due-at"); h != "" {
+	if h := headerString(got.Headers, "x-due-at"); h != "" {
 		t.Errorf("x-due-at still on the forwarded message: %q", h)
 	}
 	if all := c.Quiet(500 * time.Millisecond); len(all) != 1 {
 		t.Errorf("%d deliveries, want 1", len(all))
 	}
-	t.Logf("delivered %s after its due time", got[0].At.Sub(due).Round(time.Millisecond))
 	b.Stop()
 	checkBridgeQueuesDrained(t, b)
 }

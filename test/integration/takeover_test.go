@@ -66,16 +66,7 @@ func TestTakeOverStallKillStop(t *testing.T) {
 	termed, victim, stalled := insts[0], insts[1], insts[2]
 	t.Cleanup(func() { _ = stalled.cmd.Process.Signal(syscall.SIGCONT) }) // never left stopped
 	dests := []string{endpoint + ".dst-a", endpoint + ".dst-b"}
-	setup := dial(t)
-	for _, q := range dests {
-		declareQueue(t, setup, q)
-	}
-	c := startFaultConsumer(t, dests...)
-	pub, err := newFaultPublisher("it-takeover-publisher")
-	if err != nil {
-		t.Fatalf("publisher: %v", err)
-	}
-	t.Cleanup(pub.Close)
+	_, c, pub := startFaultClients(t, "it-takeover-publisher", dests...)
 	defer func() {
 		for i, b := range insts {
 			summarizeBridgeLog(t, fmt.Sprintf("instance %d (%s)", i, owners[i]), b)
@@ -84,16 +75,8 @@ func TestTakeOverStallKillStop(t *testing.T) {
 	}()
 
 	start := time.Now()
-	type waveResult struct {
-		due map[string]time.Time
-		err error
-	}
-	pubDone := make(chan waveResult, 1)
-	go func() {
-		n := int(rate * runFor / time.Second)
-		due, err := publishWave(pub, endpoint+".Timeouts", dests, "takeover-", n, batch, time.Second*batch/rate, dueFrom, dueTo)
-		pubDone <- waveResult{due, err}
-	}()
+	n := int(rate * runFor / time.Second)
+	pubDone := publishWaveAsync(pub, endpoint+".Timeouts", dests, "takeover-", n, batch, time.Second*batch/rate, dueFrom, dueTo)
 
 	time.Sleep(time.Until(start.Add(stopAt)))
 	if err := stalled.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
@@ -123,10 +106,7 @@ func TestTakeOverStallKillStop(t *testing.T) {
 	termed.Stop()
 	t.Logf("instance 0 stopped gracefully at +%s", time.Since(start).Round(time.Millisecond))
 
-	res := <-pubDone
-	if res.err != nil {
-		t.Fatalf("publishing: %v (%d messages confirmed before that)", res.err, len(res.due))
-	}
+	res := awaitWave(t, pubDone)
 	due := res.due
 	if missing := c.waitAll(due, time.Until(latestDue(due).Add(lateBound))); missing > 0 {
 		t.Errorf("%d of %d messages still missing %s after the last due time (a lease left to expire takes %s)", missing, len(due), lateBound, lease)
