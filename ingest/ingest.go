@@ -463,6 +463,12 @@ func (in *Ingester) classify(src Source, d amqp.Delivery) entry {
 		e.sched = sched
 		return e
 	}
+	if e.intake.Op == OpScheduleControl {
+		if _, ok := in.store.(storage.Scheduler); !ok {
+			e.intake = Reject(errors.New("this store cannot keep recurring schedules"))
+		}
+		return e
+	}
 	if !e.intake.Op.stores() {
 		return e
 	}
@@ -672,6 +678,12 @@ func (in *Ingester) cancel(ctx context.Context, batch []entry) time.Duration {
 		e := &batch[i]
 		if e.intake.Op == OpCancelSaga {
 			if p := in.cancelSaga(ctx, e); p > 0 {
+				pause = max(pause, p)
+			}
+			continue
+		}
+		if e.intake.Op == OpScheduleControl {
+			if p := in.controlSchedule(ctx, e); p > 0 {
 				pause = max(pause, p)
 			}
 			continue

@@ -21,13 +21,51 @@ import (
 // by its message id; x-delaybridge-cancel with that id ends it (cancel in
 // ingest.go calls cancelSchedule too).
 
-// Recurrence is what a recurring schedule's headers say.
+// Recurrence is what a recurring schedule's headers (or a protocol's
+// schedule message) say.
 type Recurrence struct {
+	// Source names the way it came in (storage.Schedule.Source): the
+	// schedule's key is storage.ScheduleKey(Source, Intake.ID).
+	// wire.ScheduleSourceAMQP when empty.
+	Source     string
 	Expr, Zone string
 	Start, End time.Time
 	Misfire    cron.MisfirePolicy
+	// Description and Token as storage.Schedule's.
+	Description, Token string
 	// First is the first fire time, from the time the message was taken in.
 	First time.Time
+}
+
+// NewRecurrence checks a schedule given by expr (cron.Parse) in zone
+// (cron.LoadLocation; UTC when empty) between start and end (zero:
+// unbounded) and finds its first fire time from receivedAt on.
+func NewRecurrence(expr, zone string, start, end time.Time, misfire cron.MisfirePolicy, receivedAt time.Time) (*Recurrence, error) {
+	spec, err := cron.Parse(expr)
+	if err != nil {
+		return nil, fmt.Errorf("cron expression %q: %w", wire.Clip(expr), err)
+	}
+	return newRecurrence(spec, expr, zone, start, end, misfire, receivedAt)
+}
+
+func newRecurrence(spec cron.Schedule, expr, zone string, start, end time.Time, misfire cron.MisfirePolicy, receivedAt time.Time) (*Recurrence, error) {
+	r := &Recurrence{Expr: expr, Zone: strings.TrimSpace(zone), Start: start, End: end, Misfire: misfire}
+	if r.Zone == "" {
+		r.Zone = "UTC"
+	}
+	loc, err := cron.LoadLocation(r.Zone)
+	if err != nil {
+		return nil, fmt.Errorf("time zone: %w", err)
+	}
+	// A fire time at the moment of intake still fires (as Quartz, which
+	// starts a new trigger's search a second back).
+	r.First = spec.NextIn(receivedAt.Add(-time.Second), loc, cron.Window{Start: r.Start, End: r.End})
+	if r.First.IsZero() {
+		return nil, fmt.Errorf("cron expression %q in %s has no fire time left (after the end time, or a date that never comes)",
+			wire.Clip(expr), r.Zone)
+	}
+	r.First = r.First.UTC()
+	return r, nil
 }
 
 // parseRecurring reads a delivery with wire.HeaderCron: where each fire
@@ -134,9 +172,14 @@ func (in *Ingester) acceptRecurring(it *Intake, d *amqp.Delivery, now time.Time)
 		return storage.Schedule{}, fmt.Errorf("headers cannot be stored: %w", err)
 	}
 	r := it.Recur
-	return storage.Schedule{Key: storage.ScheduleKey(wire.ScheduleSourceAMQP, it.ID), Source: wire.ScheduleSourceAMQP,
-		Expr: r.Expr, Zone: r.Zone, Start: r.Start, End: r.End, Misfire: int(r.Misfire),
-		Destination: it.Destination, Exchange: it.Exchange, Message: enc, NextFireAt: r.First}, nil
+	src := r.Source
+	if src == "" {
+		src = wire.ScheduleSourceAMQP
+	}
+	sched := storage.Schedule{Key: storage.ScheduleKey(src, it.ID), Source: src,
+		Expr: r.Expr, Zone: r.Zone, Start: r.Start, End: r.End, Misfire: int(r.Misfire), Description: r.Description, Token: r.Token,
+		Destination: it.Destination, Exchange: it.Exchange, Message: enc, NextFireAt: r.First}
+	return sched, storage.CheckSchedule(&sched)
 }
 
 // putSchedule stores e's schedule and acks e, or returns the pause to take
@@ -167,4 +210,66 @@ func (in *Ingester) cancelSchedule(ctx context.Context, id string) (found bool, 
 		return false, nil
 	}
 	return sc.CancelSchedule(context.WithoutCancel(ctx), storage.ScheduleKey(wire.ScheduleSourceAMQP, id))
+}
+
+// ScheduleControl is what an OpScheduleControl does to a schedule.
+type ScheduleControl int
+
+// The controls of a schedule (storage.Scheduler).
+const (
+	ScheduleCancel ScheduleControl = iota + 1
+	SchedulePause
+	ScheduleResume
+)
+
+func (c ScheduleControl) String() string {
+	switch c {
+	case ScheduleCancel:
+		return "cancel"
+	case SchedulePause:
+		return "pause"
+	case ScheduleResume:
+		return "resume"
+	}
+	return fmt.Sprintf("control %d", int(c))
+}
+
+// controlSchedule applies e's control to its schedule and acks e, or
+// returns the pause to take when the store failed (e stays requeued). A
+// schedule that does not exist is no error: the control is acked and
+// logged (as Quartz's unschedule or pause of a missing trigger).
+func (in *Ingester) controlSchedule(ctx context.Context, e *entry) time.Duration {
+	key, c := e.intake.ScheduleKey, e.intake.Control
+	sc, ok := in.store.(storage.Scheduler)
+	if !ok {
+		// classify refused it already; kept for a store swapped in tests.
+		e.outcome = ack
+		return 0
+	}
+	var changed bool
+	var err error
+	ctx = context.WithoutCancel(ctx)
+	switch c {
+	case ScheduleCancel:
+		changed, err = sc.CancelSchedule(ctx, key)
+	case SchedulePause:
+		changed, err = sc.PauseSchedule(ctx, key)
+	case ScheduleResume:
+		changed, err = sc.ResumeSchedule(ctx, key)
+	}
+	if errors.Is(err, storage.ErrScheduleNotFound) {
+		err = nil
+	}
+	if err != nil {
+		pause := in.opts.StoreBreaker.Failure(err)
+		in.log.Error().Err(err).Str("schedule", key).Stringer("control", c).Dur("retry_in", pause).Msg("schedule control failed; requeued")
+		return pause
+	}
+	in.opts.StoreBreaker.Success()
+	e.outcome = ack
+	in.log.Info().Str("schedule", key).Stringer("control", c).Bool("changed", changed).Msg("recurring schedule control applied")
+	if changed && c == ScheduleResume && in.opts.ScheduleWake != nil {
+		in.opts.ScheduleWake()
+	}
+	return 0
 }

@@ -118,11 +118,17 @@ const (
 	// (Recur says when it fires; Msg, Destination and Exchange what each
 	// fire forwards). It ends its batch as OpCancel does.
 	OpRecur
+	// OpScheduleControl: cancel, pause or resume (Control) the recurring
+	// schedule ScheduleKey; a missing one is no error. It ends its batch
+	// as OpCancel does.
+	OpScheduleControl
 )
 
 // endsBatch reports whether op ends its batch: a cancel applies to
 // everything received before it and to nothing after it.
-func (op Op) endsBatch() bool { return op == OpCancel || op == OpCancelSaga || op == OpRecur }
+func (op Op) endsBatch() bool {
+	return op == OpCancel || op == OpCancelSaga || op == OpRecur || op == OpScheduleControl
+}
 
 // stores reports whether op stores a message.
 func (op Op) stores() bool { return op == OpSchedule || op == OpReplace }
@@ -156,6 +162,10 @@ type Intake struct {
 
 	// OpRecur: the schedule (DueAt is its first fire time).
 	Recur *Recurrence
+
+	// OpScheduleControl: the schedule's store key and what to do.
+	ScheduleKey string
+	Control     ScheduleControl
 
 	// OpReject: why, in words; it lands in the error copy's headers.
 	Reason string
@@ -198,6 +208,11 @@ func (it *Intake) Validate() error {
 			return err
 		}
 		return storage.CheckDueAt(it.DueAt)
+	case OpScheduleControl:
+		if it.Control < ScheduleCancel || it.Control > ScheduleResume {
+			return fmt.Errorf("parser returned an unknown schedule control %d", it.Control)
+		}
+		return wire.ValidateID("schedule key", it.ScheduleKey)
 	case OpCancel:
 		return wire.ValidateID("cancelled id", it.CancelID)
 	case OpCancelSaga:
