@@ -3,8 +3,9 @@
 // ScheduleMessage and CancelScheduledMessage to that queue (with
 // cfg.UsePublishMessageScheduler() they publish them), and the bridge does
 // what MassTransit's Quartz scheduler would: at the scheduled time it sends
-// the payload to its destination. This package is the one home of that wire
-// format (docs/contract.md §2.10). Paths are in MassTransit/MassTransit.
+// the payload to its destination. The recurring contracts make and control
+// recurring schedules (recurring.go). This package is the one home of that
+// wire format (docs/contract.md §2.10). Paths are in MassTransit/MassTransit.
 //
 // The facts it relies on, and where the framework's source states them:
 //
