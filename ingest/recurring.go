@@ -242,9 +242,10 @@ func (in *Ingester) controlSchedule(ctx context.Context, e *entry) time.Duration
 	key, c := e.intake.ScheduleKey, e.intake.Control
 	sc, ok := in.store.(storage.Scheduler)
 	if !ok {
-		// classify refused it already; kept for a store swapped in tests.
-		e.outcome = ack
-		return 0
+		// classify refused it already: a store without schedules never
+		// gets here. Should one, the control stays requeued, said so.
+		in.log.Error().Str("schedule", key).Stringer("control", c).Msg("schedule control on a store without schedules; requeued")
+		return time.Second
 	}
 	var changed bool
 	var err error
