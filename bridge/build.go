@@ -152,8 +152,8 @@ func (b *Bridge) build(ctx context.Context, srv *httpapi.Server) (_ *components,
 		// forwarded on the second; another instance's new schedule is seen
 		// within a poll interval.
 		c.firer = recurring.New(sc, recurring.Options{Lead: lookahead, MaxWait: cfg.PollInterval, Wake: c.poller.Wake, Now: now,
-			Threshold: cfg.MisfireThreshold,
-			Logger:    log.With().Str("component", "recurring").Logger()})
+			Threshold: cfg.MisfireThreshold, Stampers: intake.fires,
+			Logger: log.With().Str("component", "recurring").Logger()})
 	}
 	c.reaper = &poller.Reaper{Store: c.store, Interval: cfg.LockLeaseDuration / 4,
 		Logger: log.With().Str("component", "reaper").Logger()}

@@ -11,6 +11,7 @@ import (
 	"github.com/delaybridge/delaybridge/protocol/nsbnative"
 	"github.com/delaybridge/delaybridge/protocol/nsbtimeout"
 	"github.com/delaybridge/delaybridge/protocol/rebus"
+	"github.com/delaybridge/delaybridge/recurring"
 	"github.com/delaybridge/delaybridge/wire"
 )
 
@@ -34,6 +35,15 @@ type protocol interface {
 	Routes() []string
 }
 
+// fireStamper is a protocol that makes recurring schedules of its own and
+// writes their fires (recurring.FireStamper), whether it is on or not: its
+// schedules stored while it was on fire after it is turned off.
+type fireStamper interface {
+	recurring.FireStamper
+	// ScheduleSource is the storage.Schedule.Source of its schedules.
+	ScheduleSource() string
+}
+
 // protocols are every intake protocol, as cfg configures it.
 func protocols(cfg config.Config) []protocol {
 	timeouts := wire.TimeoutsQueue(cfg.Endpoint)
@@ -55,7 +65,10 @@ type intakes struct {
 	reserved []string // besides the bridge's own queues
 	routes   []string
 	stamp    dispatch.Stampers
-	declare  func(*amqp.Connection) error
+	// fires are the protocols' own fire formats of recurring schedules,
+	// by schedule source (recurring.Options.Stampers).
+	fires   map[string]recurring.FireStamper
+	declare func(*amqp.Connection) error
 }
 
 // intakeOf adds up ps.
@@ -67,6 +80,12 @@ func intakeOf(ps []protocol) intakes {
 		in.routes = append(in.routes, p.Routes()...)
 		if s, ok := p.(dispatch.Stamper); ok {
 			in.stamp = append(in.stamp, s)
+		}
+		if f, ok := p.(fireStamper); ok {
+			if in.fires == nil {
+				in.fires = map[string]recurring.FireStamper{}
+			}
+			in.fires[f.ScheduleSource()] = f
 		}
 	}
 	in.declare = func(conn *amqp.Connection) error {

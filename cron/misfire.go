@@ -90,10 +90,14 @@ type Window struct {
 
 // NextIn is Next limited to w, as CronTriggerImpl.GetFireTimeAfter: before
 // Start the search begins just before Start; at or after End, or when the
-// next fire time is after End, there is none (zero Time).
+// next fire time is after End, there is none (zero Time). Start counts in
+// whole seconds, its fraction dropped, as CronTriggerImpl's StartTimeUtc
+// setter drops it: otherwise a fire time in Start's second would come
+// after itself again (a start of 10:00:00.5 would make 10:00:00 the next
+// fire time after 10:00:00).
 func (s Schedule) NextIn(after time.Time, loc *time.Location, w Window) time.Time {
-	if !w.Start.IsZero() && w.Start.After(after) {
-		after = w.Start.Add(-time.Second)
+	if start := w.Start.Truncate(time.Second); !w.Start.IsZero() && start.After(after) {
+		after = start.Add(-time.Second)
 	}
 	if !w.End.IsZero() && !after.Before(w.End) {
 		return time.Time{}

@@ -60,6 +60,21 @@ func TestNextInWindow(t *testing.T) {
 	}
 }
 
+// A start with a fraction of a second counts from its whole second, as
+// Quartz's CronTriggerImpl drops the fraction: the fire time of that
+// second fires once, and the one after it is the next second's.
+func TestNextInStartFraction(t *testing.T) {
+	s, _ := Parse("* * * * * ?") // every second
+	w := Window{Start: utc(t, "2026-04-01T10:00:00.5Z")}
+	first := utc(t, "2026-04-01T10:00:00Z")
+	if got := s.NextIn(utc(t, "2026-04-01T09:00:00Z"), time.UTC, w); !got.Equal(first) {
+		t.Errorf("first: %s, want %s", got, first)
+	}
+	if got, want := s.NextIn(first, time.UTC, w), first.Add(time.Second); !got.Equal(want) {
+		t.Errorf("after the first: %s, want %s", got, want)
+	}
+}
+
 func TestDecide(t *testing.T) {
 	s, _ := Parse("0 0/10 * * * ?") // every 10 minutes
 	due := utc(t, "2026-04-01T10:00:00Z")

@@ -464,6 +464,12 @@ func (in *Ingester) classify(src intake.Source, d amqp.Delivery) entry {
 		e.sched = sched
 		return e
 	}
+	if e.intake.Op == intake.OpScheduleControl {
+		if _, ok := in.store.(storage.Scheduler); !ok {
+			e.intake = intake.Reject(errors.New("this store cannot keep recurring schedules"))
+		}
+		return e
+	}
 	if !e.intake.Op.Stores() {
 		return e
 	}
@@ -515,9 +521,14 @@ func (in *Ingester) acceptRecurring(it *intake.Intake, d *amqp.Delivery, now tim
 		return storage.Schedule{}, fmt.Errorf("headers cannot be stored: %w", err)
 	}
 	r := it.Recur
-	return storage.Schedule{Key: storage.ScheduleKey(wire.ScheduleSourceAMQP, it.ID), Source: wire.ScheduleSourceAMQP,
-		Expr: r.Expr, Zone: r.Zone, Start: r.Start, End: r.End, Misfire: int(r.Misfire),
-		Destination: it.Destination, Exchange: it.Exchange, Message: enc, NextFireAt: r.First}, nil
+	src := r.Source
+	if src == "" {
+		src = wire.ScheduleSourceAMQP
+	}
+	sched := storage.Schedule{Key: storage.ScheduleKey(src, it.ID), Source: src,
+		Expr: r.Expr, Zone: r.Zone, Start: r.Start, End: r.End, Misfire: int(r.Misfire), Description: r.Description, Token: r.Token,
+		Destination: it.Destination, Exchange: it.Exchange, Message: enc, NextFireAt: r.First}
+	return sched, storage.CheckSchedule(&sched)
 }
 
 // handle decides the outcome of every delivery of a batch, then settles each
@@ -696,6 +707,12 @@ func (in *Ingester) cancel(ctx context.Context, batch []entry) time.Duration {
 			}
 			continue
 		}
+		if e.intake.Op == intake.OpScheduleControl {
+			if p := in.controlSchedule(ctx, e); p > 0 {
+				pause = max(pause, p)
+			}
+			continue
+		}
 		if e.intake.Op == intake.OpRecur {
 			if p := in.putSchedule(ctx, e); p > 0 {
 				pause = max(pause, p)
@@ -824,4 +841,45 @@ func (in *Ingester) reject(ctx context.Context, src intake.Source, pub Publisher
 		e.outcome = ack
 	}
 	return connErr
+}
+
+// controlSchedule applies e's control to its schedule and acks e, or
+// returns the pause to take when the store failed (e stays requeued). A
+// schedule that does not exist is no error: the control is acked and
+// logged (as Quartz's unschedule or pause of a missing trigger).
+func (in *Ingester) controlSchedule(ctx context.Context, e *entry) time.Duration {
+	key, c := e.intake.ScheduleKey, e.intake.Control
+	sc, ok := in.store.(storage.Scheduler)
+	if !ok {
+		// classify refused it already: a store without schedules never
+		// gets here. Should one, the control stays requeued, said so.
+		in.log.Error().Str("schedule", key).Stringer("control", c).Msg("schedule control on a store without schedules; requeued")
+		return time.Second
+	}
+	var changed bool
+	var err error
+	ctx = context.WithoutCancel(ctx)
+	switch c {
+	case intake.ScheduleCancel:
+		changed, err = sc.CancelSchedule(ctx, key)
+	case intake.SchedulePause:
+		changed, err = sc.PauseSchedule(ctx, key)
+	case intake.ScheduleResume:
+		changed, err = sc.ResumeSchedule(ctx, key)
+	}
+	if errors.Is(err, storage.ErrScheduleNotFound) {
+		err = nil
+	}
+	if err != nil {
+		pause := in.opts.StoreBreaker.Failure(err)
+		in.log.Error().Err(err).Str("schedule", key).Stringer("control", c).Dur("retry_in", pause).Msg("schedule control failed; requeued")
+		return pause
+	}
+	in.opts.StoreBreaker.Success()
+	e.outcome = ack
+	in.log.Info().Str("schedule", key).Stringer("control", c).Bool("changed", changed).Msg("recurring schedule control applied")
+	if changed && c == intake.ScheduleResume && in.opts.ScheduleWake != nil {
+		in.opts.ScheduleWake()
+	}
+	return 0
 }

@@ -7,6 +7,7 @@ package intake
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -121,11 +122,17 @@ const (
 	// (Recur says when it fires; Msg, Destination and Exchange what each
 	// fire forwards). It ends its batch as OpCancel does.
 	OpRecur
+	// OpScheduleControl: cancel, pause or resume (Control) the recurring
+	// schedule ScheduleKey; a missing one is no error. It ends its batch
+	// as OpCancel does.
+	OpScheduleControl
 )
 
 // EndsBatch reports whether op ends its batch: a cancel applies to
 // everything received before it and to nothing after it.
-func (op Op) EndsBatch() bool { return op == OpCancel || op == OpCancelSaga || op == OpRecur }
+func (op Op) EndsBatch() bool {
+	return op == OpCancel || op == OpCancelSaga || op == OpRecur || op == OpScheduleControl
+}
 
 // Stores reports whether op stores a message.
 func (op Op) Stores() bool { return op == OpSchedule || op == OpReplace }
@@ -159,6 +166,10 @@ type Intake struct {
 
 	// OpRecur: the schedule (DueAt is its first fire time).
 	Recur *Recurrence
+
+	// OpScheduleControl: the schedule's store key and what to do.
+	ScheduleKey string
+	Control     ScheduleControl
 
 	// OpReject: why, in words; it lands in the error copy's headers.
 	Reason string
@@ -201,6 +212,11 @@ func (it *Intake) Validate() error {
 			return err
 		}
 		return storage.CheckDueAt(it.DueAt)
+	case OpScheduleControl:
+		if it.Control < ScheduleCancel || it.Control > ScheduleResume {
+			return fmt.Errorf("parser returned an unknown schedule control %d", it.Control)
+		}
+		return wire.ValidateID("schedule key", it.ScheduleKey)
 	case OpCancel:
 		return wire.ValidateID("cancelled id", it.CancelID)
 	case OpCancelSaga:
@@ -221,11 +237,67 @@ func (it *Intake) Dest() wire.Destination {
 // Reject is the Intake of an invalid delivery.
 func Reject(err error) Intake { return Intake{Op: OpReject, Reason: err.Error()} }
 
-// Recurrence is what a recurring schedule's headers say.
+// Recurrence is what a recurring schedule's headers (or a protocol's
+// schedule message) say.
 type Recurrence struct {
+	// Source names the way it came in (storage.Schedule.Source): the
+	// schedule's key is storage.ScheduleKey(Source, Intake.ID).
+	// wire.ScheduleSourceAMQP when empty.
+	Source     string
 	Expr, Zone string
 	Start, End time.Time
 	Misfire    cron.MisfirePolicy
+	// Description and Token as storage.Schedule's.
+	Description, Token string
 	// First is the first fire time, from the time the message was taken in.
 	First time.Time
+}
+
+// NewRecurrence checks a schedule given by expr (cron.Parse) in zone
+// (cron.LoadLocation; UTC when empty) between start and end (zero:
+// unbounded) and finds its first fire time from receivedAt on.
+func NewRecurrence(expr, zone string, start, end time.Time, misfire cron.MisfirePolicy, receivedAt time.Time) (*Recurrence, error) {
+	spec, err := cron.Parse(expr)
+	if err != nil {
+		return nil, fmt.Errorf("cron expression %q: %w", wire.Clip(expr), err)
+	}
+	r := &Recurrence{Expr: expr, Zone: strings.TrimSpace(zone), Start: start, End: end, Misfire: misfire}
+	if r.Zone == "" {
+		r.Zone = "UTC"
+	}
+	loc, err := cron.LoadLocation(r.Zone)
+	if err != nil {
+		return nil, fmt.Errorf("time zone: %w", err)
+	}
+	// A fire time at the moment of intake still fires (as Quartz, which
+	// starts a new trigger's search a second back).
+	r.First = spec.NextIn(receivedAt.Add(-time.Second), loc, cron.Window{Start: r.Start, End: r.End})
+	if r.First.IsZero() {
+		return nil, fmt.Errorf("cron expression %q in %s has no fire time left (after the end time, or a date that never comes)",
+			wire.Clip(expr), r.Zone)
+	}
+	r.First = r.First.UTC()
+	return r, nil
+}
+
+// ScheduleControl is what an OpScheduleControl does to a schedule.
+type ScheduleControl int
+
+// The controls of a schedule (storage.Scheduler).
+const (
+	ScheduleCancel ScheduleControl = iota + 1
+	SchedulePause
+	ScheduleResume
+)
+
+func (c ScheduleControl) String() string {
+	switch c {
+	case ScheduleCancel:
+		return "cancel"
+	case SchedulePause:
+		return "pause"
+	case ScheduleResume:
+		return "resume"
+	}
+	return fmt.Sprintf("control %d", int(c))
 }

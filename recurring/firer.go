@@ -32,6 +32,9 @@ type Options struct {
 	// Threshold is how late a fire may be and still count as on time
 	// (cron.DefaultMisfireThreshold unless set).
 	Threshold time.Duration
+	// Stampers are the sources' own fire formats, by Schedule.Source
+	// (Plan).
+	Stampers map[string]FireStamper
 	// Wake, when set, is told the earliest due time of the fires each
 	// FireDue stored (the poller's Wake).
 	Wake func(due time.Time)
@@ -71,7 +74,7 @@ func New(store Store, opts Options) *Firer {
 	if opts.Threshold <= 0 {
 		opts.Threshold = cron.DefaultMisfireThreshold
 	}
-	return &Firer{store: store, opts: opts, plan: Plan(opts.Threshold), log: opts.Logger,
+	return &Firer{store: store, opts: opts, plan: Plan(opts.Threshold, opts.Stampers), log: opts.Logger,
 		wake: make(chan struct{}, 1), done: make(chan struct{})}
 }
 

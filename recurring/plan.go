@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	amqp "github.com/rabbitmq/amqp091-go"
+
 	"github.com/delaybridge/delaybridge/cron"
 	"github.com/delaybridge/delaybridge/message"
 	"github.com/delaybridge/delaybridge/storage"
@@ -21,8 +23,9 @@ import (
 // missed by more than threshold being a misfire. An on-time fire is due at
 // its fire time (stored ahead by the firer's lead, never forwarded early);
 // a catch-up fire after a misfire is due at once. Each fire's message is
-// the template with the fire headers stamped in (FireMessage).
-func Plan(threshold time.Duration) storage.Planner {
+// the template with the fire headers stamped in: by the FireStamper of the
+// schedule's source in stampers, FireMessage's headers for any other.
+func Plan(threshold time.Duration, stampers map[string]FireStamper) storage.Planner {
 	return func(s *storage.Schedule, now time.Time) storage.FirePlan {
 		spec, err := cron.Parse(s.Expr)
 		if err != nil {
@@ -47,11 +50,52 @@ func Plan(threshold time.Duration) storage.Planner {
 		if d.Misfired && now.After(p.DueAt) {
 			p.DueAt = now
 		}
-		if p.Message, err = FireMessage(s, p.Scheduled); err != nil {
+		if st, ok := stampers[s.Source]; ok {
+			p.Message, err = stampFire(st, s, Fire{ID: storage.FireID(s.Key, s.Generation, p.Scheduled), Scheduled: p.Scheduled,
+				Next: p.Next, Prev: s.PrevFireAt})
+		} else {
+			p.Message, err = FireMessage(s, p.Scheduled)
+		}
+		if err != nil {
 			return storage.FirePlan{Err: err.Error()}
 		}
 		return p
 	}
+}
+
+// Fire is what a FireStamper learns of one fire.
+type Fire struct {
+	// ID is the fire's row key (storage.FireID): it names this fire and no
+	// other.
+	ID string
+	// Scheduled is the fire time this fire stands for; Next the
+	// schedule's fire time after it (zero when there is none); Prev the
+	// one before (the schedule's PrevFireAt; zero on its first fire).
+	Scheduled, Next, Prev time.Time
+}
+
+// FireStamper writes a source's own fire headers into a copy of the
+// schedule's template, so that each fire looks as that source's scheduler
+// sends it; the wire format stays in the source's package (say
+// protocol/masstransit). It must be pure, as the Planner is.
+type FireStamper interface {
+	StampFire(s *storage.Schedule, msg *amqp.Publishing, f Fire) error
+}
+
+// stampFire is the message of the fire f of s, stamped by st.
+func stampFire(st FireStamper, s *storage.Schedule, f Fire) ([]byte, error) {
+	msg, err := message.Decode(s.Message)
+	if err != nil {
+		return nil, fmt.Errorf("stored message of schedule %q is corrupt: %w", s.Key, err)
+	}
+	if err := st.StampFire(s, &msg, f); err != nil {
+		return nil, fmt.Errorf("schedule %q: stamp its fire: %w", s.Key, err)
+	}
+	enc, err := message.Encode(nil, &msg)
+	if err != nil {
+		return nil, fmt.Errorf("schedule %q: encode its fire: %w", s.Key, err)
+	}
+	return enc, nil
 }
 
 // ScheduleName is the name a schedule was given: its key without the

@@ -36,3 +36,8 @@ const (
 // ScheduleSourceAMQP is the source of schedules made on E.Timeouts: their
 // store key is ScheduleSourceAMQP + ":" + message id.
 const ScheduleSourceAMQP = "amqp"
+
+// ScheduleSourceMassTransit is the source of schedules made by MassTransit's
+// ScheduleRecurringMessage (docs/contract.md §2.10): their store key is
+// ScheduleSourceMassTransit + ":" + schedule group + "/" + schedule id.
+const ScheduleSourceMassTransit = "mt"

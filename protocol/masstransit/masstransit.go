@@ -3,8 +3,9 @@
 // ScheduleMessage and CancelScheduledMessage to that queue (with
 // cfg.UsePublishMessageScheduler() they publish them), and the bridge does
 // what MassTransit's Quartz scheduler would: at the scheduled time it sends
-// the payload to its destination. This package is the one home of that wire
-// format (docs/contract.md §2.10). Paths are in MassTransit/MassTransit.
+// the payload to its destination. The recurring contracts make and control
+// recurring schedules (recurring.go). This package is the one home of that
+// wire format (docs/contract.md §2.10). Paths are in MassTransit/MassTransit.
 //
 // The facts it relies on, and where the framework's source states them:
 //
@@ -102,13 +103,8 @@ const (
 	ExchangeCancelRecurring = "MassTransit.Scheduling:CancelScheduledRecurringMessage"
 )
 
-// Message type URNs (MessageUrn: urn:message:namespace:name).
-const (
-	urnPrefix = "urn:message:"
-	// The recurring contracts (ScheduleRecurringMessage.cs,
-	// CancelScheduledRecurringMessage.cs, Pause…, Resume…).
-	recurringSuffix = "RecurringMessage"
-)
+// urnPrefix starts a message type URN (MessageUrn: urn:message:namespace:name).
+const urnPrefix = "urn:message:"
 
 // The headers the scheduler adds (MessageHeaders.cs).
 const (
@@ -162,10 +158,9 @@ func (Options) Stamp(msg amqp.Publishing, id string, sentAt time.Time) amqp.Publ
 
 // boundExchanges are the exchanges the intake queue is bound to: the
 // queue's own, for sends to queue:Queue, and the contracts' for publishes.
-// The recurring ones are bound so that they are refused with a reason
-// rather than dropped unrouted.
 func (o Options) boundExchanges() []string {
-	return []string{o.Queue, ExchangeSchedule, ExchangeCancel, ExchangeRecurring, ExchangeCancelRecurring}
+	return []string{o.Queue, ExchangeSchedule, ExchangeCancel, ExchangeRecurring, ExchangeCancelRecurring,
+		ExchangePauseRecurring, ExchangeResumeRecurring}
 }
 
 // Topology is what the bridge declares for the intake: Queue and each
@@ -250,9 +245,11 @@ var envelopeFields = []string{"messageId", "requestId", "correlationId", "conver
 	"destinationAddress", "responseAddress", "faultAddress", "messageType", "message", "expirationTime", "sentTime", "headers", "host"}
 
 // Parse reads a scheduler message: a ScheduleMessage replaces whatever its
-// token has pending by its payload, a CancelScheduledMessage cancels it,
-// anything else is refused.
-func (o Options) Parse(d *amqp.Delivery, _ time.Time) intake.Intake {
+// token has pending by its payload, a CancelScheduledMessage cancels it; a
+// ScheduleRecurringMessage creates or replaces a recurring schedule, and
+// Cancel-, Pause- and ResumeScheduledRecurringMessage control it
+// (recurring.go); anything else is refused.
+func (o Options) Parse(d *amqp.Delivery, now time.Time) intake.Intake {
 	ct, _, _ := strings.Cut(d.ContentType, ";")
 	if strings.TrimSpace(ct) != ContentType {
 		return intake.Reject(fmt.Errorf("content type %q: the MassTransit scheduler queue %q takes MassTransit's JSON envelopes (%s)", d.ContentType, o.Queue, ContentType))
@@ -278,13 +275,16 @@ func (o Options) Parse(d *amqp.Delivery, _ time.Time) intake.Intake {
 			return intake.Reject(fmt.Errorf("CancelScheduledMessage: %w", err))
 		}
 		return intake.Intake{Op: intake.OpCancelSaga, SagaID: token.String()}
+	case slices.Contains(types, urnPrefix+ExchangeRecurring):
+		return o.recurringSchedule(d, env, msg, now)
 	}
-	for _, t := range types {
-		if strings.HasPrefix(t, urnPrefix+"MassTransit.Scheduling:") && strings.HasSuffix(t, recurringSuffix) {
-			return intake.Reject(fmt.Errorf("%s: recurring schedules are not supported by the bridge; use MassTransit's Quartz or Hangfire scheduler for them", t))
+	for _, c := range controls {
+		if slices.Contains(types, urnPrefix+c.exchange) {
+			return control(c.exchange, c.control, msg)
 		}
 	}
-	return intake.Reject(fmt.Errorf("message types %q: the MassTransit scheduler queue takes ScheduleMessage and CancelScheduledMessage only", types))
+	return intake.Reject(fmt.Errorf("message types %q: the MassTransit scheduler queue takes ScheduleMessage, CancelScheduledMessage, "+
+		"ScheduleRecurringMessage, CancelScheduledRecurringMessage, PauseScheduledRecurringMessage and ResumeScheduledRecurringMessage only", types))
 }
 
 // schedule reads a ScheduleMessage and builds what the scheduler sends.
@@ -301,32 +301,63 @@ func (o Options) schedule(d *amqp.Delivery, env, msg []field) intake.Intake {
 	if err != nil {
 		return intake.Reject(fmt.Errorf("ScheduleMessage: scheduledTime: %w", err))
 	}
-	payloadType := get(msg, "payloadType")
-	var pts []string
-	if payloadType == nil || json.Unmarshal(payloadType, &pts) != nil || len(pts) == 0 {
-		return intake.Reject(errors.New("ScheduleMessage: payloadType is missing or not a list of message types"))
-	}
-	var dest string
-	destRaw := get(msg, "destination")
-	if destRaw == nil || json.Unmarshal(destRaw, &dest) != nil {
-		return intake.Reject(errors.New("ScheduleMessage: destination is missing or not a string"))
-	}
-	x, err := o.Exchange(dest)
+	t, err := o.target(msg)
 	if err != nil {
-		return intake.Reject(fmt.Errorf("ScheduleMessage: destination: %w", err))
+		return intake.Reject(fmt.Errorf("ScheduleMessage: %w", err))
 	}
-	payload := get(msg, "payload")
-	if payload == nil {
-		return intake.Reject(errors.New("ScheduleMessage: payload is missing"))
-	}
+	payloadType, destRaw, payload, x := t.payloadType, t.dest, t.payload, t.exchange
 	body, err := envelope(env, destRaw, payloadType, payload, scheduledHeaders(token, due))
 	if err != nil {
 		return intake.Reject(fmt.Errorf("ScheduleMessage: %w", err))
 	}
+	out, err := forward(d, env, body, scheduledHeaders(token, due))
+	if err != nil {
+		return intake.Reject(fmt.Errorf("ScheduleMessage: %w", err))
+	}
+	// A new id each time: the group (the token) is what repeats, and
+	// OpReplace needs an id the group's cancel did not tombstone.
+	return intake.Intake{Op: intake.OpReplace, ID: token.String() + "/" + uuid.NewString(), SagaID: token.String(),
+		Exchange: x, Destination: d.RoutingKey, DueAt: due, Msg: out}
+}
+
+// target is where a scheduler message's payload goes, and the payload.
+type target struct {
+	payloadType, dest, payload json.RawMessage
+	exchange                   string
+}
+
+// target reads payloadType, destination and payload of a ScheduleMessage
+// or ScheduleRecurringMessage (their members of one name and meaning).
+func (o Options) target(msg []field) (target, error) {
+	t := target{payloadType: get(msg, "payloadType"), dest: get(msg, "destination"), payload: get(msg, "payload")}
+	var pts []string
+	if t.payloadType == nil || json.Unmarshal(t.payloadType, &pts) != nil || len(pts) == 0 {
+		return t, errors.New("payloadType is missing or not a list of message types")
+	}
+	var dest string
+	if t.dest == nil || json.Unmarshal(t.dest, &dest) != nil {
+		return t, errors.New("destination is missing or not a string")
+	}
+	x, err := o.Exchange(dest)
+	if err != nil {
+		return t, fmt.Errorf("destination: %w", err)
+	}
+	t.exchange = x
+	if t.payload == nil {
+		return t, errors.New("payload is missing")
+	}
+	return t, nil
+}
+
+// forward is the send of the job ScheduleMessageConsumer or
+// ScheduleRecurringMessage's consumer stores for the scheduler message d
+// with envelope env: body as built by envelope, with the scheduler's
+// headers add. Stamper finishes it when it is sent.
+func forward(d *amqp.Delivery, env []field, body []byte, add []header) (amqp.Publishing, error) {
 	// The job's send (ScheduledMessageJob.ForwardScheduledMessagePipe,
 	// RabbitMqSendTransportContext.Send): the envelope's ids as message and
 	// correlation id, persistent, the content type of the serializer, the
-	// ScheduleMessage's app id, priority, reply-to, type and routing key
+	// scheduler message's app id, priority, reply-to, type and routing key
 	// carried over (RabbitMqReceiveContext.GetTransportProperties,
 	// RabbitMqMessageSendContext.ReadPropertiesFrom); its user id is not
 	// (the broker checks it against the bridge's user).
@@ -342,7 +373,7 @@ func (o Options) schedule(d *amqp.Delivery, env, msg []field) intake.Intake {
 	if out.Headers == nil {
 		out.Headers = amqp.Table{}
 	}
-	for _, h := range scheduledHeaders(token, due) {
+	for _, h := range add {
 		out.Headers[h.name] = h.amqp
 	}
 	// Stamper finishes it when it is sent: the fire time, and the time to
@@ -350,18 +381,15 @@ func (o Options) schedule(d *amqp.Delivery, env, msg []field) intake.Intake {
 	var exp string
 	if raw := get(env, "expirationTime"); raw != nil {
 		if json.Unmarshal(raw, &exp) != nil {
-			return intake.Reject(errors.New("ScheduleMessage: the envelope's expirationTime is not a string"))
+			return amqp.Publishing{}, errors.New("the envelope's expirationTime is not a string")
 		}
 		if _, err := ParseTime(exp); err != nil {
-			return intake.Reject(fmt.Errorf("ScheduleMessage: the envelope's expirationTime: %w", err))
+			return amqp.Publishing{}, fmt.Errorf("the envelope's expirationTime: %w", err)
 		}
 	}
 	out.Headers[stampHeader] = exp
 	out.Body = body
-	// A new id each time: the group (the token) is what repeats, and
-	// OpReplace needs an id the group's cancel did not tombstone.
-	return intake.Intake{Op: intake.OpReplace, ID: token.String() + "/" + uuid.NewString(), SagaID: token.String(),
-		Exchange: x, Destination: d.RoutingKey, DueAt: due, Msg: out}
+	return out, nil
 }
 
 // header is one header the scheduler adds, as JSON in the envelope and as

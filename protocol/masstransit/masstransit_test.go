@@ -121,17 +121,6 @@ func TestParseCancel(t *testing.T) {
 	}
 }
 
-// Recurring schedules are refused, saying so.
-func TestParseRecurringRefused(t *testing.T) {
-	for _, typ := range []string{"ScheduleRecurringMessage", "CancelScheduledRecurringMessage", "PauseScheduledRecurringMessage"} {
-		body := strings.Replace(string(read(t, "recurring.json")), "ScheduleRecurringMessage", typ, 1)
-		it := opts.Parse(delivery([]byte(body)), time.Now())
-		if it.Op != intake.OpReject || !strings.Contains(it.Reason, "recurring schedules are not supported") {
-			t.Fatalf("%s: got %+v", typ, it)
-		}
-	}
-}
-
 // Bad input is refused with a reason.
 func TestParseRefused(t *testing.T) {
 	good := string(read(t, "schedule.json"))
@@ -149,7 +138,7 @@ func TestParseRefused(t *testing.T) {
 		"trailing text":   {good + "{}", ContentType, "not a MassTransit envelope"},
 		"no type":         {edit(`"messageType": [`, `"messageTypes": [`), ContentType, "messageType is missing"},
 		"message array":   {`{"messageType":["urn:message:MassTransit.Scheduling:ScheduleMessage"],"message":[]}`, ContentType, "message: not a JSON object"},
-		"other type":      {edit("MassTransit.Scheduling:ScheduleMessage", "Billing.Contracts:InvoiceDue"), ContentType, "ScheduleMessage and CancelScheduledMessage only"},
+		"other type":      {edit("MassTransit.Scheduling:ScheduleMessage", "Billing.Contracts:InvoiceDue"), ContentType, "CancelScheduledMessage, ScheduleRecurringMessage"},
 		"token":           {edit(fixtureToken, "not-a-guid"), ContentType, "correlationId \"not-a-guid\" is not a Guid"},
 		"token missing":   {edit(`"correlationId": "`+fixtureToken+`",`, ""), ContentType, "correlationId is missing"},
 		"time":            {edit("2026-11-24T12:45:30.1234567Z", "tomorrow"), ContentType, "scheduledTime"},
@@ -227,7 +216,8 @@ func TestTopology(t *testing.T) {
 		}
 		got = append(got, f.Exchange)
 	}
-	want := []string{"quartz", ExchangeSchedule, ExchangeCancel, ExchangeRecurring, ExchangeCancelRecurring}
+	want := []string{"quartz", ExchangeSchedule, ExchangeCancel, ExchangeRecurring, ExchangeCancelRecurring, ExchangePauseRecurring,
+		ExchangeResumeRecurring}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Fatal(diff)
 	}

@@ -145,8 +145,9 @@ func mtScheduled(t *testing.T, a arrival, sent amqp.Publishing, forwarded string
 // (queue:name and rabbitmq://host/name alike), never early, in exactly the
 // envelope MassTransit's Quartz scheduler sends. A second ScheduleMessage
 // with the same token replaces the first (a message sent twice is delivered
-// once); CancelScheduledMessage cancels by token; recurring schedules and bad
-// input go to the error queue at once with a reason.
+// once); CancelScheduledMessage cancels by token; a ScheduleRecurringMessage
+// without a Guid token and bad input go to the error queue at once with a
+// reason.
 func TestMassTransitScheduler(t *testing.T) {
 	t.Parallel()
 	ep := uniqueEndpoint(t)
@@ -204,7 +205,7 @@ func TestMassTransitScheduler(t *testing.T) {
 
 	copies := errs.WaitFor(4, livenessBound)
 	errByID := refusedAtIngest(t, copies, q, start, map[string]string{
-		"bad-recurring":    "recurring schedules are not supported",
+		"bad-recurring":    "ScheduleRecurringMessage: correlationId",
 		"bad-content-type": "content type",
 		"bad-token":        "is not a Guid",
 		"bad-loop":         "would come back",
