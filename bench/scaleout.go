@@ -76,12 +76,16 @@ type ScaleOutPhase struct {
 	// (PostgresExitedCPUSeconds: parallel query workers, mostly, and the
 	// postmaster forking them; other clients' backends that ended count
 	// too).
-	MachineCPUSeconds        float64   `json:"machine_cpu_seconds"`
-	PostgresCPUSeconds       float64   `json:"postgres_cpu_seconds"`
-	PostgresExitedCPUSeconds float64   `json:"postgres_exited_cpu_seconds"`
-	BrokerCPUSeconds         float64   `json:"broker_cpu_seconds"`
-	BenchCPUSeconds          float64   `json:"bench_cpu_seconds"`
-	Lateness                 *Lateness `json:"lateness,omitempty"`
+	MachineCPUSeconds        float64 `json:"machine_cpu_seconds"`
+	PostgresCPUSeconds       float64 `json:"postgres_cpu_seconds"`
+	PostgresExitedCPUSeconds float64 `json:"postgres_exited_cpu_seconds"`
+	// PostgresBenchCPUSeconds is the CPU of the bench's own backend (the
+	// row counts waitRows polls), not in PostgresCPUSeconds: that one is
+	// the bridges' database work and the server's background processes.
+	PostgresBenchCPUSeconds float64   `json:"postgres_bench_cpu_seconds"`
+	BrokerCPUSeconds        float64   `json:"broker_cpu_seconds"`
+	BenchCPUSeconds         float64   `json:"bench_cpu_seconds"`
+	Lateness                *Lateness `json:"lateness,omitempty"`
 }
 
 const (
@@ -115,14 +119,15 @@ func withAppName(conn, name string) string {
 }
 
 // pids are the PostgreSQL server processes working for this bench: the
-// backends of its own and its bridges' connections and the server's
+// backends of its bridges' connections and the server's
 // background processes (autovacuum, WAL writer, checkpointer, ...), not
 // other clients' backends.
 func (pg *scaleOutPg) pids(ctx context.Context) []int {
 	if pg == nil { // no PostgreSQL in the step
 		return nil
 	}
-	rows, err := pg.conn.Query(ctx, `SELECT pid FROM pg_stat_activity WHERE application_name = $1 OR backend_type <> 'client backend'`, pg.appName)
+	// The bench's own backend is measured apart (cpuNow).
+	rows, err := pg.conn.Query(ctx, `SELECT pid FROM pg_stat_activity WHERE (application_name = $1 OR backend_type <> 'client backend') AND pid <> pg_backend_pid()`, pg.appName)
 	if err != nil {
 		return nil
 	}
@@ -563,6 +568,7 @@ type cpuSample struct {
 	procs         []int64
 	postgres      map[int]int64
 	pgExited      int64 // the postmaster's own time and its children's, once they ended (-1: unknown)
+	pgBench       int64 // the bench's own backend (-1: unknown)
 	broker, bench int64
 	machine       machineCPU
 }
@@ -584,7 +590,12 @@ func readProcStat(pid string) (procStat, error) {
 }
 
 func cpuNow(ctx context.Context, procs []*bridgeProc, pg *scaleOutPg) cpuSample {
-	s := cpuSample{procs: make([]int64, len(procs)), postgres: map[int]int64{}, pgExited: -1}
+	s := cpuSample{procs: make([]int64, len(procs)), postgres: map[int]int64{}, pgExited: -1, pgBench: -1}
+	if pg != nil && pg.conn != nil {
+		if st, err := readProcStat(strconv.Itoa(int(pg.conn.PgConn().PID()))); err == nil {
+			s.pgBench = st.ticks
+		}
+	}
 	postmaster := 0
 	for _, pid := range pg.pids(ctx) {
 		if st, err := readProcStat(strconv.Itoa(pid)); err == nil {
@@ -661,6 +672,9 @@ func (ph *ScaleOutPhase) cpu(a, b cpuSample) {
 	ph.MachineCPUSeconds = float64(b.machine.busy-a.machine.busy) / clockTicks
 	ph.PostgresCPUSeconds = float64(pgTicks+exited) / clockTicks
 	ph.PostgresExitedCPUSeconds = float64(exited) / clockTicks
+	if a.pgBench >= 0 && b.pgBench >= 0 {
+		ph.PostgresBenchCPUSeconds = float64(max(b.pgBench-a.pgBench, 0)) / clockTicks
+	}
 	ph.BrokerCPUSeconds = float64(max(b.broker-a.broker, 0)) / clockTicks
 	ph.BenchCPUSeconds = float64(max(b.bench-a.bench, 0)) / clockTicks
 }
@@ -668,7 +682,7 @@ func (ph *ScaleOutPhase) cpu(a, b cpuSample) {
 // otherCPUSeconds is the busy CPU time of the phase that none of the
 // processes measured used: interrupts, and whatever else ran meanwhile.
 func (ph *ScaleOutPhase) otherCPUSeconds() float64 {
-	used := ph.PostgresCPUSeconds + ph.BrokerCPUSeconds + ph.BenchCPUSeconds
+	used := ph.PostgresCPUSeconds + ph.PostgresBenchCPUSeconds + ph.BrokerCPUSeconds + ph.BenchCPUSeconds
 	for _, s := range ph.BridgeCPUSeconds {
 		used += max(s, 0)
 	}

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -231,3 +232,47 @@ func TestLivenessSessionRestored(t *testing.T) {
 }
 
 var _ storage.TakerOver = (*Store)(nil)
+
+// TestSessionsRunWithoutJIT: the pool's and the liveness session's
+// statements are never JIT-compiled (the take-over statement's estimate
+// passes jit_above_cost while the instances table has no statistics, and
+// compiling it cost about 0.4 s of server CPU a run), unless the URL sets
+// jit.
+func TestSessionsRunWithoutJIT(t *testing.T) {
+	schema := pgtest.Schema(t)
+	s := openOwner(t, schema, "a", time.Now)
+	var pool, live string
+	if err := s.pool.QueryRow(ctx, `SHOW jit`).Scan(&pool); err != nil {
+		t.Fatal(err)
+	}
+	s.live.mu.Lock()
+	err := s.live.conn.QueryRow(ctx, `SHOW jit`).Scan(&live)
+	s.live.mu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pool != "off" || live != "off" {
+		t.Errorf("jit: pool %q, liveness session %q; want off", pool, live)
+	}
+
+	u := pgtest.Require(t)
+	switch {
+	case !strings.Contains(u, "://"): // key=value
+		u += " jit=on"
+	case strings.Contains(u, "?"):
+		u += "&jit=on"
+	default:
+		u += "?jit=on"
+	}
+	o, err := Open(ctx, u, Options{Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer o.Close()
+	if err := o.pool.QueryRow(ctx, `SHOW jit`).Scan(&pool); err != nil {
+		t.Fatal(err)
+	}
+	if pool != "on" {
+		t.Errorf("jit with jit=on in the URL: %q, want on", pool)
+	}
+}

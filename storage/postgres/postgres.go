@@ -195,6 +195,16 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 	if _, set := cfg.ConnConfig.RuntimeParams["application_name"]; !set && opts.ApplicationName != "" {
 		cfg.ConnConfig.RuntimeParams["application_name"] = opts.ApplicationName
 	}
+	// JIT compilation off for the store's sessions, unless the URL sets
+	// it: every statement here is short, and a plan whose estimate passes
+	// jit_above_cost (the take-over statement's, with the instances table
+	// not yet analysed, estimated near a million) compiled each run for
+	// about 0.4 s of server CPU; every 500 ms on every instance, that was
+	// most of the database's CPU during ingest (docs/performance.md,
+	// "Scale-out with one, two and three instances").
+	if _, set := cfg.ConnConfig.RuntimeParams["jit"]; !set {
+		cfg.ConnConfig.RuntimeParams["jit"] = "off"
+	}
 	dial := cfg.ConnConfig.DialFunc
 	cfg.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
 		c, err := dial(ctx, network, addr)
