@@ -347,7 +347,7 @@ func (b *Bridge) serveHTTP(c *components, srv *httpapi.Server) {
 		Hold: func(ctx context.Context, queue string, limit int) (*broker.Held, error) {
 			return broker.HoldUnreadable(ctx, broker.HoldOptions{URLs: cfg.AMQPURLs(), TLS: b.deps.TLS, Name: "delaybridge replay " + b.owner}, queue, limit)
 		}}
-	admOpts := admin.Options{Store: c.store, Token: cfg.AdminToken, Now: now, Wake: c.poller.Wake,
+	admOpts := admin.Options{Store: c.store, Token: cfg.AdminToken, Now: now, Wake: c.poller.Wake, ScheduleWake: c.wakeFirer,
 		Replay: replayer.Replay, Errors: replayer.Errors, Logger: log.With().Str("component", "admin").Logger()}
 	adm := admin.New(admOpts)
 	statusPage := b.newStatusPage(c, admin.NewOps(admOpts), replayer.Errors)
