@@ -151,7 +151,8 @@ func (b *Bridge) build(ctx context.Context, srv *httpapi.Server) (_ *components,
 		// lookahead ahead, so the poller hands them over in time to be
 		// forwarded on the second; another instance's new schedule is seen
 		// within a poll interval.
-		c.firer = recurring.New(sc, recurring.Options{Lead: lookahead, MaxWait: cfg.PollInterval, Wake: c.poller.Wake, Now: now,
+		met.WatchSchedules(sc.ListSchedules)
+		c.firer = recurring.New(met.FireCounter(sc), recurring.Options{Lead: lookahead, MaxWait: cfg.PollInterval, Wake: c.poller.Wake, Now: now,
 			Threshold: cfg.MisfireThreshold,
 			Logger:    log.With().Str("component", "recurring").Logger()})
 	}
