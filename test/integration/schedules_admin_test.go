@@ -28,7 +28,7 @@ func TestScheduleOperations(t *testing.T) {
 	once(t, fireTimes(t, ticks.WaitFor(3, 30*time.Second), id))
 
 	out := mustCLI(t, b, "schedules")
-	if !regexp.MustCompile(`(?m)^` + key + `\s+active\s`).MatchString(out) || !strings.Contains(out, "Europe/Berlin") {
+	if !regexp.MustCompile(`(?m)^`+key+`\s+active\s`).MatchString(out) || !strings.Contains(out, "Europe/Berlin") {
 		t.Fatalf("schedules lists:\n%s", out)
 	}
 	out = mustCLI(t, b, "schedules", "show", key)
