@@ -53,6 +53,9 @@ type Options struct {
 	// Wake, when set, is called after a change that may make a timeout due
 	// sooner (reschedule, dispatch, replay), so the poller looks at once.
 	Wake func(due time.Time)
+	// ScheduleWake, when set, is called after a schedule was stored or
+	// resumed, so the firer reads the next fire time again (schedules.go).
+	ScheduleWake func()
 	// Replay, when set, serves POST /api/v1/replay-errors.
 	Replay func(ctx context.Context, limit int) (ReplayResult, error)
 	// Errors, when set, serves /api/v1/errors (errors.go).
@@ -176,6 +179,9 @@ func NewOps(opts Options) *Ops {
 	if opts.Wake == nil {
 		opts.Wake = func(time.Time) {}
 	}
+	if opts.ScheduleWake == nil {
+		opts.ScheduleWake = func() {}
+	}
 	return &Ops{opts: opts}
 }
 
@@ -250,6 +256,9 @@ func New(opts Options) http.Handler {
 	if opts.Wake == nil {
 		opts.Wake = func(time.Time) {}
 	}
+	if opts.ScheduleWake == nil {
+		opts.ScheduleWake = func() {}
+	}
 	h := &handler{opts: opts, ops: NewOps(opts), mux: http.NewServeMux()}
 	h.mux.HandleFunc("GET /api/v1/timeouts", h.list)
 	h.mux.HandleFunc("GET /api/v1/timeouts/{id}", h.show)
@@ -263,6 +272,7 @@ func New(opts Options) http.Handler {
 	h.mux.HandleFunc("POST /api/v1/replay-errors", h.replay)
 	h.routeErrors()
 	h.routePauses()
+	h.routeSchedules()
 	return h
 }
 

@@ -35,6 +35,8 @@ type fixture struct {
 	now   time.Time
 	mu    sync.Mutex
 	woken []time.Time
+	// schedWakes counts the calls of Options.ScheduleWake.
+	schedWakes int
 }
 
 func newFixture(t *testing.T, tok string) *fixture { return newFixtureOver(t, tok, nil) }
@@ -57,6 +59,10 @@ func newFixtureOver(t *testing.T, tok string, wrap func(storage.Store) storage.S
 	h := New(Options{Store: served, Token: tok, Now: clock, Wake: func(at time.Time) {
 		f.mu.Lock()
 		f.woken = append(f.woken, at)
+		f.mu.Unlock()
+	}, ScheduleWake: func() {
+		f.mu.Lock()
+		f.schedWakes++
 		f.mu.Unlock()
 	}, Replay: func(ctx context.Context, limit int) (ReplayResult, error) {
 		return ReplayResult{Replayed: limit, Skipped: 1}, nil

@@ -151,7 +151,8 @@ func (b *Bridge) build(ctx context.Context, srv *httpapi.Server) (_ *components,
 		// lookahead ahead, so the poller hands them over in time to be
 		// forwarded on the second; another instance's new schedule is seen
 		// within a poll interval.
-		c.firer = recurring.New(sc, recurring.Options{Lead: lookahead, MaxWait: cfg.PollInterval, Wake: c.poller.Wake, Now: now,
+		met.WatchSchedules(sc.ListSchedules)
+		c.firer = recurring.New(met.FireCounter(sc), recurring.Options{Lead: lookahead, MaxWait: cfg.PollInterval, Wake: c.poller.Wake, Now: now,
 			Threshold: cfg.MisfireThreshold, Stampers: intake.fires,
 			Logger: log.With().Str("component", "recurring").Logger()})
 	}
@@ -347,7 +348,7 @@ func (b *Bridge) serveHTTP(c *components, srv *httpapi.Server) {
 		Hold: func(ctx context.Context, queue string, limit int) (*broker.Held, error) {
 			return broker.HoldUnreadable(ctx, broker.HoldOptions{URLs: cfg.AMQPURLs(), TLS: b.deps.TLS, Name: "delaybridge replay " + b.owner}, queue, limit)
 		}}
-	admOpts := admin.Options{Store: c.store, Token: cfg.AdminToken, Now: now, Wake: c.poller.Wake,
+	admOpts := admin.Options{Store: c.store, Token: cfg.AdminToken, Now: now, Wake: c.poller.Wake, ScheduleWake: c.wakeFirer,
 		Replay: replayer.Replay, Errors: replayer.Errors, Logger: log.With().Str("component", "admin").Logger()}
 	adm := admin.New(admOpts)
 	statusPage := b.newStatusPage(c, admin.NewOps(admOpts), replayer.Errors)

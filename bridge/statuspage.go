@@ -13,6 +13,7 @@ import (
 	"github.com/delaybridge/delaybridge/internal/buildinfo"
 	"github.com/delaybridge/delaybridge/management"
 	"github.com/delaybridge/delaybridge/status"
+	"github.com/delaybridge/delaybridge/storage"
 	"github.com/delaybridge/delaybridge/wire"
 )
 
@@ -24,7 +25,7 @@ func (b *Bridge) newStatusPage(c *components, ops *admin.Ops, errs admin.ErrorsF
 	cfg, log := b.cfg, b.log.With().Str("component", "status-page").Logger()
 	host, _ := os.Hostname()
 	bi := buildinfo.Get()
-	return status.New(status.Options{
+	opts := status.Options{
 		Endpoint: cfg.Endpoint, Stats: c.store.Stats, NextDue: c.store.NextDue, List: c.store.List,
 		Now: b.deps.Now, Refresh: 5 * time.Second,
 		Instance: status.Instance{Owner: b.owner, Hostname: host, Version: bi.Version, Revision: bi.Revision, Started: b.started},
@@ -38,7 +39,11 @@ func (b *Bridge) newStatusPage(c *components, ops *admin.Ops, errs admin.ErrorsF
 		Log: func(action, id, outcome string) {
 			log.Info().Str("action", action).Str("id", id).Str("outcome", outcome).Msg("status page action")
 		},
-	})
+	}
+	if sc, ok := c.store.(storage.Scheduler); ok {
+		opts.Schedules = sc.ListSchedules
+	}
+	return status.New(opts)
 }
 
 // errorQueue reads this endpoint's copies among the first

@@ -21,7 +21,7 @@ import (
 )
 
 // The client the admin commands share (ls, show, cancel, reschedule,
-// dispatch, stats, replay-errors, errors, pause, resume, paused: a file each):
+// dispatch, stats, replay-errors, errors, pause, resume, paused, schedules: a file each):
 // they talk to a running bridge's admin API (docs/contract.md §6.3).
 
 const defaultAdminURL = "http://127.0.0.1:8080"
@@ -39,6 +39,7 @@ var adminCommands = map[string]func(c *adminClient, fs *flag.FlagSet, args []str
 	"pause":         cliPause,
 	"resume":        cliResume,
 	"paused":        cliPaused,
+	"schedules":     cliSchedules,
 }
 
 // adminClient calls the admin API.

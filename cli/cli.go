@@ -37,7 +37,7 @@ func Run(args []string, out, errOut io.Writer) int {
 		return runVersion(args, out, errOut)
 	case "bench":
 		return runBench(args, out, errOut)
-	case "ls", "show", "cancel", "reschedule", "dispatch", "stats", "replay-errors", "errors", "pause", "resume", "paused":
+	case "ls", "show", "cancel", "reschedule", "dispatch", "stats", "replay-errors", "errors", "pause", "resume", "paused", "schedules":
 		return runAdmin(cmd, args, out, errOut)
 	case "help", "-h", "-help", "--help":
 		return runHelp(args, out, errOut)

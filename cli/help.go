@@ -68,6 +68,10 @@ $DELAYBRIDGE_ADMIN_TOKEN; --json prints the API's JSON instead of a table):
   delaybridge errors ls|show|rm|replay [flags]
                                  this endpoint's copies on the error queue:
                                  list, show, delete, replay one or a filtered set
+  delaybridge schedules [ls|show|pause|resume|cancel|fire KEY] [flags]
+                                 recurring schedules: list with their next fire,
+                                 show one (next 5 fire times), pause, resume,
+                                 cancel, or fire one once now
 
 Times are printed, and --at, --from and --to are given, as RFC 3339
 (2026-11-21T20:00:00.25+01:00); --from and --to also take a duration from now.

@@ -776,6 +776,15 @@ func (in *Ingester) cancelSaga(ctx context.Context, e *entry) time.Duration {
 func (in *Ingester) putSchedule(ctx context.Context, e *entry) time.Duration {
 	sc := in.store.(storage.Scheduler) // acceptRecurring refused the message otherwise
 	got, err := sc.PutSchedule(context.WithoutCancel(ctx), e.sched)
+	if errors.Is(err, storage.ErrScheduleCancelled) {
+		// Published before a cancel of its id, stored after it: dropped as
+		// a cancelled one-shot is (docs/contract.md §2.5, §2.11).
+		in.opts.StoreBreaker.Success()
+		e.outcome = ack
+		in.dropped(DropCancelled, 1, e.intake.ID, e.sched.Dest().String())
+		in.log.Debug().Str("id", e.intake.ID).Bool("redelivered", e.d.Redelivered).Msg("not stored: " + dropWhy[DropCancelled])
+		return 0
+	}
 	if err != nil {
 		pause := in.opts.StoreBreaker.Failure(err)
 		in.log.Error().Err(err).Str("schedule", e.sched.Key).Dur("retry_in", pause).Msg("storing a recurring schedule failed; requeued")

@@ -57,6 +57,10 @@ func (s *schedStore) FireDue(context.Context, time.Time, time.Duration, int, sto
 	return nil, errUnused
 }
 
+func (s *schedStore) FireNow(context.Context, string, time.Time, storage.FireMessage) (storage.Fired, error) {
+	return storage.Fired{}, errUnused
+}
+
 var errUnused = errors.New("not used by ingest")
 
 // TestRecurringIntake: a schedule message is stored as a schedule (acked,

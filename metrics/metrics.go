@@ -59,6 +59,8 @@ type Metrics struct {
 	duplicates       prometheus.Counter
 	dropped          *prometheus.CounterVec
 	staleTokens      prometheus.Counter
+	scheduleFires    prometheus.Counter
+	scheduleMisfires prometheus.Counter
 
 	lateness        prometheus.Histogram
 	ingestCommit    prometheus.Histogram
@@ -71,10 +73,12 @@ type Metrics struct {
 	// that are not the bridge's own.
 	foreignBindings *prometheus.GaugeVec
 
-	store   *storeCollector
-	dests   *destCollector
-	conns   *connCollector
-	blocked *connCollector
+	store *storeCollector
+	dests *destCollector
+	// schedules counts the recurring schedules by state (schedules.go).
+	schedules *scheduleCollector
+	conns     *connCollector
+	blocked   *connCollector
 
 	errorQueueRefusing atomic.Pointer[func() bool]
 }
@@ -127,8 +131,13 @@ func New() *Metrics {
 			Namespace: namespace, Name: "delayed_exchange_foreign_bindings",
 			Help: "Bindings on a delayed exchange other than the bridge's own, at the last check through the management API: each gets every message published to the exchange at once, delays ignored. Absent until a check succeeded.",
 		}, []string{"exchange"}),
-		store: newStoreCollector(),
-		dests: newDestCollector(),
+		scheduleFires: counter("schedule_fires_total",
+			"Fires of recurring schedules stored (each forwarded as a message), on-time and catch-up fires alike."),
+		scheduleMisfires: counter("schedule_misfires_total",
+			"Fire times of recurring schedules missed by more than the misfire threshold: fired late once or skipped, as the schedule's misfire policy says."),
+		schedules: newScheduleCollector(),
+		store:     newStoreCollector(),
+		dests:     newDestCollector(),
 		conns: newConnCollector("broker_connected",
 			"1 while the broker connection is up, 0 while it is down or reconnecting."),
 		blocked: newConnCollector("broker_blocked",
@@ -155,6 +164,7 @@ func New() *Metrics {
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.ingested, m.dispatched, m.dispatchFailures, m.errorQueued, m.duplicates, m.dropped, m.staleTokens,
 		m.lateness, m.ingestCommit, m.dispatchConfirm, m.pollLease, m.handover,
+		m.scheduleFires, m.scheduleMisfires, m.schedules,
 		m.breakers, m.foreignBindings, m.store, m.dests, m.conns, m.blocked, buildInfo,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Namespace: namespace, Name: "error_queue_refusing",

@@ -57,6 +57,11 @@ type page struct {
 	FirstPage  string
 	HaveSearch bool
 
+	HaveSchedules bool
+	Schedules     []ScheduleRow
+	SchedulesErr  string
+	SchedulesMore string
+
 	Session session
 }
 
@@ -173,6 +178,7 @@ func (h *Handler) page(w http.ResponseWriter, r *http.Request) {
 	h.overdue(ctx, p, now, problem)
 	h.errorQueue(ctx, r, p, now)
 	h.list(ctx, r, p, now)
+	h.schedules(ctx, p, now)
 
 	p.Healthy = len(p.Problems) == 0
 	// No reload under a search (the operator's place) or while logged in

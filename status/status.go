@@ -94,6 +94,9 @@ type Options struct {
 	// List is the store's List (rows without their Message): the pending
 	// messages' table, its search and paging, and the overdue count.
 	List func(ctx context.Context, f storage.ListFilter) ([]storage.Timeout, string, error)
+	// Schedules is the store's ListSchedules (storage.Scheduler): the
+	// recurring schedules section (schedules.go). Nil: no section.
+	Schedules func(ctx context.Context, after string, limit int) ([]storage.Schedule, string, error)
 	// ErrorQueue reads this endpoint's copies on the error queue; asked at
 	// most once per ErrorQueueInterval.
 	ErrorQueue func(ctx context.Context) (ErrorQueue, error)

@@ -168,6 +168,23 @@ footer a { color:inherit; }
   {{if not .Session.Enabled}}<p class="sub">Actions are off: set DELAYBRIDGE_ADMIN_TOKEN to enable them and the admin API.</p>{{end}}
 </section>
 
+{{if .HaveSchedules}}<section id="schedules">
+  <h2>Recurring schedules</h2>
+  {{if .SchedulesErr}}<p class="err">{{.SchedulesErr}}</p>{{else if .Schedules}}
+  <table id="schedule-rows">
+    <tr><th>schedule</th><th>state</th><th>next fire (UTC)</th><th>when</th><th>cron</th><th>time zone</th><th>destination</th><th class="num">fires</th><th class="num">misfires</th></tr>
+    {{range .Schedules}}<tr>
+      <td class="mono msgid">{{.Key}}</td><td><span class="badge {{.Class}}">{{.State}}</span>{{if .LastError}}<div class="sub">{{.LastError}}</div>{{end}}</td>
+      <td class="mono nowrap">{{or .NextFire "–"}}</td><td class="nowrap{{if .Late}} err{{end}}">{{.In}}</td>
+      <td class="mono">{{.Cron}}</td><td class="mono">{{.Zone}}</td><td class="mono">{{.Destination}}</td>
+      <td class="num">{{.Fires}}</td><td class="num">{{.Misfires}}</td>
+    </tr>{{end}}
+  </table>
+  {{if .SchedulesMore}}<p class="sub">{{.SchedulesMore}}: <span class="mono">delaybridge schedules</span> lists them all.</p>{{end}}
+  {{else}}<p class="sub">No recurring schedules.</p>{{end}}
+  <p class="sub">Show, pause, resume, cancel or fire one now: <span class="mono">delaybridge schedules</span>, or the admin API's <span class="mono">/api/v1/schedules</span>.</p>
+</section>{{end}}
+
 <section>
   <h2>Throughput and lateness by minute</h2>
   {{if .HaveRates}}

@@ -20,6 +20,13 @@ import (
 // ErrScheduleNotFound means no schedule has the given key.
 var ErrScheduleNotFound = errors.New("storage: schedule not found")
 
+// ErrScheduleCancelled means PutSchedule stored nothing: the schedule's
+// name (ScheduleName) has a live cancel tombstone, so the put is a message
+// published before the cancel and stored after it (a requeue, another
+// instance), which must not bring the schedule back (docs/contract.md
+// §2.5, §2.11).
+var ErrScheduleCancelled = errors.New("storage: schedule's id was cancelled within the cancel window")
+
 // Schedule is one recurring schedule. The store keeps what it is given and
 // reads only Key, NextFireAt, Paused and Generation; the expression, zone,
 // window and policy are the planner's (see Planner).
@@ -57,7 +64,7 @@ type Schedule struct {
 	// with those of its successor.
 	Generation int64
 	// Fires and Misfires count what FireDue did with it (misfires count
-	// late fires and skipped ones alike).
+	// late fires and skipped ones alike); Fires counts FireNow's too.
 	Fires, Misfires int64
 	// LastError is why the planner could not plan it (the schedule is then
 	// over: NextFireAt zero), "" otherwise.
@@ -75,12 +82,33 @@ func (s *Schedule) Dest() wire.Destination {
 // schedules are named by their message id ("amqp:<id>").
 func ScheduleKey(source, name string) string { return source + ":" + name }
 
+// ScheduleName is the name of the schedule key: ScheduleKey's name (an AMQP
+// schedule's message id), the key itself when it has no source. Its cancel
+// tombstone is the one PutSchedule honours.
+func ScheduleName(key string) string {
+	if _, name, ok := strings.Cut(key, ":"); ok {
+		return name
+	}
+	return key
+}
+
 // FireID is the row key of the fire of schedule key, generation gen, at
 // scheduled: a function of the three, so that a second attempt to store the
 // same fire finds the first (FireDue stores it only when the key is free).
 func FireID(key string, gen int64, scheduled time.Time) string {
 	return key + "#" + strconv.FormatInt(gen, 10) + "@" + strconv.FormatInt(scheduled.Unix(), 10)
 }
+
+// FireNowID is the row key of an extra fire of schedule key, generation
+// gen, asked for at at (FireNow): never one of FireID's keys, so an extra
+// fire never takes the place of a scheduled one.
+func FireNowID(key string, gen int64, at time.Time) string {
+	return key + "#" + strconv.FormatInt(gen, 10) + "@now" + strconv.FormatInt(at.UnixNano(), 10)
+}
+
+// FireMessage builds the message of FireNow's extra fire of s: id is its
+// row key, at its fire time.
+type FireMessage func(s *Schedule, id string, at time.Time) ([]byte, error)
 
 // CheckSchedule refuses a schedule no store can hold.
 func CheckSchedule(s *Schedule) error {
@@ -150,7 +178,9 @@ type Scheduler interface {
 	// being dispatched are cancelled (as CancelSaga of the key), and the
 	// new one gets the next generation, its counters start at zero and it
 	// is not paused. The caller sets NextFireAt (the first fire time).
-	// It returns the schedule as stored.
+	// It returns the schedule as stored. When ScheduleName(s.Key) has a
+	// live cancel tombstone it changes nothing and returns
+	// ErrScheduleCancelled, as Insert does Cancelled for a one-shot.
 	PutSchedule(ctx context.Context, s Schedule) (Schedule, error)
 	// CancelSchedule deletes the schedule and its pending fires that are
 	// not being dispatched, in one commit. found is false when there was
@@ -183,6 +213,13 @@ type Scheduler interface {
 	// callers, of one instance or several, never plan one schedule's fire
 	// time both: the second sees the schedule moved on.
 	FireDue(ctx context.Context, now time.Time, lead time.Duration, limit int, plan Planner) ([]Fired, error)
+	// FireNow stores one extra fire of the schedule, due at now, in one
+	// commit: a timeout row with key FireNowID(key, generation, now),
+	// SagaID key, the schedule's destination and the message msg builds,
+	// paused or not, and counts it in Fires. It does not move the
+	// schedule (NextFireAt, PrevFireAt stay). ErrScheduleNotFound when
+	// there is no such schedule; Stored is false when the key was taken.
+	FireNow(ctx context.Context, key string, now time.Time, msg FireMessage) (Fired, error)
 }
 
 // ApplyPlan is the rule every store applies to a schedule after planning
@@ -221,4 +258,16 @@ func ApplyPlan(s *Schedule, p FirePlan) Fired {
 func FireRow(s *Schedule, f *Fired, p *FirePlan, now time.Time) Timeout {
 	return Timeout{ID: f.ID, Destination: s.Destination, Exchange: s.Exchange, DueAt: p.DueAt, ReceivedAt: now,
 		Message: p.Message, SagaID: s.Key}
+}
+
+// NowFire is the timeout row and report of FireNow's extra fire of s at now.
+func NowFire(s *Schedule, now time.Time, msg FireMessage) (Timeout, Fired, error) {
+	id := FireNowID(s.Key, s.Generation, now)
+	m, err := msg(s, id, now)
+	if err != nil {
+		return Timeout{}, Fired{}, fmt.Errorf("schedule %q: fire now: %w", s.Key, err)
+	}
+	f := Fired{Key: s.Key, ID: id, Scheduled: now, DueAt: now, Next: s.NextFireAt}
+	return Timeout{ID: id, Destination: s.Destination, Exchange: s.Exchange, DueAt: now, ReceivedAt: now,
+		Message: m, SagaID: s.Key}, f, nil
 }

@@ -126,6 +126,9 @@ func (s *Store) PutSchedule(ctx context.Context, in storage.Schedule) (storage.S
 	}
 	var out storage.Schedule
 	err := s.schedWrite(ctx, "put schedule "+in.Key, func(b txb, sb schedBuckets, pins *pinSet, now time.Time) error {
+		if b.cancelled(storage.ScheduleName(in.Key), now) {
+			return storage.ErrScheduleCancelled
+		}
 		old, err := sb.get(in.Key)
 		if err != nil {
 			return err
@@ -351,6 +354,39 @@ func (s *Store) FireDue(ctx context.Context, now time.Time, lead time.Duration, 
 	})
 	if err != nil {
 		return nil, err
+	}
+	return out, nil
+}
+
+// FireNow stores an extra fire of a schedule; see storage.Scheduler.
+func (s *Store) FireNow(ctx context.Context, key string, now time.Time, msg storage.FireMessage) (storage.Fired, error) {
+	var out storage.Fired
+	err := s.schedWrite(ctx, "fire schedule now "+key, func(b txb, sb schedBuckets, _ *pinSet, _ time.Time) error {
+		old, err := sb.get(key)
+		if err != nil {
+			return err
+		}
+		if old == nil {
+			return storage.ErrScheduleNotFound
+		}
+		row, f, err := storage.NowFire(old, now, msg)
+		if err != nil {
+			return err
+		}
+		out = f
+		if b.ids.Get([]byte(f.ID)) != nil || b.cancelled(f.ID, now) {
+			return nil
+		}
+		if err := b.add(&row); err != nil {
+			return fmt.Errorf("fire %q: %w", f.ID, err)
+		}
+		out.Stored = true
+		n := *old
+		n.Fires++
+		return sb.put(old, &n)
+	})
+	if err != nil {
+		return storage.Fired{}, err
 	}
 	return out, nil
 }

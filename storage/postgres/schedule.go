@@ -90,6 +90,17 @@ func (s *Store) PutSchedule(ctx context.Context, in storage.Schedule) (storage.S
 			return err
 		}
 		cancelled = n
+		// cancelGroups holds the cancel lock exclusively: a cancel of the
+		// name committed before this transaction is seen here, one after
+		// it finds the schedule.
+		var dead bool
+		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM `+s.qs+`.cancelled WHERE id = $1 AND expires_at > $2)`,
+			storage.ScheduleName(in.Key), now).Scan(&dead); err != nil {
+			return err
+		}
+		if dead {
+			return storage.ErrScheduleCancelled
+		}
 		rows, err := tx.Query(ctx, `
 INSERT INTO `+s.qs+`.schedules AS s (`+scheduleCols+`)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, NULL, false, 1, 0, 0, '', $14)
@@ -250,6 +261,25 @@ WHERE NOT paused AND next_fire_at IS NOT NULL ORDER BY next_fire_at LIMIT 1`).Sc
 	return fromTS(at), at.Valid, nil
 }
 
+// fireTx runs fn in a transaction that stores fires, and commits it. It
+// holds the cancel lock shared, as Insert: a cancel of the key (put, pause,
+// cancel) that committed first has its tombstones seen; one that comes
+// later waits and then finds the fire rows.
+func (s *Store) fireTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock_shared($1)`, s.cancelKey); err != nil {
+		return err
+	}
+	if err := fn(tx); err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
+}
+
 // FireDue stores the due schedules' fires; see storage.Scheduler.
 func (s *Store) FireDue(ctx context.Context, now time.Time, lead time.Duration, limit int, plan storage.Planner) ([]storage.Fired, error) {
 	if limit <= 0 {
@@ -259,71 +289,105 @@ func (s *Store) FireDue(ctx context.Context, now time.Time, lead time.Duration, 
 	stored := 0
 	err := s.run(ctx, "fire due schedules", func(ctx context.Context) error {
 		out, stored = nil, 0
-		tx, err := s.pool.Begin(ctx)
-		if err != nil {
-			return err
-		}
-		defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-		// Shared, as Insert: a cancel of the key (put, pause, cancel) that
-		// committed first has its tombstones seen; one that comes later
-		// waits and then finds the fire rows.
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock_shared($1)`, s.cancelKey); err != nil {
-			return err
-		}
-		rows, err := tx.Query(ctx, `SELECT `+scheduleCols+` FROM `+s.qs+`.schedules
+		return s.fireTx(ctx, func(tx pgx.Tx) error {
+			rows, err := tx.Query(ctx, `SELECT `+scheduleCols+` FROM `+s.qs+`.schedules
 WHERE NOT paused AND next_fire_at IS NOT NULL AND next_fire_at <= $1
 ORDER BY next_fire_at LIMIT $2 FOR UPDATE SKIP LOCKED`, ts(now.Add(lead)), limit)
-		if err != nil {
-			return err
-		}
-		due, err := collectSchedules(rows)
-		if err != nil || len(due) == 0 {
-			return err
-		}
-		var fires []storage.Timeout
-		var fireOf []int
-		keys := make([]string, len(due))
-		nexts, prevs := make([]pgtype.Timestamptz, len(due)), make([]pgtype.Timestamptz, len(due))
-		fireCounts, misfireCounts := make([]int64, len(due)), make([]int64, len(due))
-		lastErrs := make([]string, len(due))
-		for i := range due {
-			sc := &due[i]
-			p := plan(sc, now)
-			f := storage.ApplyPlan(sc, p)
-			if f.ID != "" {
-				fires = append(fires, storage.FireRow(sc, &f, &p, now))
-				fireOf = append(fireOf, i)
-			}
-			out = append(out, f)
-			keys[i], nexts[i], prevs[i] = sc.Key, nullTSUp(sc.NextFireAt), nullTS(sc.PrevFireAt)
-			fireCounts[i], misfireCounts[i], lastErrs[i] = sc.Fires, sc.Misfires, sc.LastError
-		}
-		if len(fires) > 0 {
-			fkeys, idx := make([]string, len(fires)), make([]int, len(fires))
-			outcomes := make([]storage.Outcome, len(fires))
-			for j := range fires {
-				fkeys[j], idx[j] = fires[j].ID, j
-			}
-			// insertAt: under its own key only, not when taken (ON
-			// CONFLICT DO NOTHING) nor when tombstoned.
-			if stored, err = s.insertKeyed(ctx, tx, s.q.insertAt, fires, fkeys, idx, outcomes, ts(now)); err != nil {
+			if err != nil {
 				return err
 			}
-			for j, i := range fireOf {
-				out[i].Stored = outcomes[j] == storage.Stored
+			due, err := collectSchedules(rows)
+			if err != nil || len(due) == 0 {
+				return err
 			}
-		}
-		if _, err := tx.Exec(ctx, `UPDATE `+s.qs+`.schedules s SET next_fire_at = u.next, prev_fire_at = u.prev,
+			var fires []storage.Timeout
+			var fireOf []int
+			keys := make([]string, len(due))
+			nexts, prevs := make([]pgtype.Timestamptz, len(due)), make([]pgtype.Timestamptz, len(due))
+			fireCounts, misfireCounts := make([]int64, len(due)), make([]int64, len(due))
+			lastErrs := make([]string, len(due))
+			for i := range due {
+				sc := &due[i]
+				p := plan(sc, now)
+				f := storage.ApplyPlan(sc, p)
+				if f.ID != "" {
+					fires = append(fires, storage.FireRow(sc, &f, &p, now))
+					fireOf = append(fireOf, i)
+				}
+				out = append(out, f)
+				keys[i], nexts[i], prevs[i] = sc.Key, nullTSUp(sc.NextFireAt), nullTS(sc.PrevFireAt)
+				fireCounts[i], misfireCounts[i], lastErrs[i] = sc.Fires, sc.Misfires, sc.LastError
+			}
+			if len(fires) > 0 {
+				fkeys, idx := make([]string, len(fires)), make([]int, len(fires))
+				outcomes := make([]storage.Outcome, len(fires))
+				for j := range fires {
+					fkeys[j], idx[j] = fires[j].ID, j
+				}
+				// insertAt: under its own key only, not when taken (ON
+				// CONFLICT DO NOTHING) nor when tombstoned.
+				if stored, err = s.insertKeyed(ctx, tx, s.q.insertAt, fires, fkeys, idx, outcomes, ts(now)); err != nil {
+					return err
+				}
+				for j, i := range fireOf {
+					out[i].Stored = outcomes[j] == storage.Stored
+				}
+			}
+			if _, err := tx.Exec(ctx, `UPDATE `+s.qs+`.schedules s SET next_fire_at = u.next, prev_fire_at = u.prev,
 	fires = u.fires, misfires = u.misfires, last_error = u.last_error
 FROM unnest($1::text[], $2::timestamptz[], $3::timestamptz[], $4::bigint[], $5::bigint[], $6::text[])
 	AS u(key, next, prev, fires, misfires, last_error)
 WHERE s.key = u.key COLLATE "C"`, keys, nexts, prevs, fireCounts, misfireCounts, lastErrs); err != nil {
-			return err
-		}
-		return tx.Commit(ctx)
+				return err
+			}
+			return nil
+		})
 	})
 	if err != nil {
 		return nil, err
+	}
+	s.stats.addPending(stored)
+	return out, nil
+}
+
+// FireNow stores an extra fire of a schedule; see storage.Scheduler.
+func (s *Store) FireNow(ctx context.Context, key string, now time.Time, msg storage.FireMessage) (storage.Fired, error) {
+	var out storage.Fired
+	stored := 0
+	err := s.run(ctx, fmt.Sprintf("fire schedule %q now", key), func(ctx context.Context) error {
+		out, stored = storage.Fired{}, 0
+		return s.fireTx(ctx, func(tx pgx.Tx) error {
+			rows, err := tx.Query(ctx, `SELECT `+scheduleCols+` FROM `+s.qs+`.schedules WHERE key = $1 FOR UPDATE`, key)
+			if err != nil {
+				return err
+			}
+			got, err := collectSchedules(rows)
+			if err != nil {
+				return err
+			}
+			if len(got) == 0 {
+				return storage.ErrScheduleNotFound
+			}
+			row, f, err := storage.NowFire(&got[0], now, msg)
+			if err != nil {
+				return err
+			}
+			outcomes := make([]storage.Outcome, 1)
+			if stored, err = s.insertKeyed(ctx, tx, s.q.insertAt, []storage.Timeout{row}, []string{row.ID}, []int{0}, outcomes, ts(now)); err != nil {
+				return err
+			}
+			f.Stored = outcomes[0] == storage.Stored
+			if f.Stored {
+				if _, err := tx.Exec(ctx, `UPDATE `+s.qs+`.schedules SET fires = fires + 1 WHERE key = $1`, key); err != nil {
+					return err
+				}
+			}
+			out = f
+			return nil
+		})
+	})
+	if err != nil {
+		return storage.Fired{}, err
 	}
 	s.stats.addPending(stored)
 	return out, nil
