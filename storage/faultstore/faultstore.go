@@ -55,6 +55,10 @@ const (
 	Resume             // storage.Pauser
 	Paused             // storage.Pauser
 	ReplaceGroups      // storage.GroupReplacer; Insert's faults apply too
+	PutSchedule        // storage.Scheduler
+	ChangeSchedule     // storage.Scheduler: CancelSchedule, PauseSchedule, ResumeSchedule
+	ReadSchedules      // storage.Scheduler: GetSchedule, ListSchedules, NextScheduleDue
+	Fire               // storage.Scheduler: FireDue, FireNow
 	Close
 	numOps
 )
@@ -65,6 +69,7 @@ var opNames = [...]string{
 	Reschedule: "Reschedule", Stats: "Stats", LeasedBy: "LeasedBy", GetMany: "GetMany", Close: "Close",
 	CancelSaga: "CancelSaga", Bulk: "Bulk", CountByDestination: "CountByDestination",
 	Pause: "Pause", Resume: "Resume", Paused: "Paused", ReplaceGroups: "ReplaceGroups",
+	PutSchedule: "PutSchedule", ChangeSchedule: "ChangeSchedule", ReadSchedules: "ReadSchedules", Fire: "Fire",
 }
 
 func (op Op) String() string {
@@ -92,6 +97,7 @@ type Store struct {
 var (
 	_ storage.Store         = (*Store)(nil)
 	_ storage.LeaseReleaser = (*Store)(nil)
+	_ storage.Scheduler     = (*Store)(nil)
 )
 
 // Wrap returns a healed faultstore around s.
