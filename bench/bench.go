@@ -58,10 +58,11 @@ const (
 	StepResend      = "resend"
 	StepCrash       = "crash"
 	StepFailover    = "failover"
+	StepRecurring   = "recurring"
 )
 
 // AllSteps lists every step in run order.
-var AllSteps = []string{StepCeiling, StepIngest, StepPunctuality, StepBurst, StepTTL, StepExchange, StepScale, StepScaleOut, StepRebus, StepNSB, StepMassTransit, StepNSBTimeouts, StepSteady, StepBigMsg, StepResend, StepCrash, StepFailover}
+var AllSteps = []string{StepCeiling, StepIngest, StepPunctuality, StepBurst, StepTTL, StepExchange, StepScale, StepScaleOut, StepRebus, StepNSB, StepMassTransit, StepNSBTimeouts, StepSteady, StepBigMsg, StepResend, StepCrash, StepFailover, StepRecurring}
 
 // Options configure a run. Zero values take the defaults of DefaultOptions.
 type Options struct {
@@ -135,6 +136,10 @@ type Options struct {
 	FailoverRate     int
 	FailoverDuration time.Duration
 	FailoverRepeats  int
+	// RecurringN is the schedules of the recurring step, each firing every
+	// second, consumed for RecurringDuration (0: the step's defaults).
+	RecurringN        int
+	RecurringDuration time.Duration
 
 	// SentinelOnly makes the bench tell when a workload is stored by a
 	// sentinel message even when the bridge serves delaybridge.pending.
@@ -196,23 +201,24 @@ type Results struct {
 	StartedAt  time.Time `json:"started_at"`
 	FinishedAt time.Time `json:"finished_at"`
 
-	Ceiling     *Ceiling  `json:"ceiling,omitempty"`
-	Ingest      *Ingest   `json:"ingest,omitempty"`
-	Punctuality *Punctual `json:"punctuality,omitempty"`
-	Burst       *Burst    `json:"burst,omitempty"`
-	TTL         *TTL      `json:"ttl,omitempty"`
-	Exchange    *Exchange `json:"exchange,omitempty"`
-	Scale       *Scale    `json:"scale,omitempty"`
-	ScaleOut    *ScaleOut `json:"scaleout,omitempty"`
-	Rebus       *Punctual `json:"rebus,omitempty"` // the punctuality workload as Rebus endpoints defer
-	NSB         *NSB      `json:"nsb,omitempty"`
-	MassTransit *Protocol `json:"masstransit,omitempty"` // as MassTransit endpoints schedule, and plain
-	NSBTimeouts *Protocol `json:"nsbtm,omitempty"`       // as NServiceBus endpoints defer to the timeout manager, and plain
-	Steady      *Steady   `json:"steady,omitempty"`
-	BigMsg      *BigMsg   `json:"bigmsg,omitempty"`
-	Resend      *Resend   `json:"resend,omitempty"`
-	Crash       *Crash    `json:"crash,omitempty"`
-	Failover    *Failover `json:"failover,omitempty"`
+	Ceiling     *Ceiling   `json:"ceiling,omitempty"`
+	Ingest      *Ingest    `json:"ingest,omitempty"`
+	Punctuality *Punctual  `json:"punctuality,omitempty"`
+	Burst       *Burst     `json:"burst,omitempty"`
+	TTL         *TTL       `json:"ttl,omitempty"`
+	Exchange    *Exchange  `json:"exchange,omitempty"`
+	Scale       *Scale     `json:"scale,omitempty"`
+	ScaleOut    *ScaleOut  `json:"scaleout,omitempty"`
+	Rebus       *Punctual  `json:"rebus,omitempty"` // the punctuality workload as Rebus endpoints defer
+	NSB         *NSB       `json:"nsb,omitempty"`
+	MassTransit *Protocol  `json:"masstransit,omitempty"` // as MassTransit endpoints schedule, and plain
+	NSBTimeouts *Protocol  `json:"nsbtm,omitempty"`       // as NServiceBus endpoints defer to the timeout manager, and plain
+	Steady      *Steady    `json:"steady,omitempty"`
+	BigMsg      *BigMsg    `json:"bigmsg,omitempty"`
+	Resend      *Resend    `json:"resend,omitempty"`
+	Crash       *Crash     `json:"crash,omitempty"`
+	Failover    *Failover  `json:"failover,omitempty"`
+	Recurring   *Recurring `json:"recurring,omitempty"`
 
 	BridgeLogs []BridgeLog `json:"bridge_logs,omitempty"`
 	Warnings   []string    `json:"warnings,omitempty"`
@@ -507,7 +513,7 @@ func Run(ctx context.Context, opts Options) (*Results, error) {
 		StepScale: b.stepScale, StepScaleOut: b.stepScaleOut, StepRebus: b.stepRebus, StepNSB: b.stepNSB,
 		StepMassTransit: b.stepMassTransit, StepNSBTimeouts: b.stepNSBTimeouts,
 		StepSteady: b.stepSteady, StepBigMsg: b.stepBigMsg, StepResend: b.stepResend, StepCrash: b.stepCrash,
-		StepFailover: b.stepFailover,
+		StepFailover: b.stepFailover, StepRecurring: b.stepRecurring,
 	}
 	for _, s := range b.res.Params.Steps {
 		if ctx.Err() != nil {

@@ -88,6 +88,7 @@ func BuildRows(r *Results) []Row {
 	rows = append(rows, resendRows(r.Resend)...)
 	rows = append(rows, crashRows(r.Crash)...)
 	rows = append(rows, failoverRows(r.Failover)...)
+	rows = append(rows, recurringRows(r.Recurring)...)
 	if x := r.Exchange; x != nil {
 		rows = append(rows, exchangeRows(x)...)
 	}

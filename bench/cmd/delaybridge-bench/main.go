@@ -68,6 +68,8 @@ func run(args []string) int {
 	failoverRate := fs.Int("failover-rate", 1000, "failover step: steady rate of messages a second")
 	failoverDuration := fs.Duration("failover-duration", 20*time.Second, "failover step: how long messages are sent in each run (the event 8 s in)")
 	failoverRepeats := fs.Int("failover-repeats", 5, "failover step: runs of each event (kill, term, stop)")
+	recurringN := fs.Int("recurring-n", 1000, "recurring step: schedules, each firing every second")
+	recurringDuration := fs.Duration("recurring-duration", 20*time.Second, "recurring step: how long the fires are consumed and counted")
 	only := fs.String("only", "", "run only these steps, comma-separated: "+strings.Join(bench.AllSteps, ","))
 	lead := fs.Duration("lead", 0, "time from publishing to the first due time (0: from the measured ingest rate, at least 3s)")
 	publishers := fs.Int("publishers", def.Publishers, "publishing goroutines, each with its own confirm-mode channel")
@@ -122,6 +124,10 @@ Measures the bridge against a real broker and prints a table (and writes JSON):
                (SIGKILL), stopped (SIGTERM) or stalled (SIGSTOP for 40 s, then SIGCONT), each
                --failover-repeats times: lost, early, duplicates, and the lateness p99 and max of the
                messages due in the 10 s after the event
+  recurring    (--only recurring) --recurring-n schedules firing every second (x-delaybridge-cron)
+               to one queue, consumed for --recurring-duration, then cancelled: fires expected,
+               missed, doubled, early, lateness from x-delaybridge-fire-time p50/p99/max, fires
+               after the cancels, and the store's pending count and bbolt size over the window
 
 Every bridge is the delaybridge binary (--bridge) run as a child process with its own
 endpoint, store and HTTP port; everything the bench declares on the broker is deleted at
@@ -157,6 +163,7 @@ the end.
 		ResendRate: *resendRate, ResendDuration: *resendDuration,
 		CrashRate: *crashRate, CrashDuration: *crashDuration,
 		FailoverRate: *failoverRate, FailoverDuration: *failoverDuration, FailoverRepeats: *failoverRepeats,
+		RecurringN: *recurringN, RecurringDuration: *recurringDuration,
 	}
 	if opts.SteadyRates, err = parseInts(*steadyRates); err != nil {
 		fmt.Fprintln(os.Stderr, "delaybridge-bench: --steady-rates:", err)
