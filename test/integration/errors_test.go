@@ -9,6 +9,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/delaybridge/delaybridge/intake"
 )
 
 // Error-queue headers of docs/contract.md §4.
@@ -33,34 +35,13 @@ var errorHeaders = []string{hError, hStage, hFailedAt, hAttempts, hNSBExcMsg, hN
 	hNSBExcType, "NServiceBus.ExceptionInfo.Source", "NServiceBus.ExceptionInfo.StackTrace", hNSBTimeFail,
 	"NServiceBus.ProcessingEndpoint", "NServiceBus.ProcessingMachine", "$.diagnostics.hostid", "$.diagnostics.hostdisplayname"}
 
-// asInt converts any AMQP integer type.
-func asInt(v any) (int64, bool) {
-	switch v := v.(type) {
-	case int8:
-		return int64(v), true
-	case uint8:
-		return int64(v), true
-	case int16:
-		return int64(v), true
-	case uint16:
-		return int64(v), true
-	case int32:
-		return int64(v), true
-	case uint32:
-		return int64(v), true
-	case int64:
-		return v, true
-	}
-	return 0, false
-}
-
 // checkErrorHeaders asserts the §4 headers of an error-queue copy.
 func checkErrorHeaders(t *testing.T, h amqp.Table, stage string, attempts int64, failedQ string, reasonHints []string, notBefore time.Time) {
 	t.Helper()
 	if got := headerString(h, hStage); got != stage {
 		t.Errorf("%s = %v, want %q", hStage, h[hStage], stage)
 	}
-	if n, ok := asInt(h[hAttempts]); !ok || n != attempts {
+	if n, ok := intake.HeaderInteger(h[hAttempts]); !ok || n != attempts {
 		t.Errorf("%s = %v (%T), want integer %d", hAttempts, h[hAttempts], h[hAttempts], attempts)
 	}
 	if got := headerString(h, hNSBFailQ); got != failedQ {
