@@ -75,6 +75,16 @@ func testMain(m *testing.M) int {
 		defer os.RemoveAll(tmp)
 		bridgeBin = filepath.Join(tmp, "delaybridge")
 	}
+	// DELAYBRIDGE_TEST_BRIDGE_PREBUILT=true runs the binary at
+	// DELAYBRIDGE_TEST_BRIDGE_BIN as it is, e.g. an earlier commit's build
+	// to show that a test fails on it; without it, go build would replace it.
+	if os.Getenv("DELAYBRIDGE_TEST_BRIDGE_PREBUILT") == "true" {
+		if _, err := os.Stat(bridgeBin); err != nil {
+			fmt.Fprintf(os.Stderr, "integration: DELAYBRIDGE_TEST_BRIDGE_PREBUILT needs a binary at DELAYBRIDGE_TEST_BRIDGE_BIN (%q): %v\n", bridgeBin, err)
+			return 1
+		}
+		return m.Run()
+	}
 	build := exec.Command("go", "build", "-race", "-o", bridgeBin, ".")
 	build.Dir = root
 	if out, err := build.CombinedOutput(); err != nil {
