@@ -33,23 +33,23 @@ func (c *claims) take(tok wire.Token) bool {
 }
 
 // release gives toks up.
-func (c *claims) release(toks []wire.Token) {
+func (c *claims) release(toks []wire.Lease) {
 	if len(toks) == 0 {
 		return
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, tok := range toks {
-		delete(c.held, tok)
+		delete(c.held, tok.Token)
 	}
 }
 
 // claim claims toks and returns those it could; the others are stale: a
 // copy of their message is being forwarded.
-func (d *Dispatcher) claim(toks []wire.Token) []wire.Token {
+func (d *Dispatcher) claim(toks []wire.Lease) []wire.Lease {
 	out := toks[:0:0]
 	for _, tok := range toks {
-		if d.claims.take(tok) {
+		if d.claims.take(tok.Token) {
 			out = append(out, tok)
 		} else {
 			d.stale(tok, "being forwarded from another copy of its dispatcher message")
