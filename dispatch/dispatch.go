@@ -206,7 +206,7 @@ type Dispatcher struct {
 	// commitTook is how long removal commits take (holdEnd).
 	commitTook commitTime
 	// claims are the tokens this instance is forwarding, from their read
-	// until their dispatcher message is settled (claims.go).
+	// until their dispatcher message is settled.
 	claims claims
 }
 
@@ -469,7 +469,7 @@ type removal struct {
 	// since is when the earliest of refs was confirmed: a crash from then
 	// on forwards it again.
 	since time.Time
-	// claimed are the dispatcher message's claimed tokens (claims.go).
+	// claimed are the dispatcher message's claimed tokens (claims).
 	claimed []wire.Lease
 }
 
@@ -508,6 +508,58 @@ func (d *Dispatcher) forwardAll(ctx context.Context, del *amqp.Delivery, pub Pub
 		}
 	}
 	return ack, nil, nil
+}
+
+// claims are the tokens this instance is forwarding. The broker may deliver
+// one dispatcher message twice at once: a quorum queue whose leader fails
+// over, or a requeue racing a new consuming session. The row's lock
+// cannot tell the two copies apart (both carry the lease), and its removal
+// waits up to RemoveHold after the forward, so without a claim the second
+// copy would forward the row again. A token is claimed from its read until
+// its dispatcher message is settled; a copy of it meanwhile is stale.
+type claims struct {
+	mu   sync.Mutex
+	held map[wire.Token]struct{}
+}
+
+// take claims tok; false when it is claimed already.
+func (c *claims) take(tok wire.Token) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.held[tok]; ok {
+		return false
+	}
+	if c.held == nil {
+		c.held = make(map[wire.Token]struct{})
+	}
+	c.held[tok] = struct{}{}
+	return true
+}
+
+// release gives toks up.
+func (c *claims) release(toks []wire.Lease) {
+	if len(toks) == 0 {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, tok := range toks {
+		delete(c.held, tok.Token)
+	}
+}
+
+// claim claims toks and returns those it could; the others are stale: a
+// copy of their message is being forwarded.
+func (d *Dispatcher) claim(toks []wire.Lease) []wire.Lease {
+	out := toks[:0:0]
+	for _, tok := range toks {
+		if d.claims.take(tok.Token) {
+			out = append(out, tok)
+		} else {
+			d.stale(tok, "being forwarded from another copy of its dispatcher message")
+		}
+	}
+	return out
 }
 
 // groupSize is how many of n tokens the next group takes: as many rows of
