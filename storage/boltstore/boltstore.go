@@ -1204,12 +1204,8 @@ func (s *Store) Cancel(ctx context.Context, id string, mode storage.CancelMode) 
 		}
 		return s.tombstone(b, id, now)
 	})
-	switch {
-	case err != nil:
-	case found == 0:
-		err = storage.ErrNotFound
-	case removed == 0:
-		err = storage.ErrLeased
+	if err == nil {
+		err = storage.FoundErr(found, removed)
 	}
 	if err != nil {
 		return fmt.Errorf("boltstore: cancel %q: %w", id, err)
@@ -1383,12 +1379,8 @@ func (s *Store) Reschedule(ctx context.Context, id string, dueAt time.Time) erro
 		}
 		return nil
 	})
-	switch {
-	case err != nil:
-	case found == 0:
-		err = storage.ErrNotFound
-	case moved == 0:
-		err = storage.ErrLeased
+	if err == nil {
+		err = storage.FoundErr(found, moved)
 	}
 	if err != nil {
 		return fmt.Errorf("boltstore: reschedule %q: %w", id, err)

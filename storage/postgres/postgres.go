@@ -1453,20 +1453,8 @@ func (s *Store) Cancel(ctx context.Context, id string, mode storage.CancelMode) 
 			return err
 		}
 		s.stats.addPending(-removed)
-		return foundErr(found, removed)
+		return storage.FoundErr(found, removed)
 	})
-}
-
-// foundErr is the answer of a cancel or reschedule of a message id that
-// found found sends and changed changed of them (the others are leased).
-func foundErr(found, changed int) error {
-	switch {
-	case found == 0:
-		return storage.ErrNotFound
-	case changed == 0:
-		return storage.ErrLeased
-	}
-	return nil
 }
 
 // CancelSaga deletes the rows of saga sagaID that no live lease holds and
@@ -1628,7 +1616,7 @@ func (s *Store) Reschedule(ctx context.Context, id string, dueAt time.Time) erro
 		if err := s.pool.QueryRow(ctx, s.q.reschedule, id, ts(s.now()), tsUp(dueAt)).Scan(&found, &moved); err != nil {
 			return err
 		}
-		return foundErr(int(found), int(moved))
+		return storage.FoundErr(int(found), int(moved))
 	})
 }
 
