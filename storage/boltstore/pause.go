@@ -147,20 +147,10 @@ func (s *Store) Pause(ctx context.Context, d wire.Destination, by string) (bool,
 				return err
 			}
 		}
-		for _, r := range rs {
-			if err := b.unindex(r); err != nil {
-				return err
-			}
-		}
 		v := binary.BigEndian.AppendUint64(nil, uint64(now.UnixNano()))
-		if err := b.pauses.Put(dk, append(v, by...)); err != nil {
+		// dueKey: the order of their keys in held and parked.
+		if err := b.reindexAround(rs, dueKey, func() error { return b.pauses.Put(dk, append(v, by...)) }); err != nil {
 			return err
-		}
-		sortRows(rs, dueKey) // the order of their keys in held and parked
-		for _, r := range rs {
-			if err := b.index(r); err != nil {
-				return err
-			}
 		}
 		paused = true
 		return nil
@@ -169,6 +159,27 @@ func (s *Store) Pause(ctx context.Context, d wire.Destination, by string) (bool,
 		return false, fmt.Errorf("boltstore: pause %s: %w", d, err)
 	}
 	return paused, nil
+}
+
+// reindexAround takes rs out of the indexes, runs change (a pause or resume
+// of their destination), and indexes them again as they now stand, put in
+// the order of their new keys, order (see sortRows).
+func (b txb) reindexAround(rs []*row, order func(*storage.Timeout) []byte, change func() error) error {
+	for _, r := range rs {
+		if err := b.unindex(r); err != nil {
+			return err
+		}
+	}
+	if err := change(); err != nil {
+		return err
+	}
+	sortRows(rs, order)
+	for _, r := range rs {
+		if err := b.index(r); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // sortRows orders rs by key. bbolt splits nodes only at commit, and a put
@@ -239,19 +250,8 @@ func (s *Store) Resume(ctx context.Context, d wire.Destination) (bool, error) {
 				rs = append(rs, r)
 			}
 		}
-		for _, r := range rs {
-			if err := b.unindex(r); err != nil {
-				return err
-			}
-		}
-		if err := b.pauses.Delete(dk); err != nil {
+		if err := b.reindexAround(rs, readyKey, func() error { return b.pauses.Delete(dk) }); err != nil {
 			return err
-		}
-		sortRows(rs, readyKey)
-		for _, r := range rs {
-			if err := b.index(r); err != nil {
-				return err
-			}
 		}
 		resumed = true
 		return nil
