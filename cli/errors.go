@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/delaybridge/delaybridge/admin"
-	"github.com/delaybridge/delaybridge/wire"
 )
 
 // delaybridge errors ls|show|rm|replay: the admin API's /api/v1/errors.
@@ -172,17 +171,10 @@ func cliErrorsList(c *adminClient, fs *flag.FlagSet, ff *errorFilterFlags, args 
 
 // errorDest is where a copy was going, as ls words a timeout's.
 func errorDest(e *admin.ErrorCopyJSON) string {
-	if e.Exchange == "" {
-		if e.Destination == "" {
-			return "-"
-		}
-		return wire.Queue(e.Destination).String()
+	if e.Exchange == "" && e.Destination == "" {
+		return "-"
 	}
-	d := wire.Destination{Exchange: e.Exchange}
-	if e.RoutingKey != nil {
-		d.Key = *e.RoutingKey
-	}
-	return d.String()
+	return e.Dest().String()
 }
 
 func cliErrorsShow(c *adminClient, fs *flag.FlagSet, ff *errorFilterFlags, args []string) int {

@@ -61,7 +61,7 @@ func cliList(c *adminClient, fs *flag.FlagSet, args []string) int {
 		} else if r.NotBefore != nil {
 			state = "retry after " + fmtTime(*r.NotBefore)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", sendName(&r), destOf(&r), fmtTime(r.DueAt), r.Attempts, state, oneLine(r.LastError, 60))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", sendName(&r), r.Dest(), fmtTime(r.DueAt), r.Attempts, state, oneLine(r.LastError, 60))
 	}
 	tw.Flush()
 	if next != "" {

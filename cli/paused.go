@@ -30,7 +30,7 @@ func cliPaused(c *adminClient, fs *flag.FlagSet, args []string) int {
 		if d.Since != nil {
 			since = fmtTime(*d.Since)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\n", destOfJSON(&d), since, d.By)
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", d.Dest(), since, d.By)
 	}
 	tw.Flush()
 	return exitOK

@@ -12,7 +12,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/delaybridge/delaybridge/admin"
-	"github.com/delaybridge/delaybridge/wire"
 )
 
 // How the admin commands print what the API answers.
@@ -33,18 +32,6 @@ func sendName(t *admin.TimeoutJSON) string {
 		return t.ID + " (send " + strconv.Itoa(t.Send) + ")"
 	}
 	return t.ID
-}
-
-// destOf is where t goes, as the status page and the logs word it.
-func destOf(t *admin.TimeoutJSON) wire.Destination {
-	if t.Exchange == "" {
-		return wire.Queue(t.Destination)
-	}
-	d := wire.Destination{Exchange: t.Exchange}
-	if t.RoutingKey != nil {
-		d.Key = *t.RoutingKey
-	}
-	return d
 }
 
 func oneLine(s string, n int) string {
@@ -138,9 +125,4 @@ func (c *adminClient) printSkipped(skipped []admin.ReplaySkipped) {
 		fmt.Fprintf(tw, "%s\t%s\n", d.MessageID, d.Reason)
 	}
 	tw.Flush()
-}
-
-// destOfJSON is a DestinationJSON's destination, worded as destOf's.
-func destOfJSON(d *admin.DestinationJSON) fmt.Stringer {
-	return destOf(&admin.TimeoutJSON{Destination: d.Destination, Exchange: d.Exchange, RoutingKey: d.RoutingKey})
 }

@@ -98,17 +98,11 @@ func cliSchedulesList(c *adminClient, fs *flag.FlagSet, args []string) int {
 		if s.NextFireAt != nil {
 			nextFire = fmtTime(*s.NextFireAt)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\n", s.Key, s.State, nextFire, s.Cron, s.TimeZone, scheduleDest(s), s.Fires, s.Misfires)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\n", s.Key, s.State, nextFire, s.Cron, s.TimeZone, s.Dest(), s.Fires, s.Misfires)
 	}
 	tw.Flush()
 	if next != "" {
 		fmt.Fprintf(c.errOut, "more: delaybridge schedules ls --cursor %s (or --all)\n", next)
 	}
 	return exitOK
-}
-
-// scheduleDest is where a schedule's fires go, as the other lists print it.
-func scheduleDest(s *admin.ScheduleJSON) string {
-	t := admin.TimeoutJSON{Destination: s.Destination, Exchange: s.Exchange, RoutingKey: s.RoutingKey}
-	return destOf(&t).String()
 }

@@ -30,7 +30,7 @@ func cliShow(c *adminClient, fs *flag.FlagSet, args []string) int {
 	if t.Exchange == "" {
 		row("destination", t.Destination)
 	} else {
-		d := destOf(&t)
+		d := t.Dest()
 		row("exchange", strconv.Quote(d.Exchange))
 		row("routing key", strconv.Quote(d.Key))
 	}
