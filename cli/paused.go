@@ -4,7 +4,6 @@ import (
 	"flag"
 	"fmt"
 	"net/http"
-	"text/tabwriter"
 
 	"github.com/delaybridge/delaybridge/admin"
 )
@@ -23,7 +22,7 @@ func cliPaused(c *adminClient, fs *flag.FlagSet, args []string) int {
 		fmt.Fprintln(c.out, "no destination is paused")
 		return exitOK
 	}
-	tw := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
+	tw := c.table()
 	fmt.Fprintln(tw, "DESTINATION\tPAUSED SINCE\tBY")
 	for _, d := range ds.Destinations {
 		since := ""

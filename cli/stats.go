@@ -4,7 +4,6 @@ import (
 	"flag"
 	"fmt"
 	"net/http"
-	"text/tabwriter"
 
 	"github.com/delaybridge/delaybridge/admin"
 )
@@ -20,7 +19,7 @@ func cliStats(c *adminClient, fs *flag.FlagSet, args []string) int {
 	if code := c.call(http.MethodGet, "/api/v1/stats", nil, nil, &s); code >= 0 {
 		return code
 	}
-	tw := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
+	tw := c.table()
 	if s.Pending != nil {
 		fmt.Fprintf(tw, "pending:\t%d\n", *s.Pending)
 	}
