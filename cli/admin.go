@@ -314,6 +314,15 @@ func (c *adminClient) getOne(fs *flag.FlagSet, args []string, give string, path 
 	return c.call(http.MethodGet, path(arg), nil, nil, into)
 }
 
+// get parses args, which hold flags only, and gets path into into.
+// code < 0: print it. Otherwise return code.
+func (c *adminClient) get(fs *flag.FlagSet, args []string, path string, into any) int {
+	if code := c.flagsOnly(fs, args); code >= 0 {
+		return code
+	}
+	return c.call(http.MethodGet, path, nil, nil, into)
+}
+
 // limitFlag adds --limit, how many items (what) one call takes.
 func limitFlag(fs *flag.FlagSet, what string) *int {
 	return fs.Int("limit", admin.DefaultLimit, fmt.Sprintf("most %s (1..%d)", what, admin.MaxLimit))

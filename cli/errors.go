@@ -146,11 +146,7 @@ func cliErrorsList(c *adminClient, fs *flag.FlagSet, ff *errorFilterFlags, args 
 	tw := c.table()
 	fmt.Fprintln(tw, "POS\tID\tFAILED AT\tSTAGE\tDESTINATION\tEXCEPTION TYPE\tREASON")
 	for _, e := range out.Errors {
-		at := "-"
-		if e.FailedAt != nil {
-			at = fmtTime(*e.FailedAt)
-		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Position, e.ID, at, e.Stage, errorDest(&e), e.ExceptionType, oneLine(e.Reason, 60))
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Position, e.ID, fmtTimeOr(e.FailedAt, "-"), e.Stage, errorDest(&e), e.ExceptionType, oneLine(e.Reason, 60))
 	}
 	tw.Flush()
 	fmt.Fprintf(c.errOut, "read %d messages, %d of them other endpoints' failures\n", out.Scanned, out.OtherEndpoints)

@@ -88,11 +88,7 @@ func cliSchedulesList(c *adminClient, fs *flag.FlagSet, args []string) int {
 	fmt.Fprintln(tw, "KEY\tSTATE\tNEXT FIRE\tCRON\tZONE\tDESTINATION\tFIRES\tMISFIRES")
 	for i := range rows {
 		s := &rows[i]
-		nextFire := "-"
-		if s.NextFireAt != nil {
-			nextFire = fmtTime(*s.NextFireAt)
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\n", s.Key, s.State, nextFire, s.Cron, s.TimeZone, s.Dest(), s.Fires, s.Misfires)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\n", s.Key, s.State, fmtTimeOr(s.NextFireAt, "-"), s.Cron, s.TimeZone, s.Dest(), s.Fires, s.Misfires)
 	}
 	tw.Flush()
 	c.more(next)

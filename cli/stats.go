@@ -3,7 +3,6 @@ package cli
 import (
 	"flag"
 	"fmt"
-	"net/http"
 
 	"github.com/delaybridge/delaybridge/admin"
 )
@@ -12,11 +11,8 @@ import (
 // time.
 func cliStats(c *adminClient, fs *flag.FlagSet, args []string) int {
 	setUsage(fs, "stats [--json]", "Counts pending and leased timeouts and shows the next due time.")
-	if code := c.flagsOnly(fs, args); code >= 0 {
-		return code
-	}
 	var s admin.StatsJSON
-	if code := c.call(http.MethodGet, "/api/v1/stats", nil, nil, &s); code >= 0 {
+	if code := c.get(fs, args, "/api/v1/stats", &s); code >= 0 {
 		return code
 	}
 	tw := c.table()
@@ -26,11 +22,7 @@ func cliStats(c *adminClient, fs *flag.FlagSet, args []string) int {
 	if s.Leased != nil {
 		fmt.Fprintf(tw, "being dispatched:\t%d\n", *s.Leased)
 	}
-	next := "-"
-	if s.NextDue != nil {
-		next = fmtTime(*s.NextDue)
-	}
-	fmt.Fprintf(tw, "next due:\t%s\n", next)
+	fmt.Fprintf(tw, "next due:\t%s\n", fmtTimeOr(s.NextDue, "-"))
 	tw.Flush()
 	return exitOK
 }
