@@ -277,16 +277,8 @@ func (o *Ops) replayed(res ErrorsResult) {
 
 // New returns the admin handler, to be mounted at /api/v1/.
 func New(opts Options) http.Handler {
-	if opts.Now == nil {
-		opts.Now = time.Now
-	}
-	if opts.Wake == nil {
-		opts.Wake = func(time.Time) {}
-	}
-	if opts.ScheduleWake == nil {
-		opts.ScheduleWake = func() {}
-	}
-	h := &handler{opts: opts, ops: NewOps(opts), mux: http.NewServeMux()}
+	ops := NewOps(opts)
+	h := &handler{opts: ops.opts, ops: ops, mux: http.NewServeMux()} // opts with NewOps's defaults
 	h.mux.HandleFunc("GET /api/v1/timeouts", h.list)
 	h.mux.HandleFunc("GET /api/v1/timeouts/{id}", h.show)
 	h.mux.HandleFunc("DELETE /api/v1/timeouts/{id}", h.cancel)
