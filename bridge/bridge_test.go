@@ -795,17 +795,35 @@ func TestShutdownIsClean(t *testing.T) {
 	}
 }
 
-// TestReadyzReflectsTheStore: /readyz is 503 while the store does not
-// answer, and 200 again once it does (docs/contract.md §6: connected to the broker
-// and the store).
-func TestReadyzReflectsTheStore(t *testing.T) {
+// newHTTPHarness is newHarness with the bridge's HTTP server on a free
+// local port, whose address it returns too.
+func newHTTPHarness(t *testing.T, name string) (*harness, string) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	addr := ln.Addr().String()
 	_ = ln.Close()
-	h := newHarness(t, "readyz", map[string]string{"DELAYBRIDGE_HTTP_ADDR": addr})
+	return newHarness(t, name, map[string]string{"DELAYBRIDGE_HTTP_ADDR": addr}), addr
+}
+
+// openStoreWith makes Run open the store with open instead of taking h's;
+// the channel closes when Run calls it.
+func (h *harness) openStoreWith(open func(ctx context.Context) (storage.Store, error)) <-chan struct{} {
+	opened := make(chan struct{})
+	h.br.deps.Store = nil
+	h.br.deps.OpenStore = func(ctx context.Context) (storage.Store, error) {
+		close(opened)
+		return open(ctx)
+	}
+	return opened
+}
+
+// TestReadyzReflectsTheStore: /readyz is 503 while the store does not
+// answer, and 200 again once it does (docs/contract.md §6: connected to the broker
+// and the store).
+func TestReadyzReflectsTheStore(t *testing.T) {
+	h, addr := newHTTPHarness(t, "readyz")
 	h.start()
 	status := func() int {
 		resp, err := http.Get("http://" + addr + "/readyz")
@@ -837,25 +855,16 @@ func TestReadyzReflectsTheStore(t *testing.T) {
 // 503 naming the phase, so that a liveness probe does not restart the
 // conversion; the other routes come once the bridge is built.
 func TestProbesAnswerWhileTheStoreOpens(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	_ = ln.Close()
-	h := newHarness(t, "opening", map[string]string{"DELAYBRIDGE_HTTP_ADDR": addr})
+	h, addr := newHTTPHarness(t, "opening")
 	release := make(chan struct{})
-	opened := make(chan struct{})
-	h.br.deps.Store = nil
-	h.br.deps.OpenStore = func(ctx context.Context) (storage.Store, error) {
-		close(opened)
+	opened := h.openStoreWith(func(ctx context.Context) (storage.Store, error) {
 		select {
 		case <-release:
 			return h.fs, nil
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
-	}
+	})
 	// Not h.start: that waits for the queues, declared after the store opens.
 	ctx, cancel := context.WithCancel(context.Background())
 	h.cancel, h.done = cancel, make(chan error, 1)
@@ -905,20 +914,11 @@ func TestProbesAnswerWhileTheStoreOpens(t *testing.T) {
 // A stop requested while the store opens is a clean stop: Run returns nil
 // (exit 0) and the HTTP port closes.
 func TestStopWhileTheStoreOpens(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	_ = ln.Close()
-	h := newHarness(t, "stopopen", map[string]string{"DELAYBRIDGE_HTTP_ADDR": addr})
-	opened := make(chan struct{})
-	h.br.deps.Store = nil
-	h.br.deps.OpenStore = func(ctx context.Context) (storage.Store, error) {
-		close(opened)
+	h, addr := newHTTPHarness(t, "stopopen")
+	opened := h.openStoreWith(func(ctx context.Context) (storage.Store, error) {
 		<-ctx.Done()
 		return nil, fmt.Errorf("open: %w", ctx.Err())
-	}
+	})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- h.br.Run(ctx) }()
