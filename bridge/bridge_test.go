@@ -924,14 +924,7 @@ func TestStopWhileTheStoreOpens(t *testing.T) {
 	go func() { done <- h.br.Run(ctx) }()
 	<-opened
 	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("Run after a stop while the store opened: %v; want nil (a clean stop)", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("Run did not return after the stop")
-	}
+	testenv.WaitNil(t, done, 10*time.Second, "Run to return nil (a clean stop) after a stop while the store opened")
 	if resp, err := http.Get("http://" + addr + "/healthz"); err == nil {
 		resp.Body.Close()
 		t.Fatalf("/healthz still answers %d after Run returned", resp.StatusCode)

@@ -8,7 +8,7 @@
 //
 // It also gates the disruptive tests (see Disruptive): those that disturb
 // the shared broker for every other test running at the time, and has the
-// wait tests poll with (WaitFor).
+// waits tests share (WaitFor, WaitNil).
 package testenv
 
 import (
@@ -226,6 +226,21 @@ func WaitFor(t testing.TB, timeout time.Duration, what string, cond func() bool)
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// WaitNil waits up to timeout for the result on done of what a test runs
+// in a goroutine (Run, typically), and fails the test unless it comes and
+// is nil; what names it ("Run to return after Close").
+func WaitNil(t testing.TB, done <-chan error, timeout time.Duration, what string) {
+	t.Helper()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("waiting for %s: %v", what, err)
+		}
+	case <-time.After(timeout):
+		t.Fatalf("timed out waiting for %s", what)
 	}
 }
 
