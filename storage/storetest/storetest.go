@@ -34,7 +34,8 @@
 //   - Get returns times that are Equal to those stored; the suite stores
 //     whole microseconds only, so backends with microsecond precision pass.
 //     nil and empty Message are not told apart.
-//   - Every method returns ErrClosed after Close; Close twice is no error. A
+//   - Every method returns ErrClosed after Close, and a call racing Close
+//     either completes or returns ErrClosed; Close twice is no error. A
 //     cancelled context fails the call with an error wrapping ctx.Err().
 //   - A Cancel that finds no row, or removes one, leaves a tombstone for
 //     storage.DefaultCancelWindow (stores are opened with the default):
