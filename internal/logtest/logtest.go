@@ -32,7 +32,7 @@ func (b *Buffer) String() string {
 func (b *Buffer) Lines() []map[string]any {
 	var out []map[string]any
 	sc := bufio.NewScanner(strings.NewReader(b.String()))
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	sc.Buffer(make([]byte, 1<<20), 16<<20)
 	for sc.Scan() {
 		var m map[string]any
 		if json.Unmarshal(sc.Bytes(), &m) == nil {
