@@ -13,6 +13,7 @@ import (
 
 	"github.com/delaybridge/delaybridge/broker"
 	"github.com/delaybridge/delaybridge/errorqueue"
+	"github.com/delaybridge/delaybridge/internal/logtest"
 )
 
 // An error queue that refuses copies (full, with x-overflow reject-publish)
@@ -24,7 +25,7 @@ import (
 func TestRefusingErrorQueueIsBoundedAndLosesNothing(t *testing.T) {
 	const msgs = 120
 	f := newFixture(t, 0)
-	logs := &logBuffer{}
+	logs := &logtest.Buffer{}
 	var mu sync.Mutex
 	var critical []error
 	f.rebuild(f.store, Options{NumberOfRetries: 0, RecoveryFailuresPerSecond: 1,
@@ -75,7 +76,7 @@ func TestRefusingErrorQueueIsBoundedAndLosesNothing(t *testing.T) {
 		}
 	}
 	perMessage := 0
-	for _, l := range logs.lines("") {
+	for _, l := range logs.LinesAt("") {
 		if l["message"] == "could not move a failed message to the error queue; it is retried" {
 			perMessage++
 		}
@@ -103,7 +104,7 @@ func TestRefusingErrorQueueIsBoundedAndLosesNothing(t *testing.T) {
 		t.Errorf("%d distinct messages reached the error queue, want %d", len(seen), msgs)
 	}
 	taken := 0
-	for _, l := range logs.lines("error") {
+	for _, l := range logs.LinesAt("error") {
 		if l["message"] == "message moved to the error queue" {
 			taken++
 		}
@@ -111,7 +112,7 @@ func TestRefusingErrorQueueIsBoundedAndLosesNothing(t *testing.T) {
 	if taken != msgs {
 		t.Errorf("%d messages moved to the error queue, want each of %d once", taken, msgs)
 	}
-	if !strings.Contains(fmt.Sprint(logs.lines("info")), "the error queue takes copies again") {
+	if !strings.Contains(fmt.Sprint(logs.LinesAt("info")), "the error queue takes copies again") {
 		t.Error("no line saying the error queue takes copies again")
 	}
 }

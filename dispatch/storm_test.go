@@ -1,9 +1,7 @@
 package dispatch
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -16,41 +14,11 @@ import (
 
 	"github.com/delaybridge/delaybridge/broker"
 	"github.com/delaybridge/delaybridge/internal/amqptest"
+	"github.com/delaybridge/delaybridge/internal/logtest"
 	"github.com/delaybridge/delaybridge/storage"
 	"github.com/delaybridge/delaybridge/storage/faultstore"
 	"github.com/delaybridge/delaybridge/wire"
 )
-
-// logBuffer collects a dispatcher's JSON log lines.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf strings.Builder
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-// lines returns the log lines at level, all of them for "".
-func (b *logBuffer) lines(level string) []map[string]any {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	var out []map[string]any
-	sc := bufio.NewScanner(strings.NewReader(b.buf.String()))
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		var m map[string]any
-		if json.Unmarshal(sc.Bytes(), &m) != nil {
-			continue
-		}
-		if level == "" || m["level"] == level {
-			out = append(out, m)
-		}
-	}
-	return out
-}
 
 // rebuild gives the fixture a dispatcher on store with opts (queues and
 // clock filled in).
@@ -99,7 +67,7 @@ func (f *fixture) run(batch int) {
 func TestUnroutableDestinationDoesNotStorm(t *testing.T) {
 	const msgs, retries = 300, 5
 	f := newFixture(t, retries)
-	logs := &logBuffer{}
+	logs := &logtest.Buffer{}
 	f.rebuild(f.store, Options{
 		NumberOfRetries: retries, Logger: zerolog.New(logs).Level(zerolog.InfoLevel),
 	})
@@ -153,18 +121,18 @@ func TestUnroutableDestinationDoesNotStorm(t *testing.T) {
 	// known about the destination yet) and one on its last (no message goes
 	// to the error queue on another's refusal), and a probe per retry round.
 	publishes := len(f.pub.to("nowhere"))
-	t.Logf("%d publish attempts, %d log lines (%d warnings) for %d messages", publishes, len(logs.lines("")), len(logs.lines("warn")), msgs)
+	t.Logf("%d publish attempts, %d log lines (%d warnings) for %d messages", publishes, len(logs.LinesAt("")), len(logs.LinesAt("warn")), msgs)
 	if publishes > 2*msgs+2*retries {
 		t.Errorf("%d publish attempts to the unroutable destination; want at most %d (first and last attempts, and a probe per round)", publishes, 2*msgs+2*retries)
 	}
 	if c := f.counted(); c.failed != msgs*(retries+1) {
 		t.Errorf("%d failures counted, want %d: every attempt counts", c.failed, msgs*(retries+1))
 	}
-	if w := len(logs.lines("warn")); w > 2*(retries+1) {
+	if w := len(logs.LinesAt("warn")); w > 2*(retries+1) {
 		t.Errorf("%d warning lines; want the failures to one destination summarised, at most %d", w, 2*(retries+1))
 	}
 	// The error-queue moves: one line per message, once in its life.
-	if n := len(logs.lines("")); n > msgs+2*(retries+1) {
+	if n := len(logs.LinesAt("")); n > msgs+2*(retries+1) {
 		t.Errorf("%d log lines for %d messages", n, msgs)
 	}
 }
@@ -562,34 +530,34 @@ func TestRecoveryFailuresOverTheRateAreCritical(t *testing.T) {
 // once, later ones once per interval with their count, and what is left
 // when the dispatcher stops is written then.
 func TestFailureWarningsAreSummarised(t *testing.T) {
-	logs := &logBuffer{}
+	logs := &logtest.Buffer{}
 	l := newFailureLog(10*time.Second, zerolog.New(logs))
 	for i := range 50 {
 		l.note("nowhere", fmt.Sprint("m", i), "returned", 1, t0.Add(time.Second), t0.Add(time.Duration(i)*100*time.Millisecond))
 	}
 	l.note("elsewhere", "x", "nacked", 2, t0, t0)
-	if n := len(logs.lines("warn")); n != 2 {
+	if n := len(logs.LinesAt("warn")); n != 2 {
 		t.Fatalf("%d lines for the first failures of two destinations, want 2", n)
 	}
 	l.flush(t0.Add(9*time.Second), false)
-	if n := len(logs.lines("warn")); n != 2 {
+	if n := len(logs.LinesAt("warn")); n != 2 {
 		t.Fatalf("a summary written before its interval was over")
 	}
 	l.flush(t0.Add(10*time.Second), false)
-	lines := logs.lines("warn")
+	lines := logs.LinesAt("warn")
 	if len(lines) != 3 || lines[2]["destination"] != "nowhere" || lines[2]["failures"] != float64(49) || lines[2]["last_id"] != "m49" {
 		t.Fatalf("summary %v", lines[len(lines)-1])
 	}
 	l.note("nowhere", "late", "returned", 2, t0, t0.Add(12*time.Second))
 	l.flush(t0.Add(13*time.Second), true) // the dispatcher stops
-	lines = logs.lines("warn")
+	lines = logs.LinesAt("warn")
 	if len(lines) != 4 || lines[3]["failures"] != float64(1) || lines[3]["last_id"] != "late" {
 		t.Fatalf("final summary %v", lines[len(lines)-1])
 	}
 	// Quiet for an interval: forgotten, so its next failure logs at once.
 	l.flush(t0.Add(30*time.Second), false)
 	l.note("nowhere", "again", "returned", 1, t0, t0.Add(31*time.Second))
-	if lines = logs.lines("warn"); len(lines) != 5 || lines[4]["id"] != "again" {
+	if lines = logs.LinesAt("warn"); len(lines) != 5 || lines[4]["id"] != "again" {
 		t.Fatalf("after a quiet interval: %v", lines[len(lines)-1])
 	}
 }
@@ -597,7 +565,7 @@ func TestFailureWarningsAreSummarised(t *testing.T) {
 // Thousands of distinct failing destinations at once (hostile, or a mass
 // outage) keep both the refusal map and the log bounded.
 func TestManyFailingDestinationsStayBounded(t *testing.T) {
-	logs := &logBuffer{}
+	logs := &logtest.Buffer{}
 	l := newFailureLog(10*time.Second, zerolog.New(logs))
 	s := newDestinations(time.Second, time.Minute, func(item) bool { return false })
 	returned := fmt.Errorf("%w: 312 NO_ROUTE", broker.ErrReturned)
@@ -609,12 +577,12 @@ func TestManyFailingDestinationsStayBounded(t *testing.T) {
 	if n := len(s.m); n > maxRefusals {
 		t.Errorf("%d refusing destinations kept, want at most %d", n, maxRefusals)
 	}
-	if n := len(logs.lines("warn")); n > maxRefusals+1 {
+	if n := len(logs.LinesAt("warn")); n > maxRefusals+1 {
 		t.Errorf("%d warnings for %d destinations, want at most %d", n, 5*maxRefusals, maxRefusals+1)
 	}
 	l.flush(t0.Add(10*time.Second), false)
 	var other map[string]any
-	for _, line := range logs.lines("warn") {
+	for _, line := range logs.LinesAt("warn") {
 		if line["destination"] == otherDestinations && line["failures"] != nil {
 			other = line
 		}

@@ -131,13 +131,7 @@ func TestGateIsBoundedWhileTheQueueRefuses(t *testing.T) {
 			t.Errorf("wait %d is %s: not doubling to the 8 s cap", i, w)
 		}
 	}
-	warns := 0
-	for _, l := range logs.Lines() {
-		if l["level"] == "warn" {
-			warns++
-		}
-	}
-	if warns > 1+100/10 {
+	if warns := len(logs.LinesAt("warn")); warns > 1+100/10 {
 		t.Errorf("%d warnings for 100 s of refusals, want one and a summary per 10 s", warns)
 	}
 
