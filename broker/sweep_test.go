@@ -239,19 +239,8 @@ func TestSweepLeavesTheMessageWhenTheCopyFails(t *testing.T) {
 
 func waitDepth(t *testing.T, ch *amqp.Channel, queue string, want int) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		qi, err := ch.QueueDeclarePassive(queue, true, false, false, false, amqp.Table{amqp.QueueTypeArg: "classic"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if qi.Messages == want {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s holds %d ready messages, want %d", queue, qi.Messages, want)
-		}
-		time.Sleep(50 * time.Millisecond)
+	if !testenv.Eventually(10*time.Second, func() bool { return testenv.QueueDepth(t, ch, queue) == want }) {
+		t.Fatalf("%s holds %d ready messages, want %d", queue, testenv.QueueDepth(t, ch, queue), want)
 	}
 }
 
@@ -371,18 +360,14 @@ func TestConsumeSweepsAfterAnUnreadableMessage(t *testing.T) {
 			}
 		})
 	}()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	if !testenv.Eventually(30*time.Second, func() bool {
 		mu.Lock()
-		done := got["v2"] > 0
-		mu.Unlock()
-		if done {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("v2 not consumed within 30 s (got %v)", got)
-		}
-		time.Sleep(20 * time.Millisecond)
+		defer mu.Unlock()
+		return got["v2"] > 0
+	}) {
+		mu.Lock()
+		defer mu.Unlock()
+		t.Fatalf("v2 not consumed within 30 s (got %v)", got)
 	}
 	stop()
 	sweeps.Wait()

@@ -77,18 +77,13 @@ func TestRunConsumesEverySource(t *testing.T) {
 	publish(qToy, "t2", nil, "not the toy format")
 	publish(qToy, "t3", nil, qHeaders+"|1") // the rules apply to every source
 
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	stored := func() int {
 		store.mu.Lock()
-		n := len(store.rows)
-		store.mu.Unlock()
-		if n == 2 && pub.count() == 2 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("stored %d of 2, error copies %d of 2", n, pub.count())
-		}
-		time.Sleep(20 * time.Millisecond)
+		defer store.mu.Unlock()
+		return len(store.rows)
+	}
+	if !testenv.Eventually(20*time.Second, func() bool { return stored() == 2 && pub.count() == 2 }) {
+		t.Fatalf("stored %d of 2, error copies %d of 2", stored(), pub.count())
 	}
 	if err := stop(); err != nil {
 		t.Fatalf("Run: %v", err)
@@ -110,12 +105,8 @@ func TestRunConsumesEverySource(t *testing.T) {
 		t.Errorf("error reasons %q", got)
 	}
 	for _, q := range []string{qHeaders, qToy} {
-		st, err := ach.QueueDeclarePassive(q, false, false, false, false, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if st.Messages != 0 {
-			t.Errorf("%s still holds %d messages: some delivery was not acknowledged", q, st.Messages)
+		if n := testenv.QueueDepth(t, ach, q); n != 0 {
+			t.Errorf("%s still holds %d messages: some delivery was not acknowledged", q, n)
 		}
 	}
 }
@@ -189,13 +180,7 @@ func TestSourcesWaitForTheirGate(t *testing.T) {
 		defer store.mu.Unlock()
 		return len(store.rows)
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for logs.Count("waiting for the queue") == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("no waiting line within 20 s")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testenv.WaitUntil(t, 20*time.Second, "a waiting line", func() bool { return logs.Count("waiting for the queue") > 0 })
 	time.Sleep(300 * time.Millisecond)
 	if n := stored(); n != 0 {
 		t.Fatalf("stored %d messages before the gate queue existed", n)
@@ -203,11 +188,8 @@ func TestSourcesWaitForTheirGate(t *testing.T) {
 	if _, err := ach.QueueDeclare(gate, false, false, false, false, nil); err != nil {
 		t.Fatal(err)
 	}
-	for stored() != 2 {
-		if time.Now().After(deadline.Add(20 * time.Second)) {
-			t.Fatalf("stored %d of 2 after the gate queue appeared", stored())
-		}
-		time.Sleep(10 * time.Millisecond)
+	if !testenv.Eventually(30*time.Second, func() bool { return stored() == 2 }) {
+		t.Fatalf("stored %d of 2 after the gate queue appeared", stored())
 	}
 	if n := logs.Count("waiting for the queue"); n != 1 {
 		t.Errorf("%d waiting lines, want 1 for both sources:\n%s", n, logs.String())
@@ -252,25 +234,19 @@ func runIngester(t *testing.T, store Store, pub Publisher, opts Options) (stop f
 	if opts.Rules.MaxMessageBytes == 0 {
 		opts.Rules.MaxMessageBytes = 1 << 20
 	}
-	// The ingester stops before its connection, as in bridge.Run (see
-	// newErrorQueueEnv).
-	ctx, cancel := context.WithCancel(context.Background())
-	connCtx, cancelConn := context.WithCancel(context.Background())
-	connDone, runDone := make(chan error, 1), make(chan error, 1)
-	go func() { connDone <- conn.Run(connCtx) }()
+	// The ingester stops before its connection, as the bridge stops them
+	// (bridge.Run): an ingester stopped while an error copy's confirm is on
+	// its way still acks the delivery, which a connection closed under it
+	// would requeue instead, so that the copy would be made twice. (The
+	// test's cleanups run last registered first.)
+	stopConn := testenv.Start(t, conn.Run)
 	in := New(conn, func(context.Context) (Publisher, error) { return pub, nil }, store, opts)
-	go func() { runDone <- in.Run(ctx) }()
-	var once sync.Once
-	var err error
-	stop = func() error {
-		once.Do(func() {
-			cancel()
-			err = <-runDone
-			cancelConn()
-			<-connDone
-		})
+	stopIngest := testenv.Start(t, in.Run)
+	return func() error {
+		err := stopIngest()
+		if cerr := stopConn(); cerr != nil {
+			t.Errorf("connection Run: %v", cerr)
+		}
 		return err
 	}
-	t.Cleanup(func() { _ = stop() })
-	return stop
 }

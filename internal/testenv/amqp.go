@@ -20,6 +20,16 @@ func PublishConfirmed(t *testing.T, ch *amqp.Channel, exchange, key string, msg 
 	}
 }
 
+// QueueDepth is the number of messages ready in the queue q.
+func QueueDepth(t testing.TB, ch *amqp.Channel, q string) int {
+	t.Helper()
+	st, err := ch.QueueDeclarePassive(q, false, false, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.Messages
+}
+
 // GetN gets exactly n messages from q, in order, and checks none is left.
 func GetN(t *testing.T, ch *amqp.Channel, q string, n int) []amqp.Delivery {
 	t.Helper()
