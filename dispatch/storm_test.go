@@ -30,6 +30,8 @@ func (f *fixture) rebuild(store Store, opts Options) {
 	f.d = New(nil, func(context.Context) (Publisher, error) { return f.pub, nil }, store, opts)
 }
 
+// returnedFor answers the forwards to dest as the broker returns a
+// publish to a missing queue, and confirms the others.
 func returnedFor(dest string) func(broker.Outgoing) error {
 	return func(m broker.Outgoing) error {
 		if m.RoutingKey == dest {
@@ -71,7 +73,7 @@ func TestUnroutableDestinationDoesNotStorm(t *testing.T) {
 	f.rebuild(f.store, Options{
 		NumberOfRetries: retries, Logger: zerolog.New(logs).Level(zerolog.InfoLevel),
 	})
-	f.pub.outcome = returnedFor("nowhere")
+	f.pub.Outcome = returnedFor("nowhere")
 	for i := range msgs {
 		id := fmt.Sprintf("m-%03d", i)
 		f.insert(id, "nowhere", t0, amqp.Publishing{MessageId: id, Body: []byte(id)})
@@ -103,7 +105,7 @@ func TestUnroutableDestinationDoesNotStorm(t *testing.T) {
 		t.Errorf("all on the error queue %s after due; 5 retries back off 1+2+4+8+16 = 31 s", elapsed)
 	}
 
-	eq := f.pub.to("error")
+	eq := f.pub.To("error")
 	if len(eq) != msgs {
 		t.Fatalf("%d copies on the error queue, want %d", len(eq), msgs)
 	}
@@ -120,7 +122,7 @@ func TestUnroutableDestinationDoesNotStorm(t *testing.T) {
 	// At most one publish per message on its first attempt (nothing is
 	// known about the destination yet) and one on its last (no message goes
 	// to the error queue on another's refusal), and a probe per retry round.
-	publishes := len(f.pub.to("nowhere"))
+	publishes := len(f.pub.To("nowhere"))
 	t.Logf("%d publish attempts, %d log lines (%d warnings) for %d messages", publishes, len(logs.LinesAt("")), len(logs.LinesAt("warn")), msgs)
 	if publishes > 2*msgs+2*retries {
 		t.Errorf("%d publish attempts to the unroutable destination; want at most %d (first and last attempts, and a probe per round)", publishes, 2*msgs+2*retries)
@@ -142,16 +144,10 @@ func TestUnroutableDestinationDoesNotStorm(t *testing.T) {
 // goes too when it was taken; a healthy destination is never held back.
 func TestRefusingDestinationIsProbed(t *testing.T) {
 	f := newFixture(t, 5)
-	queueExists := false
-	f.pub.outcome = func(m broker.Outgoing) error {
-		if m.RoutingKey == "late" && !queueExists {
-			return fmt.Errorf("%w: 312 NO_ROUTE", broker.ErrReturned)
-		}
-		return nil
-	}
+	f.pub.Outcome = returnedFor("late")
 	f.insert("first", "late", t0, amqp.Publishing{MessageId: "first"})
 	f.run(100)
-	if n := len(f.pub.to("late")); n != 1 {
+	if n := len(f.pub.To("late")); n != 1 {
 		t.Fatalf("%d publishes, want 1", n)
 	}
 
@@ -163,10 +159,10 @@ func TestRefusingDestinationIsProbed(t *testing.T) {
 	f.insert("healthy", "orders", t0, amqp.Publishing{MessageId: "healthy"})
 	f.clock.Advance(500 * time.Millisecond)
 	f.run(100)
-	if n := len(f.pub.to("late")); n != 1 {
+	if n := len(f.pub.To("late")); n != 1 {
 		t.Fatalf("%d publishes to the refusing destination within its probe interval, want still 1", n)
 	}
-	if n := len(f.pub.to("orders")); n != 1 {
+	if n := len(f.pub.To("orders")); n != 1 {
 		t.Fatalf("healthy destination: %d forwards, want 1", n)
 	}
 	row, ok := f.pending("within-0")
@@ -176,10 +172,10 @@ func TestRefusingDestinationIsProbed(t *testing.T) {
 
 	// The queue appears; the next round's probe is taken, and the rest of
 	// its window is forwarded after it.
-	queueExists = true
+	f.pub.Outcome = nil
 	f.clock.Advance(2 * time.Second)
 	f.run(100)
-	if n := len(f.pub.to("late")); n != 1+6 {
+	if n := len(f.pub.To("late")); n != 1+6 {
 		t.Fatalf("%d publishes, want 7 (the first attempt, then one probe and five after it)", n)
 	}
 	for _, id := range []string{"first", "within-0", "within-4"} {
@@ -193,7 +189,7 @@ func TestRefusingDestinationIsProbed(t *testing.T) {
 // count their attempt without a publish.
 func TestProbeRefusedAgainCountsTheWindow(t *testing.T) {
 	f := newFixture(t, 5)
-	f.pub.outcome = returnedFor("nowhere")
+	f.pub.Outcome = returnedFor("nowhere")
 	f.insert("a", "nowhere", t0, amqp.Publishing{MessageId: "a"})
 	f.run(100)
 	for _, id := range []string{"b", "c", "d"} {
@@ -201,7 +197,7 @@ func TestProbeRefusedAgainCountsTheWindow(t *testing.T) {
 	}
 	f.clock.Advance(time.Second) // a's retry and the probe interval are over
 	f.run(100)
-	if n := len(f.pub.to("nowhere")); n != 2 {
+	if n := len(f.pub.To("nowhere")); n != 2 {
 		t.Fatalf("%d publishes, want 2 (the first attempt and one probe)", n)
 	}
 	for _, id := range []string{"a", "b", "c", "d"} {
@@ -221,7 +217,7 @@ func TestProbeRefusedAgainCountsTheWindow(t *testing.T) {
 // rather than failing without a publish.
 func TestEarlyHandedRetryProbes(t *testing.T) {
 	f := newFixture(t, 5)
-	f.pub.outcome = returnedFor("nowhere")
+	f.pub.Outcome = returnedFor("nowhere")
 	f.insert("a", "nowhere", t0, amqp.Publishing{MessageId: "a"})
 	f.run(100)
 	row, _ := f.pending("a")
@@ -233,7 +229,7 @@ func TestEarlyHandedRetryProbes(t *testing.T) {
 	if _, err := f.deliver(wire.Token{ID: ls[0].ID, Lock: ls[0].Lock}); err != nil {
 		t.Fatal(err)
 	}
-	if n := len(f.pub.to("nowhere")); n != 2 {
+	if n := len(f.pub.To("nowhere")); n != 2 {
 		t.Fatalf("%d publishes, want 2: the retry probes", n)
 	}
 }
@@ -260,7 +256,7 @@ func TestRefusalIsKnownBeforeFailuresAreHandled(t *testing.T) {
 			unknownDuringHandling++
 		}
 	}}, Options{NumberOfRetries: 5, Logger: zerolog.Nop()})
-	f.pub.outcome = returnedFor("nowhere")
+	f.pub.Outcome = returnedFor("nowhere")
 	for _, id := range []string{"a", "b", "c"} {
 		f.insert(id, "nowhere", t0, amqp.Publishing{MessageId: id})
 	}
@@ -284,26 +280,20 @@ func TestRefusalIsKnownBeforeFailuresAreHandled(t *testing.T) {
 // broker refusing it.
 func TestLastAttemptIsAlwaysPublished(t *testing.T) {
 	f := newFixture(t, 0)
-	exists := false
-	f.pub.outcome = func(m broker.Outgoing) error {
-		if m.RoutingKey == "late" && !exists {
-			return fmt.Errorf("%w: 312 NO_ROUTE", broker.ErrReturned)
-		}
-		return nil
-	}
+	f.pub.Outcome = returnedFor("late")
 	f.insert("a", "late", t0, amqp.Publishing{MessageId: "a"})
 	f.run(100)
-	if n := len(f.pub.to("error")); n != 1 {
+	if n := len(f.pub.To("error")); n != 1 {
 		t.Fatalf("%d on the error queue, want a", n)
 	}
-	exists = true
+	f.pub.Outcome = nil // the queue is declared
 	f.insert("b", "late", t0, amqp.Publishing{MessageId: "b"})
 	f.clock.Advance(100 * time.Millisecond) // within the probe interval
 	f.run(100)
-	if n := len(f.pub.to("late")); n != 2 {
+	if n := len(f.pub.To("late")); n != 2 {
 		t.Fatalf("%d publishes, want 2: b's only attempt is published", n)
 	}
-	if _, ok := f.pending("b"); ok || len(f.pub.to("error")) != 1 {
+	if _, ok := f.pending("b"); ok || len(f.pub.To("error")) != 1 {
 		t.Fatal("b was not delivered")
 	}
 }
@@ -312,12 +302,12 @@ func TestLastAttemptIsAlwaysPublished(t *testing.T) {
 // released without a count, and the next forward probes again.
 func TestProbeLostWithTheConnectionIsNotCounted(t *testing.T) {
 	f := newFixture(t, 5)
-	f.pub.outcome = returnedFor("nowhere")
+	f.pub.Outcome = returnedFor("nowhere")
 	f.insert("a", "nowhere", t0, amqp.Publishing{MessageId: "a"})
 	f.run(100)
 	f.insert("b", "nowhere", t0, amqp.Publishing{MessageId: "b"})
 	f.clock.Advance(time.Second)
-	f.pub.outcome = func(broker.Outgoing) error { return fmt.Errorf("%w: channel closed", broker.ErrNotConfirmed) }
+	f.pub.Outcome = func(broker.Outgoing) error { return fmt.Errorf("%w: channel closed", broker.ErrNotConfirmed) }
 	toks := f.lease()
 	if len(toks) != 2 {
 		t.Fatalf("leased %d", len(toks))
@@ -331,10 +321,10 @@ func TestProbeLostWithTheConnectionIsNotCounted(t *testing.T) {
 		}
 	}
 	// The next forward is a probe again, not held back.
-	f.pub.outcome = nil
-	before := len(f.pub.to("nowhere"))
+	f.pub.Outcome = nil
+	before := len(f.pub.To("nowhere"))
 	f.run(100)
-	if n := len(f.pub.to("nowhere")) - before; n != 2 {
+	if n := len(f.pub.To("nowhere")) - before; n != 2 {
 		t.Fatalf("%d publishes after the lost probe, want 2 (probe, then the one it held)", n)
 	}
 }
@@ -364,7 +354,7 @@ func TestForwardWhoseRemoveFailsOnceIsNotForwardedAgain(t *testing.T) {
 	f.run(100)
 	f.clock.Advance(2 * time.Minute) // past the lease: an unremoved row is leased again
 	f.run(100)
-	if n := len(f.pub.to("orders")); n != 1 {
+	if n := len(f.pub.To("orders")); n != 1 {
 		t.Fatalf("forwarded %d times, want once", n)
 	}
 	if _, ok := f.pending("a"); ok {
@@ -400,7 +390,7 @@ func TestRemoveRetriesAreBoundedByTheLease(t *testing.T) {
 				NumberOfRetries: 3, Logger: zerolog.Nop(),
 			})
 			f.d.removeWait = time.Millisecond
-			f.pub.outcome = func(broker.Outgoing) error {
+			f.pub.Outcome = func(broker.Outgoing) error {
 				f.clock.Advance(tc.publishTakes)
 				return nil
 			}
@@ -408,7 +398,7 @@ func TestRemoveRetriesAreBoundedByTheLease(t *testing.T) {
 			if _, err := f.deliver(f.lease()...); err != nil {
 				t.Fatal(err)
 			}
-			if n := len(f.pub.to("orders")); n != 1 {
+			if n := len(f.pub.To("orders")); n != 1 {
 				t.Fatalf("forwarded %d times", n)
 			}
 			if n := fs.Calls(faultstore.Remove); n != tc.wantCalls {
@@ -433,7 +423,7 @@ func unpublishable(m broker.Outgoing) error {
 // dispatcher message is acked (no connection failure).
 func TestUnpublishableForwardFailsAlone(t *testing.T) {
 	f := newFixture(t, 0)
-	f.pub.outcome = unpublishable
+	f.pub.Outcome = unpublishable
 	long := strings.Repeat("q", 300)
 	f.insert("a", "orders", t0, amqp.Publishing{MessageId: "a"})
 	f.insert("bad", long, t0, amqp.Publishing{MessageId: "bad", Body: []byte("keep")})
@@ -447,10 +437,10 @@ func TestUnpublishableForwardFailsAlone(t *testing.T) {
 			t.Errorf("%s still pending", id)
 		}
 	}
-	if n := len(f.pub.to("orders")); n != 2 {
+	if n := len(f.pub.To("orders")); n != 2 {
 		t.Fatalf("%d forwards to orders, want 2", n)
 	}
-	eq := f.pub.to("error")
+	eq := f.pub.To("error")
 	if len(eq) != 1 || eq[0].Msg.MessageId != "bad" || string(eq[0].Msg.Body) != "keep" {
 		t.Fatalf("error queue: %+v", eq)
 	}
@@ -464,7 +454,7 @@ func TestUnpublishableForwardFailsAlone(t *testing.T) {
 // message leaves the store instead of looping.
 func TestUnpublishableErrorCopyCarriesTheRecord(t *testing.T) {
 	f := newFixture(t, 0)
-	f.pub.outcome = unpublishable
+	f.pub.Outcome = unpublishable
 	longKey := strings.Repeat("k", 300)
 	f.insert("bad", "orders", t0, amqp.Publishing{MessageId: "bad", Headers: amqp.Table{longKey: "v"}, Body: []byte("keep")})
 	row, _ := f.pending("bad")
@@ -474,7 +464,7 @@ func TestUnpublishableErrorCopyCarriesTheRecord(t *testing.T) {
 	if _, ok := f.pending("bad"); ok {
 		t.Fatal("still pending")
 	}
-	eq := f.pub.to("error")
+	eq := f.pub.To("error")
 	if len(eq) != 2 { // the copy as is (refused), then the record
 		t.Fatalf("%d error-queue publishes, want 2", len(eq))
 	}
@@ -506,7 +496,7 @@ func TestRecoveryFailuresOverTheRateAreCritical(t *testing.T) {
 				RecoveryFailuresPerSecond: 1,
 				OnCritical:                func(err error) { mu.Lock(); critical = append(critical, err); mu.Unlock() },
 			})
-			f.pub.outcome = returnedFor("nowhere")
+			f.pub.Outcome = returnedFor("nowhere")
 			for i := range tc.msgs {
 				f.insert(fmt.Sprint("m", i), "nowhere", t0, amqp.Publishing{})
 			}

@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/delaybridge/delaybridge/intake"
+	"github.com/delaybridge/delaybridge/internal/brokertest"
 	"github.com/delaybridge/delaybridge/internal/testenv"
 	"github.com/delaybridge/delaybridge/protocol/nsbtimeout"
 	"github.com/delaybridge/delaybridge/storage"
@@ -24,7 +25,7 @@ func runHolding(t *testing.T, maxBatch int, urgent time.Duration) (*amqp.Channel
 	q := "ingest-test-" + uuid.NewString()[:8] + ".Timeouts"
 	declareTestQueues(t, ach, q)
 	store := &fakeStore{}
-	stop := runIngester(t, store, &lockedPublisher{}, Options{
+	stop := runIngester(t, store, &brokertest.Publisher{}, Options{
 		Sources: []intake.Source{nsbtimeout.TimeoutsSource(q)}, Rules: Rules{Reserved: []string{q}},
 		Prefetch: maxBatch, MaxBatch: maxBatch, Hold: time.Hour, Urgent: urgent,
 	})

@@ -10,6 +10,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/delaybridge/delaybridge/internal/amqptest"
+	"github.com/delaybridge/delaybridge/internal/brokertest"
 	"github.com/delaybridge/delaybridge/storage"
 	"github.com/delaybridge/delaybridge/wire"
 )
@@ -67,7 +68,7 @@ var errUnused = errors.New("not used by ingest")
 // the firer woken), requeued when the store fails, refused to the error
 // queue by a store that keeps no schedules; a cancel with its id ends it.
 func TestRecurringIntake(t *testing.T) {
-	store, pub, a := &schedStore{fakeStore: &fakeStore{}}, &fakePublisher{}, amqptest.New(t)
+	store, pub, a := &schedStore{fakeStore: &fakeStore{}}, &brokertest.Publisher{}, amqptest.New(t)
 	var woke []time.Time
 	in := newIngester(store, pub, &woke)
 	wakes := 0
@@ -76,8 +77,8 @@ func TestRecurringIntake(t *testing.T) {
 	if err := in.take(pub, deliveries(a, h)); err != nil {
 		t.Fatal(err)
 	}
-	if a.Outcome(1) != amqptest.Acked || len(store.puts) != 1 || wakes != 1 || len(pub.sent) != 0 {
-		t.Fatalf("outcome %s, puts %+v, wakes %d, error copies %d", a.Outcome(1), store.puts, wakes, len(pub.sent))
+	if a.Outcome(1) != amqptest.Acked || len(store.puts) != 1 || wakes != 1 || len(pub.Sent()) != 0 {
+		t.Fatalf("outcome %s, puts %+v, wakes %d, error copies %d", a.Outcome(1), store.puts, wakes, len(pub.Sent()))
 	}
 	sc := store.puts[0] // now0 is on the hour: a fire time at intake fires
 	if sc.Key != "amqp:m0" || sc.Destination != "a" || !sc.NextFireAt.Equal(now0) || sc.Zone != "W. Europe Standard Time" {
@@ -107,8 +108,8 @@ func TestRecurringIntake(t *testing.T) {
 	if err := plain.take(pub, deliveries(a3, h)); err != nil {
 		t.Fatal(err)
 	}
-	if a3.Outcome(1) != amqptest.Acked || len(pub.sent) != 1 ||
-		!strings.Contains(pub.sent[0].Msg.Headers[wire.HeaderError].(string), "cannot keep recurring schedules") {
-		t.Fatalf("store without schedules: %s, error copies %+v", a3.Outcome(1), pub.sent)
+	if a3.Outcome(1) != amqptest.Acked || len(pub.Sent()) != 1 ||
+		!strings.Contains(pub.Sent()[0].Msg.Headers[wire.HeaderError].(string), "cannot keep recurring schedules") {
+		t.Fatalf("store without schedules: %s, error copies %+v", a3.Outcome(1), pub.Sent())
 	}
 }

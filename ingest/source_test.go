@@ -5,7 +5,6 @@ import (
 	"errors"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,6 +15,7 @@ import (
 	"github.com/delaybridge/delaybridge/broker"
 	"github.com/delaybridge/delaybridge/intake"
 	"github.com/delaybridge/delaybridge/internal/amqptest"
+	"github.com/delaybridge/delaybridge/internal/brokertest"
 	"github.com/delaybridge/delaybridge/internal/logtest"
 	"github.com/delaybridge/delaybridge/internal/testenv"
 	"github.com/delaybridge/delaybridge/protocol/nsbtimeout"
@@ -34,24 +34,6 @@ func parseToy(d *amqp.Delivery, receivedAt time.Time) intake.Intake {
 		DueAt: receivedAt.Add(time.Duration(n) * time.Millisecond), Msg: amqp.Publishing{Body: d.Body}}
 }
 
-// lockedPublisher is a fakePublisher for concurrent sessions.
-type lockedPublisher struct {
-	mu sync.Mutex
-	fakePublisher
-}
-
-func (p *lockedPublisher) Publish(ctx context.Context, msgs []broker.Outgoing) []error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.fakePublisher.Publish(ctx, msgs)
-}
-
-func (p *lockedPublisher) count() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return len(p.sent)
-}
-
 // Run consumes every source at once against the real broker: E.Timeouts'
 // headers on one queue, another protocol on another, with the same rules,
 // store and error queue, and nothing left unacknowledged.
@@ -60,7 +42,7 @@ func TestRunConsumesEverySource(t *testing.T) {
 	prefix := "ingest-test-" + uuid.NewString()[:8]
 	qHeaders, qToy := prefix+".Timeouts", prefix+".toy"
 	declareTestQueues(t, ach, qHeaders, qToy)
-	store, pub := &fakeStore{}, &lockedPublisher{}
+	store, pub := &fakeStore{}, &brokertest.Publisher{}
 	stop := runIngester(t, store, pub, Options{
 		Sources: []intake.Source{nsbtimeout.TimeoutsSource(qHeaders), {Name: "toy", Queue: qToy, Parser: intake.ParserFunc(parseToy)}},
 		Rules:   Rules{Reserved: []string{qHeaders}},
@@ -82,8 +64,8 @@ func TestRunConsumesEverySource(t *testing.T) {
 		defer store.mu.Unlock()
 		return len(store.rows)
 	}
-	if !testenv.Eventually(20*time.Second, func() bool { return stored() == 2 && pub.count() == 2 }) {
-		t.Fatalf("stored %d of 2, error copies %d of 2", stored(), pub.count())
+	if !testenv.Eventually(20*time.Second, func() bool { return stored() == 2 && len(pub.Sent()) == 2 }) {
+		t.Fatalf("stored %d of 2, error copies %d of 2", stored(), len(pub.Sent()))
 	}
 	if err := stop(); err != nil {
 		t.Fatalf("Run: %v", err)
@@ -95,7 +77,7 @@ func TestRunConsumesEverySource(t *testing.T) {
 		}
 	}
 	var reasons []string
-	for _, m := range pub.sent {
+	for _, m := range pub.Sent() {
 		if m.Msg.Headers[wire.HeaderNSBFailedQ] != qToy {
 			t.Errorf("error copy names %v as the failed queue, want %s", m.Msg.Headers[wire.HeaderNSBFailedQ], qToy)
 		}
@@ -114,7 +96,7 @@ func TestRunConsumesEverySource(t *testing.T) {
 // Ingest holds every parser to the id, destination and due-time rules: a
 // parser that forgot them cannot hand the store what it refuses.
 func TestIngestValidatesWhatAnyParserReturns(t *testing.T) {
-	store, pub := &fakeStore{}, &fakePublisher{}
+	store, pub := &fakeStore{}, &brokertest.Publisher{}
 	a := amqptest.New(t)
 	var woke []time.Time
 	in := newIngester(store, pub, &woke)
@@ -141,8 +123,8 @@ func TestIngestValidatesWhatAnyParserReturns(t *testing.T) {
 	if len(store.rows) != 1 || store.rows["ok"].ID != "ok" {
 		t.Fatalf("stored %v, want only ok", store.rows)
 	}
-	if len(pub.sent) != 4 {
-		t.Fatalf("%d error copies, want 4", len(pub.sent))
+	if len(pub.Sent()) != 4 {
+		t.Fatalf("%d error copies, want 4", len(pub.Sent()))
 	}
 	for tag := uint64(1); tag <= 5; tag++ {
 		if a.Outcome(tag) != amqptest.Acked {
@@ -169,7 +151,7 @@ func TestSourcesWaitForTheirGate(t *testing.T) {
 	for _, q := range []string{qa, qb} {
 		srcs = append(srcs, intake.Source{Name: "gated", Queue: q, MustExist: true, Gate: gate, Parser: intake.ParserFunc(parseToy)})
 	}
-	stop := runIngester(t, store, &lockedPublisher{}, Options{Sources: srcs, Logger: zerolog.New(logs)})
+	stop := runIngester(t, store, &brokertest.Publisher{}, Options{Sources: srcs, Logger: zerolog.New(logs)})
 	defer func() {
 		if err := stop(); err != nil {
 			t.Errorf("Run: %v", err)
