@@ -13,7 +13,6 @@ import (
 	"github.com/delaybridge/delaybridge/internal/amqptest"
 	"github.com/delaybridge/delaybridge/internal/brokertest"
 	"github.com/delaybridge/delaybridge/storage"
-	"github.com/delaybridge/delaybridge/wire"
 )
 
 // ctlStore records the schedule controls it is given; a key not in known
@@ -96,15 +95,7 @@ func TestScheduleControl(t *testing.T) {
 		t.Fatalf("a control whose store failed: %s, want requeued", a2.Outcome(1))
 	}
 
-	plain := newIngester(&fakeStore{}, pub, &woke)
-	a3 := amqptest.New(t)
-	if err := plain.takeFrom(controlSource, pub, deliveries(a3, hs[0])); err != nil {
-		t.Fatal(err)
-	}
-	if a3.Outcome(1) != amqptest.Acked || len(pub.Sent()) != 1 ||
-		!strings.Contains(pub.Sent()[0].Msg.Headers[wire.HeaderError].(string), "cannot keep recurring schedules") {
-		t.Fatalf("store without schedules: %s, error copies %+v", a3.Outcome(1), pub.Sent())
-	}
+	refusedWithoutSchedules(t, controlSource, hs[0])
 
 	for _, it := range []intake.Intake{{Op: intake.OpScheduleControl, ScheduleKey: "k"}, {Op: intake.OpScheduleControl, ScheduleKey: "k", Control: 9},
 		{Op: intake.OpScheduleControl, Control: intake.ScheduleCancel}} {

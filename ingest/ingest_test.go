@@ -176,34 +176,31 @@ var testSource = nsbtimeout.TimeoutsSource("e.Timeouts")
 // take runs ds through ingest as one batch of testSource; the deliveries it
 // holds go back to the queue afterwards, as when the session ends.
 func (in *Ingester) take(pub Publisher, ds []amqp.Delivery) error {
-	held, err := in.takeHolding(pub, ds, nil)
-	if rerr := requeueHeld(held); err == nil {
-		err = rerr
-	}
-	return err
+	return in.takeFrom(testSource, pub, ds)
 }
 
 // takeHolding runs ds through ingest as one batch of testSource, in a
 // session that holds held already; it returns what the session holds then.
 func (in *Ingester) takeHolding(pub Publisher, ds []amqp.Delivery, held []entry) ([]entry, error) {
-	batch := make([]entry, len(ds))
-	for i, d := range ds {
-		batch[i] = in.classify(testSource, d)
-	}
-	return in.handle(context.Background(), testSource, pub, batch, held)
+	return in.takeFromHolding(testSource, pub, ds, held)
 }
 
-// takeFrom runs ds through ingest as one batch of src.
+// takeFrom runs ds through ingest as one batch of src, as take does.
 func (in *Ingester) takeFrom(src intake.Source, pub Publisher, ds []amqp.Delivery) error {
-	batch := make([]entry, len(ds))
-	for i, d := range ds {
-		batch[i] = in.classify(src, d)
-	}
-	held, err := in.handle(context.Background(), src, pub, batch, nil)
+	held, err := in.takeFromHolding(src, pub, ds, nil)
 	if rerr := requeueHeld(held); err == nil {
 		err = rerr
 	}
 	return err
+}
+
+// takeFromHolding is takeHolding with deliveries of src.
+func (in *Ingester) takeFromHolding(src intake.Source, pub Publisher, ds []amqp.Delivery, held []entry) ([]entry, error) {
+	batch := make([]entry, len(ds))
+	for i, d := range ds {
+		batch[i] = in.classify(src, d)
+	}
+	return in.handle(context.Background(), src, pub, batch, held)
 }
 
 func TestValidBatchIsStoredThenAckedOnce(t *testing.T) {

@@ -3,12 +3,14 @@ package ingest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/delaybridge/delaybridge/intake"
 	"github.com/delaybridge/delaybridge/internal/amqptest"
 	"github.com/delaybridge/delaybridge/internal/brokertest"
 	"github.com/delaybridge/delaybridge/storage"
@@ -103,13 +105,45 @@ func TestRecurringIntake(t *testing.T) {
 		t.Fatalf("a schedule whose put failed: %s, want requeued", a2.Outcome(1))
 	}
 
-	plain := newIngester(&fakeStore{}, pub, &woke)
-	a3 := amqptest.New(t)
-	if err := plain.take(pub, deliveries(a3, h)); err != nil {
+	refusedWithoutSchedules(t, testSource, h)
+}
+
+// refusedWithoutSchedules checks that ingest on a store that keeps no
+// schedules acks a delivery of src with headers h and moves it to the
+// error queue, saying so.
+func refusedWithoutSchedules(t *testing.T, src intake.Source, h amqp.Table) {
+	t.Helper()
+	pub, a := &brokertest.Publisher{}, amqptest.New(t)
+	var woke []time.Time
+	if err := newIngester(&fakeStore{}, pub, &woke).takeFrom(src, pub, deliveries(a, h)); err != nil {
 		t.Fatal(err)
 	}
-	if a3.Outcome(1) != amqptest.Acked || len(pub.Sent()) != 1 ||
-		!strings.Contains(pub.Sent()[0].Msg.Headers[wire.HeaderError].(string), "cannot keep recurring schedules") {
-		t.Fatalf("store without schedules: %s, error copies %+v", a3.Outcome(1), pub.Sent())
+	sent := pub.Sent()
+	if a.Outcome(1) != amqptest.Acked || len(sent) != 1 ||
+		!strings.Contains(sent[0].Msg.Headers[wire.HeaderError].(string), "cannot keep recurring schedules") {
+		t.Fatalf("store without schedules: %s, error copies %+v", a.Outcome(1), sent)
+	}
+}
+
+// TestRecurringIntakeCancelled: a schedule message the store refuses as
+// cancelled (its id has a live tombstone, docs/contract.md §2.11) is acked
+// and dropped like a cancelled one-shot: no schedule, no error copy, no
+// requeue, no firer wake.
+func TestRecurringIntakeCancelled(t *testing.T) {
+	store, pub, a := &schedStore{fakeStore: &fakeStore{}}, &brokertest.Publisher{}, amqptest.New(t)
+	store.putFail = fmt.Errorf("put: %w", storage.ErrScheduleCancelled)
+	var woke []time.Time
+	in := newIngester(store, pub, &woke)
+	rec := &recorder{}
+	in.opts.Metrics = rec
+	wakes := 0
+	in.opts.ScheduleWake = func() { wakes++ }
+	h := amqp.Table{wire.HeaderDestination: "a", wire.HeaderCron: "0 0 * * * ?"}
+	if err := in.take(pub, deliveries(a, h)); err != nil {
+		t.Fatal(err)
+	}
+	if a.Outcome(1) != amqptest.Acked || len(store.puts) != 0 || wakes != 0 || len(pub.Sent()) != 0 || rec.dropped[DropCancelled] != 1 {
+		t.Fatalf("outcome %s, puts %+v, wakes %d, error copies %d, dropped %v; want acked and dropped as cancelled",
+			a.Outcome(1), store.puts, wakes, len(pub.Sent()), rec.dropped)
 	}
 }
