@@ -42,13 +42,7 @@ func sweepQueues(t *testing.T, conn *amqp.Connection, queueType string) (q, errQ
 	t.Helper()
 	q = "it-sweep-" + uuid.NewString()
 	errQ = q + ".error"
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ch.Confirm(false); err != nil {
-		t.Fatal(err)
-	}
+	ch = testenv.ConfirmChannel(t, conn)
 	for _, name := range []string{q, errQ} {
 		if _, err := ch.QueueDeclare(name, true, false, false, false, amqp.Table{amqp.QueueTypeArg: queueType}); err != nil {
 			t.Fatalf("declare %s: %v", name, err)

@@ -70,13 +70,7 @@ type errorQueueEnv struct {
 func newErrorQueueEnv(t *testing.T, errArgs amqp.Table) *errorQueueEnv {
 	t.Helper()
 	conn := testenv.DialAMQP(t)
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ch.Confirm(false); err != nil {
-		t.Fatal(err)
-	}
+	ch := testenv.ConfirmChannel(t, conn)
 	prefix := "ingest-errq-" + uuid.NewString()[:8]
 	e := &errorQueueEnv{t: t, conn: conn, ch: ch, timeouts: prefix + ".Timeouts", errQ: prefix + ".error", store: &fakeStore{}, logs: &logtest.Buffer{}}
 	declare := func(ch *amqp.Channel, q string, args amqp.Table) error {

@@ -181,11 +181,7 @@ func TestSourcesWaitForTheirGate(t *testing.T) {
 // testChannel is a channel on a connection of the test's own.
 func testChannel(t *testing.T) *amqp.Channel {
 	t.Helper()
-	ch, err := testenv.DialAMQP(t).Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ch
+	return testenv.Channel(t, testenv.DialAMQP(t))
 }
 
 // declareTestQueues declares transient queues, deleted when the test ends.

@@ -54,3 +54,24 @@ func GetN(t *testing.T, ch *amqp.Channel, q string, n int) []amqp.Delivery {
 	}
 	return got
 }
+
+// Channel opens a channel on conn, closed when the test ends.
+func Channel(t testing.TB, conn *amqp.Connection) *amqp.Channel {
+	t.Helper()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ch.Close() })
+	return ch
+}
+
+// ConfirmChannel is Channel in confirm mode.
+func ConfirmChannel(t testing.TB, conn *amqp.Connection) *amqp.Channel {
+	t.Helper()
+	ch := Channel(t, conn)
+	if err := ch.Confirm(false); err != nil {
+		t.Fatal(err)
+	}
+	return ch
+}
