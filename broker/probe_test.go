@@ -191,7 +191,7 @@ func TestConnReconnectsAsSoonAsTheBrokerIsBack(t *testing.T) {
 	testenv.Start(t, c.Run)
 
 	p.Kill() // the broker goes away: its port closes
-	testenv.WaitUntil(t, 10*time.Second, "the Conn to notice the lost connection", func() bool { return !c.Connected() })
+	testenv.WaitFor(t, 10*time.Second, "the Conn to notice the lost connection", func() bool { return !c.Connected() })
 	time.Sleep(time.Second) // down for a while, as stop_app … start_app
 
 	back, err := tcpproxy.StartAt(addr, brokerAddr(t))
@@ -201,7 +201,7 @@ func TestConnReconnectsAsSoonAsTheBrokerIsBack(t *testing.T) {
 	t.Cleanup(back.Close)
 	returned := time.Now()
 	// 10 s: generous for a loaded machine, far below the 20 s shortest pause.
-	testenv.WaitUntil(t, 10*time.Second, "the Conn to reconnect after the broker came back", c.Connected)
+	testenv.WaitFor(t, 10*time.Second, "the Conn to reconnect after the broker came back", c.Connected)
 	t.Logf("connected again %s after the broker came back (pause %s–%s)", time.Since(returned).Round(time.Millisecond),
 		minBackoff/2, minBackoff)
 	if n := back.Accepted(); n > 2 {

@@ -85,14 +85,7 @@ func TestRemoveLoopHoldsForLaterRemovals(t *testing.T) {
 	}
 	in <- second
 	close(in)
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("removeLoop still holding 30 s after its input closed")
-	}
+	testenv.WaitNil(t, done, 30*time.Second, "removeLoop to return once its input closed")
 	if n := rc.removes.Load(); n != 1 {
 		t.Errorf("%d removals, want 1 for both messages", n)
 	}

@@ -169,7 +169,7 @@ func TestIngestWhileTheErrorQueueIsFull(t *testing.T) {
 	const invalid, valid = 15, 5
 	e.publish(invalid, valid)
 	// Five refused tries after the first refusal, and the valid ones in.
-	testenv.WaitUntil(t, time.Minute, "the valid messages stored and five refused tries", func() bool {
+	testenv.WaitFor(t, time.Minute, "the valid messages stored and five refused tries", func() bool {
 		refused := 0
 		for _, c := range e.pub.snapshot() {
 			if c.refused > 0 {
@@ -199,7 +199,7 @@ func TestIngestWhileTheErrorQueueIsFull(t *testing.T) {
 	}
 
 	got := map[string]int{}
-	testenv.WaitUntil(t, time.Minute, "every invalid message on the error queue", func() bool {
+	testenv.WaitFor(t, time.Minute, "every invalid message on the error queue", func() bool {
 		e.takeCopies(got)
 		return len(got) == invalid
 	})
@@ -228,9 +228,9 @@ func TestIngestDeclaresADeletedErrorQueueAgain(t *testing.T) {
 	}
 	const invalid, valid = 10, 3
 	e.publish(invalid, valid)
-	testenv.WaitUntil(t, time.Minute, "the valid messages stored", func() bool { return e.stored() == valid })
+	testenv.WaitFor(t, time.Minute, "the valid messages stored", func() bool { return e.stored() == valid })
 	got := map[string]int{}
-	testenv.WaitUntil(t, time.Minute, "every invalid message on the error queue", func() bool {
+	testenv.WaitFor(t, time.Minute, "every invalid message on the error queue", func() bool {
 		if _, err := e.ch.QueueDeclarePassive(e.errQ, false, false, false, false, nil); err != nil {
 			// Not declared yet: the failed passive declaration closed the
 			// channel.

@@ -162,7 +162,7 @@ func TestSourcesWaitForTheirGate(t *testing.T) {
 		defer store.mu.Unlock()
 		return len(store.rows)
 	}
-	testenv.WaitUntil(t, 20*time.Second, "a waiting line", func() bool { return logs.Count("waiting for the queue") > 0 })
+	testenv.WaitFor(t, 20*time.Second, "a waiting line", func() bool { return logs.Count("waiting for the queue") > 0 })
 	time.Sleep(300 * time.Millisecond)
 	if n := stored(); n != 0 {
 		t.Fatalf("stored %d messages before the gate queue existed", n)

@@ -87,7 +87,7 @@ func insert(t *testing.T, s *boltstore.Store, id string, due time.Time) {
 
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	testenv.WaitUntil(t, 5*time.Second, what, cond)
+	testenv.WaitFor(t, 5*time.Second, what, cond)
 }
 
 func TestWakeInterruptsALongSleep(t *testing.T) {

@@ -7,25 +7,41 @@ import (
 	"time"
 )
 
-// Eventually polls cond every 10 ms until it holds, for at most timeout,
-// and reports whether it held.
+// Eventually polls cond every 5 ms until it holds, for at most timeout,
+// and reports whether it held (WaitFor when failing the test is all there
+// is to do).
 func Eventually(timeout time.Duration, cond func() bool) bool {
 	deadline := time.Now().Add(timeout)
 	for !cond() {
 		if time.Now().After(deadline) {
 			return false
 		}
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(5 * time.Millisecond)
 	}
 	return true
 }
 
-// WaitUntil fails the test unless cond holds within timeout; what names
-// what it waited for.
-func WaitUntil(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+// WaitFor polls cond every 5 ms until it holds; when it does not hold within
+// timeout, the test fails with "timed out waiting for " what.
+func WaitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
 	if !Eventually(timeout, cond) {
-		t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		t.Fatalf("timed out waiting for %s", what)
+	}
+}
+
+// WaitNil waits up to timeout for the result on done of what a test runs
+// in a goroutine (Run, typically), and fails the test unless it comes and
+// is nil; what names it ("Run to return after Close").
+func WaitNil(t testing.TB, done <-chan error, timeout time.Duration, what string) {
+	t.Helper()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("waiting for %s: %v", what, err)
+		}
+	case <-time.After(timeout):
+		t.Fatalf("timed out waiting for %s", what)
 	}
 }
 
