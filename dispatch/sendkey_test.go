@@ -25,7 +25,7 @@ func TestCorruptLaterSendCopyCarriesTheMessageID(t *testing.T) {
 	if _, err := f.deliver(f.lease()...); err != nil {
 		t.Fatal(err)
 	}
-	eq := f.pub.to("error")
+	eq := f.pub.To("error")
 	if len(eq) != 2 {
 		t.Fatalf("%d on the error queue, want 2", len(eq))
 	}

@@ -42,6 +42,18 @@ func (b *Buffer) Lines() []map[string]any {
 	return out
 }
 
+// LinesAt returns the JSON lines written so far at level ("warn",
+// "error", …), decoded; every line for "".
+func (b *Buffer) LinesAt(level string) []map[string]any {
+	var out []map[string]any
+	for _, l := range b.Lines() {
+		if level == "" || l["level"] == level {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
 // CountMessage returns how many JSON lines have exactly this message.
 func (b *Buffer) CountMessage(msg string) int {
 	n := 0

@@ -8,7 +8,7 @@
 //
 // It also gates the disruptive tests (see Disruptive): those that disturb
 // the shared broker for every other test running at the time, and has the
-// waits tests share (WaitFor, WaitNil).
+// waits and the AMQP steps tests share (wait.go, amqp.go).
 package testenv
 
 import (
@@ -215,33 +215,6 @@ func Disruptive(t testing.TB) {
 			"under CI=true every test must run: use scripts/test.sh", EnvDisruptive, EnvDisruptiveDefer)
 	}
 	t.Skipf("disruptive (it disturbs the shared broker for other tests): runs with %s=1 (scripts/test.sh does, in a serial step)", EnvDisruptive)
-}
-
-// WaitFor polls cond every 5 ms until it holds; when it does not hold within
-// timeout, the test fails with "timed out waiting for " what.
-func WaitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(timeout); !cond(); {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
-// WaitNil waits up to timeout for the result on done of what a test runs
-// in a goroutine (Run, typically), and fails the test unless it comes and
-// is nil; what names it ("Run to return after Close").
-func WaitNil(t testing.TB, done <-chan error, timeout time.Duration, what string) {
-	t.Helper()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("waiting for %s: %v", what, err)
-		}
-	case <-time.After(timeout):
-		t.Fatalf("timed out waiting for %s", what)
-	}
 }
 
 var deferMu sync.Mutex
