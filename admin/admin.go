@@ -63,19 +63,46 @@ type Options struct {
 	Logger zerolog.Logger
 }
 
-// TimeoutJSON is one timeout in list and show responses. A queue destination
-// is Destination, as it always was; an exchange destination is Exchange and
-// RoutingKey (present even when empty), with Destination left empty so that
-// no client takes a routing key for a queue.
+// DestJSON is a destination in the answers (TimeoutJSON, ScheduleJSON,
+// DestinationJSON, ErrorCopyJSON). A queue destination is Destination, as
+// it always was; an exchange destination is Exchange and RoutingKey
+// (present even when empty), with Destination left empty so that no client
+// takes a routing key for a queue.
+type DestJSON struct {
+	Destination string  `json:"destination"`
+	Exchange    string  `json:"exchange,omitempty"`
+	RoutingKey  *string `json:"routing_key,omitempty"`
+}
+
+// NewDestJSON is d as the answers write it.
+func NewDestJSON(d wire.Destination) DestJSON {
+	if d.IsQueue() {
+		return DestJSON{Destination: d.Key}
+	}
+	key := d.Key
+	return DestJSON{Exchange: d.Exchange, RoutingKey: &key}
+}
+
+// Dest is the destination j names.
+func (j DestJSON) Dest() wire.Destination {
+	if j.Exchange == "" {
+		return wire.Queue(j.Destination)
+	}
+	d := wire.Destination{Exchange: j.Exchange}
+	if j.RoutingKey != nil {
+		d.Key = *j.RoutingKey
+	}
+	return d
+}
+
+// TimeoutJSON is one timeout in list and show responses.
 type TimeoutJSON struct {
 	ID string `json:"id"`
 	// Send tells apart the sends of one id pending at once
 	// (docs/contract.md §2.4): 2, 3, ... for the later ones; absent (0)
 	// for the send stored under the id itself.
-	Send          int        `json:"send,omitempty"`
-	Destination   string     `json:"destination"`
-	Exchange      string     `json:"exchange,omitempty"`
-	RoutingKey    *string    `json:"routing_key,omitempty"`
+	Send int `json:"send,omitempty"`
+	DestJSON
 	DueAt         time.Time  `json:"due_at"`
 	ReceivedAt    time.Time  `json:"received_at"`
 	Attempts      int        `json:"attempts"`
@@ -250,16 +277,8 @@ func (o *Ops) replayed(res ErrorsResult) {
 
 // New returns the admin handler, to be mounted at /api/v1/.
 func New(opts Options) http.Handler {
-	if opts.Now == nil {
-		opts.Now = time.Now
-	}
-	if opts.Wake == nil {
-		opts.Wake = func(time.Time) {}
-	}
-	if opts.ScheduleWake == nil {
-		opts.ScheduleWake = func() {}
-	}
-	h := &handler{opts: opts, ops: NewOps(opts), mux: http.NewServeMux()}
+	ops := NewOps(opts)
+	h := &handler{opts: ops.opts, ops: ops, mux: http.NewServeMux()} // opts with NewOps's defaults
 	h.mux.HandleFunc("GET /api/v1/timeouts", h.list)
 	h.mux.HandleFunc("GET /api/v1/timeouts/{id}", h.show)
 	h.mux.HandleFunc("DELETE /api/v1/timeouts/{id}", h.cancel)
@@ -538,14 +557,10 @@ func summary(t *storage.Timeout, now time.Time) TimeoutJSON {
 		send = 0
 	}
 	j := TimeoutJSON{
-		ID: id, Send: send, Destination: t.Destination, DueAt: t.DueAt.UTC(), ReceivedAt: t.ReceivedAt.UTC(),
+		ID: id, Send: send, DestJSON: NewDestJSON(t.Dest()), DueAt: t.DueAt.UTC(), ReceivedAt: t.ReceivedAt.UTC(),
 		Attempts: t.Attempts, LastError: t.LastError,
 		Leased:    t.Lock != "" && t.LockExpiresAt.After(now),
 		NotBefore: utc(t.NotBefore), SagaID: t.SagaID, Paused: t.Paused,
-	}
-	if t.Exchange != "" {
-		key := t.Destination
-		j.Destination, j.Exchange, j.RoutingKey = "", t.Exchange, &key
 	}
 	if t.Lock != "" {
 		j.LockExpiresAt = utc(t.LockExpiresAt)

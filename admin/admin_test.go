@@ -86,6 +86,17 @@ func (f *fixture) insert(id, dest string, due time.Time, p amqp.Publishing) {
 	}
 }
 
+// insertPendingLeased inserts pending, due in an hour, and leased, due
+// already and then leased (for a minute), to queue q.
+func (f *fixture) insertPendingLeased(pending, leased string) {
+	f.t.Helper()
+	f.insert(pending, "q", t0.Add(time.Hour), amqp.Publishing{})
+	f.insert(leased, "q", t0.Add(-time.Second), amqp.Publishing{})
+	if _, err := f.store.Lease(context.Background(), "o", time.Time{}, 10, time.Minute); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
 // insertSend stores another send of id (fingerprint fp), which must land
 // under the key of send number n.
 func (f *fixture) insertSend(id, dest string, due time.Time, p amqp.Publishing, n string) {
@@ -313,11 +324,7 @@ func TestDecimalString(t *testing.T) {
 
 func TestCancel(t *testing.T) {
 	f := newFixture(t, token)
-	f.insert("later", "q", t0.Add(time.Hour), amqp.Publishing{})
-	f.insert("due", "q", t0.Add(-time.Second), amqp.Publishing{})
-	if _, err := f.store.Lease(context.Background(), "o", time.Time{}, 10, time.Minute); err != nil {
-		t.Fatal(err)
-	}
+	f.insertPendingLeased("later", "due")
 	f.want("DELETE", tpath("due"), "", 409, nil)
 	var row TimeoutJSON
 	f.want("GET", tpath("due"), "", 200, &row)
@@ -428,11 +435,7 @@ func TestCancelSagaFailing(t *testing.T) {
 
 func TestReschedule(t *testing.T) {
 	f := newFixture(t, token)
-	f.insert("r", "q", t0.Add(time.Hour), amqp.Publishing{})
-	f.insert("busy", "q", t0.Add(-time.Second), amqp.Publishing{})
-	if _, err := f.store.Lease(context.Background(), "o", time.Time{}, 10, time.Minute); err != nil {
-		t.Fatal(err)
-	}
+	f.insertPendingLeased("r", "busy")
 	newDue := t0.Add(2 * time.Hour).Add(123 * time.Millisecond)
 	var row TimeoutJSON
 	f.want("PATCH", tpath("r"), `{"due_at": "`+newDue.Format(time.RFC3339Nano)+`"}`, 200, &row)

@@ -116,23 +116,20 @@ func (f *ErrorFilter) match(c *ErrorCopyJSON) bool {
 	return true
 }
 
-// ErrorCopyJSON is one copy on the error queue. Destination, Exchange and
-// RoutingKey are as in TimeoutJSON: for a dispatch failure where the forward
-// went, for an ingest failure what the destination headers name (empty
-// when they name nothing valid).
+// ErrorCopyJSON is one copy on the error queue. DestJSON is for a dispatch
+// failure where the forward went, for an ingest failure what the
+// destination headers name (empty when they name nothing valid).
 type ErrorCopyJSON struct {
 	ID string `json:"id"`
 	// Position is the copy's place in the error queue when it was read
 	// (0: the head).
-	Position      int        `json:"position"`
-	Stage         string     `json:"stage"`
-	Reason        string     `json:"reason"`
-	FailedAt      *time.Time `json:"failed_at,omitempty"`
-	Attempts      int        `json:"attempts"`
-	Destination   string     `json:"destination"`
-	Exchange      string     `json:"exchange,omitempty"`
-	RoutingKey    *string    `json:"routing_key,omitempty"`
-	ExceptionType string     `json:"exception_type,omitempty"`
+	Position int        `json:"position"`
+	Stage    string     `json:"stage"`
+	Reason   string     `json:"reason"`
+	FailedAt *time.Time `json:"failed_at,omitempty"`
+	Attempts int        `json:"attempts"`
+	DestJSON
+	ExceptionType string `json:"exception_type,omitempty"`
 	// Redelivered: the broker delivered the copy before (another read of
 	// the queue, a consumer that died, an earlier pass).
 	Redelivered bool `json:"redelivered"`
@@ -181,12 +178,7 @@ func describe(d *amqp.Delivery, pos int, detail bool) ErrorCopyJSON {
 		ExceptionType: f.ExceptionType, FailedAt: utc(f.FailedAt), Attempts: f.Attempts}
 	c.ID, _ = intake.ParseID(d)
 	if dest, err := nsbtimeout.ForwardedTo(d.Headers); err == nil {
-		if dest.IsQueue() {
-			c.Destination = dest.Key
-		} else {
-			key := dest.Key
-			c.Exchange, c.RoutingKey = dest.Exchange, &key
-		}
+		c.DestJSON = NewDestJSON(dest)
 	}
 	if detail {
 		c.MessageJSON = messageDetail(message.FromDelivery(d))

@@ -16,16 +16,12 @@ import (
 // and …/resume, and GET /api/v1/destinations. {name} is a queue, or, with
 // the query parameter exchange=X, a routing key of exchange X.
 
-// DestinationJSON is one destination in the answers of the pause endpoints:
-// a queue is Destination; an exchange destination is Exchange and
-// RoutingKey, as in TimeoutJSON.
+// DestinationJSON is one destination in the answers of the pause endpoints.
 type DestinationJSON struct {
-	Destination string     `json:"destination"`
-	Exchange    string     `json:"exchange,omitempty"`
-	RoutingKey  *string    `json:"routing_key,omitempty"`
-	Paused      bool       `json:"paused"`
-	Since       *time.Time `json:"paused_since,omitempty"`
-	By          string     `json:"paused_by,omitempty"`
+	DestJSON
+	Paused bool       `json:"paused"`
+	Since  *time.Time `json:"paused_since,omitempty"`
+	By     string     `json:"paused_by,omitempty"`
 	// Changed, in the answer of pause and resume: false when the
 	// destination was paused (resumed) already.
 	Changed *bool `json:"changed,omitempty"`
@@ -48,11 +44,7 @@ func (h *handler) routePauses() {
 }
 
 func destinationJSON(d wire.Destination) DestinationJSON {
-	if d.IsQueue() {
-		return DestinationJSON{Destination: d.Key}
-	}
-	key := d.Key
-	return DestinationJSON{Exchange: d.Exchange, RoutingKey: &key}
+	return DestinationJSON{DestJSON: NewDestJSON(d)}
 }
 
 // pathDestination reads {name} and the exchange parameter.

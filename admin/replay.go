@@ -134,14 +134,14 @@ func (rp *Replayer) holdUnreadable(ctx context.Context, limit int) (*broker.Held
 // pass is one pass over the error queue, on a connection of its own. It
 // fails with errUnreadableCopy, having done nothing, when that connection
 // drops on a copy the client cannot read.
-func (rp *Replayer) pass(ctx context.Context, req ErrorsRequest) (res ErrorsResult, err error) {
+func (rp *Replayer) pass(ctx context.Context, req ErrorsRequest) (ErrorsResult, error) {
 	now := time.Now
 	if rp.Now != nil {
 		now = rp.Now
 	}
 	conn, err := rp.Conn(ctx)
 	if err != nil {
-		return res, fmt.Errorf("broker connection: %w", err)
+		return ErrorsResult{}, fmt.Errorf("broker connection: %w", err)
 	}
 	if rp.Release != nil {
 		defer rp.Release(conn) // after the channel's close below
@@ -151,31 +151,68 @@ func (rp *Replayer) pass(ctx context.Context, req ErrorsRequest) (res ErrorsResu
 	connClosed := conn.NotifyClose(make(chan *amqp.Error, 1))
 	ch, err := conn.Channel()
 	if err != nil {
-		return res, fmt.Errorf("open channel: %w", err)
+		return ErrorsResult{}, fmt.Errorf("open channel: %w", err)
 	}
 	// Closing the channel requeues whatever is still unacknowledged, so an
 	// error anywhere below loses nothing.
 	defer ch.Close()
 
-	type candidate struct {
-		tag uint64
-		t   storage.Timeout
+	var tr triage
+	if err := rp.read(ctx, ch, connClosed, req, now, &tr); err != nil {
+		return tr.res, err
 	}
-	var todo []candidate
-	var drop, keep []uint64
-	skip := func(d *amqp.Delivery, reason string) {
-		keep = append(keep, d.DeliveryTag)
-		res.Skipped++
-		res.Details = append(res.Details, ReplaySkipped{MessageID: d.MessageId, Reason: reason})
+	if len(tr.todo) > 0 {
+		ts := make([]storage.Timeout, len(tr.todo))
+		for i, c := range tr.todo {
+			ts[i] = c.t
+		}
+		outcomes, err := rp.Store.Insert(ctx, ts)
+		if err != nil {
+			return ErrorsResult{}, fmt.Errorf("store: %w", err)
+		}
+		if err := tr.ackStored(ch, outcomes); err != nil {
+			return tr.res, err
+		}
 	}
+	err = tr.settle(ch)
+	return tr.res, err
+}
+
+// triage is what a pass decided for the copies it read, and its result.
+type triage struct {
+	res ErrorsResult
+	// todo are the copies to store again, then acknowledge.
+	todo []candidate
+	// drop are the copies to acknowledge (deleted), keep those to requeue
+	// at the end of the pass.
+	drop, keep []uint64
+}
+
+// candidate is a copy to replay: its delivery tag and the timeout rebuilt
+// from it.
+type candidate struct {
+	tag uint64
+	t   storage.Timeout
+}
+
+// skip keeps d on the error queue, counted as skipped for reason.
+func (tr *triage) skip(d *amqp.Delivery, reason string) {
+	tr.keep = append(tr.keep, d.DeliveryTag)
+	tr.res.Skipped++
+	tr.res.Details = append(tr.res.Details, ReplaySkipped{MessageID: d.MessageId, Reason: reason})
+}
+
+// read gets up to req.Skip+req.Scan copies from the error queue, fewer when
+// req.Limit copies matched first or the queue ends, and triages each.
+func (rp *Replayer) read(ctx context.Context, ch *amqp.Channel, connClosed <-chan *amqp.Error, req ErrorsRequest, now func() time.Time, tr *triage) error {
 	matched := 0
 	for pos := 0; pos < req.Skip+req.Scan; pos++ {
 		if err := ctx.Err(); err != nil {
-			return res, err
+			return err
 		}
 		if req.Limit > 0 && matched == req.Limit {
 			// Full: the next page starts here.
-			res.Next = pos
+			tr.res.Next = pos
 			break
 		}
 		d, ok, err := ch.Get(rp.ErrorQueue, false)
@@ -183,102 +220,110 @@ func (rp *Replayer) pass(ctx context.Context, req ErrorsRequest) (res ErrorsResu
 			select {
 			case e := <-connClosed:
 				if broker.UnreadableClose(e) {
-					return res, fmt.Errorf("get from %q: %w (%v)", rp.ErrorQueue, errUnreadableCopy, e)
+					return fmt.Errorf("get from %q: %w (%v)", rp.ErrorQueue, errUnreadableCopy, e)
 				}
 			default:
 			}
-			return res, fmt.Errorf("get from %q: %w", rp.ErrorQueue, err)
+			return fmt.Errorf("get from %q: %w", rp.ErrorQueue, err)
 		}
 		if !ok {
-			res.End = true
+			tr.res.End = true
 			break
 		}
-		if pos < req.Skip {
-			keep = append(keep, d.DeliveryTag)
-			continue
+		if rp.decide(&d, pos, req, now, tr) {
+			matched++
 		}
-		res.Scanned++
-		if why := rp.foreign(&d); why != "" {
-			res.Foreign++
-			if req.ReportForeign {
-				skip(&d, why)
-			} else {
-				keep = append(keep, d.DeliveryTag)
-			}
-			continue
-		}
-		c := describe(&d, pos, req.Detail)
-		if !req.Filter.match(&c) {
-			keep = append(keep, d.DeliveryTag)
-			continue
-		}
-		matched++
-		switch req.Op {
-		case ErrorsList:
-			res.Errors = append(res.Errors, c)
-			keep = append(keep, d.DeliveryTag)
-			continue
-		case ErrorsDelete:
-			drop = append(drop, d.DeliveryTag)
-			continue
-		}
-		// Copies with one message id are sends of their own, each stored
-		// (docs/contract.md §2.4).
-		t, why := rp.rebuild(&d, now())
-		if why != "" {
-			skip(&d, why)
-			continue
-		}
-		todo = append(todo, candidate{d.DeliveryTag, t})
 	}
-	if req.Op == ErrorsList && res.Next == 0 && !res.End {
-		res.Next = req.Skip + req.Scan
+	if req.Op == ErrorsList && tr.res.Next == 0 && !tr.res.End {
+		tr.res.Next = req.Skip + req.Scan
 	}
+	return nil
+}
 
-	if len(todo) > 0 {
-		ts := make([]storage.Timeout, len(todo))
-		for i, c := range todo {
-			ts[i] = c.t
-		}
-		outcomes, err := rp.Store.Insert(ctx, ts)
-		if err != nil {
-			return ErrorsResult{}, fmt.Errorf("store: %w", err)
-		}
-		for i, c := range todo {
-			// Stored, or a Duplicate: this very copy, stored by an
-			// earlier replay whose ack was lost, still pending. Either
-			// way the store holds it and the copy can go.
-			if outcomes[i] == storage.Cancelled {
-				// A cancel of the id is recent: keep the error copy
-				// rather than drop a message the operator may want.
-				keep = append(keep, c.tag)
-				res.Skipped++
-				res.Details = append(res.Details, ReplaySkipped{MessageID: c.t.ID,
-					Reason: "not stored: its id was cancelled within the cancel window"})
-				continue
-			}
-			if err := ch.Ack(c.tag, false); err != nil {
-				// Stored but not acknowledged: the copy stays on the error
-				// queue; replaying it again while the timeout is pending
-				// finds it (a duplicate) and acknowledges the copy then.
-				return res, fmt.Errorf("ack: %w", err)
-			}
-			res.Replayed++
-		}
+// decide decides what becomes of copy d, read at pos, and reports whether
+// it matched the request.
+func (rp *Replayer) decide(d *amqp.Delivery, pos int, req ErrorsRequest, now func() time.Time, tr *triage) bool {
+	if pos < req.Skip {
+		tr.keep = append(tr.keep, d.DeliveryTag)
+		return false
 	}
-	for _, tag := range drop {
+	tr.res.Scanned++
+	if why := rp.foreign(d); why != "" {
+		tr.res.Foreign++
+		if req.ReportForeign {
+			tr.skip(d, why)
+		} else {
+			tr.keep = append(tr.keep, d.DeliveryTag)
+		}
+		return false
+	}
+	c := describe(d, pos, req.Detail)
+	if !req.Filter.match(&c) {
+		tr.keep = append(tr.keep, d.DeliveryTag)
+		return false
+	}
+	switch req.Op {
+	case ErrorsList:
+		tr.res.Errors = append(tr.res.Errors, c)
+		tr.keep = append(tr.keep, d.DeliveryTag)
+		return true
+	case ErrorsDelete:
+		tr.drop = append(tr.drop, d.DeliveryTag)
+		return true
+	}
+	// Copies with one message id are sends of their own, each stored
+	// (docs/contract.md §2.4).
+	t, why := rp.rebuild(d, now())
+	if why != "" {
+		tr.skip(d, why)
+		return true
+	}
+	tr.todo = append(tr.todo, candidate{d.DeliveryTag, t})
+	return true
+}
+
+// ackStored acknowledges the copies of tr.todo that the store holds now,
+// given the outcome of each one's insert, and keeps the others.
+func (tr *triage) ackStored(ch *amqp.Channel, outcomes []storage.Outcome) error {
+	for i, c := range tr.todo {
+		// Stored, or a Duplicate: this very copy, stored by an
+		// earlier replay whose ack was lost, still pending. Either
+		// way the store holds it and the copy can go.
+		if outcomes[i] == storage.Cancelled {
+			// A cancel of the id is recent: keep the error copy
+			// rather than drop a message the operator may want.
+			tr.keep = append(tr.keep, c.tag)
+			tr.res.Skipped++
+			tr.res.Details = append(tr.res.Details, ReplaySkipped{MessageID: c.t.ID,
+				Reason: "not stored: its id was cancelled within the cancel window"})
+			continue
+		}
+		if err := ch.Ack(c.tag, false); err != nil {
+			// Stored but not acknowledged: the copy stays on the error
+			// queue; replaying it again while the timeout is pending
+			// finds it (a duplicate) and acknowledges the copy then.
+			return fmt.Errorf("ack: %w", err)
+		}
+		tr.res.Replayed++
+	}
+	return nil
+}
+
+// settle acknowledges the deleted copies and requeues the kept ones.
+func (tr *triage) settle(ch *amqp.Channel) error {
+	for _, tag := range tr.drop {
 		if err := ch.Ack(tag, false); err != nil {
-			return res, fmt.Errorf("ack deleted copies: %w", err)
+			return fmt.Errorf("ack deleted copies: %w", err)
 		}
-		res.Deleted++
+		tr.res.Deleted++
 	}
-	for _, tag := range keep {
+	for _, tag := range tr.keep {
 		if err := ch.Nack(tag, false, true); err != nil {
 			// Closing the channel requeues the rest anyway.
-			return res, fmt.Errorf("requeue the messages kept: %w", err)
+			return fmt.Errorf("requeue the messages kept: %w", err)
 		}
 	}
-	return res, nil
+	return nil
 }
 
 // foreign says why a copy is not one of this endpoint's failures, or "".

@@ -371,3 +371,39 @@ func TestReplayWhenHoldingFails(t *testing.T) {
 		})
 	}
 }
+
+// A copy whose id has a send pending is another send of it, stored and
+// acknowledged, and so is each copy of one id in a pass (docs/contract.md
+// §2.4, §4.4): replay leaves none of them on the error queue. The same copy
+// replayed again while its send is pending (its acknowledgement was lost)
+// is a redelivery of that send: acknowledged, not stored twice.
+func TestReplayOfAPendingIDIsAnotherSend(t *testing.T) {
+	store := openBolt(t)
+	e := newReplayEnv(t, store)
+	if out, err := store.Insert(context.Background(), []storage.Timeout{{ID: "pending", Destination: "ok.q", DueAt: t0.Add(time.Hour),
+		Message: []byte{1}, Fingerprint: []byte("the send before")}}); err != nil || out[0] != storage.Stored {
+		t.Fatalf("insert = %v, %v", out, err)
+	}
+	second := e.dispatchCopy("twice", "ok.q")
+	second.Headers[wire.HeaderFailedAt] = t0.Add(time.Minute).Format(time.RFC3339Nano)
+	e.publish(e.dispatchCopy("pending", "ok.q"), e.dispatchCopy("twice", "ok.q"), second)
+	res, err := e.rp.Replay(context.Background(), 100)
+	if err != nil || res.Replayed != 3 || res.Skipped != 0 {
+		t.Fatalf("Replay = %+v, %v; want the 3 copies replayed, none skipped", res, err)
+	}
+	e.waitDepth(0)
+	for _, key := range []string{"pending", wire.SendKey("pending", 2), "twice", wire.SendKey("twice", 2)} {
+		if _, err := store.Get(context.Background(), key); err != nil {
+			t.Errorf("%q: %v; want it stored", key, err)
+		}
+	}
+
+	e.publish(second) // replayed already, its send pending
+	if res, err = e.rp.Replay(context.Background(), 100); err != nil || res.Replayed != 1 || res.Skipped != 0 {
+		t.Fatalf("Replay of the copy again = %+v, %v; want it taken off the error queue", res, err)
+	}
+	e.waitDepth(0)
+	if _, err := store.Get(context.Background(), wire.SendKey("twice", 3)); !errors.Is(err, storage.ErrNotFound) {
+		t.Errorf("the copy replayed again was stored as send 3: %v", err)
+	}
+}

@@ -34,9 +34,7 @@ const ScheduleSourceAdmin = "admin"
 // NextFireTimes is how many coming fire times show lists.
 const NextFireTimes = 5
 
-// ScheduleJSON is one schedule in the answers of the schedule endpoints. A
-// queue destination is Destination; an exchange destination is Exchange and
-// RoutingKey, as in TimeoutJSON.
+// ScheduleJSON is one schedule in the answers of the schedule endpoints.
 type ScheduleJSON struct {
 	Key         string     `json:"key"`
 	ID          string     `json:"id"`
@@ -47,9 +45,7 @@ type ScheduleJSON struct {
 	End         *time.Time `json:"end,omitempty"`
 	Misfire     string     `json:"misfire"`
 	Description string     `json:"description,omitempty"`
-	Destination string     `json:"destination"`
-	Exchange    string     `json:"exchange,omitempty"`
-	RoutingKey  *string    `json:"routing_key,omitempty"`
+	DestJSON
 	// State is active, paused or ended (no fire time left, or it could
 	// not be planned: LastError).
 	State      string     `json:"state"`
@@ -242,12 +238,8 @@ func pathKey(w http.ResponseWriter, r *http.Request) (string, bool) {
 func scheduleJSON(s *storage.Schedule) ScheduleJSON {
 	j := ScheduleJSON{Key: s.Key, ID: storage.ScheduleName(s.Key), Source: s.Source, Cron: s.Expr, TimeZone: s.Zone,
 		Start: utc(s.Start), End: utc(s.End), Misfire: cron.MisfirePolicy(s.Misfire).String(), Description: s.Description,
-		Destination: s.Destination, State: ScheduleState(s), NextFireAt: utc(s.NextFireAt), PrevFireAt: utc(s.PrevFireAt),
+		DestJSON: NewDestJSON(s.Dest()), State: ScheduleState(s), NextFireAt: utc(s.NextFireAt), PrevFireAt: utc(s.PrevFireAt),
 		Generation: s.Generation, Fires: s.Fires, Misfires: s.Misfires, LastError: s.LastError, UpdatedAt: s.UpdatedAt.UTC()}
-	if s.Exchange != "" {
-		key := s.Destination
-		j.Destination, j.Exchange, j.RoutingKey = "", s.Exchange, &key
-	}
 	return j
 }
 

@@ -8,7 +8,6 @@ package bridge
 // §4 errors, §5 circuit breakers) while the store fails or is slow.
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -29,6 +28,7 @@ import (
 
 	"github.com/delaybridge/delaybridge/broker"
 	"github.com/delaybridge/delaybridge/config"
+	"github.com/delaybridge/delaybridge/internal/logtest"
 	"github.com/delaybridge/delaybridge/internal/testenv"
 	"github.com/delaybridge/delaybridge/storage"
 	"github.com/delaybridge/delaybridge/storage/boltstore"
@@ -53,24 +53,6 @@ func randomHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
-// syncBuffer collects the bridge's log; it is printed when a test fails.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // harness is one bridge on its own endpoint with a faultstore over a
 // boltstore, and the test's own broker connection.
 type harness struct {
@@ -85,7 +67,7 @@ type harness struct {
 	fs    *faultstore.Store
 	inner *boltstore.Store
 	br    *Bridge
-	logs  *syncBuffer
+	logs  *logtest.Buffer // printed when a test fails
 
 	cancel   context.CancelFunc
 	done     chan error
@@ -103,7 +85,7 @@ func newHarness(t *testing.T, name string, env map[string]string) *harness {
 		t:        t,
 		endpoint: "bt-" + name + "-" + randomHex(4),
 		conn:     conn,
-		logs:     &syncBuffer{},
+		logs:     &logtest.Buffer{},
 	}
 	h.errorQueue = h.endpoint + ".error"
 	h.dest = h.endpoint + ".dest"
@@ -276,6 +258,19 @@ func (h *harness) requireCritical(d time.Duration, want string) error {
 		h.t.Fatalf("Run returned %q; want it to mention %q", err, want)
 	}
 	return err
+}
+
+// requireBreaker is requireCritical for the breaker named ("store",
+// "fetch", "dispatch"), whose time to trigger the test set to 1s: Run
+// stopped no sooner than that after start.
+func (h *harness) requireBreaker(start time.Time, d time.Duration, breaker string) {
+	h.t.Helper()
+	err := h.requireCritical(d, breaker+" circuit breaker")
+	el := time.Since(start)
+	h.t.Logf("Run returned after %s: %v", el.Round(time.Millisecond), err)
+	if el < time.Second {
+		h.t.Errorf("breaker triggered after %s, before its time to trigger (1s)", el)
+	}
 }
 
 func (h *harness) queueExists(q string) bool {
@@ -529,11 +524,7 @@ func TestStoreBreakerTriggers(t *testing.T) {
 	for _, id := range want {
 		h.publish(h.delayed(id, 0))
 	}
-	err := h.requireCritical(8*time.Second, "store circuit breaker")
-	t.Logf("Run returned after %s: %v", time.Since(start).Round(time.Millisecond), err)
-	if el := time.Since(start); el < time.Second {
-		t.Errorf("breaker triggered after %s, before its time to trigger (1s)", el)
-	}
+	h.requireBreaker(start, 8*time.Second, "store")
 
 	// Nothing acknowledged: every message is back on E.Timeouts.
 	deadline := time.Now().Add(5 * time.Second)
@@ -576,11 +567,7 @@ func TestFetchBreakerTriggers(t *testing.T) {
 	h.fs.FailNextDue(errors.New("i/o error"))
 	start := time.Now()
 	h.start()
-	err := h.requireCritical(8*time.Second, "fetch circuit breaker")
-	t.Logf("Run returned after %s: %v", time.Since(start).Round(time.Millisecond), err)
-	if el := time.Since(start); el < time.Second {
-		t.Errorf("breaker triggered after %s, before its time to trigger (1s)", el)
-	}
+	h.requireBreaker(start, 8*time.Second, "fetch")
 }
 
 // TestFetchBreakerTriggersOnLeaseFailures: leasing due timeouts is fetching
@@ -594,8 +581,7 @@ func TestFetchBreakerTriggersOnLeaseFailures(t *testing.T) {
 	start := time.Now()
 	h.start()
 	h.publish(h.delayed("leasebrk-1", 0)) // something due: the poller must lease
-	err := h.requireCritical(8*time.Second, "fetch circuit breaker")
-	t.Logf("Run returned after %s: %v", time.Since(start).Round(time.Millisecond), err)
+	h.requireBreaker(start, 8*time.Second, "fetch")
 	if n := h.fs.Calls(faultstore.Lease); n >= 160 {
 		t.Errorf("Lease called %d times before the breaker triggered: the poller spins instead of backing off", n)
 	}
@@ -707,8 +693,7 @@ func TestDispatchBreakerTriggers(t *testing.T) {
 	for _, id := range want {
 		h.publish(h.delayed(id, 0))
 	}
-	err := h.requireCritical(10*time.Second, "dispatch circuit breaker")
-	t.Logf("Run returned after %s: %v", time.Since(start).Round(time.Millisecond), err)
+	h.requireBreaker(start, 10*time.Second, "dispatch")
 	if n := c.total(); n != 0 {
 		t.Errorf("%d deliveries although no row could be read", n)
 	}
@@ -810,17 +795,35 @@ func TestShutdownIsClean(t *testing.T) {
 	}
 }
 
-// TestReadyzReflectsTheStore: /readyz is 503 while the store does not
-// answer, and 200 again once it does (docs/contract.md §6: connected to the broker
-// and the store).
-func TestReadyzReflectsTheStore(t *testing.T) {
+// newHTTPHarness is newHarness with the bridge's HTTP server on a free
+// local port, whose address it returns too.
+func newHTTPHarness(t *testing.T, name string) (*harness, string) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	addr := ln.Addr().String()
 	_ = ln.Close()
-	h := newHarness(t, "readyz", map[string]string{"DELAYBRIDGE_HTTP_ADDR": addr})
+	return newHarness(t, name, map[string]string{"DELAYBRIDGE_HTTP_ADDR": addr}), addr
+}
+
+// openStoreWith makes Run open the store with open instead of taking h's;
+// the channel closes when Run calls it.
+func (h *harness) openStoreWith(open func(ctx context.Context) (storage.Store, error)) <-chan struct{} {
+	opened := make(chan struct{})
+	h.br.deps.Store = nil
+	h.br.deps.OpenStore = func(ctx context.Context) (storage.Store, error) {
+		close(opened)
+		return open(ctx)
+	}
+	return opened
+}
+
+// TestReadyzReflectsTheStore: /readyz is 503 while the store does not
+// answer, and 200 again once it does (docs/contract.md §6: connected to the broker
+// and the store).
+func TestReadyzReflectsTheStore(t *testing.T) {
+	h, addr := newHTTPHarness(t, "readyz")
 	h.start()
 	status := func() int {
 		resp, err := http.Get("http://" + addr + "/readyz")
@@ -852,25 +855,16 @@ func TestReadyzReflectsTheStore(t *testing.T) {
 // 503 naming the phase, so that a liveness probe does not restart the
 // conversion; the other routes come once the bridge is built.
 func TestProbesAnswerWhileTheStoreOpens(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	_ = ln.Close()
-	h := newHarness(t, "opening", map[string]string{"DELAYBRIDGE_HTTP_ADDR": addr})
+	h, addr := newHTTPHarness(t, "opening")
 	release := make(chan struct{})
-	opened := make(chan struct{})
-	h.br.deps.Store = nil
-	h.br.deps.OpenStore = func(ctx context.Context) (storage.Store, error) {
-		close(opened)
+	opened := h.openStoreWith(func(ctx context.Context) (storage.Store, error) {
 		select {
 		case <-release:
 			return h.fs, nil
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
-	}
+	})
 	// Not h.start: that waits for the queues, declared after the store opens.
 	ctx, cancel := context.WithCancel(context.Background())
 	h.cancel, h.done = cancel, make(chan error, 1)
@@ -920,33 +914,17 @@ func TestProbesAnswerWhileTheStoreOpens(t *testing.T) {
 // A stop requested while the store opens is a clean stop: Run returns nil
 // (exit 0) and the HTTP port closes.
 func TestStopWhileTheStoreOpens(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	_ = ln.Close()
-	h := newHarness(t, "stopopen", map[string]string{"DELAYBRIDGE_HTTP_ADDR": addr})
-	opened := make(chan struct{})
-	h.br.deps.Store = nil
-	h.br.deps.OpenStore = func(ctx context.Context) (storage.Store, error) {
-		close(opened)
+	h, addr := newHTTPHarness(t, "stopopen")
+	opened := h.openStoreWith(func(ctx context.Context) (storage.Store, error) {
 		<-ctx.Done()
 		return nil, fmt.Errorf("open: %w", ctx.Err())
-	}
+	})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- h.br.Run(ctx) }()
 	<-opened
 	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("Run after a stop while the store opened: %v; want nil (a clean stop)", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("Run did not return after the stop")
-	}
+	testenv.WaitNil(t, done, 10*time.Second, "Run to return nil (a clean stop) after a stop while the store opened")
 	if resp, err := http.Get("http://" + addr + "/healthz"); err == nil {
 		resp.Body.Close()
 		t.Fatalf("/healthz still answers %d after Run returned", resp.StatusCode)

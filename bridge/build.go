@@ -62,23 +62,18 @@ type components struct {
 // the HTTP server is listening when it returns. On an error it leaves
 // nothing open.
 func (b *Bridge) build(ctx context.Context, srv *httpapi.Server) (_ *components, err error) {
-	cfg, log, now, met := b.cfg, b.log, b.deps.Now, b.deps.Metrics
+	cfg := b.cfg
 	topo := broker.Topology{Endpoint: cfg.Endpoint, ErrorQueue: cfg.ErrorQueue, QueueType: cfg.QueueType}
-	allowed, err := ingest.CompileGlobs(cfg.AllowedDestinations)
-	if err != nil {
-		return nil, fmt.Errorf("DELAYBRIDGE_ALLOWED_DESTINATIONS: %w", err)
-	}
 	intake := intakeOf(protocols(cfg))
-	allowed = allowed.WithExchanges(intake.routes...)
 	c := &components{store: b.deps.Store, dispatching: make(chan struct{}), critical: make(chan error, 1)}
-	c.rules = ingest.Rules{
-		MaxDelay: cfg.MaxDelay, MaxMessageBytes: cfg.MaxMessageBytes, Allowed: allowed,
-		// The error queue too: a forward there would read as a failure.
-		Reserved: append([]string{topo.TimeoutsQueue(), topo.DispatcherQueue(), cfg.ErrorQueue}, intake.reserved...),
+	if c.rules, err = b.rules(topo, intake); err != nil {
+		return nil, err
 	}
 	if c.store == nil {
 		b.setPhase("starting: opening the store")
-		open := func(ctx context.Context) (storage.Store, error) { return openStore(ctx, cfg, b.owner, now, log) }
+		open := func(ctx context.Context) (storage.Store, error) {
+			return openStore(ctx, cfg, b.owner, b.deps.Now, b.log)
+		}
 		if b.deps.OpenStore != nil {
 			open = b.deps.OpenStore
 		}
@@ -91,11 +86,65 @@ func (b *Bridge) build(ctx context.Context, srv *httpapi.Server) (_ *components,
 			_ = c.store.Close()
 		}
 	}()
-	met.WatchStore(c.store.Stats, c.store.NextDue, now)
-	met.WatchDestinations(metrics.DestinationOptions{Now: now, MaxDestinations: cfg.MetricsMaxDestinations,
-		Interval: cfg.MetricsDestinationInterval, Count: c.store.CountByDestination, Paused: c.store.Paused})
+	b.watchStore(c.store)
+	c.errors = b.errorSender(c, topo)
 
-	c.errors = errorqueue.New(errorqueue.Options{Queue: cfg.ErrorQueue, Processing: b.processing, Metrics: met, Now: now,
+	b.setPhase("starting: connecting to the broker")
+	if err := b.connect(c, topo, intake.declare); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			c.publishConn.Close()
+			c.consumeConn.Close()
+			c.ingestConn.Close()
+		}
+	}()
+	b.buildPolling(c, topo, intake)
+	// Half the byte budget for what is being taken in, half for what is
+	// being forwarded: neither can starve the other.
+	intakeBudget, dispatchBudget := budget.New(cfg.MaxInflightBytes/2), budget.New(cfg.MaxInflightBytes-cfg.MaxInflightBytes/2)
+	c.ingester = b.newIngester(c, intake, intakeBudget)
+	c.dispatcher = b.newDispatcher(c, topo, intake, dispatchBudget)
+	if c.bindings, err = b.bindingWatch(topo); err != nil {
+		return nil, err
+	}
+	if srv != nil {
+		b.serveHTTP(c, srv)
+	}
+	b.setPhase("starting: waiting for the dispatcher queue")
+	return c, nil
+}
+
+// rules are what ingest checks each message against: the allowed
+// destinations (with the intake protocols' routing exchanges), and the
+// bridge's own queues, which no message may name.
+func (b *Bridge) rules(topo broker.Topology, intake intakes) (ingest.Rules, error) {
+	cfg := b.cfg
+	allowed, err := ingest.CompileGlobs(cfg.AllowedDestinations)
+	if err != nil {
+		return ingest.Rules{}, fmt.Errorf("DELAYBRIDGE_ALLOWED_DESTINATIONS: %w", err)
+	}
+	return ingest.Rules{
+		MaxDelay: cfg.MaxDelay, MaxMessageBytes: cfg.MaxMessageBytes, Allowed: allowed.WithExchanges(intake.routes...),
+		// The error queue too: a forward there would read as a failure.
+		Reserved: append([]string{topo.TimeoutsQueue(), topo.DispatcherQueue(), cfg.ErrorQueue}, intake.reserved...),
+	}, nil
+}
+
+// watchStore has the metrics read the store's counts when scraped.
+func (b *Bridge) watchStore(s storage.Store) {
+	cfg, met, now := b.cfg, b.deps.Metrics, b.deps.Now
+	met.WatchStore(s.Stats, s.NextDue, now)
+	met.WatchDestinations(metrics.DestinationOptions{Now: now, MaxDestinations: cfg.MetricsMaxDestinations,
+		Interval: cfg.MetricsDestinationInterval, Count: s.CountByDestination, Paused: s.Paused})
+}
+
+// errorSender is the one sender of error copies (components.errors); it
+// declares the error queue again on the publish connection when it is gone.
+func (b *Bridge) errorSender(c *components, topo broker.Topology) *errorqueue.Sender {
+	met := b.deps.Metrics
+	errs := errorqueue.New(errorqueue.Options{Queue: b.cfg.ErrorQueue, Processing: b.processing, Metrics: met, Now: b.deps.Now,
 		// With the arguments of every declaration (Topology.Declare).
 		Declare: func(ctx context.Context) error {
 			conn, err := c.publishConn.Wait(ctx)
@@ -109,39 +158,35 @@ func (b *Bridge) build(ctx context.Context, srv *httpapi.Server) (_ *components,
 			defer ch.Close()
 			return topo.DeclareErrorQueue(ch)
 		},
-		Logger: log.With().Str("component", "error-queue").Logger(),
+		Logger: b.log.With().Str("component", "error-queue").Logger(),
 	})
-	met.WatchErrorQueue(func() bool { refusing, _, _ := c.errors.Refusing(); return refusing })
+	met.WatchErrorQueue(func() bool { refusing, _, _ := errs.Refusing(); return refusing })
+	return errs
+}
 
-	b.setPhase("starting: connecting to the broker")
-	if err := b.connect(c, topo, intake.declare); err != nil {
-		return nil, err
+// leaseReleaser is the store's storage.LeaseReleaser where the poller's
+// hand-overs may be transient: where every lease is this process's and can
+// be freed when the broker may have lost their tokens, a store that is not
+// shared (bbolt). Nil otherwise.
+func leaseReleaser(s storage.Store) storage.LeaseReleaser {
+	if r, ok := s.(storage.LeaseReleaser); ok && !s.Properties().Shared {
+		return r
 	}
-	defer func() {
-		if err != nil {
-			c.publishConn.Close()
-			c.consumeConn.Close()
-			c.ingestConn.Close()
-		}
-	}()
-	publisher := func(window int) func(context.Context) (*broker.Publisher, error) {
-		return func(ctx context.Context) (*broker.Publisher, error) { return c.publishConn.Publisher(ctx, window) }
-	}
-	ingestPub, pollPub, dispatchPub := publisher(cfg.Prefetch), publisher(cfg.BatchSize), publisher(1000)
-	// Transient hand-overs only where every lease is this process's and can
-	// be freed when the broker may have lost their tokens: a store that is
-	// not shared (bbolt), whose leases the storage.LeaseReleaser frees.
-	shared := c.store.Properties().Shared
-	releaser, transient := c.store.(storage.LeaseReleaser)
-	transient = transient && !shared
-	var reconnected func() int
-	if transient {
-		reconnected = releaser.ReleaseLeases
-	}
-	c.poller = poller.New(c.store, func(ctx context.Context) (poller.Publisher, error) { return pollPub(ctx) }, poller.Options{
+	return nil
+}
+
+// buildPolling builds what hands the store's due rows to the dispatcher:
+// the poller, the firer of recurring schedules when the store keeps them,
+// the reaper of expired leases, and the takeover of a dead instance's
+// leases when the store is shared by several.
+func (b *Bridge) buildPolling(c *components, topo broker.Topology, intake intakes) {
+	cfg, log, now, met := b.cfg, b.log, b.deps.Now, b.deps.Metrics
+	c.poller = poller.New(c.store, func(ctx context.Context) (poller.Publisher, error) {
+		return c.publishConn.Publisher(ctx, cfg.BatchSize)
+	}, poller.Options{
 		Owner: b.owner, DispatcherQueue: topo.DispatcherQueue(), BatchSize: cfg.BatchSize,
 		LeaseDuration: cfg.LockLeaseDuration, PollInterval: cfg.PollInterval, Lookahead: lookahead, Now: now,
-		MaxLeased: 20 * cfg.BatchSize, Transient: transient,
+		MaxLeased: 20 * cfg.BatchSize, Transient: leaseReleaser(c.store) != nil,
 		FetchBreaker: b.breaker(c, "fetch", cfg.TimeToTriggerFetchCircuitBreaker),
 		Metrics:      met,
 		Logger:       log.With().Str("component", "poller").Logger(),
@@ -171,53 +216,53 @@ func (b *Bridge) build(ctx context.Context, srv *httpapi.Server) (_ *components,
 			},
 			Quiet: true, Logger: log.With().Str("component", "takeover").Logger()}
 	}
-	// Half the byte budget for what is being taken in, half for what is
-	// being forwarded: neither can starve the other.
-	intakeBudget, dispatchBudget := budget.New(cfg.MaxInflightBytes/2), budget.New(cfg.MaxInflightBytes-cfg.MaxInflightBytes/2)
-	c.ingester = ingest.New(c.ingestConn, func(ctx context.Context) (ingest.Publisher, error) { return ingestPub(ctx) }, c.store, ingest.Options{
+}
+
+// newIngester builds the consumer of the intake queues, holding at most
+// inflight bytes.
+func (b *Bridge) newIngester(c *components, intake intakes, inflight *budget.Budget) *ingest.Ingester {
+	cfg := b.cfg
+	return ingest.New(c.ingestConn, func(ctx context.Context) (ingest.Publisher, error) { return c.publishConn.Publisher(ctx, cfg.Prefetch) }, c.store, ingest.Options{
 		Sources: intake.sources,
-		Errors:  c.errors, Prefetch: cfg.Prefetch, MaxBatch: min(cfg.Prefetch, 500), Wake: c.poller.Wake, Now: now,
+		Errors:  c.errors, Prefetch: cfg.Prefetch, MaxBatch: min(cfg.Prefetch, 500), Wake: c.poller.Wake, Now: b.deps.Now,
 		ScheduleWake: c.wakeFirer,
 		Hold:         commitHold, Urgent: holdUrgent,
-		Budget: intakeBudget, ExpectedBytes: cfg.MaxMessageBytes,
+		Budget: inflight, ExpectedBytes: cfg.MaxMessageBytes,
 		Rules:        c.rules,
 		StoreBreaker: b.breaker(c, "store", cfg.TimeToTriggerStoreCircuitBreaker),
-		Metrics:      met,
-		Logger:       log.With().Str("component", "ingest").Logger(),
+		Metrics:      b.deps.Metrics,
+		Logger:       b.log.With().Str("component", "ingest").Logger(),
 	})
+}
+
+// newDispatcher builds the consumer of the dispatcher queue, holding at
+// most inflight bytes.
+func (b *Bridge) newDispatcher(c *components, topo broker.Topology, intake intakes, inflight *budget.Budget) *dispatch.Dispatcher {
+	cfg := b.cfg
+	var reconnected func() int
+	if r := leaseReleaser(c.store); r != nil {
+		reconnected = r.ReleaseLeases
+	}
 	var once sync.Once
-	c.dispatcher = dispatch.New(c.consumeConn, func(ctx context.Context) (dispatch.Publisher, error) { return dispatchPub(ctx) }, c.store, dispatch.Options{
+	return dispatch.New(c.consumeConn, func(ctx context.Context) (dispatch.Publisher, error) { return c.publishConn.Publisher(ctx, 1000) }, c.store, dispatch.Options{
 		Queue: topo.DispatcherQueue(), TimeoutsQueue: topo.TimeoutsQueue(), Errors: c.errors,
 		// A store that is not shared (a bbolt file) serves one instance; a
 		// second one on this endpoint would take tokens for rows it does
 		// not have and drop them. With a shared store every instance sees
 		// every row, so any may dispatch.
-		Exclusive:   !shared,
+		Exclusive:   !c.store.Properties().Shared,
 		OnConsuming: func() { once.Do(func() { close(c.dispatching) }) },
 		Reconnected: reconnected,
 		Stamp:       intake.stamp,
-		Prefetch:    cfg.Prefetch, Workers: dispatchWorkers, LeaseDuration: cfg.LockLeaseDuration, NumberOfRetries: cfg.NumberOfRetries, Allowed: allowed,
-		Budget: dispatchBudget, ExpectedRowBytes: cfg.MaxMessageBytes, RemoveHold: commitHold,
+		Prefetch:    cfg.Prefetch, Workers: dispatchWorkers, LeaseDuration: cfg.LockLeaseDuration, NumberOfRetries: cfg.NumberOfRetries, Allowed: c.rules.Allowed,
+		Budget: inflight, ExpectedRowBytes: cfg.MaxMessageBytes, RemoveHold: commitHold,
 		// Failure handling that itself keeps failing is a critical error.
 		RecoveryFailuresPerSecond: cfg.MaxRecoveryFailuresPerSecond,
-		OnCritical: func(err error) {
-			select {
-			case c.critical <- err:
-			default:
-			}
-		},
-		Breaker: b.breaker(c, "dispatch", cfg.TimeToTriggerDispatchBreaker),
-		Metrics: met,
-		Now:     now, Logger: log.With().Str("component", "dispatch").Logger(),
+		OnCritical:                c.raise,
+		Breaker:                   b.breaker(c, "dispatch", cfg.TimeToTriggerDispatchBreaker),
+		Metrics:                   b.deps.Metrics,
+		Now:                       b.deps.Now, Logger: b.log.With().Str("component", "dispatch").Logger(),
 	})
-	if c.bindings, err = b.bindingWatch(topo); err != nil {
-		return nil, err
-	}
-	if srv != nil {
-		b.serveHTTP(c, srv)
-	}
-	b.setPhase("starting: waiting for the dispatcher queue")
-	return c, nil
 }
 
 // bindingWatch watches the delayed exchanges, through the management API,
@@ -315,13 +360,8 @@ func (b *Bridge) breaker(c *components, name string, timeToTrigger time.Duration
 	met := b.deps.Metrics
 	met.BreakerState(name, circuit.Disarmed)
 	return circuit.New(name, timeToTrigger, circuit.Options{
-		Now: b.deps.Now,
-		OnTrigger: func(err error) {
-			select {
-			case c.critical <- err:
-			default:
-			}
-		},
+		Now:       b.deps.Now,
+		OnTrigger: c.raise,
 		OnChange: func(name string, s circuit.State, cause error) {
 			ev := b.log.Warn()
 			if s == circuit.Disarmed {
@@ -429,5 +469,14 @@ func (b *Bridge) dialReplay(ctx context.Context) (*amqp.Connection, error) {
 func (c *components) wakeFirer() {
 	if c.firer != nil {
 		c.firer.Wake()
+	}
+}
+
+// raise hands a critical error to Run, which stops the bridge; it is
+// dropped while another waits there.
+func (c *components) raise(err error) {
+	select {
+	case c.critical <- err:
+	default:
 	}
 }

@@ -4,9 +4,7 @@ package bridge
 // AMQP cannot encode fails alone.
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -18,20 +16,6 @@ import (
 	"github.com/delaybridge/delaybridge/storage"
 	"github.com/delaybridge/delaybridge/wire"
 )
-
-// logLines parses the bridge's JSON log.
-func (h *harness) logLines() []map[string]any {
-	var out []map[string]any
-	sc := bufio.NewScanner(strings.NewReader(h.logs.String()))
-	sc.Buffer(make([]byte, 1<<20), 16<<20)
-	for sc.Scan() {
-		var m map[string]any
-		if json.Unmarshal(sc.Bytes(), &m) == nil {
-			out = append(out, m)
-		}
-	}
-	return out
-}
 
 // drain takes every message off q.
 func (h *harness) drain(q string) []amqp.Delivery {
@@ -105,7 +89,7 @@ func TestUnroutableDestinationDoesNotStorm(t *testing.T) {
 		t.Errorf("%d copies of %d messages on the error queue, want %d of %d", len(copies), len(seen), msgs, msgs)
 	}
 	var publishes, warnings int
-	for _, l := range h.logLines() {
+	for _, l := range h.logs.Lines() {
 		if l["component"] != "dispatch" {
 			continue
 		}
@@ -184,7 +168,7 @@ func TestUnencodableForwardFailsAlone(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	for _, l := range h.logLines() {
+	for _, l := range h.logs.Lines() {
 		if msg, _ := l["message"].(string); strings.Contains(msg, "connection") && l["component"] == "broker" && l["level"] != "info" {
 			t.Errorf("broker connection trouble during the test: %v", l)
 		}

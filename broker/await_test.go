@@ -10,6 +10,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/delaybridge/delaybridge/internal/logtest"
+	"github.com/delaybridge/delaybridge/internal/testenv"
 )
 
 // oneConn is a Waiter that always hands out c.
@@ -19,11 +20,7 @@ func (w oneConn) Wait(context.Context) (*amqp.Connection, error) { return w.c, n
 
 func declare(t *testing.T, conn *amqp.Connection, q string) {
 	t.Helper()
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ch.Close()
+	ch := testenv.Channel(t, conn)
 	if _, err := ch.QueueDeclare(q, false, false, false, false, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -31,11 +28,7 @@ func declare(t *testing.T, conn *amqp.Connection, q string) {
 
 func deleteQueue(t *testing.T, conn *amqp.Connection, q string) {
 	t.Helper()
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ch.Close()
+	ch := testenv.Channel(t, conn)
 	if _, err := ch.QueueDelete(q, false, false, false); err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/delaybridge/delaybridge/budget"
+	"github.com/delaybridge/delaybridge/internal/testenv"
 )
 
 // budgetQueue declares a server-named queue holding n messages of size
@@ -23,16 +24,6 @@ func budgetQueue(t *testing.T, conn *amqp.Connection, n, size int) (*amqp.Channe
 		}
 	}
 	return ch, queue
-}
-
-// ready is how many messages of queue the broker has not handed out.
-func ready(t *testing.T, ch *amqp.Channel, queue string) int {
-	t.Helper()
-	q, err := ch.QueueDeclarePassive(queue, false, false, false, false, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return q.Messages
 }
 
 // next waits for a delivery; quiet reports that none comes for a while.
@@ -91,7 +82,7 @@ func TestBudgetedConsumeBoundsBytesAndReleasesOnEverySettle(t *testing.T) {
 			held = append(held, next(t, s))
 		}
 		quiet(t, s, b)
-		if got := ready(t, ch, queue); got != n-fit {
+		if got := testenv.QueueDepth(t, ch, queue); got != n-fit {
 			t.Fatalf("%d messages ready at the broker, want %d: it pushed more than the budget holds", got, n-fit)
 		}
 		// Each settle lets exactly one more in.

@@ -11,6 +11,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/delaybridge/delaybridge/internal/tcpproxy"
+	"github.com/delaybridge/delaybridge/internal/testenv"
 )
 
 func testURL() string {
@@ -36,20 +37,6 @@ func freeAddr(t *testing.T) string {
 func closedPortURL(t *testing.T) string {
 	t.Helper()
 	return "amqp://guest:secret@" + freeAddr(t) + "/"
-}
-
-// runConn runs c until the test ends, and checks that Run then returns nil.
-func runConn(t *testing.T, c *Conn) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
 }
 
 // startProxy starts a proxy to target, killed at cleanup; Kill cuts every
@@ -126,16 +113,12 @@ func TestConnFailsOverWhenTheBrokerGoesAway(t *testing.T) {
 	if got := c.Broker(); got != Redact(first) {
 		t.Fatalf("started on %s, want the first broker %s", got, Redact(first))
 	}
-	runConn(t, c)
+	testenv.Start(t, c.Run)
 
 	p.Kill() // the first broker goes away for good
 
-	deadline := time.Now().Add(20 * time.Second)
-	for c.Broker() != Redact(testURL()) || !c.Connected() {
-		if time.Now().After(deadline) {
-			t.Fatalf("still on %s (connected=%v) after 20s", c.Broker(), c.Connected())
-		}
-		time.Sleep(20 * time.Millisecond)
+	if !testenv.Eventually(20*time.Second, func() bool { return c.Broker() == Redact(testURL()) && c.Connected() }) {
+		t.Fatalf("still on %s (connected=%v) after 20s", c.Broker(), c.Connected())
 	}
 	wctx, wcancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer wcancel()

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/delaybridge/delaybridge/internal/testenv"
 )
 
 type fixedConn struct{ c *amqp.Connection }
@@ -53,10 +55,7 @@ func TestSessionsOnOneConnectionShareOneCloseListener(t *testing.T) {
 // session's consumer.
 func sessionQueue(t *testing.T, conn *amqp.Connection) (*amqp.Channel, string) {
 	t.Helper()
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
+	ch := testenv.Channel(t, conn)
 	q, err := ch.QueueDeclare("", false, false, false, false, nil)
 	if err != nil {
 		t.Fatal(err)

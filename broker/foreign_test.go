@@ -39,14 +39,7 @@ func foreignTopology(t *testing.T) ([]ForeignQueue, ForeignQueue, *amqp.Connecti
 // routing key lands on f's queue, and nothing else is there.
 func routes(t *testing.T, conn *amqp.Connection, f ForeignQueue) {
 	t.Helper()
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ch.Close()
-	if err := ch.Confirm(false); err != nil {
-		t.Fatal(err)
-	}
+	ch := testenv.ConfirmChannel(t, conn)
 	returns := ch.NotifyReturn(make(chan amqp.Return, 1))
 	id := uuid.NewString()
 	testenv.PublishConfirmed(t, ch, f.Exchange, f.RoutingKey, amqp.Publishing{MessageId: id})
@@ -146,10 +139,7 @@ func TestDeclareForeignReportsOtherFailures(t *testing.T) {
 	}
 	// The queue: another connection's exclusive queue, locked.
 	other := testConn(t)
-	och, err := other.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
+	och := testenv.Channel(t, other)
 	if _, err := och.QueueDeclare(f.Queue, false, false, true, false, nil); err != nil {
 		t.Fatal(err)
 	}

@@ -86,10 +86,7 @@ func TestHoldUnreadableKeepsThemAsideAndPutsThemBack(t *testing.T) {
 			// Read as the replay pass does, on a connection of its own; the
 			// readable ones are back by the time HoldUnreadable returned.
 			conn := testenv.DialAMQP(t)
-			rch, err := conn.Channel()
-			if err != nil {
-				t.Fatal(err)
-			}
+			rch := testenv.Channel(t, conn)
 			var got []string
 			for range h.Readable + 1 {
 				d, ok, err := rch.Get(q, false)

@@ -10,6 +10,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/delaybridge/delaybridge/internal/tcpproxy"
+	"github.com/delaybridge/delaybridge/internal/testenv"
 )
 
 // acceptCounter listens on addr (":0" for any port) and counts the
@@ -84,10 +85,7 @@ func TestPauseEndsWhenAClosedPortOpens(t *testing.T) {
 				t.Fatalf("pause still waiting 10 s after the port opened")
 			}
 			// The probe's connect returns before the listener counts it.
-			deadline := time.Now().Add(5 * time.Second)
-			for accepted.Load() == 0 && time.Now().Before(deadline) {
-				time.Sleep(10 * time.Millisecond)
-			}
+			testenv.Eventually(5*time.Second, func() bool { return accepted.Load() > 0 })
 			time.Sleep(200 * time.Millisecond) // four probe intervals: any further probe
 			if n := accepted.Load(); n != 1 {
 				t.Errorf("%d probe connections reached the open port, want 1", n)
@@ -190,10 +188,10 @@ func TestConnReconnectsAsSoonAsTheBrokerIsBack(t *testing.T) {
 	if err := c.Connect(); err != nil {
 		t.Fatal(err)
 	}
-	runConn(t, c)
+	testenv.Start(t, c.Run)
 
 	p.Kill() // the broker goes away: its port closes
-	waitUntil(t, 10*time.Second, "the Conn to notice the lost connection", func() bool { return !c.Connected() })
+	testenv.WaitFor(t, 10*time.Second, "the Conn to notice the lost connection", func() bool { return !c.Connected() })
 	time.Sleep(time.Second) // down for a while, as stop_app … start_app
 
 	back, err := tcpproxy.StartAt(addr, brokerAddr(t))
@@ -203,7 +201,7 @@ func TestConnReconnectsAsSoonAsTheBrokerIsBack(t *testing.T) {
 	t.Cleanup(back.Close)
 	returned := time.Now()
 	// 10 s: generous for a loaded machine, far below the 20 s shortest pause.
-	waitUntil(t, 10*time.Second, "the Conn to reconnect after the broker came back", c.Connected)
+	testenv.WaitFor(t, 10*time.Second, "the Conn to reconnect after the broker came back", c.Connected)
 	t.Logf("connected again %s after the broker came back (pause %s–%s)", time.Since(returned).Round(time.Millisecond),
 		minBackoff/2, minBackoff)
 	if n := back.Accepted(); n > 2 {
@@ -222,7 +220,7 @@ func TestConnBacksOffFromABrokerThatAcceptsAndDrops(t *testing.T) {
 	if err := c.Connect(); err != nil {
 		t.Fatal(err)
 	}
-	runConn(t, c)
+	testenv.Start(t, c.Run)
 	before := p.Accepted()
 	p.Refuse()
 	time.Sleep(3500 * time.Millisecond) // pauses of 1–2 s: at most 3 attempts
@@ -235,16 +233,5 @@ func TestConnBacksOffFromABrokerThatAcceptsAndDrops(t *testing.T) {
 	}
 	if c.Connected() {
 		t.Error("connected through a proxy that refuses")
-	}
-}
-
-func waitUntil(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }

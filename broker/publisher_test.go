@@ -23,10 +23,7 @@ func testConn(t *testing.T) *amqp.Connection {
 func tempQueuePublisher(t *testing.T) (*amqp.Channel, amqp.Queue, *Publisher) {
 	t.Helper()
 	conn := testConn(t)
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
+	ch := testenv.Channel(t, conn)
 	q, err := ch.QueueDeclare("", false, true, true, false, nil)
 	if err != nil {
 		t.Fatal(err)

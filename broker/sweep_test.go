@@ -42,13 +42,7 @@ func sweepQueues(t *testing.T, conn *amqp.Connection, queueType string) (q, errQ
 	t.Helper()
 	q = "it-sweep-" + uuid.NewString()
 	errQ = q + ".error"
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ch.Confirm(false); err != nil {
-		t.Fatal(err)
-	}
+	ch = testenv.ConfirmChannel(t, conn)
 	for _, name := range []string{q, errQ} {
 		if _, err := ch.QueueDeclare(name, true, false, false, false, amqp.Table{amqp.QueueTypeArg: queueType}); err != nil {
 			t.Fatalf("declare %s: %v", name, err)
@@ -239,19 +233,8 @@ func TestSweepLeavesTheMessageWhenTheCopyFails(t *testing.T) {
 
 func waitDepth(t *testing.T, ch *amqp.Channel, queue string, want int) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		qi, err := ch.QueueDeclarePassive(queue, true, false, false, false, amqp.Table{amqp.QueueTypeArg: "classic"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if qi.Messages == want {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s holds %d ready messages, want %d", queue, qi.Messages, want)
-		}
-		time.Sleep(50 * time.Millisecond)
+	if !testenv.Eventually(10*time.Second, func() bool { return testenv.QueueDepth(t, ch, queue) == want }) {
+		t.Fatalf("%s holds %d ready messages, want %d", queue, testenv.QueueDepth(t, ch, queue), want)
 	}
 }
 
@@ -371,18 +354,14 @@ func TestConsumeSweepsAfterAnUnreadableMessage(t *testing.T) {
 			}
 		})
 	}()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	if !testenv.Eventually(30*time.Second, func() bool {
 		mu.Lock()
-		done := got["v2"] > 0
-		mu.Unlock()
-		if done {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("v2 not consumed within 30 s (got %v)", got)
-		}
-		time.Sleep(20 * time.Millisecond)
+		defer mu.Unlock()
+		return got["v2"] > 0
+	}) {
+		mu.Lock()
+		defer mu.Unlock()
+		t.Fatalf("v2 not consumed within 30 s (got %v)", got)
 	}
 	stop()
 	sweeps.Wait()

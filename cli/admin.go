@@ -239,11 +239,11 @@ func pathSegment(s string) string {
 }
 
 // pages gets the list at path from cursor, and with all the pages after it
-// too; add reads each page and returns its "next". With --json it prints
-// the last page as it came, or with all the whole list, whole(), as one
-// document. code < 0: print the table; next is the cursor when there is
-// more. Otherwise return code.
-func (c *adminClient) pages(path string, q url.Values, cursor string, all bool, add func(raw []byte) (string, error), whole func() any) (next string, code int) {
+// too; add keeps what each page, a P, lists and returns its "next". With
+// --json it prints the last page as it came, or with all the whole list,
+// whole(), as one document. code < 0: print the table; next is the cursor
+// when there is more. Otherwise return code.
+func pages[P any](c *adminClient, path string, q url.Values, cursor string, all bool, add func(page *P) string, whole func() any) (next string, code int) {
 	next = cursor
 	var raw []byte
 	for {
@@ -254,10 +254,11 @@ func (c *adminClient) pages(path string, q url.Values, cursor string, all bool, 
 		if raw, err = c.do(http.MethodGet, path, q, nil, nil); err != nil {
 			return "", c.fail(err)
 		}
-		if next, err = add(raw); err != nil {
+		var page P
+		if err := json.Unmarshal(raw, &page); err != nil {
 			return "", c.fail(fmt.Errorf("unexpected answer from %s: %v", path, err))
 		}
-		if !all || next == "" {
+		if next = add(&page); !all || next == "" {
 			break
 		}
 	}
@@ -284,16 +285,62 @@ func (c *adminClient) flagsOnly(fs *flag.FlagSet, args []string) int {
 	return -1
 }
 
-// oneID parses args, which hold one timeout ID and flags.
-func oneID(c *adminClient, fs *flag.FlagSet, args []string) (string, int) {
+// The usage errors of oneArg.
+const (
+	giveID  = "give exactly one timeout ID"
+	giveKey = "give exactly one schedule KEY (as delaybridge schedules lists it, e.g. amqp:<message id>)"
+)
+
+// oneArg parses args, which hold flags and one argument, not empty; give is
+// the usage error otherwise (giveID, giveKey). code < 0: go on with it.
+func (c *adminClient) oneArg(fs *flag.FlagSet, args []string, give string) (string, int) {
 	pos, code := parseFlags(fs, args, c.out, c.errOut)
 	if code >= 0 {
 		return "", code
 	}
 	if len(pos) != 1 || pos[0] == "" {
-		return "", c.usageErr(fs, "give exactly one timeout ID")
+		return "", c.usageErr(fs, "%s", give)
 	}
 	return pos[0], -1
+}
+
+// getOne parses args as oneArg does and gets path(the argument) into into.
+// code < 0: print it. Otherwise return code.
+func (c *adminClient) getOne(fs *flag.FlagSet, args []string, give string, path func(string) string, into any) int {
+	arg, code := c.oneArg(fs, args, give)
+	if code >= 0 {
+		return code
+	}
+	return c.call(http.MethodGet, path(arg), nil, nil, into)
+}
+
+// get parses args, which hold flags only, and gets path into into.
+// code < 0: print it. Otherwise return code.
+func (c *adminClient) get(fs *flag.FlagSet, args []string, path string, into any) int {
+	if code := c.flagsOnly(fs, args); code >= 0 {
+		return code
+	}
+	return c.call(http.MethodGet, path, nil, nil, into)
+}
+
+// limitFlag adds --limit, how many items (what) one call takes.
+func limitFlag(fs *flag.FlagSet, what string) *int {
+	return fs.Int("limit", admin.DefaultLimit, fmt.Sprintf("most %s (1..%d)", what, admin.MaxLimit))
+}
+
+// checkLimit checks --limit. code < 0: go on; otherwise return code.
+func (c *adminClient) checkLimit(fs *flag.FlagSet, limit int) int {
+	if limit < 1 || limit > admin.MaxLimit {
+		return c.usageErr(fs, "--limit must be from 1 to %d", admin.MaxLimit)
+	}
+	return -1
+}
+
+// more says, after a list, how to get its next page, if there is one.
+func (c *adminClient) more(next string) {
+	if next != "" {
+		fmt.Fprintf(c.errOut, "more: delaybridge %s --cursor %s (or --all)\n", c.cmd, next)
+	}
 }
 
 // bulkTimeout bounds a bulk action's call: it works through its matches

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -9,11 +8,9 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/delaybridge/delaybridge/admin"
-	"github.com/delaybridge/delaybridge/wire"
 )
 
 // delaybridge errors ls|show|rm|replay: the admin API's /api/v1/errors.
@@ -119,7 +116,7 @@ func errorPath(id, suffix string) string {
 }
 
 func cliErrorsList(c *adminClient, fs *flag.FlagSet, ff *errorFilterFlags, args []string) int {
-	limit := fs.Int("limit", admin.DefaultLimit, fmt.Sprintf("most copies per page (1..%d)", admin.MaxLimit))
+	limit := limitFlag(fs, "copies per page")
 	cursor := fs.String("cursor", "", "start at this cursor (the \"next\" of a previous page)")
 	all := fs.Bool("all", false, "follow the cursor to the end of the queue (each page reads the queue from its head)")
 	setUsage(fs, "errors ls [--stage S] [--destination Q | --exchange X [--routing-key K]] [--exception-type T] [--from T] [--to T] [--limit N] [--scan N] [--cursor C] [--all] [--json]",
@@ -131,63 +128,46 @@ func cliErrorsList(c *adminClient, fs *flag.FlagSet, ff *errorFilterFlags, args 
 	if err != nil {
 		return c.usageErr(fs, "%v", err)
 	}
-	if *limit < 1 || *limit > admin.MaxLimit {
-		return c.usageErr(fs, "--limit must be from 1 to %d", admin.MaxLimit)
+	if code := c.checkLimit(fs, *limit); code >= 0 {
+		return code
 	}
 	q.Set("limit", strconv.Itoa(*limit))
 	var out admin.ErrorListJSON
-	next, code := c.pages("/api/v1/errors", q, *cursor, *all, func(raw []byte) (string, error) {
-		var page admin.ErrorListJSON
-		if err := json.Unmarshal(raw, &page); err != nil {
-			return "", err
-		}
+	next, code := pages(c, "/api/v1/errors", q, *cursor, *all, func(page *admin.ErrorListJSON) string {
 		out.Errors = append(out.Errors, page.Errors...)
 		out.Scanned += page.Scanned
 		out.OtherEndpoints += page.OtherEndpoints
 		out.Unreadable = append(out.Unreadable, page.Unreadable...)
-		return page.Next, nil
+		return page.Next
 	}, func() any { return out })
 	if code >= 0 {
 		return code
 	}
-	tw := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
+	tw := c.table()
 	fmt.Fprintln(tw, "POS\tID\tFAILED AT\tSTAGE\tDESTINATION\tEXCEPTION TYPE\tREASON")
 	for _, e := range out.Errors {
-		at := "-"
-		if e.FailedAt != nil {
-			at = fmtTime(*e.FailedAt)
-		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Position, e.ID, at, e.Stage, errorDest(&e), e.ExceptionType, oneLine(e.Reason, 60))
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Position, e.ID, fmtTimeOr(e.FailedAt, "-"), e.Stage, errorDest(&e), e.ExceptionType, oneLine(e.Reason, 60))
 	}
 	tw.Flush()
 	fmt.Fprintf(c.errOut, "read %d messages, %d of them other endpoints' failures\n", out.Scanned, out.OtherEndpoints)
 	for _, u := range out.Unreadable {
 		fmt.Fprintf(c.errOut, "unreadable copy %q: %s\n", u.MessageID, u.Reason)
 	}
-	if next != "" {
-		fmt.Fprintf(c.errOut, "more: delaybridge errors ls --cursor %s (or --all)\n", next)
-	}
+	c.more(next)
 	return exitOK
 }
 
 // errorDest is where a copy was going, as ls words a timeout's.
 func errorDest(e *admin.ErrorCopyJSON) string {
-	if e.Exchange == "" {
-		if e.Destination == "" {
-			return "-"
-		}
-		return wire.Queue(e.Destination).String()
+	if e.Exchange == "" && e.Destination == "" {
+		return "-"
 	}
-	d := wire.Destination{Exchange: e.Exchange}
-	if e.RoutingKey != nil {
-		d.Key = *e.RoutingKey
-	}
-	return d.String()
+	return e.Dest().String()
 }
 
 func cliErrorsShow(c *adminClient, fs *flag.FlagSet, ff *errorFilterFlags, args []string) int {
 	setUsage(fs, "errors show ID [--scan N] [--json]", "Shows this endpoint's copies with this message id: headers and body.")
-	id, code := oneID(c, fs, args)
+	id, code := c.oneArg(fs, args, giveID)
 	if code >= 0 {
 		return code
 	}
@@ -203,19 +183,18 @@ func cliErrorsShow(c *adminClient, fs *flag.FlagSet, ff *errorFilterFlags, args 
 		if i > 0 {
 			fmt.Fprintln(c.out)
 		}
-		tw := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
-		row := func(k string, v any) { fmt.Fprintf(tw, "%s:\t%v\n", k, v) }
-		row("id", e.ID)
-		row("position", e.Position)
-		row("stage", e.Stage)
-		row("destination", errorDest(&e))
+		f := c.fields()
+		f.row("id", e.ID)
+		f.row("position", e.Position)
+		f.row("stage", e.Stage)
+		f.row("destination", errorDest(&e))
 		if e.FailedAt != nil {
-			row("failed at", fmtTime(*e.FailedAt))
+			f.row("failed at", fmtTime(*e.FailedAt))
 		}
-		row("attempts", e.Attempts)
-		row("exception type", e.ExceptionType)
-		row("reason", e.Reason)
-		c.printMessage(tw, row, e.Properties, e.Headers, e.BodyBase64)
+		f.row("attempts", e.Attempts)
+		f.row("exception type", e.ExceptionType)
+		f.row("reason", e.Reason)
+		c.printMessage(f, &e.MessageJSON)
 	}
 	return exitOK
 }

@@ -28,7 +28,7 @@ func TestCLIErrorQueue(t *testing.T) {
 			res.Replayed = 1
 			if req.Op == admin.ErrorsList {
 				res.Errors = []admin.ErrorCopyJSON{{ID: "a/1", Position: 1, Stage: "dispatch", Reason: "nack", FailedAt: &failed,
-					Destination: "orders", ExceptionType: "DelayBridge.DispatchFailedException", MessageJSON: admin.MessageJSON{Headers: map[string]any{"k": "v"}}}}
+					DestJSON: admin.DestJSON{Destination: "orders"}, ExceptionType: "DelayBridge.DispatchFailedException", MessageJSON: admin.MessageJSON{Headers: map[string]any{"k": "v"}}}}
 			}
 			return res, nil
 		}}))

@@ -75,6 +75,14 @@ func parseWhen(v string, now time.Time) (time.Time, error) {
 // instant.
 func fmtTime(t time.Time) string { return t.Local().Format(time.RFC3339Nano) }
 
+// fmtTimeOr is fmtTime of *t, or none when there is no t.
+func fmtTimeOr(t *time.Time, none string) string {
+	if t == nil {
+		return none
+	}
+	return fmtTime(*t)
+}
+
 func setUsage(fs *flag.FlagSet, synopsis, text string) {
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: delaybridge %s\n\n%s\n\nflags:\n", synopsis, text)

@@ -1,11 +1,9 @@
 package cli
 
 import (
-	"encoding/json"
 	"flag"
 	"fmt"
 	"strconv"
-	"text/tabwriter"
 
 	"github.com/delaybridge/delaybridge/admin"
 )
@@ -13,7 +11,7 @@ import (
 // cliList is `delaybridge ls`: pending timeouts in due order.
 func cliList(c *adminClient, fs *flag.FlagSet, args []string) int {
 	ff := addFilterFlags(fs, "only timeouts")
-	limit := fs.Int("limit", admin.DefaultLimit, fmt.Sprintf("most rows per page (1..%d)", admin.MaxLimit))
+	limit := limitFlag(fs, "rows per page")
 	all := fs.Bool("all", false, "follow the cursor and list every matching timeout")
 	cursor := fs.String("cursor", "", "start after this cursor (the \"next\" of a previous page)")
 	saga := fs.String("saga-id", "", "only timeouts of this saga (NServiceBus saga id, MassTransit schedule token)")
@@ -28,8 +26,8 @@ func cliList(c *adminClient, fs *flag.FlagSet, args []string) int {
 	if code >= 0 {
 		return code
 	}
-	if *limit < 1 || *limit > admin.MaxLimit {
-		return c.usageErr(fs, "--limit must be from 1 to %d", admin.MaxLimit)
+	if code := c.checkLimit(fs, *limit); code >= 0 {
+		return code
 	}
 	q.Set("limit", strconv.Itoa(*limit))
 	if *saga != "" {
@@ -39,18 +37,14 @@ func cliList(c *adminClient, fs *flag.FlagSet, args []string) int {
 		q.Set("id", *id)
 	}
 	var rows []admin.TimeoutJSON
-	next, code := c.pages("/api/v1/timeouts", q, *cursor, *all, func(raw []byte) (string, error) {
-		var page admin.ListJSON
-		if err := json.Unmarshal(raw, &page); err != nil {
-			return "", err
-		}
+	next, code := pages(c, "/api/v1/timeouts", q, *cursor, *all, func(page *admin.ListJSON) string {
 		rows = append(rows, page.Timeouts...)
-		return page.Next, nil
+		return page.Next
 	}, func() any { return admin.ListJSON{Timeouts: rows} })
 	if code >= 0 {
 		return code
 	}
-	tw := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
+	tw := c.table()
 	fmt.Fprintln(tw, "ID\tDESTINATION\tDUE\tATTEMPTS\tSTATE\tLAST ERROR")
 	for _, r := range rows {
 		state := "pending"
@@ -61,11 +55,9 @@ func cliList(c *adminClient, fs *flag.FlagSet, args []string) int {
 		} else if r.NotBefore != nil {
 			state = "retry after " + fmtTime(*r.NotBefore)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", sendName(&r), destOf(&r), fmtTime(r.DueAt), r.Attempts, state, oneLine(r.LastError, 60))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", sendName(&r), r.Dest(), fmtTime(r.DueAt), r.Attempts, state, oneLine(r.LastError, 60))
 	}
 	tw.Flush()
-	if next != "" {
-		fmt.Fprintf(c.errOut, "more: delaybridge ls --cursor %s (or --all)\n", next)
-	}
+	c.more(next)
 	return exitOK
 }

@@ -56,7 +56,7 @@ func (c *adminClient) setPaused(fs *flag.FlagSet, args []string, op string, by *
 	if code := c.call(http.MethodPost, "/api/v1/destinations/"+pathSegment(pos[0])+"/"+op, q, body, &d); code >= 0 {
 		return code
 	}
-	dest := destOfJSON(&d)
+	dest := d.Dest()
 	switch {
 	case op == "pause" && *d.Changed:
 		fmt.Fprintf(c.out, "paused %s\n", dest)

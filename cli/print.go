@@ -5,14 +5,14 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 	"unicode/utf8"
 
 	"github.com/delaybridge/delaybridge/admin"
-	"github.com/delaybridge/delaybridge/wire"
 )
 
 // How the admin commands print what the API answers.
@@ -35,18 +35,6 @@ func sendName(t *admin.TimeoutJSON) string {
 	return t.ID
 }
 
-// destOf is where t goes, as the status page and the logs word it.
-func destOf(t *admin.TimeoutJSON) wire.Destination {
-	if t.Exchange == "" {
-		return wire.Queue(t.Destination)
-	}
-	d := wire.Destination{Exchange: t.Exchange}
-	if t.RoutingKey != nil {
-		d.Key = *t.RoutingKey
-	}
-	return d
-}
-
 func oneLine(s string, n int) string {
 	s = strings.Join(strings.Fields(s), " ")
 	if len(s) > n {
@@ -55,44 +43,48 @@ func oneLine(s string, n int) string {
 	return s
 }
 
-// printMessage prints a message's properties and headers as rows of tw,
+// table is a table of columns printed to c.out when flushed.
+func (c *adminClient) table() *tabwriter.Writer {
+	return tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
+}
+
+// fields prints one thing (show) as "name: value" rows, aligned when
+// flushed.
+type fields struct{ *tabwriter.Writer }
+
+func (c *adminClient) fields() fields { return fields{c.table()} }
+
+func (f fields) row(k string, v any) { fmt.Fprintf(f, "%s:\t%v\n", k, v) }
+
+// printMessage prints a message's properties and headers as rows of f,
 // flushes it, then prints the body.
-func (c *adminClient) printMessage(tw *tabwriter.Writer, row func(string, any), p *admin.PropertiesJSON, h map[string]any, bodyBase64 *string) {
-	if p != nil {
+func (c *adminClient) printMessage(f fields, msg *admin.MessageJSON) {
+	if p := msg.Properties; p != nil {
 		b, _ := json.Marshal(p)
 		var m map[string]any
 		_ = json.Unmarshal(b, &m)
-		for _, k := range sortedKeys(m) {
-			row("property "+k, m[k])
+		for _, k := range slices.Sorted(maps.Keys(m)) {
+			f.row("property "+k, m[k])
 		}
 	}
-	for _, k := range sortedKeys(h) {
-		v := h[k]
+	for _, k := range slices.Sorted(maps.Keys(msg.Headers)) {
+		v := msg.Headers[k]
 		if _, ok := v.(string); !ok {
 			b, _ := json.Marshal(v)
 			v = string(b)
 		}
-		row("header "+k, v)
+		f.row("header "+k, v)
 	}
-	tw.Flush()
-	if bodyBase64 != nil {
-		body, _ := base64.StdEncoding.DecodeString(*bodyBase64)
+	f.Flush()
+	if msg.BodyBase64 != nil {
+		body, _ := base64.StdEncoding.DecodeString(*msg.BodyBase64)
 		fmt.Fprintf(c.out, "body (%d bytes):\n", len(body))
 		if isPrintable(body) {
 			fmt.Fprintln(c.out, string(body))
 		} else {
-			fmt.Fprintf(c.out, "(binary, base64) %s\n", *bodyBase64)
+			fmt.Fprintf(c.out, "(binary, base64) %s\n", *msg.BodyBase64)
 		}
 	}
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }
 
 func isPrintable(b []byte) bool {
@@ -132,15 +124,10 @@ func (c *adminClient) printSkipped(skipped []admin.ReplaySkipped) {
 	if len(skipped) == 0 {
 		return
 	}
-	tw := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
+	tw := c.table()
 	fmt.Fprintln(tw, "SKIPPED MESSAGE-ID\tREASON")
 	for _, d := range skipped {
 		fmt.Fprintf(tw, "%s\t%s\n", d.MessageID, d.Reason)
 	}
 	tw.Flush()
-}
-
-// destOfJSON is a DestinationJSON's destination, worded as destOf's.
-func destOfJSON(d *admin.DestinationJSON) fmt.Stringer {
-	return destOf(&admin.TimeoutJSON{Destination: d.Destination, Exchange: d.Exchange, RoutingKey: d.RoutingKey})
 }

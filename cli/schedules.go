@@ -1,11 +1,9 @@
 package cli
 
 import (
-	"encoding/json"
 	"flag"
 	"fmt"
 	"strconv"
-	"text/tabwriter"
 
 	"github.com/delaybridge/delaybridge/admin"
 )
@@ -66,7 +64,7 @@ func schedulePath(key string) string { return "/api/v1/schedules/" + pathSegment
 
 // cliSchedulesList is `delaybridge schedules [ls]`.
 func cliSchedulesList(c *adminClient, fs *flag.FlagSet, args []string) int {
-	limit := fs.Int("limit", admin.DefaultLimit, fmt.Sprintf("most schedules per page (1..%d)", admin.MaxLimit))
+	limit := limitFlag(fs, "schedules per page")
 	all := fs.Bool("all", false, "follow the cursor and list every schedule")
 	cursor := fs.String("cursor", "", "start after this cursor (the \"next\" of a previous page)")
 	setUsage(fs, "schedules [ls] [--limit N] [--cursor C] [--all] [--json]",
@@ -75,40 +73,24 @@ func cliSchedulesList(c *adminClient, fs *flag.FlagSet, args []string) int {
 	if code := c.flagsOnly(fs, args); code >= 0 {
 		return code
 	}
-	if *limit < 1 || *limit > admin.MaxLimit {
-		return c.usageErr(fs, "--limit must be from 1 to %d", admin.MaxLimit)
+	if code := c.checkLimit(fs, *limit); code >= 0 {
+		return code
 	}
 	var rows []admin.ScheduleJSON
-	next, code := c.pages("/api/v1/schedules", map[string][]string{"limit": {strconv.Itoa(*limit)}}, *cursor, *all, func(raw []byte) (string, error) {
-		var page admin.SchedulesJSON
-		if err := json.Unmarshal(raw, &page); err != nil {
-			return "", err
-		}
+	next, code := pages(c, "/api/v1/schedules", map[string][]string{"limit": {strconv.Itoa(*limit)}}, *cursor, *all, func(page *admin.SchedulesJSON) string {
 		rows = append(rows, page.Schedules...)
-		return page.Next, nil
+		return page.Next
 	}, func() any { return admin.SchedulesJSON{Schedules: rows} })
 	if code >= 0 {
 		return code
 	}
-	tw := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
+	tw := c.table()
 	fmt.Fprintln(tw, "KEY\tSTATE\tNEXT FIRE\tCRON\tZONE\tDESTINATION\tFIRES\tMISFIRES")
 	for i := range rows {
 		s := &rows[i]
-		nextFire := "-"
-		if s.NextFireAt != nil {
-			nextFire = fmtTime(*s.NextFireAt)
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\n", s.Key, s.State, nextFire, s.Cron, s.TimeZone, scheduleDest(s), s.Fires, s.Misfires)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\n", s.Key, s.State, fmtTimeOr(s.NextFireAt, "-"), s.Cron, s.TimeZone, s.Dest(), s.Fires, s.Misfires)
 	}
 	tw.Flush()
-	if next != "" {
-		fmt.Fprintf(c.errOut, "more: delaybridge schedules ls --cursor %s (or --all)\n", next)
-	}
+	c.more(next)
 	return exitOK
-}
-
-// scheduleDest is where a schedule's fires go, as the other lists print it.
-func scheduleDest(s *admin.ScheduleJSON) string {
-	t := admin.TimeoutJSON{Destination: s.Destination, Exchange: s.Exchange, RoutingKey: s.RoutingKey}
-	return destOf(&t).String()
 }

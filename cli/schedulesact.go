@@ -18,12 +18,9 @@ func cliSchedulePause(c *adminClient, fs *flag.FlagSet, args []string, pause boo
 			"A fire being dispatched as the pause lands may still be delivered."
 	}
 	setUsage(fs, "schedules "+op+" KEY [--json]", text)
-	key, code := oneKey(c, fs, args)
-	if code >= 0 {
-		return code
-	}
 	var s admin.ScheduleJSON
-	if code := c.act(http.MethodPost, schedulePath(key)+"/"+op, nil, &s); code >= 0 {
+	key, code := c.scheduleAct(fs, args, http.MethodPost, "/"+op, &s)
+	if code >= 0 {
 		return code
 	}
 	switch {
@@ -42,11 +39,8 @@ func cliScheduleCancel(c *adminClient, fs *flag.FlagSet, args []string) int {
 	setUsage(fs, "schedules cancel KEY [--json]",
 		"Ends a recurring schedule: it is deleted with its pending fires (a fire being dispatched at\n"+
 			"that moment may still be delivered). An unknown KEY is an error (exit 1).")
-	key, code := oneKey(c, fs, args)
+	key, code := c.scheduleAct(fs, args, http.MethodDelete, "", nil)
 	if code >= 0 {
-		return code
-	}
-	if code := c.act(http.MethodDelete, schedulePath(key), nil, nil); code >= 0 {
 		return code
 	}
 	fmt.Fprintf(c.out, "cancelled %s\n", key)
@@ -58,12 +52,9 @@ func cliScheduleFire(c *adminClient, fs *flag.FlagSet, args []string) int {
 	setUsage(fs, "schedules fire KEY [--json]",
 		"Fires a schedule once now, paused or not: one extra fire, due now, forwarded as its fires\n"+
 			"are. The schedule's next fire time does not move.")
-	key, code := oneKey(c, fs, args)
-	if code >= 0 {
-		return code
-	}
 	var f admin.FireJSON
-	if code := c.act(http.MethodPost, schedulePath(key)+"/fire", nil, &f); code >= 0 {
+	key, code := c.scheduleAct(fs, args, http.MethodPost, "/fire", &f)
+	if code >= 0 {
 		return code
 	}
 	if !f.Stored {
@@ -72,4 +63,15 @@ func cliScheduleFire(c *adminClient, fs *flag.FlagSet, args []string) int {
 	}
 	fmt.Fprintf(c.out, "fired %s: %s due %s\n", key, f.ID, fmtTime(f.DueAt))
 	return exitOK
+}
+
+// scheduleAct parses args, which hold one schedule KEY and flags, and calls
+// method on the schedule's path and suffix, as act does. code < 0: print
+// the result from into.
+func (c *adminClient) scheduleAct(fs *flag.FlagSet, args []string, method, suffix string, into any) (key string, code int) {
+	key, code = c.oneArg(fs, args, giveKey)
+	if code >= 0 {
+		return "", code
+	}
+	return key, c.act(method, schedulePath(key)+suffix, nil, into)
 }

@@ -3,8 +3,6 @@ package cli
 import (
 	"flag"
 	"fmt"
-	"net/http"
-	"text/tabwriter"
 
 	"github.com/delaybridge/delaybridge/admin"
 )
@@ -13,25 +11,18 @@ import (
 // time.
 func cliStats(c *adminClient, fs *flag.FlagSet, args []string) int {
 	setUsage(fs, "stats [--json]", "Counts pending and leased timeouts and shows the next due time.")
-	if code := c.flagsOnly(fs, args); code >= 0 {
-		return code
-	}
 	var s admin.StatsJSON
-	if code := c.call(http.MethodGet, "/api/v1/stats", nil, nil, &s); code >= 0 {
+	if code := c.get(fs, args, "/api/v1/stats", &s); code >= 0 {
 		return code
 	}
-	tw := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
+	tw := c.table()
 	if s.Pending != nil {
 		fmt.Fprintf(tw, "pending:\t%d\n", *s.Pending)
 	}
 	if s.Leased != nil {
 		fmt.Fprintf(tw, "being dispatched:\t%d\n", *s.Leased)
 	}
-	next := "-"
-	if s.NextDue != nil {
-		next = fmtTime(*s.NextDue)
-	}
-	fmt.Fprintf(tw, "next due:\t%s\n", next)
+	fmt.Fprintf(tw, "next due:\t%s\n", fmtTimeOr(s.NextDue, "-"))
 	tw.Flush()
 	return exitOK
 }

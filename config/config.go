@@ -118,11 +118,28 @@ func explain(err error) error {
 	return err
 }
 
-// Validate checks values envconfig cannot: ranges, enums and URLs.
+// Validate checks values envconfig cannot: ranges, enums and URLs. It
+// returns the first problem, checking in this order.
 func (c Config) Validate() error {
-	bad := func(name, format string, a ...any) error {
-		return fmt.Errorf("%s_%s: %s", Prefix, name, fmt.Sprintf(format, a...))
+	for _, check := range []func() error{
+		c.checkBroker, c.checkQueues, c.checkStore, c.checkHTTPAddr, c.checkLimits,
+		c.checkDestinations, c.checkManagement, c.checkRebus, c.checkMassTransit, c.checkChoices,
+	} {
+		if err := check(); err != nil {
+			return err
+		}
 	}
+	return nil
+}
+
+// bad is the error for variable DELAYBRIDGE_name.
+func bad(name, format string, a ...any) error {
+	return fmt.Errorf("%s_%s: %s", Prefix, name, fmt.Sprintf(format, a...))
+}
+
+// checkBroker checks DELAYBRIDGE_AMQP_URL, the failover URLs and the TLS
+// files.
+func (c Config) checkBroker() error {
 	u, err := url.Parse(c.AMQPURL)
 	if err != nil || (u.Scheme != "amqp" && u.Scheme != "amqps") || u.Host == "" {
 		// Never echo the URL: it may carry the password.
@@ -151,6 +168,12 @@ func (c Config) Validate() error {
 			return bad(name, "%v", err)
 		}
 	}
+	return nil
+}
+
+// checkQueues checks DELAYBRIDGE_ENDPOINT and DELAYBRIDGE_ERROR_QUEUE: names
+// the broker takes, and an error queue that is none of the bridge's inputs.
+func (c Config) checkQueues() error {
 	if c.Endpoint == "" || len(c.Endpoint) > 200 {
 		return bad("ENDPOINT", "must be 1 to 200 characters")
 	}
@@ -174,6 +197,12 @@ func (c Config) Validate() error {
 	if c.NSBNativeDelays && (isLevel(nsbdelay.V2, c.ErrorQueue) || isLevel(nsbdelay.V1, c.ErrorQueue)) {
 		return bad("ERROR_QUEUE", "%q is a delay-level queue of the NServiceBus transport, which DELAYBRIDGE_NSB_NATIVE_DELAYS consumes; use a queue of its own", c.ErrorQueue)
 	}
+	return nil
+}
+
+// checkStore checks DELAYBRIDGE_STORE and the settings of the store it
+// names.
+func (c Config) checkStore() error {
 	switch c.Store {
 	case "bbolt":
 		if c.StorePath == "" {
@@ -200,9 +229,19 @@ func (c Config) Validate() error {
 	default:
 		return bad("STORE", "%q is not one of bbolt, postgres", c.Store)
 	}
+	return nil
+}
+
+// checkHTTPAddr checks DELAYBRIDGE_HTTP_ADDR.
+func (c Config) checkHTTPAddr() error {
 	if err := httpAddr(c.HTTPAddr); err != nil {
 		return bad("HTTP_ADDR", "%v", err)
 	}
+	return nil
+}
+
+// checkLimits checks the intervals, sizes, retries and breaker times.
+func (c Config) checkLimits() error {
 	if c.PollInterval <= 0 {
 		return bad("POLL_INTERVAL", "must be positive, got %s", c.PollInterval)
 	}
@@ -248,6 +287,12 @@ func (c Config) Validate() error {
 	if c.MaxInflightBytes < 0 {
 		return bad("MAX_INFLIGHT_BYTES", "must not be negative (0: no byte limit), got %d", c.MaxInflightBytes)
 	}
+	return nil
+}
+
+// checkDestinations checks DELAYBRIDGE_ALLOWED_DESTINATIONS and
+// DELAYBRIDGE_DELAYED_EXCHANGES.
+func (c Config) checkDestinations() error {
 	if len(c.AllowedDestinations) == 0 {
 		return bad("ALLOWED_DESTINATIONS", "must name at least one pattern (use * for any)")
 	}
@@ -259,6 +304,12 @@ func (c Config) Validate() error {
 	if _, err := c.delayedExchanges(); err != nil {
 		return bad("DELAYED_EXCHANGES", "%v", err)
 	}
+	return nil
+}
+
+// checkManagement checks DELAYBRIDGE_MANAGEMENT_URL and
+// DELAYBRIDGE_BINDING_CHECK_INTERVAL.
+func (c Config) checkManagement() error {
 	if c.ManagementURL != "" {
 		m, err := url.Parse(c.ManagementURL)
 		if err != nil || (m.Scheme != "http" && m.Scheme != "https") || m.Host == "" {
@@ -269,12 +320,12 @@ func (c Config) Validate() error {
 	if c.BindingCheckInterval < time.Second {
 		return bad("BINDING_CHECK_INTERVAL", "must be at least 1s, got %s", c.BindingCheckInterval)
 	}
-	if err := c.rebus(); err != nil {
-		return err
-	}
-	if err := c.massTransit(); err != nil {
-		return err
-	}
+	return nil
+}
+
+// checkChoices checks the variables that name one of a few values:
+// DELAYBRIDGE_QUEUE_TYPE, DELAYBRIDGE_LOG_LEVEL and DELAYBRIDGE_LOG_FORMAT.
+func (c Config) checkChoices() error {
 	switch c.QueueType {
 	case "classic", "quorum":
 	default:
@@ -352,9 +403,9 @@ func (c Config) delayedExchanges() ([]delayed.Exchange, error) {
 	return xs, nil
 }
 
-// rebus checks DELAYBRIDGE_REBUS_QUEUE and DELAYBRIDGE_REBUS_DIRECT_EXCHANGE:
+// checkRebus checks DELAYBRIDGE_REBUS_QUEUE and DELAYBRIDGE_REBUS_DIRECT_EXCHANGE:
 // names the broker takes, and none that is already the bridge's.
-func (c Config) rebus() error {
+func (c Config) checkRebus() error {
 	if c.RebusQueue == "" {
 		return nil
 	}
@@ -425,10 +476,10 @@ func (c Config) rebusDirectExchangeArgs() (amqp.Table, error) {
 	return args, nil
 }
 
-// massTransit checks DELAYBRIDGE_MASSTRANSIT_QUEUE: a queue name the broker
+// checkMassTransit checks DELAYBRIDGE_MASSTRANSIT_QUEUE: a queue name the broker
 // takes, none of the bridge's own queues nor the Rebus intake, and no
 // exchange the bridge owns (the queue is bound to an exchange of its name).
-func (c Config) massTransit() error {
+func (c Config) checkMassTransit() error {
 	q := c.MassTransitQueue
 	if q == "" {
 		return nil

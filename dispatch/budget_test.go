@@ -21,7 +21,7 @@ func budgetFixture(t *testing.T, total int64, outcome func(broker.Outgoing) erro
 	f := newFixture(t, 1)
 	b := budget.New(total)
 	var held []int64
-	f.pub.outcome = func(m broker.Outgoing) error {
+	f.pub.Outcome = func(m broker.Outgoing) error {
 		held = append(held, b.Held())
 		if outcome != nil {
 			return outcome(m)
@@ -47,7 +47,7 @@ func TestRowsAreForwardedInGroupsThatFitTheBudget(t *testing.T) {
 	if o, err := f.deliver(f.lease()...); err != nil || o != amqptest.Acked {
 		t.Fatalf("err %v, dispatcher message %s", err, o)
 	}
-	if got := len(f.pub.to("orders")); got != n {
+	if got := len(f.pub.To("orders")); got != n {
 		t.Fatalf("forwarded %d of %d", got, n)
 	}
 	// Rows of about 1 KB, 2.5 KB for a group (half the budget): the first
@@ -73,7 +73,7 @@ func TestOversizedRowIsForwardedAlone(t *testing.T) {
 	if o, err := f.deliver(f.lease()...); err != nil || o != amqptest.Acked {
 		t.Fatalf("err %v, dispatcher message %s", err, o)
 	}
-	if got := len(f.pub.to("orders")); got != 2 {
+	if got := len(f.pub.To("orders")); got != 2 {
 		t.Fatalf("forwarded %d of 2", got)
 	}
 	if (*held)[0] != b.Total() || b.Held() != 0 {

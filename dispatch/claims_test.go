@@ -23,7 +23,7 @@ func TestSecondCopyOfATokenIsNotForwardedAgain(t *testing.T) {
 	toks := f.lease()
 	a := amqptest.New(t)
 	first := f.owedFor(a, toks)
-	if n := len(f.pub.to("q")); n != 1 {
+	if n := len(f.pub.To("q")); n != 1 {
 		t.Fatalf("%d forwards of the first copy, want 1", n)
 	}
 
@@ -36,7 +36,7 @@ func TestSecondCopyOfATokenIsNotForwardedAgain(t *testing.T) {
 	if err := settle(&second, o); err != nil {
 		t.Fatal(err)
 	}
-	if n := len(f.pub.to("q")); n != 1 {
+	if n := len(f.pub.To("q")); n != 1 {
 		t.Fatalf("%d forwards after the second copy, want still 1", n)
 	}
 	if got := f.counted().stale; got != 1 {
@@ -70,7 +70,7 @@ func TestClaimsGivenUpWhenNothingIsOwed(t *testing.T) {
 	if out, err := f.deliver(toks...); err != nil || out != amqptest.Acked {
 		t.Fatalf("deliver = %v, %v; want acked", out, err)
 	}
-	if len(f.pub.to("q")) != 0 {
+	if len(f.pub.To("q")) != 0 {
 		t.Fatal("a removed row was forwarded")
 	}
 	if !f.d.claims.take(toks[0]) {

@@ -206,7 +206,7 @@ type Dispatcher struct {
 	// commitTook is how long removal commits take (holdEnd).
 	commitTook commitTime
 	// claims are the tokens this instance is forwarding, from their read
-	// until their dispatcher message is settled (claims.go).
+	// until their dispatcher message is settled.
 	claims claims
 }
 
@@ -452,7 +452,7 @@ func settle(del *amqp.Delivery, o outcome) error {
 
 // item is one token on its way through a dispatcher message.
 type item struct {
-	tok wire.Token
+	tok wire.Lease
 	row storage.Timeout
 	msg amqp.Publishing
 	// probe: the one forward testing a destination that refused (see
@@ -469,8 +469,8 @@ type removal struct {
 	// since is when the earliest of refs was confirmed: a crash from then
 	// on forwards it again.
 	since time.Time
-	// claimed are the dispatcher message's claimed tokens (claims.go).
-	claimed []wire.Token
+	// claimed are the dispatcher message's claimed tokens (claims).
+	claimed []wire.Lease
 }
 
 // forwardAll forwards the tokens of one dispatcher message and decides its
@@ -481,7 +481,7 @@ type removal struct {
 // When the broker fails under a group, the message is requeued, and the
 // tokens of the groups done by then are stale when it comes back.
 func (d *Dispatcher) forwardAll(ctx context.Context, del *amqp.Delivery, pub Publisher) (_ outcome, rm *removal, _ error) {
-	toks, err := wire.DecodeTokens(del.Body)
+	toks, err := wire.DecodeLeases(del.Body)
 	if err != nil {
 		// Not ours or corrupt: nobody else can read it either.
 		d.log.Error().Err(err).Msg("unreadable dispatcher message dropped")
@@ -510,6 +510,58 @@ func (d *Dispatcher) forwardAll(ctx context.Context, del *amqp.Delivery, pub Pub
 	return ack, nil, nil
 }
 
+// claims are the tokens this instance is forwarding. The broker may deliver
+// one dispatcher message twice at once: a quorum queue whose leader fails
+// over, or a requeue racing a new consuming session. The row's lock
+// cannot tell the two copies apart (both carry the lease), and its removal
+// waits up to RemoveHold after the forward, so without a claim the second
+// copy would forward the row again. A token is claimed from its read until
+// its dispatcher message is settled; a copy of it meanwhile is stale.
+type claims struct {
+	mu   sync.Mutex
+	held map[wire.Token]struct{}
+}
+
+// take claims tok; false when it is claimed already.
+func (c *claims) take(tok wire.Token) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.held[tok]; ok {
+		return false
+	}
+	if c.held == nil {
+		c.held = make(map[wire.Token]struct{})
+	}
+	c.held[tok] = struct{}{}
+	return true
+}
+
+// release gives toks up.
+func (c *claims) release(toks []wire.Lease) {
+	if len(toks) == 0 {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, tok := range toks {
+		delete(c.held, tok.Token)
+	}
+}
+
+// claim claims toks and returns those it could; the others are stale: a
+// copy of their message is being forwarded.
+func (d *Dispatcher) claim(toks []wire.Lease) []wire.Lease {
+	out := toks[:0:0]
+	for _, tok := range toks {
+		if d.claims.take(tok.Token) {
+			out = append(out, tok)
+		} else {
+			d.stale(tok, "being forwarded from another copy of its dispatcher message")
+		}
+	}
+	return out
+}
+
 // groupSize is how many of n tokens the next group takes: as many rows of
 // the size last seen as fill half the budget (two workers overlap), at
 // least one.
@@ -525,7 +577,7 @@ func (d *Dispatcher) groupSize(n int) int {
 // rows' bytes are acquired, at the size planned, before they are read, so a
 // worker never waits for the budget while holding any; the estimate is then
 // corrected to the rows read (given back, or taken if they fit).
-func (d *Dispatcher) handleGroup(ctx context.Context, toks []wire.Token, pub Publisher) (_ outcome, rm *removal, _ error) {
+func (d *Dispatcher) handleGroup(ctx context.Context, toks []wire.Lease, pub Publisher) (_ outcome, rm *removal, _ error) {
 	b := d.opts.Budget
 	planned := min(d.rowBytes.Load()*int64(len(toks)), b.Total())
 	_ = b.Acquire(ctx, planned) // ctx is not cancelled: handle runs to the end
@@ -863,7 +915,7 @@ func (d *Dispatcher) forward(wctx, ctx context.Context, pub Publisher, items []i
 // prefetch reads the rows of a batch of tokens in one read (on a shared
 // store over the network, one read per token halved the burst rate). Nil
 // means read each with Get.
-func (d *Dispatcher) prefetch(ctx context.Context, toks []wire.Token) map[string]storage.Timeout {
+func (d *Dispatcher) prefetch(ctx context.Context, toks []wire.Lease) map[string]storage.Timeout {
 	if len(toks) < 2 {
 		return nil
 	}
@@ -883,7 +935,7 @@ func (d *Dispatcher) prefetch(ctx context.Context, toks []wire.Token) map[string
 // load fetches the row behind a token and decides whether it may be
 // forwarded now. Stale tokens (row gone, released, leased again or lease
 // expired) are skipped: whoever holds the row now forwards it.
-func (d *Dispatcher) load(ctx context.Context, pub Publisher, tok wire.Token, rows map[string]storage.Timeout, now time.Time) (item, bool) {
+func (d *Dispatcher) load(ctx context.Context, pub Publisher, tok wire.Lease, rows map[string]storage.Timeout, now time.Time) (item, bool) {
 	it := item{tok: tok}
 	var row storage.Timeout
 	var err error
@@ -936,7 +988,7 @@ func (d *Dispatcher) load(ctx context.Context, pub Publisher, tok wire.Token, ro
 	msg, err := message.Decode(row.Message)
 	if err != nil {
 		// No retry can fix this; keep the raw record so nothing is lost.
-		it.msg = amqp.Publishing{MessageId: wire.KeyID(row.ID), Body: row.Message}
+		it.msg = amqp.Publishing{MessageId: tok.MessageID, Body: row.Message}
 		d.moveToErrorQueue(ctx, pub, it, "stored message is corrupt: "+err.Error())
 		return it, false
 	}
@@ -948,7 +1000,7 @@ func (d *Dispatcher) load(ctx context.Context, pub Publisher, tok wire.Token, ro
 	return it, true
 }
 
-func (d *Dispatcher) stale(tok wire.Token, why string) {
+func (d *Dispatcher) stale(tok wire.Lease, why string) {
 	d.opts.Metrics.StaleToken()
 	d.log.Debug().Str("id", tok.ID).Str("why", why).Msg("stale dispatcher token skipped")
 }
@@ -1002,7 +1054,7 @@ func (d *Dispatcher) fail(ctx context.Context, pub Publisher, it item, reason st
 // it from the store once the copy is confirmed; a copy not confirmed leaves
 // it released for a later retry.
 func (d *Dispatcher) moveToErrorQueue(ctx context.Context, pub Publisher, it item, reason string) {
-	f := errorqueue.Failure{Msg: it.msg, ID: wire.KeyID(it.row.ID), Record: it.row.Message, Facts: errorqueue.Facts{
+	f := errorqueue.Failure{Msg: it.msg, ID: it.tok.MessageID, Record: it.row.Message, Facts: errorqueue.Facts{
 		Reason: reason, Stage: wire.StageDispatch, Attempts: it.row.Attempts, FailedQ: d.opts.TimeoutsQueue,
 	}}
 	if dest := it.row.Dest(); dest.Key != "" || !dest.IsQueue() {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,6 +14,7 @@ import (
 
 	"github.com/delaybridge/delaybridge/broker"
 	"github.com/delaybridge/delaybridge/internal/amqptest"
+	"github.com/delaybridge/delaybridge/internal/brokertest"
 	"github.com/delaybridge/delaybridge/message"
 	"github.com/delaybridge/delaybridge/storage"
 	"github.com/delaybridge/delaybridge/storage/boltstore"
@@ -24,45 +24,11 @@ import (
 
 var t0 = time.Date(2026, 11, 21, 20, 0, 0, 0, time.UTC)
 
-// fakePublisher records publishes and answers with outcome(routing key).
-type fakePublisher struct {
-	mu      sync.Mutex
-	sent    []broker.Outgoing
-	outcome func(broker.Outgoing) error
-}
-
-func (p *fakePublisher) Publish(_ context.Context, msgs []broker.Outgoing) []error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	res := make([]error, len(msgs))
-	for i, m := range msgs {
-		p.sent = append(p.sent, m)
-		if p.outcome != nil {
-			res[i] = p.outcome(m)
-		}
-	}
-	return res
-}
-
-func (p *fakePublisher) Close() error { return nil }
-
-func (p *fakePublisher) to(queue string) []broker.Outgoing {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	var out []broker.Outgoing
-	for _, m := range p.sent {
-		if m.RoutingKey == queue {
-			out = append(out, m)
-		}
-	}
-	return out
-}
-
 type fixture struct {
 	t     *testing.T
 	clock *storetest.Clock
 	store *boltstore.Store
-	pub   *fakePublisher
+	pub   *brokertest.Publisher
 	d     *Dispatcher
 }
 
@@ -74,7 +40,7 @@ func newFixture(t *testing.T, retries int) *fixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = store.Close() })
-	pub := &fakePublisher{}
+	pub := &brokertest.Publisher{}
 	d := New(nil, func(context.Context) (Publisher, error) { return pub, nil }, store, Options{
 		Queue: "e.TimeoutsDispatcher", TimeoutsQueue: "e.Timeouts", ErrorQueue: "error",
 		NumberOfRetries: retries, Now: clock.Now, Logger: zerolog.Nop(), Metrics: &recorder{},
@@ -166,7 +132,7 @@ func TestForwardsThenRemoves(t *testing.T) {
 	if err != nil || a != amqptest.Acked {
 		t.Fatalf("err %v, dispatcher message %s", err, a)
 	}
-	sent := f.pub.to("orders")
+	sent := f.pub.To("orders")
 	if len(sent) != 1 || !sent[0].Mandatory || string(sent[0].Msg.Body) != "hello" || sent[0].Msg.Headers["k"] != "v" {
 		t.Fatalf("forwarded %+v", sent)
 	}
@@ -190,7 +156,7 @@ func TestStaleTokensAreNotForwarded(t *testing.T) {
 	if err != nil || a != amqptest.Acked {
 		t.Fatalf("err %v, dispatcher message %s", err, a)
 	}
-	if n := len(f.pub.sent); n != 0 {
+	if n := len(f.pub.Sent()); n != 0 {
 		t.Fatalf("a stale token was forwarded %d times", n)
 	}
 	// The current token still works, exactly once.
@@ -200,7 +166,7 @@ func TestStaleTokensAreNotForwarded(t *testing.T) {
 	if _, err := f.deliver(current...); err != nil { // redelivered dispatcher message
 		t.Fatal(err)
 	}
-	if n := len(f.pub.to("orders")); n != 1 {
+	if n := len(f.pub.To("orders")); n != 1 {
 		t.Fatalf("forwarded %d times, want 1", n)
 	}
 	if c := f.counted(); c.stale != 2 {
@@ -216,7 +182,7 @@ func TestExpiredLeaseIsNotForwarded(t *testing.T) {
 	if _, err := f.deliver(toks...); err != nil {
 		t.Fatal(err)
 	}
-	if len(f.pub.sent) != 0 {
+	if len(f.pub.Sent()) != 0 {
 		t.Fatal("forwarded under an expired lease")
 	}
 	if _, ok := f.pending("a"); !ok {
@@ -238,7 +204,7 @@ func TestEarlyTokenIsHeldUntilDue(t *testing.T) {
 	if _, err := f.deliver(wire.Token{ID: toks[0].ID, Lock: toks[0].Lock}); err != nil {
 		t.Fatal(err)
 	}
-	sent := f.pub.to("orders")
+	sent := f.pub.To("orders")
 	if len(sent) != 1 || !sent[0].NotBefore.Equal(due) {
 		t.Fatalf("forwarded %+v; want one forward held until %s", sent, due)
 	}
@@ -257,7 +223,7 @@ func TestFarTooEarlyTokenIsReleased(t *testing.T) {
 	if _, err := f.deliver(wire.Token{ID: toks[0].ID, Lock: toks[0].Lock}); err != nil {
 		t.Fatal(err)
 	}
-	if len(f.pub.sent) != 0 {
+	if len(f.pub.Sent()) != 0 {
 		t.Fatal("forwarded a minute before its due time")
 	}
 	row, ok := f.pending("a")
@@ -268,12 +234,7 @@ func TestFarTooEarlyTokenIsReleased(t *testing.T) {
 
 func TestFailuresRetryWithBackoffThenErrorQueue(t *testing.T) {
 	f := newFixture(t, 2)
-	f.pub.outcome = func(m broker.Outgoing) error {
-		if m.RoutingKey == "nowhere" {
-			return fmt.Errorf("%w: 312 NO_ROUTE", broker.ErrReturned)
-		}
-		return nil
-	}
+	f.pub.Outcome = returnedFor("nowhere")
 	f.insert("a", "nowhere", t0, amqp.Publishing{MessageId: "a", Body: []byte("keep me"), Headers: amqp.Table{"h": int16(3)}})
 	var lastFail time.Time
 	for attempt := 1; attempt <= 3; attempt++ {
@@ -302,7 +263,7 @@ func TestFailuresRetryWithBackoffThenErrorQueue(t *testing.T) {
 	if _, ok := f.pending("a"); ok {
 		t.Fatal("row still pending after moving to the error queue")
 	}
-	eq := f.pub.to("error")
+	eq := f.pub.To("error")
 	if len(eq) != 1 {
 		t.Fatalf("%d error-queue messages, want 1", len(eq))
 	}
@@ -327,7 +288,7 @@ func TestFailuresRetryWithBackoffThenErrorQueue(t *testing.T) {
 
 func TestBrokerFailureDoesNotBurnRetries(t *testing.T) {
 	f := newFixture(t, 0)
-	f.pub.outcome = func(broker.Outgoing) error { return fmt.Errorf("%w: channel closed", broker.ErrNotConfirmed) }
+	f.pub.Outcome = func(broker.Outgoing) error { return fmt.Errorf("%w: channel closed", broker.ErrNotConfirmed) }
 	f.insert("a", "orders", t0, amqp.Publishing{})
 	a, err := f.deliver(f.lease()...)
 	if !errors.Is(err, broker.ErrNotConfirmed) {
@@ -340,7 +301,7 @@ func TestBrokerFailureDoesNotBurnRetries(t *testing.T) {
 	if !ok || row.Attempts != 0 || row.Lock != "" {
 		t.Fatalf("want the row released with no failure counted: %+v", row)
 	}
-	if len(f.pub.to("error")) != 0 {
+	if len(f.pub.To("error")) != 0 {
 		t.Fatal("a broker outage sent a message to the error queue")
 	}
 }
@@ -355,10 +316,10 @@ func TestDisallowedAndCorruptGoToErrorQueue(t *testing.T) {
 	if _, err := f.deliver(f.lease()...); err != nil {
 		t.Fatal(err)
 	}
-	if len(f.pub.to("secret")) != 0 || len(f.pub.to("orders")) != 0 {
+	if len(f.pub.To("secret")) != 0 || len(f.pub.To("orders")) != 0 {
 		t.Fatal("forwarded a message that must not leave the bridge")
 	}
-	eq := f.pub.to("error")
+	eq := f.pub.To("error")
 	if len(eq) != 2 {
 		t.Fatalf("%d on the error queue, want 2", len(eq))
 	}
@@ -409,7 +370,7 @@ func TestNearlyExpiredLeaseIsReleasedNotForwarded(t *testing.T) {
 	if _, err := f.deliver(toks...); err != nil {
 		t.Fatal(err)
 	}
-	if len(f.pub.sent) != 0 {
+	if len(f.pub.Sent()) != 0 {
 		t.Fatal("forwarded with too little lease left to remove it afterwards")
 	}
 	row, ok := f.pending("a")
@@ -435,7 +396,7 @@ func TestRetryIsHeldUntilItsNotBefore(t *testing.T) {
 	if _, err := f.deliver(wire.Token{ID: ls[0].ID, Lock: ls[0].Lock}); err != nil {
 		t.Fatal(err)
 	}
-	if sent := f.pub.to("orders"); len(sent) != 1 || !sent[0].NotBefore.Equal(hold) {
+	if sent := f.pub.To("orders"); len(sent) != 1 || !sent[0].NotBefore.Equal(hold) {
 		t.Fatalf("forward %+v; want it held until the retry hold ends at %s", sent, hold)
 	}
 }
@@ -480,7 +441,7 @@ func TestBatchOfTokensIsReadInOneCall(t *testing.T) {
 		if _, err := f.deliver(toks...); err != nil {
 			t.Fatal(err)
 		}
-		if n := len(f.pub.to("orders")); n != 3 {
+		if n := len(f.pub.To("orders")); n != 3 {
 			t.Fatalf("failMany=%v: forwarded %d, want 3", failMany, n)
 		}
 		wantGets := 0
@@ -543,7 +504,7 @@ func TestRemoveLoopRemovesThenAcks(t *testing.T) {
 			t.Errorf("message %d: %v, want acked", tag, o)
 		}
 	}
-	if got := len(f.pub.to("q")); got != 6 {
+	if got := len(f.pub.To("q")); got != 6 {
 		t.Errorf("%d forwards, want 6", got)
 	}
 	if c := f.counted(); c.dispatched != 6 {
@@ -564,7 +525,7 @@ func TestPausedAfterLeaseIsReleasedNotForwarded(t *testing.T) {
 	if a, err := f.deliver(toks...); err != nil || a != amqptest.Acked {
 		t.Fatalf("err %v, dispatcher message %s", err, a)
 	}
-	if n := len(f.pub.to("orders")); n != 0 {
+	if n := len(f.pub.To("orders")); n != 0 {
 		t.Fatalf("forwarded %d rows of a paused destination", n)
 	}
 	for _, id := range []string{"a", "b"} {
@@ -581,7 +542,7 @@ func TestPausedAfterLeaseIsReleasedNotForwarded(t *testing.T) {
 	if _, err := f.deliver(f.lease()...); err != nil {
 		t.Fatal(err)
 	}
-	if n := len(f.pub.to("orders")); n != 2 {
+	if n := len(f.pub.To("orders")); n != 2 {
 		t.Fatalf("forwarded %d after resume, want 2", n)
 	}
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/delaybridge/delaybridge/broker"
 	"github.com/delaybridge/delaybridge/errorqueue"
+	"github.com/delaybridge/delaybridge/internal/logtest"
 )
 
 // An error queue that refuses copies (full, with x-overflow reject-publish)
@@ -24,14 +25,14 @@ import (
 func TestRefusingErrorQueueIsBoundedAndLosesNothing(t *testing.T) {
 	const msgs = 120
 	f := newFixture(t, 0)
-	logs := &logBuffer{}
+	logs := &logtest.Buffer{}
 	var mu sync.Mutex
 	var critical []error
 	f.rebuild(f.store, Options{NumberOfRetries: 0, RecoveryFailuresPerSecond: 1,
 		OnCritical: func(err error) { mu.Lock(); defer mu.Unlock(); critical = append(critical, err) },
 		Logger:     zerolog.New(logs).Level(zerolog.InfoLevel)})
 	full := true
-	f.pub.outcome = func(m broker.Outgoing) error {
+	f.pub.Outcome = func(m broker.Outgoing) error {
 		switch {
 		case m.RoutingKey == "nowhere":
 			return fmt.Errorf("%w: 312 NO_ROUTE", broker.ErrReturned)
@@ -66,7 +67,7 @@ func TestRefusingErrorQueueIsBoundedAndLosesNothing(t *testing.T) {
 	}
 	// Failed messages are moved one at a time: after the first nack, one
 	// probe per round at most (the gate's backoff is 1 s and more).
-	if n := len(f.pub.to("error")); n > 1+rounds {
+	if n := len(f.pub.To("error")); n > 1+rounds {
 		t.Errorf("%d error-queue publishes over %d rounds of %d failed messages; want a probe per try", n, rounds, msgs)
 	}
 	for i := range msgs {
@@ -75,7 +76,7 @@ func TestRefusingErrorQueueIsBoundedAndLosesNothing(t *testing.T) {
 		}
 	}
 	perMessage := 0
-	for _, l := range logs.lines("") {
+	for _, l := range logs.LinesAt("") {
 		if l["message"] == "could not move a failed message to the error queue; it is retried" {
 			perMessage++
 		}
@@ -96,14 +97,14 @@ func TestRefusingErrorQueueIsBoundedAndLosesNothing(t *testing.T) {
 		}
 	}
 	seen := map[string]int{}
-	for _, m := range f.pub.to("error") {
+	for _, m := range f.pub.To("error") {
 		seen[m.Msg.MessageId]++
 	}
 	if len(seen) != msgs {
 		t.Errorf("%d distinct messages reached the error queue, want %d", len(seen), msgs)
 	}
 	taken := 0
-	for _, l := range logs.lines("error") {
+	for _, l := range logs.LinesAt("error") {
 		if l["message"] == "message moved to the error queue" {
 			taken++
 		}
@@ -111,7 +112,7 @@ func TestRefusingErrorQueueIsBoundedAndLosesNothing(t *testing.T) {
 	if taken != msgs {
 		t.Errorf("%d messages moved to the error queue, want each of %d once", taken, msgs)
 	}
-	if !strings.Contains(fmt.Sprint(logs.lines("info")), "the error queue takes copies again") {
+	if !strings.Contains(fmt.Sprint(logs.LinesAt("info")), "the error queue takes copies again") {
 		t.Error("no line saying the error queue takes copies again")
 	}
 }
@@ -126,7 +127,7 @@ func TestDispatchDeclaresADeletedErrorQueueAgain(t *testing.T) {
 	gate := errorqueue.New(errorqueue.Options{Queue: "error", Now: f.clock.Now, Logger: zerolog.Nop(),
 		Declare: func(context.Context) error { declared++; exists = true; return nil }})
 	f.rebuild(f.store, Options{NumberOfRetries: 0, Errors: gate, Logger: zerolog.Nop()})
-	f.pub.outcome = func(m broker.Outgoing) error {
+	f.pub.Outcome = func(m broker.Outgoing) error {
 		if m.RoutingKey == "nowhere" || (m.RoutingKey == "error" && !exists) {
 			return fmt.Errorf("%w: 312 NO_ROUTE", broker.ErrReturned)
 		}
@@ -140,7 +141,7 @@ func TestDispatchDeclaresADeletedErrorQueueAgain(t *testing.T) {
 	if refusing, _, _ := gate.Refusing(); refusing {
 		t.Error("the gate still refuses")
 	}
-	if errs := f.pub.to("error"); len(errs) != 2 || errors.Is(f.pub.outcome(errs[1]), broker.ErrReturned) {
+	if errs := f.pub.To("error"); len(errs) != 2 || errors.Is(f.pub.Outcome(errs[1]), broker.ErrReturned) {
 		t.Errorf("%d publishes to the error queue, want the returned one and the one after the declaration", len(errs))
 	}
 }

@@ -36,10 +36,10 @@ func TestForwardsToExchange(t *testing.T) {
 	if _, err := f.deliver(f.lease()...); err != nil {
 		t.Fatal(err)
 	}
-	if len(f.pub.sent) != 2 {
-		t.Fatalf("%d publishes, want 2", len(f.pub.sent))
+	if len(f.pub.Sent()) != 2 {
+		t.Fatalf("%d publishes, want 2", len(f.pub.Sent()))
 	}
-	for _, m := range f.pub.sent {
+	for _, m := range f.pub.Sent() {
 		want := map[string][2]string{"a": {"events", "orders.eu"}, "b": {"fan", ""}}[m.Msg.MessageId]
 		if m.Exchange != want[0] || m.RoutingKey != want[1] || !m.Mandatory {
 			t.Errorf("%s published to exchange %q key %q mandatory %v, want %q %q", m.Msg.MessageId, m.Exchange, m.RoutingKey, m.Mandatory, want[0], want[1])
@@ -58,7 +58,7 @@ func TestForwardsToExchange(t *testing.T) {
 func TestMissingExchangeFailsThenErrorQueue(t *testing.T) {
 	f := newFixture(t, 1)
 	dest := wire.Destination{Exchange: "gone", Key: "k"}
-	f.pub.outcome = func(m broker.Outgoing) error {
+	f.pub.Outcome = func(m broker.Outgoing) error {
 		if m.Exchange == "gone" {
 			return fmt.Errorf("%w: %q", broker.ErrNoExchange, m.Exchange)
 		}
@@ -79,7 +79,7 @@ func TestMissingExchangeFailsThenErrorQueue(t *testing.T) {
 	if _, err := f.deliver(f.lease()...); err != nil {
 		t.Fatal(err)
 	}
-	eq := f.pub.to("error")
+	eq := f.pub.To("error")
 	if len(eq) != 1 {
 		t.Fatalf("%d on the error queue, want 1", len(eq))
 	}

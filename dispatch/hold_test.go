@@ -10,6 +10,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/delaybridge/delaybridge/internal/amqptest"
+	"github.com/delaybridge/delaybridge/internal/testenv"
 	"github.com/delaybridge/delaybridge/storage"
 	"github.com/delaybridge/delaybridge/wire"
 )
@@ -41,6 +42,23 @@ func (f *fixture) owedFor(a *amqptest.Acker, toks []wire.Token) owed {
 	return owed{del: del, rm: rm}
 }
 
+// removedAlone hands o alone to a removeLoop, and reports whether its
+// message was acked within 30 s: whether its removal was not held.
+func (f *fixture) removedAlone(a *amqptest.Acker, o owed) bool {
+	f.t.Helper()
+	in := make(chan owed, 1)
+	done := make(chan error, 1)
+	go func() { done <- f.d.removeLoop(context.Background(), in) }()
+	defer func() {
+		close(in)
+		if err := <-done; err != nil {
+			f.t.Error(err)
+		}
+	}()
+	in <- o
+	return testenv.Eventually(30*time.Second, func() bool { return a.Outcome(o.del.DeliveryTag) == amqptest.Acked })
+}
+
 // With RemoveHold, removeLoop holds a removal so that the ones queued after
 // it share its commit; closing its input (shutdown) ends the hold at once.
 func TestRemoveLoopHoldsForLaterRemovals(t *testing.T) {
@@ -67,14 +85,7 @@ func TestRemoveLoopHoldsForLaterRemovals(t *testing.T) {
 	}
 	in <- second
 	close(in)
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("removeLoop still holding 30 s after its input closed")
-	}
+	testenv.WaitNil(t, done, 30*time.Second, "removeLoop to return once its input closed")
 	if n := rc.removes.Load(); n != 1 {
 		t.Errorf("%d removals, want 1 for both messages", n)
 	}
@@ -105,22 +116,8 @@ func TestRemoveLoopHoldKeepsTheLease(t *testing.T) {
 	}
 	a := amqptest.New(t)
 	o := f.owedFor(a, []wire.Token{{ID: ls[0].ID, Lock: ls[0].Lock}})
-	in := make(chan owed, 1)
-	done := make(chan error, 1)
-	go func() { done <- f.d.removeLoop(context.Background(), in) }()
-	defer func() {
-		close(in)
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	}()
-	in <- o
-	deadline := time.Now().Add(30 * time.Second)
-	for a.Outcome(o.del.DeliveryTag) != amqptest.Acked {
-		if time.Now().After(deadline) {
-			t.Fatal("removal still held 30 s later, with its lease ending in 300 ms past the slack")
-		}
-		time.Sleep(10 * time.Millisecond)
+	if !f.removedAlone(a, o) {
+		t.Fatal("removal still held 30 s later, with its lease ending in 300 ms past the slack")
 	}
 	if _, ok := f.pending("r"); ok {
 		t.Error("acked but still pending")
@@ -146,22 +143,8 @@ func TestRemoveLoopHoldCountsFromTheConfirm(t *testing.T) {
 			a := amqptest.New(t)
 			o := f.owedFor(a, f.lease())
 			o.rm.since = o.rm.since.Add(-c.confirmedAgo)
-			in := make(chan owed, 1)
-			done := make(chan error, 1)
-			go func() { done <- f.d.removeLoop(context.Background(), in) }()
-			defer func() {
-				close(in)
-				if err := <-done; err != nil {
-					t.Error(err)
-				}
-			}()
-			in <- o
-			deadline := time.Now().Add(30 * time.Second)
-			for a.Outcome(o.del.DeliveryTag) != amqptest.Acked {
-				if time.Now().After(deadline) {
-					t.Fatal("removal still held 30 s later")
-				}
-				time.Sleep(10 * time.Millisecond)
+			if !f.removedAlone(a, o) {
+				t.Fatal("removal still held 30 s later")
 			}
 		})
 	}

@@ -62,7 +62,7 @@ func TestMetrics(t *testing.T) {
 	// The fake broker confirms each forward 3 ms after the previous one, as
 	// a real one does while the window's later forwards are still held:
 	// each lateness is measured at its own confirm, not at Publish's return.
-	f.pub.outcome = func(m broker.Outgoing) error {
+	f.pub.Outcome = func(m broker.Outgoing) error {
 		f.clock.Advance(3 * time.Millisecond)
 		if m.Confirmed != nil {
 			m.Confirmed(time.Millisecond)
@@ -105,7 +105,7 @@ func TestLatenessWithoutConfirmCallbacks(t *testing.T) {
 	f := newFixture(t, 3)
 	rec := &recorder{}
 	f.d.opts.Metrics = rec
-	f.pub.outcome = func(broker.Outgoing) error { return nil }
+	f.pub.Outcome = func(broker.Outgoing) error { return nil }
 	f.insert("a", "orders", t0, amqp.Publishing{MessageId: "a"})
 	toks := f.lease()
 	f.clock.Advance(7 * time.Millisecond)
@@ -125,7 +125,7 @@ func TestLatenessFromEffectiveDue(t *testing.T) {
 	f := newFixture(t, 3)
 	rec := &recorder{}
 	f.d.opts.Metrics = rec
-	f.pub.outcome = func(broker.Outgoing) error { return nil }
+	f.pub.Outcome = func(broker.Outgoing) error { return nil }
 	f.clock.Advance(time.Hour)
 	now := f.clock.Now()
 	// Stored now (ReceivedAt) with a due time an hour ago.

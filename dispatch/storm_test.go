@@ -1,9 +1,7 @@
 package dispatch
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -16,41 +14,11 @@ import (
 
 	"github.com/delaybridge/delaybridge/broker"
 	"github.com/delaybridge/delaybridge/internal/amqptest"
+	"github.com/delaybridge/delaybridge/internal/logtest"
 	"github.com/delaybridge/delaybridge/storage"
 	"github.com/delaybridge/delaybridge/storage/faultstore"
 	"github.com/delaybridge/delaybridge/wire"
 )
-
-// logBuffer collects a dispatcher's JSON log lines.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf strings.Builder
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-// lines returns the log lines at level, all of them for "".
-func (b *logBuffer) lines(level string) []map[string]any {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	var out []map[string]any
-	sc := bufio.NewScanner(strings.NewReader(b.buf.String()))
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		var m map[string]any
-		if json.Unmarshal(sc.Bytes(), &m) != nil {
-			continue
-		}
-		if level == "" || m["level"] == level {
-			out = append(out, m)
-		}
-	}
-	return out
-}
 
 // rebuild gives the fixture a dispatcher on store with opts (queues and
 // clock filled in).
@@ -62,6 +30,8 @@ func (f *fixture) rebuild(store Store, opts Options) {
 	f.d = New(nil, func(context.Context) (Publisher, error) { return f.pub, nil }, store, opts)
 }
 
+// returnedFor answers the forwards to dest as the broker returns a
+// publish to a missing queue, and confirms the others.
 func returnedFor(dest string) func(broker.Outgoing) error {
 	return func(m broker.Outgoing) error {
 		if m.RoutingKey == dest {
@@ -99,11 +69,11 @@ func (f *fixture) run(batch int) {
 func TestUnroutableDestinationDoesNotStorm(t *testing.T) {
 	const msgs, retries = 300, 5
 	f := newFixture(t, retries)
-	logs := &logBuffer{}
+	logs := &logtest.Buffer{}
 	f.rebuild(f.store, Options{
 		NumberOfRetries: retries, Logger: zerolog.New(logs).Level(zerolog.InfoLevel),
 	})
-	f.pub.outcome = returnedFor("nowhere")
+	f.pub.Outcome = returnedFor("nowhere")
 	for i := range msgs {
 		id := fmt.Sprintf("m-%03d", i)
 		f.insert(id, "nowhere", t0, amqp.Publishing{MessageId: id, Body: []byte(id)})
@@ -135,7 +105,7 @@ func TestUnroutableDestinationDoesNotStorm(t *testing.T) {
 		t.Errorf("all on the error queue %s after due; 5 retries back off 1+2+4+8+16 = 31 s", elapsed)
 	}
 
-	eq := f.pub.to("error")
+	eq := f.pub.To("error")
 	if len(eq) != msgs {
 		t.Fatalf("%d copies on the error queue, want %d", len(eq), msgs)
 	}
@@ -152,19 +122,19 @@ func TestUnroutableDestinationDoesNotStorm(t *testing.T) {
 	// At most one publish per message on its first attempt (nothing is
 	// known about the destination yet) and one on its last (no message goes
 	// to the error queue on another's refusal), and a probe per retry round.
-	publishes := len(f.pub.to("nowhere"))
-	t.Logf("%d publish attempts, %d log lines (%d warnings) for %d messages", publishes, len(logs.lines("")), len(logs.lines("warn")), msgs)
+	publishes := len(f.pub.To("nowhere"))
+	t.Logf("%d publish attempts, %d log lines (%d warnings) for %d messages", publishes, len(logs.LinesAt("")), len(logs.LinesAt("warn")), msgs)
 	if publishes > 2*msgs+2*retries {
 		t.Errorf("%d publish attempts to the unroutable destination; want at most %d (first and last attempts, and a probe per round)", publishes, 2*msgs+2*retries)
 	}
 	if c := f.counted(); c.failed != msgs*(retries+1) {
 		t.Errorf("%d failures counted, want %d: every attempt counts", c.failed, msgs*(retries+1))
 	}
-	if w := len(logs.lines("warn")); w > 2*(retries+1) {
+	if w := len(logs.LinesAt("warn")); w > 2*(retries+1) {
 		t.Errorf("%d warning lines; want the failures to one destination summarised, at most %d", w, 2*(retries+1))
 	}
 	// The error-queue moves: one line per message, once in its life.
-	if n := len(logs.lines("")); n > msgs+2*(retries+1) {
+	if n := len(logs.LinesAt("")); n > msgs+2*(retries+1) {
 		t.Errorf("%d log lines for %d messages", n, msgs)
 	}
 }
@@ -174,16 +144,10 @@ func TestUnroutableDestinationDoesNotStorm(t *testing.T) {
 // goes too when it was taken; a healthy destination is never held back.
 func TestRefusingDestinationIsProbed(t *testing.T) {
 	f := newFixture(t, 5)
-	queueExists := false
-	f.pub.outcome = func(m broker.Outgoing) error {
-		if m.RoutingKey == "late" && !queueExists {
-			return fmt.Errorf("%w: 312 NO_ROUTE", broker.ErrReturned)
-		}
-		return nil
-	}
+	f.pub.Outcome = returnedFor("late")
 	f.insert("first", "late", t0, amqp.Publishing{MessageId: "first"})
 	f.run(100)
-	if n := len(f.pub.to("late")); n != 1 {
+	if n := len(f.pub.To("late")); n != 1 {
 		t.Fatalf("%d publishes, want 1", n)
 	}
 
@@ -195,10 +159,10 @@ func TestRefusingDestinationIsProbed(t *testing.T) {
 	f.insert("healthy", "orders", t0, amqp.Publishing{MessageId: "healthy"})
 	f.clock.Advance(500 * time.Millisecond)
 	f.run(100)
-	if n := len(f.pub.to("late")); n != 1 {
+	if n := len(f.pub.To("late")); n != 1 {
 		t.Fatalf("%d publishes to the refusing destination within its probe interval, want still 1", n)
 	}
-	if n := len(f.pub.to("orders")); n != 1 {
+	if n := len(f.pub.To("orders")); n != 1 {
 		t.Fatalf("healthy destination: %d forwards, want 1", n)
 	}
 	row, ok := f.pending("within-0")
@@ -208,10 +172,10 @@ func TestRefusingDestinationIsProbed(t *testing.T) {
 
 	// The queue appears; the next round's probe is taken, and the rest of
 	// its window is forwarded after it.
-	queueExists = true
+	f.pub.Outcome = nil
 	f.clock.Advance(2 * time.Second)
 	f.run(100)
-	if n := len(f.pub.to("late")); n != 1+6 {
+	if n := len(f.pub.To("late")); n != 1+6 {
 		t.Fatalf("%d publishes, want 7 (the first attempt, then one probe and five after it)", n)
 	}
 	for _, id := range []string{"first", "within-0", "within-4"} {
@@ -225,7 +189,7 @@ func TestRefusingDestinationIsProbed(t *testing.T) {
 // count their attempt without a publish.
 func TestProbeRefusedAgainCountsTheWindow(t *testing.T) {
 	f := newFixture(t, 5)
-	f.pub.outcome = returnedFor("nowhere")
+	f.pub.Outcome = returnedFor("nowhere")
 	f.insert("a", "nowhere", t0, amqp.Publishing{MessageId: "a"})
 	f.run(100)
 	for _, id := range []string{"b", "c", "d"} {
@@ -233,7 +197,7 @@ func TestProbeRefusedAgainCountsTheWindow(t *testing.T) {
 	}
 	f.clock.Advance(time.Second) // a's retry and the probe interval are over
 	f.run(100)
-	if n := len(f.pub.to("nowhere")); n != 2 {
+	if n := len(f.pub.To("nowhere")); n != 2 {
 		t.Fatalf("%d publishes, want 2 (the first attempt and one probe)", n)
 	}
 	for _, id := range []string{"a", "b", "c", "d"} {
@@ -253,7 +217,7 @@ func TestProbeRefusedAgainCountsTheWindow(t *testing.T) {
 // rather than failing without a publish.
 func TestEarlyHandedRetryProbes(t *testing.T) {
 	f := newFixture(t, 5)
-	f.pub.outcome = returnedFor("nowhere")
+	f.pub.Outcome = returnedFor("nowhere")
 	f.insert("a", "nowhere", t0, amqp.Publishing{MessageId: "a"})
 	f.run(100)
 	row, _ := f.pending("a")
@@ -265,7 +229,7 @@ func TestEarlyHandedRetryProbes(t *testing.T) {
 	if _, err := f.deliver(wire.Token{ID: ls[0].ID, Lock: ls[0].Lock}); err != nil {
 		t.Fatal(err)
 	}
-	if n := len(f.pub.to("nowhere")); n != 2 {
+	if n := len(f.pub.To("nowhere")); n != 2 {
 		t.Fatalf("%d publishes, want 2: the retry probes", n)
 	}
 }
@@ -292,7 +256,7 @@ func TestRefusalIsKnownBeforeFailuresAreHandled(t *testing.T) {
 			unknownDuringHandling++
 		}
 	}}, Options{NumberOfRetries: 5, Logger: zerolog.Nop()})
-	f.pub.outcome = returnedFor("nowhere")
+	f.pub.Outcome = returnedFor("nowhere")
 	for _, id := range []string{"a", "b", "c"} {
 		f.insert(id, "nowhere", t0, amqp.Publishing{MessageId: id})
 	}
@@ -316,26 +280,20 @@ func TestRefusalIsKnownBeforeFailuresAreHandled(t *testing.T) {
 // broker refusing it.
 func TestLastAttemptIsAlwaysPublished(t *testing.T) {
 	f := newFixture(t, 0)
-	exists := false
-	f.pub.outcome = func(m broker.Outgoing) error {
-		if m.RoutingKey == "late" && !exists {
-			return fmt.Errorf("%w: 312 NO_ROUTE", broker.ErrReturned)
-		}
-		return nil
-	}
+	f.pub.Outcome = returnedFor("late")
 	f.insert("a", "late", t0, amqp.Publishing{MessageId: "a"})
 	f.run(100)
-	if n := len(f.pub.to("error")); n != 1 {
+	if n := len(f.pub.To("error")); n != 1 {
 		t.Fatalf("%d on the error queue, want a", n)
 	}
-	exists = true
+	f.pub.Outcome = nil // the queue is declared
 	f.insert("b", "late", t0, amqp.Publishing{MessageId: "b"})
 	f.clock.Advance(100 * time.Millisecond) // within the probe interval
 	f.run(100)
-	if n := len(f.pub.to("late")); n != 2 {
+	if n := len(f.pub.To("late")); n != 2 {
 		t.Fatalf("%d publishes, want 2: b's only attempt is published", n)
 	}
-	if _, ok := f.pending("b"); ok || len(f.pub.to("error")) != 1 {
+	if _, ok := f.pending("b"); ok || len(f.pub.To("error")) != 1 {
 		t.Fatal("b was not delivered")
 	}
 }
@@ -344,12 +302,12 @@ func TestLastAttemptIsAlwaysPublished(t *testing.T) {
 // released without a count, and the next forward probes again.
 func TestProbeLostWithTheConnectionIsNotCounted(t *testing.T) {
 	f := newFixture(t, 5)
-	f.pub.outcome = returnedFor("nowhere")
+	f.pub.Outcome = returnedFor("nowhere")
 	f.insert("a", "nowhere", t0, amqp.Publishing{MessageId: "a"})
 	f.run(100)
 	f.insert("b", "nowhere", t0, amqp.Publishing{MessageId: "b"})
 	f.clock.Advance(time.Second)
-	f.pub.outcome = func(broker.Outgoing) error { return fmt.Errorf("%w: channel closed", broker.ErrNotConfirmed) }
+	f.pub.Outcome = func(broker.Outgoing) error { return fmt.Errorf("%w: channel closed", broker.ErrNotConfirmed) }
 	toks := f.lease()
 	if len(toks) != 2 {
 		t.Fatalf("leased %d", len(toks))
@@ -363,10 +321,10 @@ func TestProbeLostWithTheConnectionIsNotCounted(t *testing.T) {
 		}
 	}
 	// The next forward is a probe again, not held back.
-	f.pub.outcome = nil
-	before := len(f.pub.to("nowhere"))
+	f.pub.Outcome = nil
+	before := len(f.pub.To("nowhere"))
 	f.run(100)
-	if n := len(f.pub.to("nowhere")) - before; n != 2 {
+	if n := len(f.pub.To("nowhere")) - before; n != 2 {
 		t.Fatalf("%d publishes after the lost probe, want 2 (probe, then the one it held)", n)
 	}
 }
@@ -396,7 +354,7 @@ func TestForwardWhoseRemoveFailsOnceIsNotForwardedAgain(t *testing.T) {
 	f.run(100)
 	f.clock.Advance(2 * time.Minute) // past the lease: an unremoved row is leased again
 	f.run(100)
-	if n := len(f.pub.to("orders")); n != 1 {
+	if n := len(f.pub.To("orders")); n != 1 {
 		t.Fatalf("forwarded %d times, want once", n)
 	}
 	if _, ok := f.pending("a"); ok {
@@ -432,7 +390,7 @@ func TestRemoveRetriesAreBoundedByTheLease(t *testing.T) {
 				NumberOfRetries: 3, Logger: zerolog.Nop(),
 			})
 			f.d.removeWait = time.Millisecond
-			f.pub.outcome = func(broker.Outgoing) error {
+			f.pub.Outcome = func(broker.Outgoing) error {
 				f.clock.Advance(tc.publishTakes)
 				return nil
 			}
@@ -440,7 +398,7 @@ func TestRemoveRetriesAreBoundedByTheLease(t *testing.T) {
 			if _, err := f.deliver(f.lease()...); err != nil {
 				t.Fatal(err)
 			}
-			if n := len(f.pub.to("orders")); n != 1 {
+			if n := len(f.pub.To("orders")); n != 1 {
 				t.Fatalf("forwarded %d times", n)
 			}
 			if n := fs.Calls(faultstore.Remove); n != tc.wantCalls {
@@ -465,7 +423,7 @@ func unpublishable(m broker.Outgoing) error {
 // dispatcher message is acked (no connection failure).
 func TestUnpublishableForwardFailsAlone(t *testing.T) {
 	f := newFixture(t, 0)
-	f.pub.outcome = unpublishable
+	f.pub.Outcome = unpublishable
 	long := strings.Repeat("q", 300)
 	f.insert("a", "orders", t0, amqp.Publishing{MessageId: "a"})
 	f.insert("bad", long, t0, amqp.Publishing{MessageId: "bad", Body: []byte("keep")})
@@ -479,10 +437,10 @@ func TestUnpublishableForwardFailsAlone(t *testing.T) {
 			t.Errorf("%s still pending", id)
 		}
 	}
-	if n := len(f.pub.to("orders")); n != 2 {
+	if n := len(f.pub.To("orders")); n != 2 {
 		t.Fatalf("%d forwards to orders, want 2", n)
 	}
-	eq := f.pub.to("error")
+	eq := f.pub.To("error")
 	if len(eq) != 1 || eq[0].Msg.MessageId != "bad" || string(eq[0].Msg.Body) != "keep" {
 		t.Fatalf("error queue: %+v", eq)
 	}
@@ -496,7 +454,7 @@ func TestUnpublishableForwardFailsAlone(t *testing.T) {
 // message leaves the store instead of looping.
 func TestUnpublishableErrorCopyCarriesTheRecord(t *testing.T) {
 	f := newFixture(t, 0)
-	f.pub.outcome = unpublishable
+	f.pub.Outcome = unpublishable
 	longKey := strings.Repeat("k", 300)
 	f.insert("bad", "orders", t0, amqp.Publishing{MessageId: "bad", Headers: amqp.Table{longKey: "v"}, Body: []byte("keep")})
 	row, _ := f.pending("bad")
@@ -506,7 +464,7 @@ func TestUnpublishableErrorCopyCarriesTheRecord(t *testing.T) {
 	if _, ok := f.pending("bad"); ok {
 		t.Fatal("still pending")
 	}
-	eq := f.pub.to("error")
+	eq := f.pub.To("error")
 	if len(eq) != 2 { // the copy as is (refused), then the record
 		t.Fatalf("%d error-queue publishes, want 2", len(eq))
 	}
@@ -538,7 +496,7 @@ func TestRecoveryFailuresOverTheRateAreCritical(t *testing.T) {
 				RecoveryFailuresPerSecond: 1,
 				OnCritical:                func(err error) { mu.Lock(); critical = append(critical, err); mu.Unlock() },
 			})
-			f.pub.outcome = returnedFor("nowhere")
+			f.pub.Outcome = returnedFor("nowhere")
 			for i := range tc.msgs {
 				f.insert(fmt.Sprint("m", i), "nowhere", t0, amqp.Publishing{})
 			}
@@ -562,34 +520,34 @@ func TestRecoveryFailuresOverTheRateAreCritical(t *testing.T) {
 // once, later ones once per interval with their count, and what is left
 // when the dispatcher stops is written then.
 func TestFailureWarningsAreSummarised(t *testing.T) {
-	logs := &logBuffer{}
+	logs := &logtest.Buffer{}
 	l := newFailureLog(10*time.Second, zerolog.New(logs))
 	for i := range 50 {
 		l.note("nowhere", fmt.Sprint("m", i), "returned", 1, t0.Add(time.Second), t0.Add(time.Duration(i)*100*time.Millisecond))
 	}
 	l.note("elsewhere", "x", "nacked", 2, t0, t0)
-	if n := len(logs.lines("warn")); n != 2 {
+	if n := len(logs.LinesAt("warn")); n != 2 {
 		t.Fatalf("%d lines for the first failures of two destinations, want 2", n)
 	}
 	l.flush(t0.Add(9*time.Second), false)
-	if n := len(logs.lines("warn")); n != 2 {
+	if n := len(logs.LinesAt("warn")); n != 2 {
 		t.Fatalf("a summary written before its interval was over")
 	}
 	l.flush(t0.Add(10*time.Second), false)
-	lines := logs.lines("warn")
+	lines := logs.LinesAt("warn")
 	if len(lines) != 3 || lines[2]["destination"] != "nowhere" || lines[2]["failures"] != float64(49) || lines[2]["last_id"] != "m49" {
 		t.Fatalf("summary %v", lines[len(lines)-1])
 	}
 	l.note("nowhere", "late", "returned", 2, t0, t0.Add(12*time.Second))
 	l.flush(t0.Add(13*time.Second), true) // the dispatcher stops
-	lines = logs.lines("warn")
+	lines = logs.LinesAt("warn")
 	if len(lines) != 4 || lines[3]["failures"] != float64(1) || lines[3]["last_id"] != "late" {
 		t.Fatalf("final summary %v", lines[len(lines)-1])
 	}
 	// Quiet for an interval: forgotten, so its next failure logs at once.
 	l.flush(t0.Add(30*time.Second), false)
 	l.note("nowhere", "again", "returned", 1, t0, t0.Add(31*time.Second))
-	if lines = logs.lines("warn"); len(lines) != 5 || lines[4]["id"] != "again" {
+	if lines = logs.LinesAt("warn"); len(lines) != 5 || lines[4]["id"] != "again" {
 		t.Fatalf("after a quiet interval: %v", lines[len(lines)-1])
 	}
 }
@@ -597,7 +555,7 @@ func TestFailureWarningsAreSummarised(t *testing.T) {
 // Thousands of distinct failing destinations at once (hostile, or a mass
 // outage) keep both the refusal map and the log bounded.
 func TestManyFailingDestinationsStayBounded(t *testing.T) {
-	logs := &logBuffer{}
+	logs := &logtest.Buffer{}
 	l := newFailureLog(10*time.Second, zerolog.New(logs))
 	s := newDestinations(time.Second, time.Minute, func(item) bool { return false })
 	returned := fmt.Errorf("%w: 312 NO_ROUTE", broker.ErrReturned)
@@ -609,12 +567,12 @@ func TestManyFailingDestinationsStayBounded(t *testing.T) {
 	if n := len(s.m); n > maxRefusals {
 		t.Errorf("%d refusing destinations kept, want at most %d", n, maxRefusals)
 	}
-	if n := len(logs.lines("warn")); n > maxRefusals+1 {
+	if n := len(logs.LinesAt("warn")); n > maxRefusals+1 {
 		t.Errorf("%d warnings for %d destinations, want at most %d", n, 5*maxRefusals, maxRefusals+1)
 	}
 	l.flush(t0.Add(10*time.Second), false)
 	var other map[string]any
-	for _, line := range logs.lines("warn") {
+	for _, line := range logs.LinesAt("warn") {
 		if line["destination"] == otherDestinations && line["failures"] != nil {
 			other = line
 		}

@@ -13,37 +13,9 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/delaybridge/delaybridge/broker"
+	"github.com/delaybridge/delaybridge/internal/brokertest"
 	"github.com/delaybridge/delaybridge/internal/logtest"
 )
-
-// gatePub answers each publish with answer(message id), and records the
-// size of every call.
-type gatePub struct {
-	mu     sync.Mutex
-	calls  []int
-	answer func(id string) error
-}
-
-func (p *gatePub) Publish(_ context.Context, msgs []broker.Outgoing) []error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.calls = append(p.calls, len(msgs))
-	res := make([]error, len(msgs))
-	for i, m := range msgs {
-		res[i] = p.answer(m.Msg.MessageId)
-	}
-	return res
-}
-
-func (p *gatePub) published() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	n := 0
-	for _, c := range p.calls {
-		n += c
-	}
-	return n
-}
 
 func copies(n int) []broker.Outgoing {
 	out := make([]broker.Outgoing, n)
@@ -86,7 +58,7 @@ func countIs(errs []error, target error) int {
 func TestGateIsBoundedWhileTheQueueRefuses(t *testing.T) {
 	clock := newGateClock()
 	full := true
-	pub := &gatePub{answer: func(string) error {
+	pub := &brokertest.Publisher{Outcome: func(broker.Outgoing) error {
 		if full {
 			return broker.ErrNacked
 		}
@@ -115,13 +87,14 @@ func TestGateIsBoundedWhileTheQueueRefuses(t *testing.T) {
 		clock.add(100 * time.Millisecond)
 	}
 	// 100 s of tries, one every 0.5–8 s: each a single message.
-	for _, n := range pub.calls[1:] {
+	calls := pub.Calls()
+	for _, n := range calls[1:] {
 		if n != 1 {
-			t.Fatalf("a publish of %d copies while refusing; want probes of one (%v)", n, pub.calls)
+			t.Fatalf("a publish of %d copies while refusing; want probes of one (%v)", n, calls)
 		}
 	}
-	if len(pub.calls) > 1+100/0.5 || len(pub.calls) < 1+100/8 {
-		t.Errorf("%d publishes in 100 s of refusals", len(pub.calls))
+	if len(calls) > 1+100/0.5 || len(calls) < 1+100/8 {
+		t.Errorf("%d publishes in 100 s of refusals", len(calls))
 	}
 	if len(waits) < 5 {
 		t.Fatalf("%d refused probes measured, want more", len(waits))
@@ -131,24 +104,18 @@ func TestGateIsBoundedWhileTheQueueRefuses(t *testing.T) {
 			t.Errorf("wait %d is %s: not doubling to the 8 s cap", i, w)
 		}
 	}
-	warns := 0
-	for _, l := range logs.Lines() {
-		if l["level"] == "warn" {
-			warns++
-		}
-	}
-	if warns > 1+100/10 {
+	if warns := len(logs.LinesAt("warn")); warns > 1+100/10 {
 		t.Errorf("%d warnings for 100 s of refusals, want one and a summary per 10 s", warns)
 	}
 
 	full = false
 	clock.add(8 * time.Second)
-	before := pub.published()
+	before := len(pub.Sent())
 	if res := g.Publish(ctx, pub, copies(4)); !allNil(res) || res[0] != nil || res[3] != nil {
 		t.Fatalf("after the queue has room: %v", res)
 	}
-	if got := pub.calls[len(pub.calls)-2:]; got[0] != 1 || got[1] != 3 || pub.published()-before != 4 {
-		t.Errorf("calls %v: want the probe, then the other three", got)
+	if got := pub.Calls(); got[len(got)-2] != 1 || got[len(got)-1] != 3 || len(pub.Sent())-before != 4 {
+		t.Errorf("calls %v: want the probe, then the other three", got[len(got)-2:])
 	}
 	if refusing, _, _ := g.Refusing(); refusing || g.Refused(clock.now()) != nil || g.RetryIn(clock.now()) != 0 {
 		t.Error("still refusing after a copy was taken")
@@ -175,7 +142,7 @@ func TestGateDeclaresAMissingQueueAgain(t *testing.T) {
 	clock := newGateClock()
 	exists := false
 	declares := 0
-	pub := &gatePub{answer: func(string) error {
+	pub := &brokertest.Publisher{Outcome: func(broker.Outgoing) error {
 		if !exists {
 			return fmt.Errorf("%w: 312 NO_ROUTE", broker.ErrReturned)
 		}
@@ -187,8 +154,8 @@ func TestGateDeclaresAMissingQueueAgain(t *testing.T) {
 	if res := g.Publish(context.Background(), pub, copies(3)); !allNil(res) || res[0] != nil {
 		t.Fatalf("Publish = %v, want all taken after the declaration", res)
 	}
-	if declares != 1 || len(pub.calls) != 2 || pub.calls[1] != 3 {
-		t.Errorf("%d declarations, calls %v; want one, then the three again", declares, pub.calls)
+	if declares != 1 || len(pub.Calls()) != 2 || pub.Calls()[1] != 3 {
+		t.Errorf("%d declarations, calls %v; want one, then the three again", declares, pub.Calls())
 	}
 	if refusing, _, _ := g.Refusing(); refusing {
 		t.Error("refusing after the copies were taken")
@@ -201,7 +168,7 @@ func TestGateDeclaresAMissingQueueAgain(t *testing.T) {
 // A declaration that fails leaves the queue refusing, with the reason.
 func TestGateWhenTheDeclarationFails(t *testing.T) {
 	clock := newGateClock()
-	pub := &gatePub{answer: func(string) error { return fmt.Errorf("%w: 312 NO_ROUTE", broker.ErrReturned) }}
+	pub := &brokertest.Publisher{Outcome: func(broker.Outgoing) error { return fmt.Errorf("%w: 312 NO_ROUTE", broker.ErrReturned) }}
 	declares := 0
 	g := NewGate(GateOptions{Queue: "error", Now: clock.now, Logger: zerolog.Nop(),
 		Declare: func(context.Context) error { declares++; return errors.New("403 ACCESS_REFUSED") }})
@@ -216,8 +183,8 @@ func TestGateWhenTheDeclarationFails(t *testing.T) {
 	for range 10 {
 		g.Publish(context.Background(), pub, copies(2))
 	}
-	if declares != 1 || len(pub.calls) != 1 {
-		t.Errorf("%d declarations and %d publishes, want 1 and 1 before the next try", declares, len(pub.calls))
+	if declares != 1 || len(pub.Calls()) != 1 {
+		t.Errorf("%d declarations and %d publishes, want 1 and 1 before the next try", declares, len(pub.Calls()))
 	}
 }
 
@@ -229,12 +196,12 @@ func TestGateProbes(t *testing.T) {
 	var mu sync.Mutex
 	entered, release := make(chan struct{}, 1), make(chan struct{})
 	block := false
-	pub := &gatePub{answer: func(string) error {
+	pub := &brokertest.Publisher{Outcome: func(broker.Outgoing) error {
 		mu.Lock()
 		defer mu.Unlock()
 		return answer
 	}}
-	blocking := Publisher(publishFunc(func(ctx context.Context, msgs []broker.Outgoing) []error {
+	blocking := Publisher(brokertest.PublishFunc(func(ctx context.Context, msgs []broker.Outgoing) []error {
 		if block {
 			entered <- struct{}{}
 			<-release
@@ -269,10 +236,4 @@ func TestGateProbes(t *testing.T) {
 	if res := g.Publish(ctx, blocking, copies(2)); !allNil(res) || res[0] != nil || res[1] != nil {
 		t.Errorf("after the probe was taken: %v", res)
 	}
-}
-
-type publishFunc func(ctx context.Context, msgs []broker.Outgoing) []error
-
-func (f publishFunc) Publish(ctx context.Context, msgs []broker.Outgoing) []error {
-	return f(ctx, msgs)
 }

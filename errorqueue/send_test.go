@@ -14,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/delaybridge/delaybridge/broker"
+	"github.com/delaybridge/delaybridge/internal/brokertest"
 	"github.com/delaybridge/delaybridge/message"
 	"github.com/delaybridge/delaybridge/wire"
 )
@@ -40,20 +41,15 @@ func newSender(counted *stageCounter) *Sender {
 // encoded at ingest), its id when valid, and a reason that says so; every
 // confirmed copy is counted at its stage, and nothing else is.
 func TestSendUnpublishableCopyGoesWhole(t *testing.T) {
-	var sent []broker.Outgoing
-	pub := publishFunc(func(_ context.Context, msgs []broker.Outgoing) []error {
-		res := make([]error, len(msgs))
-		for i, m := range msgs {
-			sent = append(sent, m)
-			switch {
-			case m.Msg.Headers["huge"] != nil:
-				res[i] = fmt.Errorf("%w: headers exceed the frame size", broker.ErrUnpublishable)
-			case m.Msg.MessageId == "refused":
-				res[i] = fmt.Errorf("%w: 312 NO_ROUTE", broker.ErrReturned)
-			}
+	pub := &brokertest.Publisher{Outcome: func(m broker.Outgoing) error {
+		switch {
+		case m.Msg.Headers["huge"] != nil:
+			return fmt.Errorf("%w: headers exceed the frame size", broker.ErrUnpublishable)
+		case m.Msg.MessageId == "refused":
+			return fmt.Errorf("%w: 312 NO_ROUTE", broker.ErrReturned)
 		}
-		return res
-	})
+		return nil
+	}}
 	counted := &stageCounter{}
 	s := newSender(counted)
 	huge := amqp.Table{"huge": "x"}
@@ -71,6 +67,7 @@ func TestSendUnpublishableCopyGoesWhole(t *testing.T) {
 	if len(results) != 4 || results[0] != nil || results[1] != nil || results[2] != nil || results[3] != nil {
 		t.Fatalf("results %v; want nil ×4", results)
 	}
+	sent := pub.Sent()
 	if len(sent) != 7 { // four copies, then three again in another form
 		t.Fatalf("%d publishes, want 7", len(sent))
 	}

@@ -11,8 +11,8 @@ import (
 
 	"github.com/delaybridge/delaybridge/intake"
 	"github.com/delaybridge/delaybridge/internal/amqptest"
+	"github.com/delaybridge/delaybridge/internal/brokertest"
 	"github.com/delaybridge/delaybridge/storage"
-	"github.com/delaybridge/delaybridge/wire"
 )
 
 // ctlStore records the schedule controls it is given; a key not in known
@@ -60,7 +60,7 @@ var controlSource = intake.Source{Name: "control", Queue: "ctl", Parser: intake.
 // error queue; an unknown control or an empty key never reaches a store.
 func TestScheduleControl(t *testing.T) {
 	store := &ctlStore{schedStore: &schedStore{fakeStore: &fakeStore{}}, known: map[string]bool{"mt:g/a": true}}
-	pub, a := &fakePublisher{}, amqptest.New(t)
+	pub, a := &brokertest.Publisher{}, amqptest.New(t)
 	var woke []time.Time
 	in := newIngester(store, pub, &woke)
 	wakes := 0
@@ -82,8 +82,8 @@ func TestScheduleControl(t *testing.T) {
 			t.Fatalf("control %d: %s, want acked", i, a.Outcome(uint64(i+1)))
 		}
 	}
-	if wakes != 1 || len(pub.sent) != 0 {
-		t.Fatalf("wakes %d (one resume changed a schedule), error copies %d", wakes, len(pub.sent))
+	if wakes != 1 || len(pub.Sent()) != 0 {
+		t.Fatalf("wakes %d (one resume changed a schedule), error copies %d", wakes, len(pub.Sent()))
 	}
 
 	store.fail = errors.New("disk")
@@ -95,15 +95,7 @@ func TestScheduleControl(t *testing.T) {
 		t.Fatalf("a control whose store failed: %s, want requeued", a2.Outcome(1))
 	}
 
-	plain := newIngester(&fakeStore{}, pub, &woke)
-	a3 := amqptest.New(t)
-	if err := plain.takeFrom(controlSource, pub, deliveries(a3, hs[0])); err != nil {
-		t.Fatal(err)
-	}
-	if a3.Outcome(1) != amqptest.Acked || len(pub.sent) != 1 ||
-		!strings.Contains(pub.sent[0].Msg.Headers[wire.HeaderError].(string), "cannot keep recurring schedules") {
-		t.Fatalf("store without schedules: %s, error copies %+v", a3.Outcome(1), pub.sent)
-	}
+	refusedWithoutSchedules(t, controlSource, hs[0])
 
 	for _, it := range []intake.Intake{{Op: intake.OpScheduleControl, ScheduleKey: "k"}, {Op: intake.OpScheduleControl, ScheduleKey: "k", Control: 9},
 		{Op: intake.OpScheduleControl, Control: intake.ScheduleCancel}} {

@@ -69,15 +69,8 @@ type errorQueueEnv struct {
 
 func newErrorQueueEnv(t *testing.T, errArgs amqp.Table) *errorQueueEnv {
 	t.Helper()
-	url := testenv.AMQPURL(t)
 	conn := testenv.DialAMQP(t)
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ch.Confirm(false); err != nil {
-		t.Fatal(err)
-	}
+	ch := testenv.ConfirmChannel(t, conn)
 	prefix := "ingest-errq-" + uuid.NewString()[:8]
 	e := &errorQueueEnv{t: t, conn: conn, ch: ch, timeouts: prefix + ".Timeouts", errQ: prefix + ".error", store: &fakeStore{}, logs: &logtest.Buffer{}}
 	declare := func(ch *amqp.Channel, q string, args amqp.Table) error {
@@ -113,37 +106,17 @@ func newErrorQueueEnv(t *testing.T, errArgs amqp.Table) *errorQueueEnv {
 			defer c.Close()
 			return declare(c, e.errQ, errArgs)
 		}})
-
-	cc := broker.NewConn(broker.ConnOptions{URL: url, Name: t.Name(), Logger: zerolog.Nop()})
-	if err := cc.Connect(); err != nil {
-		t.Fatal(err)
-	}
-	// The ingester stops before its connection, as the bridge stops them
-	// (bridge.Run): an ingester stopped while an error copy's confirm is on
-	// its way still acks the delivery, which a connection closed under it
-	// would requeue instead, so that the copy would be made twice.
-	ctx, cancel := context.WithCancel(context.Background())
-	connCtx, cancelConn := context.WithCancel(context.Background())
 	all, _ := CompileGlobs([]string{"*"})
-	in := New(cc, func(context.Context) (Publisher, error) { return e.pub, nil }, e.store, Options{
+	stop := runIngester(t, e.store, e.pub, Options{
 		Sources: []intake.Source{nsbtimeout.TimeoutsSource(e.timeouts)}, Errors: e.gate, Prefetch: 20, MaxBatch: 20,
-		Rules:  Rules{MaxMessageBytes: 1 << 20, Allowed: all, Reserved: []string{e.timeouts, e.errQ}},
+		Rules:  Rules{Allowed: all, Reserved: []string{e.timeouts, e.errQ}},
 		Logger: log,
 	})
-	var conns, ingesting sync.WaitGroup
-	conns.Go(func() { _ = cc.Run(connCtx) })
-	ingesting.Go(func() {
-		if err := in.Run(ctx); err != nil {
+	e.stop = func() {
+		if err := stop(); err != nil {
 			t.Errorf("Run: %v", err)
 		}
-	})
-	e.stop = func() {
-		cancel()
-		ingesting.Wait()
-		cancelConn()
-		conns.Wait()
 	}
-	t.Cleanup(e.stop)
 	return e
 }
 
@@ -160,13 +133,7 @@ func (e *errorQueueEnv) publish(invalid, valid int) {
 			Headers: amqp.Table{wire.HeaderDestination: "orders", wire.HeaderDelay: int32(60000)}})
 	}
 	for _, m := range msgs {
-		dc, err := e.ch.PublishWithDeferredConfirmWithContext(context.Background(), "", e.timeouts, true, false, m)
-		if err != nil {
-			e.t.Fatal(err)
-		}
-		if ok, err := dc.WaitContext(context.Background()); !ok || err != nil {
-			e.t.Fatalf("publish %s: not confirmed (%v)", m.MessageId, err)
-		}
+		testenv.PublishConfirmed(e.t, e.ch, "", e.timeouts, m)
 	}
 }
 
@@ -174,27 +141,6 @@ func (e *errorQueueEnv) stored() int {
 	e.store.mu.Lock()
 	defer e.store.mu.Unlock()
 	return len(e.store.rows)
-}
-
-func (e *errorQueueEnv) depth(q string) int {
-	e.t.Helper()
-	st, err := e.ch.QueueDeclarePassive(q, false, false, false, false, nil)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	return st.Messages
-}
-
-// waitFor waits, at most a minute, until cond holds.
-func (e *errorQueueEnv) waitFor(what string, cond func() bool) {
-	e.t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for !cond() {
-		if time.Now().After(deadline) {
-			e.t.Fatalf("waited a minute for %s", what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }
 
 // copyIDs takes every copy off the error queue and counts them by id.
@@ -223,7 +169,7 @@ func TestIngestWhileTheErrorQueueIsFull(t *testing.T) {
 	const invalid, valid = 15, 5
 	e.publish(invalid, valid)
 	// Five refused tries after the first refusal, and the valid ones in.
-	e.waitFor("the valid messages stored and five refused tries", func() bool {
+	testenv.WaitFor(t, time.Minute, "the valid messages stored and five refused tries", func() bool {
 		refused := 0
 		for _, c := range e.pub.snapshot() {
 			if c.refused > 0 {
@@ -253,7 +199,7 @@ func TestIngestWhileTheErrorQueueIsFull(t *testing.T) {
 	}
 
 	got := map[string]int{}
-	e.waitFor("every invalid message on the error queue", func() bool {
+	testenv.WaitFor(t, time.Minute, "every invalid message on the error queue", func() bool {
 		e.takeCopies(got)
 		return len(got) == invalid
 	})
@@ -264,7 +210,7 @@ func TestIngestWhileTheErrorQueueIsFull(t *testing.T) {
 			t.Errorf("%s on the error queue %d times", id, n)
 		}
 	}
-	if n := e.depth(e.timeouts); n != 0 {
+	if n := testenv.QueueDepth(t, e.ch, e.timeouts); n != 0 {
 		t.Errorf("E.Timeouts holds %d messages after the error queue took them all", n)
 	}
 	if n := e.logs.CountMessage("the error queue takes copies again"); n != 1 {
@@ -282,9 +228,9 @@ func TestIngestDeclaresADeletedErrorQueueAgain(t *testing.T) {
 	}
 	const invalid, valid = 10, 3
 	e.publish(invalid, valid)
-	e.waitFor("the valid messages stored", func() bool { return e.stored() == valid })
+	testenv.WaitFor(t, time.Minute, "the valid messages stored", func() bool { return e.stored() == valid })
 	got := map[string]int{}
-	e.waitFor("every invalid message on the error queue", func() bool {
+	testenv.WaitFor(t, time.Minute, "every invalid message on the error queue", func() bool {
 		if _, err := e.ch.QueueDeclarePassive(e.errQ, false, false, false, false, nil); err != nil {
 			// Not declared yet: the failed passive declaration closed the
 			// channel.
@@ -302,7 +248,7 @@ func TestIngestDeclaresADeletedErrorQueueAgain(t *testing.T) {
 			t.Errorf("%s on the error queue %d times", id, n)
 		}
 	}
-	if n := e.depth(e.timeouts); n != 0 {
+	if n := testenv.QueueDepth(t, e.ch, e.timeouts); n != 0 {
 		t.Errorf("E.Timeouts holds %d messages", n)
 	}
 	if n := e.logs.CountMessage("the error queue was missing (a copy came back as unroutable); declared it again"); n != 1 {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/delaybridge/delaybridge/intake"
 	"github.com/delaybridge/delaybridge/internal/amqptest"
+	"github.com/delaybridge/delaybridge/internal/brokertest"
 	"github.com/delaybridge/delaybridge/wire"
 )
 
@@ -51,7 +52,7 @@ func TestAllowListOfExchanges(t *testing.T) {
 }
 
 func TestExchangeDestinationIsStored(t *testing.T) {
-	store, pub, s := &fakeStore{}, &fakePublisher{}, amqptest.New(t)
+	store, pub, s := &fakeStore{}, &brokertest.Publisher{}, amqptest.New(t)
 	var woke []time.Time
 	in := newIngester(store, pub, &woke)
 	batch := deliveries(s,
@@ -65,10 +66,10 @@ func TestExchangeDestinationIsStored(t *testing.T) {
 	if !ok || row.Exchange != "events" || row.Destination != "orders.eu" {
 		t.Fatalf("row %+v", row)
 	}
-	if _, ok := store.rows["m1"]; ok || len(pub.sent) != 1 {
-		t.Fatalf("the message naming both kinds of destination was stored, or not sent to the error queue (%d copies)", len(pub.sent))
+	if _, ok := store.rows["m1"]; ok || len(pub.Sent()) != 1 {
+		t.Fatalf("the message naming both kinds of destination was stored, or not sent to the error queue (%d copies)", len(pub.Sent()))
 	}
-	if got := pub.sent[0].Msg.Headers[wire.HeaderError]; !strings.Contains(got.(string), "both name a destination") {
+	if got := pub.Sent()[0].Msg.Headers[wire.HeaderError]; !strings.Contains(got.(string), "both name a destination") {
 		t.Fatalf("error copy reason %q", got)
 	}
 }

@@ -10,6 +10,8 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/delaybridge/delaybridge/intake"
+	"github.com/delaybridge/delaybridge/internal/brokertest"
+	"github.com/delaybridge/delaybridge/internal/testenv"
 	"github.com/delaybridge/delaybridge/protocol/nsbtimeout"
 	"github.com/delaybridge/delaybridge/storage"
 	"github.com/delaybridge/delaybridge/wire"
@@ -23,7 +25,7 @@ func runHolding(t *testing.T, maxBatch int, urgent time.Duration) (*amqp.Channel
 	q := "ingest-test-" + uuid.NewString()[:8] + ".Timeouts"
 	declareTestQueues(t, ach, q)
 	store := &fakeStore{}
-	stop := runIngester(t, store, &lockedPublisher{}, Options{
+	stop := runIngester(t, store, &brokertest.Publisher{}, Options{
 		Sources: []intake.Source{nsbtimeout.TimeoutsSource(q)}, Rules: Rules{Reserved: []string{q}},
 		Prefetch: maxBatch, MaxBatch: maxBatch, Hold: time.Hour, Urgent: urgent,
 	})
@@ -57,16 +59,9 @@ func TestHoldGathersUntilSomethingIsDueSoon(t *testing.T) {
 		t.Fatalf("%d rows in %d commits while held, want none", rows, calls)
 	}
 	publish("soon", time.Second)
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		if rows, _ := stored(); rows == 4 {
-			break
-		}
-		if time.Now().After(deadline) {
-			rows, calls := stored()
-			t.Fatalf("%d of 4 rows stored in %d commits after a message due soon", rows, calls)
-		}
-		time.Sleep(10 * time.Millisecond)
+	if !testenv.Eventually(20*time.Second, func() bool { rows, _ := stored(); return rows == 4 }) {
+		rows, calls := stored()
+		t.Fatalf("%d of 4 rows stored in %d commits after a message due soon", rows, calls)
 	}
 	if err := stop(); err != nil {
 		t.Fatalf("Run: %v", err)
@@ -74,7 +69,7 @@ func TestHoldGathersUntilSomethingIsDueSoon(t *testing.T) {
 	if _, calls := stored(); calls != 1 {
 		t.Errorf("%d commits, want 1: the held messages and the one due soon together", calls)
 	}
-	if n := queueDepth(t, ach, q); n != 0 {
+	if n := testenv.QueueDepth(t, ach, q); n != 0 {
 		t.Errorf("%s holds %d messages: a delivery was not acknowledged", q, n)
 	}
 }
@@ -90,18 +85,13 @@ func TestHoldEndsAtHalfABatch(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	rows := func() int {
 		store.mu.Lock()
-		rows := len(store.rows)
-		store.mu.Unlock()
-		if rows == 5 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of 5 rows stored: half a batch waited for the hold", rows)
-		}
-		time.Sleep(10 * time.Millisecond)
+		defer store.mu.Unlock()
+		return len(store.rows)
+	}
+	if !testenv.Eventually(20*time.Second, func() bool { return rows() == 5 }) {
+		t.Fatalf("%d of 5 rows stored: half a batch waited for the hold", rows())
 	}
 	if err := stop(); err != nil {
 		t.Fatalf("Run: %v", err)
@@ -134,14 +124,4 @@ func TestPatient(t *testing.T) {
 	if in.patient(row(time.Hour)) {
 		t.Error("patient with a Hold no longer than Linger")
 	}
-}
-
-// queueDepth is the number of messages ready in q.
-func queueDepth(t *testing.T, ch *amqp.Channel, q string) int {
-	t.Helper()
-	st, err := ch.QueueDeclarePassive(q, false, false, false, false, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return st.Messages
 }

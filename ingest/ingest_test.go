@@ -18,6 +18,7 @@ import (
 	"github.com/delaybridge/delaybridge/errorqueue"
 	"github.com/delaybridge/delaybridge/intake"
 	"github.com/delaybridge/delaybridge/internal/amqptest"
+	"github.com/delaybridge/delaybridge/internal/brokertest"
 	"github.com/delaybridge/delaybridge/message"
 	"github.com/delaybridge/delaybridge/protocol/nsbtimeout"
 	"github.com/delaybridge/delaybridge/storage"
@@ -148,22 +149,6 @@ func (s *fakeStore) Cancel(_ context.Context, id string, _ storage.CancelMode) e
 	return nil
 }
 
-type fakePublisher struct {
-	sent []broker.Outgoing
-	fail error
-}
-
-func (p *fakePublisher) Close() error { return nil }
-
-func (p *fakePublisher) Publish(_ context.Context, msgs []broker.Outgoing) []error {
-	res := make([]error, len(msgs))
-	for i, m := range msgs {
-		p.sent = append(p.sent, m)
-		res[i] = p.fail
-	}
-	return res
-}
-
 var now0 = time.Date(2026, 11, 21, 20, 0, 0, 0, time.UTC)
 
 func newIngester(store Store, _ Publisher, woke *[]time.Time) *Ingester {
@@ -191,38 +176,35 @@ var testSource = nsbtimeout.TimeoutsSource("e.Timeouts")
 // take runs ds through ingest as one batch of testSource; the deliveries it
 // holds go back to the queue afterwards, as when the session ends.
 func (in *Ingester) take(pub Publisher, ds []amqp.Delivery) error {
-	held, err := in.takeHolding(pub, ds, nil)
-	if rerr := requeueHeld(held); err == nil {
-		err = rerr
-	}
-	return err
+	return in.takeFrom(testSource, pub, ds)
 }
 
 // takeHolding runs ds through ingest as one batch of testSource, in a
 // session that holds held already; it returns what the session holds then.
 func (in *Ingester) takeHolding(pub Publisher, ds []amqp.Delivery, held []entry) ([]entry, error) {
-	batch := make([]entry, len(ds))
-	for i, d := range ds {
-		batch[i] = in.classify(testSource, d)
-	}
-	return in.handle(context.Background(), testSource, pub, batch, held)
+	return in.takeFromHolding(testSource, pub, ds, held)
 }
 
-// takeFrom runs ds through ingest as one batch of src.
+// takeFrom runs ds through ingest as one batch of src, as take does.
 func (in *Ingester) takeFrom(src intake.Source, pub Publisher, ds []amqp.Delivery) error {
-	batch := make([]entry, len(ds))
-	for i, d := range ds {
-		batch[i] = in.classify(src, d)
-	}
-	held, err := in.handle(context.Background(), src, pub, batch, nil)
+	held, err := in.takeFromHolding(src, pub, ds, nil)
 	if rerr := requeueHeld(held); err == nil {
 		err = rerr
 	}
 	return err
 }
 
+// takeFromHolding is takeHolding with deliveries of src.
+func (in *Ingester) takeFromHolding(src intake.Source, pub Publisher, ds []amqp.Delivery, held []entry) ([]entry, error) {
+	batch := make([]entry, len(ds))
+	for i, d := range ds {
+		batch[i] = in.classify(src, d)
+	}
+	return in.handle(context.Background(), src, pub, batch, held)
+}
+
 func TestValidBatchIsStoredThenAckedOnce(t *testing.T) {
-	store, pub, s := &fakeStore{}, &fakePublisher{}, amqptest.New(t)
+	store, pub, s := &fakeStore{}, &brokertest.Publisher{}, amqptest.New(t)
 	var woke []time.Time
 	in := newIngester(store, pub, &woke)
 	batch := deliveries(s,
@@ -259,7 +241,7 @@ func TestValidBatchIsStoredThenAckedOnce(t *testing.T) {
 // goes to the error queue before the commit, so a broken store neither keeps
 // it on E.Timeouts nor copies it again on every redelivery.
 func TestStoreFailureRequeuesWhatItCouldNotStore(t *testing.T) {
-	store, pub, s := &fakeStore{fail: errors.New("disk full")}, &fakePublisher{}, amqptest.New(t)
+	store, pub, s := &fakeStore{fail: errors.New("disk full")}, &brokertest.Publisher{}, amqptest.New(t)
 	var woke []time.Time
 	in := newIngester(store, pub, &woke)
 	batch := deliveries(s, amqp.Table{wire.HeaderDestination: "a", wire.HeaderDelay: int32(1)}, amqp.Table{},
@@ -275,8 +257,8 @@ func TestStoreFailureRequeuesWhatItCouldNotStore(t *testing.T) {
 	if len(s.Multiple()) != 0 {
 		t.Errorf("multiple acks %v with requeued deliveries in the batch", s.Multiple())
 	}
-	if len(pub.sent) != 1 || string(pub.sent[0].Msg.Body) != "body1" {
-		t.Fatalf("error queue got %d copies, want the invalid message's only", len(pub.sent))
+	if len(pub.Sent()) != 1 || string(pub.Sent()[0].Msg.Body) != "body1" {
+		t.Fatalf("error queue got %d copies, want the invalid message's only", len(pub.Sent()))
 	}
 	if len(woke) != 0 {
 		t.Fatal("the poller was woken without a commit")
@@ -284,7 +266,7 @@ func TestStoreFailureRequeuesWhatItCouldNotStore(t *testing.T) {
 }
 
 func TestInvalidGoesToErrorQueueAndIsAckedAfterConfirm(t *testing.T) {
-	store, pub, s := &fakeStore{}, &fakePublisher{}, amqptest.New(t)
+	store, pub, s := &fakeStore{}, &brokertest.Publisher{}, amqptest.New(t)
 	var woke []time.Time
 	in := newIngester(store, pub, &woke)
 	batch := deliveries(s,
@@ -304,10 +286,10 @@ func TestInvalidGoesToErrorQueueAndIsAckedAfterConfirm(t *testing.T) {
 			t.Errorf("tag %d not acked", tag)
 		}
 	}
-	if len(pub.sent) != 3 {
-		t.Fatalf("%d on the error queue, want 3", len(pub.sent))
+	if len(pub.Sent()) != 3 {
+		t.Fatalf("%d on the error queue, want 3", len(pub.Sent()))
 	}
-	m := pub.sent[0]
+	m := pub.Sent()[0]
 	if m.RoutingKey != "error" || !m.Mandatory {
 		t.Fatalf("sent to %q mandatory=%v", m.RoutingKey, m.Mandatory)
 	}
@@ -323,7 +305,7 @@ func TestInvalidGoesToErrorQueueAndIsAckedAfterConfirm(t *testing.T) {
 }
 
 func TestInvalidIsRequeuedWhenTheErrorQueueDoesNotConfirm(t *testing.T) {
-	store, pub, s := &fakeStore{}, &fakePublisher{fail: broker.ErrNacked}, amqptest.New(t)
+	store, pub, s := &fakeStore{}, &brokertest.Publisher{Outcome: brokertest.Always(broker.ErrNacked)}, amqptest.New(t)
 	var woke []time.Time
 	in := newIngester(store, pub, &woke)
 	if err := in.take(pub, deliveries(s, amqp.Table{})); err != nil {
@@ -341,7 +323,7 @@ func TestInvalidIsRequeuedWhenTheErrorQueueDoesNotConfirm(t *testing.T) {
 // their copies are confirmed.
 func TestRefusedInvalidMessagesAreHeldAndTriedAgain(t *testing.T) {
 	clock := now0
-	store, pub, s := &fakeStore{}, &fakePublisher{fail: broker.ErrNacked}, amqptest.New(t)
+	store, pub, s := &fakeStore{}, &brokertest.Publisher{Outcome: brokertest.Always(broker.ErrNacked)}, amqptest.New(t)
 	var woke []time.Time
 	in := newIngester(store, pub, &woke)
 	in.opts.Now = func() time.Time { return clock }
@@ -357,29 +339,29 @@ func TestRefusedInvalidMessagesAreHeldAndTriedAgain(t *testing.T) {
 		return out
 	}
 	held, err := in.takeHolding(pub, ds[:2], nil)
-	if err != nil || len(held) != 1 || len(pub.sent) != 1 || s.Outcome(1) != amqptest.Unsettled || s.Outcome(2) != amqptest.Acked {
-		t.Fatalf("first batch: %d held, %d sent, %v, %v", len(held), len(pub.sent), outcomes(), err)
+	if err != nil || len(held) != 1 || len(pub.Sent()) != 1 || s.Outcome(1) != amqptest.Unsettled || s.Outcome(2) != amqptest.Acked {
+		t.Fatalf("first batch: %d held, %d sent, %v, %v", len(held), len(pub.Sent()), outcomes(), err)
 	}
 	// While the queue refuses, new invalid messages are held without a
 	// publish, and the valid one is stored and acked alone.
 	held, err = in.takeHolding(pub, ds[2:], held)
-	if err != nil || len(held) != 3 || len(pub.sent) != 1 || s.Outcome(5) != amqptest.Acked || len(store.rows) != 2 {
-		t.Fatalf("second batch: %d held, %d sent, %v, %d stored, %v", len(held), len(pub.sent), outcomes(), len(store.rows), err)
+	if err != nil || len(held) != 3 || len(pub.Sent()) != 1 || s.Outcome(5) != amqptest.Acked || len(store.rows) != 2 {
+		t.Fatalf("second batch: %d held, %d sent, %v, %d stored, %v", len(held), len(pub.Sent()), outcomes(), len(store.rows), err)
 	}
 	if m := s.Multiple(); len(m) != 0 {
 		t.Fatalf("multiple acks %v over held deliveries", m)
 	}
-	if held, err = in.retryHeld(context.Background(), testSource, pub, held); err != nil || len(held) != 3 || len(pub.sent) != 1 {
-		t.Fatalf("a try before the backoff: %d held, %d sent, %v", len(held), len(pub.sent), err)
+	if held, err = in.retryHeld(context.Background(), testSource, pub, held); err != nil || len(held) != 3 || len(pub.Sent()) != 1 {
+		t.Fatalf("a try before the backoff: %d held, %d sent, %v", len(held), len(pub.Sent()), err)
 	}
 	clock = clock.Add(time.Second)
-	if held, err = in.retryHeld(context.Background(), testSource, pub, held); err != nil || len(held) != 3 || len(pub.sent) != 2 {
-		t.Fatalf("a refused probe: %d held, %d sent, %v", len(held), len(pub.sent), err)
+	if held, err = in.retryHeld(context.Background(), testSource, pub, held); err != nil || len(held) != 3 || len(pub.Sent()) != 2 {
+		t.Fatalf("a refused probe: %d held, %d sent, %v", len(held), len(pub.Sent()), err)
 	}
-	pub.fail = nil
+	pub.Outcome = nil
 	clock = clock.Add(time.Second)
-	if held, err = in.retryHeld(context.Background(), testSource, pub, held); err != nil || len(held) != 0 || len(pub.sent) != 5 {
-		t.Fatalf("once the queue takes copies: %d held, %d sent, %v", len(held), len(pub.sent), err)
+	if held, err = in.retryHeld(context.Background(), testSource, pub, held); err != nil || len(held) != 0 || len(pub.Sent()) != 5 {
+		t.Fatalf("once the queue takes copies: %d held, %d sent, %v", len(held), len(pub.Sent()), err)
 	}
 	for tag, o := range outcomes() {
 		if o != amqptest.Acked {
@@ -393,7 +375,7 @@ func TestRefusedInvalidMessagesAreHeldAndTriedAgain(t *testing.T) {
 // stored, with a warning that says so; another send of the id (anything
 // differs, here the body) is stored as send 2.
 func TestRedeliveryIsAckedNotStoredTwice(t *testing.T) {
-	store, pub, s := &fakeStore{}, &fakePublisher{}, amqptest.New(t)
+	store, pub, s := &fakeStore{}, &brokertest.Publisher{}, amqptest.New(t)
 	var woke []time.Time
 	in := newIngester(store, pub, &woke)
 	var logs strings.Builder
@@ -423,7 +405,7 @@ func TestRedeliveryIsAckedNotStoredTwice(t *testing.T) {
 // the moment the first arrives, with the same id, headers and body, gets
 // it delivered again (docs/contract.md §2.4).
 func TestSendMatchingALeasedOneIsStored(t *testing.T) {
-	store, pub, s := &fakeStore{}, &fakePublisher{}, amqptest.New(t)
+	store, pub, s := &fakeStore{}, &brokertest.Publisher{}, amqptest.New(t)
 	var woke []time.Time
 	in := newIngester(store, pub, &woke)
 	h := amqp.Table{wire.HeaderDestination: "a", wire.HeaderDelay: int32(1)}
@@ -444,7 +426,7 @@ func TestSendMatchingALeasedOneIsStored(t *testing.T) {
 // published twice is delivered twice, even while the first is pending
 // (docs/contract.md §2.7).
 func TestNewSendsAreAllStored(t *testing.T) {
-	store, pub := &fakeStore{}, &fakePublisher{}
+	store, pub := &fakeStore{}, &brokertest.Publisher{}
 	var woke []time.Time
 	in := newIngester(store, pub, &woke)
 	src := intake.Source{Name: "new sends", Queue: "e.Timeouts", Parser: intake.ParserFunc(func(d *amqp.Delivery, receivedAt time.Time) intake.Intake {
@@ -469,7 +451,7 @@ func TestNewSendsAreAllStored(t *testing.T) {
 // (docs/contract.md §3.3). The debug log says the stored one was a
 // redelivery, which is how a crash test tells this duplicate apart.
 func TestRedeliveryAfterTheDeliveryIsStoredAgain(t *testing.T) {
-	store, pub, s := &fakeStore{}, &fakePublisher{}, amqptest.New(t)
+	store, pub, s := &fakeStore{}, &brokertest.Publisher{}, amqptest.New(t)
 	var woke []time.Time
 	in := newIngester(store, pub, &woke)
 	var logs strings.Builder
@@ -495,7 +477,7 @@ func TestRedeliveryAfterTheDeliveryIsStoredAgain(t *testing.T) {
 }
 
 func TestGeneratedIDIsForwarded(t *testing.T) {
-	store, pub, s := &fakeStore{}, &fakePublisher{}, amqptest.New(t)
+	store, pub, s := &fakeStore{}, &brokertest.Publisher{}, amqptest.New(t)
 	var woke []time.Time
 	in := newIngester(store, pub, &woke)
 	b := deliveries(s, amqp.Table{wire.HeaderDestination: "a", wire.HeaderDelay: int32(1)})
@@ -512,7 +494,7 @@ func TestGeneratedIDIsForwarded(t *testing.T) {
 }
 
 func TestStoredAreAckedEvenWhenTheErrorQueueConnectionFails(t *testing.T) {
-	store, pub, s := &fakeStore{}, &fakePublisher{fail: fmt.Errorf("%w: connection lost", broker.ErrNotConfirmed)}, amqptest.New(t)
+	store, pub, s := &fakeStore{}, &brokertest.Publisher{Outcome: brokertest.Always(fmt.Errorf("%w: connection lost", broker.ErrNotConfirmed))}, amqptest.New(t)
 	var woke []time.Time
 	in := newIngester(store, pub, &woke)
 	b := deliveries(s, amqp.Table{wire.HeaderDestination: "a", wire.HeaderDelay: int32(1)}, amqp.Table{})
@@ -528,7 +510,7 @@ func TestStoredAreAckedEvenWhenTheErrorQueueConnectionFails(t *testing.T) {
 }
 
 func TestCancelOverAMQP(t *testing.T) {
-	store, pub, s := &fakeStore{leased: map[string]bool{"busy": true}}, &fakePublisher{}, amqptest.New(t)
+	store, pub, s := &fakeStore{leased: map[string]bool{"busy": true}}, &brokertest.Publisher{}, amqptest.New(t)
 	var woke []time.Time
 	in := newIngester(store, pub, &woke)
 	// A message, then a cancel of it in the same batch (cancels end a batch).
@@ -540,8 +522,8 @@ func TestCancelOverAMQP(t *testing.T) {
 	if _, ok := store.rows["m0"]; ok {
 		t.Fatal("the cancelled message is still pending")
 	}
-	if !(s.Outcome(1) == amqptest.Acked) || !(s.Outcome(2) == amqptest.Acked) || len(pub.sent) != 0 {
-		t.Fatalf("%s, %s (multiple %v), error queue %d", s.Outcome(1), s.Outcome(2), s.Multiple(), len(pub.sent))
+	if !(s.Outcome(1) == amqptest.Acked) || !(s.Outcome(2) == amqptest.Acked) || len(pub.Sent()) != 0 {
+		t.Fatalf("%s, %s (multiple %v), error queue %d", s.Outcome(1), s.Outcome(2), s.Multiple(), len(pub.Sent()))
 	}
 
 	// Nothing pending, or too late: settled (acked), not an error.
@@ -552,8 +534,8 @@ func TestCancelOverAMQP(t *testing.T) {
 	if err := in.take(pub, b2); err != nil {
 		t.Fatal(err)
 	}
-	if !(s2.Outcome(1) == amqptest.Acked) || !(s2.Outcome(2) == amqptest.Acked) || len(pub.sent) != 0 {
-		t.Fatalf("%s, %s, error queue %d", s2.Outcome(1), s2.Outcome(2), len(pub.sent))
+	if !(s2.Outcome(1) == amqptest.Acked) || !(s2.Outcome(2) == amqptest.Acked) || len(pub.Sent()) != 0 {
+		t.Fatalf("%s, %s, error queue %d", s2.Outcome(1), s2.Outcome(2), len(pub.Sent()))
 	}
 	if _, ok := store.rows["busy"]; !ok {
 		t.Fatal("a message being dispatched was cancelled")
@@ -566,11 +548,11 @@ func TestCancelOverAMQP(t *testing.T) {
 	if err := in.take(pub, b3); err != nil {
 		t.Fatal(err)
 	}
-	if len(pub.sent) != 3 {
-		t.Fatalf("%d on the error queue, want 3", len(pub.sent))
+	if len(pub.Sent()) != 3 {
+		t.Fatalf("%d on the error queue, want 3", len(pub.Sent()))
 	}
 	for i, want := range []string{"is empty", "must have no body", "must be a string"} {
-		if r := pub.sent[i].Msg.Headers[wire.HeaderError].(string); !strings.Contains(r, want) {
+		if r := pub.Sent()[i].Msg.Headers[wire.HeaderError].(string); !strings.Contains(r, want) {
 			t.Errorf("reason %q, want it to mention %q", r, want)
 		}
 	}
@@ -592,7 +574,7 @@ func TestCancelOverAMQP(t *testing.T) {
 // rows as already pending: the poller is still woken for them, or a message
 // due now would wait for the next poll interval.
 func TestWakesEvenWhenEveryRowIsReportedDuplicate(t *testing.T) {
-	store, pub, s := &fakeStore{rows: map[string]storage.Timeout{"m0": {}, "m1": {}}}, &fakePublisher{}, amqptest.New(t)
+	store, pub, s := &fakeStore{rows: map[string]storage.Timeout{"m0": {}, "m1": {}}}, &brokertest.Publisher{}, amqptest.New(t)
 	var woke []time.Time
 	in := newIngester(store, pub, &woke)
 	batch := deliveries(s,
@@ -614,7 +596,7 @@ func TestWakesEvenWhenEveryRowIsReportedDuplicate(t *testing.T) {
 // cancel must be requeued with them: left unsettled, it would be acked by the
 // next batch's multiple ack and lost, and the message it names delivered.
 func TestCancelAfterAFailedCommitIsRequeuedNotLost(t *testing.T) {
-	store, pub := &fakeStore{fail: errors.New("disk full")}, &fakePublisher{}
+	store, pub := &fakeStore{fail: errors.New("disk full")}, &brokertest.Publisher{}
 	a := amqptest.New(t)
 	var woke []time.Time
 	in := newIngester(store, pub, &woke)
@@ -637,32 +619,27 @@ func TestCancelAfterAFailedCommitIsRequeuedNotLost(t *testing.T) {
 
 // unpublishableOnce refuses, as AMQP cannot carry it, every copy that still
 // has the original's "huge" header, and takes the rest.
-type unpublishableOnce struct{ fakePublisher }
-
-func (p *unpublishableOnce) Publish(ctx context.Context, msgs []broker.Outgoing) []error {
-	res := p.fakePublisher.Publish(ctx, msgs)
-	for i, m := range msgs {
-		if _, huge := m.Msg.Headers["huge"]; huge {
-			res[i] = fmt.Errorf("%w: headers exceed the frame size", broker.ErrUnpublishable)
-		}
+func unpublishableOnce(m broker.Outgoing) error {
+	if _, huge := m.Msg.Headers["huge"]; huge {
+		return fmt.Errorf("%w: headers exceed the frame size", broker.ErrUnpublishable)
 	}
-	return res
+	return nil
 }
 
 // An invalid message whose error copy AMQP cannot carry still reaches the
 // error queue, whole, in another form; it is not requeued forever.
 func TestUnpublishableErrorCopyIsSentWhole(t *testing.T) {
-	store, pub, a := &fakeStore{}, &unpublishableOnce{}, amqptest.New(t)
+	store, pub, a := &fakeStore{}, &brokertest.Publisher{Outcome: unpublishableOnce}, amqptest.New(t)
 	var woke []time.Time
 	in := newIngester(store, pub, &woke)
 	b := deliveries(a, amqp.Table{"huge": "x"}) // no destination: invalid
 	if err := in.take(pub, b); err != nil {
 		t.Fatal(err)
 	}
-	if a.Outcome(1) != amqptest.Acked || len(pub.sent) != 2 {
-		t.Fatalf("tag 1 %s after %d publishes; want acked after a second form", a.Outcome(1), len(pub.sent))
+	if a.Outcome(1) != amqptest.Acked || len(pub.Sent()) != 2 {
+		t.Fatalf("tag 1 %s after %d publishes; want acked after a second form", a.Outcome(1), len(pub.Sent()))
 	}
-	second := pub.sent[1].Msg
+	second := pub.Sent()[1].Msg
 	orig, err := message.Decode(second.Body)
 	if err != nil || orig.Headers["huge"] != "x" || string(orig.Body) != "body0" || orig.MessageId != "m0" {
 		t.Fatalf("the second copy's body is not the original message: %+v, %v", orig, err)
@@ -686,7 +663,7 @@ func nsbTimeout(saga string) amqp.Table {
 // and no other saga's; it is acked, also when some were too late.
 func TestClearTimeoutsOverAMQP(t *testing.T) {
 	const saga, other = "5b7c1d2e-0f3a-4b5c-8d9e-0a1b2c3d4e5f", "6c8d2e3f-1a4b-4c6d-9e0f-1b2c3d4e5f60"
-	store, pub, s := &fakeStore{}, &fakePublisher{}, amqptest.New(t)
+	store, pub, s := &fakeStore{}, &brokertest.Publisher{}, amqptest.New(t)
 	store.leased = map[string]bool{"m1": true}
 	var woke []time.Time
 	in := newIngester(store, pub, &woke)
@@ -718,8 +695,8 @@ func TestClearTimeoutsOverAMQP(t *testing.T) {
 			t.Fatalf("tag %d %s, want acked", tag, s.Outcome(tag))
 		}
 	}
-	if len(pub.sent) != 0 {
-		t.Fatalf("%d on the error queue, want none", len(pub.sent))
+	if len(pub.Sent()) != 0 {
+		t.Fatalf("%d on the error queue, want none", len(pub.Sent()))
 	}
 	if !intake.OpCancelSaga.EndsBatch() || !intake.OpCancel.EndsBatch() || intake.OpSchedule.EndsBatch() {
 		t.Fatal("a saga cancel must end its batch as a cancel does, and only cancels do")
@@ -740,7 +717,7 @@ func TestClearTimeoutsOverAMQP(t *testing.T) {
 // hold, goes to the error queue with a reason; so does a timeout whose saga
 // id is not text.
 func TestClearTimeoutsRefused(t *testing.T) {
-	pub, s := &fakePublisher{}, amqptest.New(t)
+	pub, s := &brokertest.Publisher{}, amqptest.New(t)
 	var woke []time.Time
 	in := newIngester(&fakeStore{}, pub, &woke)
 	clearReq := func(saga any) amqp.Table {
@@ -758,11 +735,11 @@ func TestClearTimeoutsRefused(t *testing.T) {
 	}
 	want := []string{"needs header NServiceBus.SagaId", "needs header NServiceBus.SagaId", "needs header NServiceBus.SagaId",
 		"must be a string", "control characters", "must be a string"}
-	if len(pub.sent) != len(want) {
-		t.Fatalf("%d on the error queue, want %d", len(pub.sent), len(want))
+	if len(pub.Sent()) != len(want) {
+		t.Fatalf("%d on the error queue, want %d", len(pub.Sent()), len(want))
 	}
 	for i, w := range want {
-		if r := pub.sent[i].Msg.Headers[wire.HeaderError].(string); !strings.Contains(r, w) {
+		if r := pub.Sent()[i].Msg.Headers[wire.HeaderError].(string); !strings.Contains(r, w) {
 			t.Errorf("copy %d: reason %q, want it to mention %q", i, r, w)
 		}
 	}
@@ -779,7 +756,7 @@ var replaceSource = intake.Source{Name: "replace", Queue: "q", Parser: intake.Pa
 // leased, not those of other groups, then stores its own in that group, in
 // one ReplaceGroups, and is acked; a store failure requeues it.
 func TestReplace(t *testing.T) {
-	store, pub, s := &fakeStore{}, &fakePublisher{}, amqptest.New(t)
+	store, pub, s := &fakeStore{}, &brokertest.Publisher{}, amqptest.New(t)
 	store.rows = map[string]storage.Timeout{"old": {ID: "old", SagaID: "g"}, "busy": {ID: "busy", SagaID: "g"}, "other": {ID: "other", SagaID: "h"}}
 	store.leased = map[string]bool{"busy": true}
 	var woke []time.Time
@@ -789,8 +766,8 @@ func TestReplace(t *testing.T) {
 		handleAll(t, in, replaceSource, pub, ds)
 	}
 	run(in, deliveries(s, amqp.Table{})...)
-	if s.Outcome(1) != amqptest.Acked || len(pub.sent) != 0 {
-		t.Fatalf("outcome %s, %d error copies; want acked, none", s.Outcome(1), len(pub.sent))
+	if s.Outcome(1) != amqptest.Acked || len(pub.Sent()) != 0 {
+		t.Fatalf("outcome %s, %d error copies; want acked, none", s.Outcome(1), len(pub.Sent()))
 	}
 	if r, ok := store.rows["m0"]; !ok || r.SagaID != "g" || r.Destination != "a" {
 		t.Fatalf("the new message is not stored in its group: %+v", r)

@@ -12,6 +12,7 @@ import (
 	"github.com/delaybridge/delaybridge/broker"
 	"github.com/delaybridge/delaybridge/errorqueue"
 	"github.com/delaybridge/delaybridge/internal/amqptest"
+	"github.com/delaybridge/delaybridge/internal/brokertest"
 	"github.com/delaybridge/delaybridge/metrics"
 	"github.com/delaybridge/delaybridge/wire"
 )
@@ -40,7 +41,7 @@ func (r *recorder) ErrorQueued(stage string, n int) {
 func (r *recorder) ObserveIngestCommit(time.Duration) { r.commits++ }
 
 func TestMetrics(t *testing.T) {
-	store, pub, s := &fakeStore{}, &fakePublisher{}, amqptest.New(t)
+	store, pub, s := &fakeStore{}, &brokertest.Publisher{}, amqptest.New(t)
 	var woke []time.Time
 	in := newIngester(store, pub, &woke)
 	rec := &recorder{}
@@ -58,7 +59,7 @@ func TestMetrics(t *testing.T) {
 	}
 
 	// Nothing is counted for a failed commit or an unconfirmed copy.
-	store.fail, pub.fail = errors.New("disk on fire"), broker.ErrNacked
+	store.fail, pub.Outcome = errors.New("disk on fire"), brokertest.Always(broker.ErrNacked)
 	if err := in.take(pub, deliveries(amqptest.New(t), good)); err != nil {
 		t.Fatal(err)
 	}

@@ -3,13 +3,16 @@ package ingest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/delaybridge/delaybridge/intake"
 	"github.com/delaybridge/delaybridge/internal/amqptest"
+	"github.com/delaybridge/delaybridge/internal/brokertest"
 	"github.com/delaybridge/delaybridge/storage"
 	"github.com/delaybridge/delaybridge/wire"
 )
@@ -67,7 +70,7 @@ var errUnused = errors.New("not used by ingest")
 // the firer woken), requeued when the store fails, refused to the error
 // queue by a store that keeps no schedules; a cancel with its id ends it.
 func TestRecurringIntake(t *testing.T) {
-	store, pub, a := &schedStore{fakeStore: &fakeStore{}}, &fakePublisher{}, amqptest.New(t)
+	store, pub, a := &schedStore{fakeStore: &fakeStore{}}, &brokertest.Publisher{}, amqptest.New(t)
 	var woke []time.Time
 	in := newIngester(store, pub, &woke)
 	wakes := 0
@@ -76,8 +79,8 @@ func TestRecurringIntake(t *testing.T) {
 	if err := in.take(pub, deliveries(a, h)); err != nil {
 		t.Fatal(err)
 	}
-	if a.Outcome(1) != amqptest.Acked || len(store.puts) != 1 || wakes != 1 || len(pub.sent) != 0 {
-		t.Fatalf("outcome %s, puts %+v, wakes %d, error copies %d", a.Outcome(1), store.puts, wakes, len(pub.sent))
+	if a.Outcome(1) != amqptest.Acked || len(store.puts) != 1 || wakes != 1 || len(pub.Sent()) != 0 {
+		t.Fatalf("outcome %s, puts %+v, wakes %d, error copies %d", a.Outcome(1), store.puts, wakes, len(pub.Sent()))
 	}
 	sc := store.puts[0] // now0 is on the hour: a fire time at intake fires
 	if sc.Key != "amqp:m0" || sc.Destination != "a" || !sc.NextFireAt.Equal(now0) || sc.Zone != "W. Europe Standard Time" {
@@ -102,13 +105,45 @@ func TestRecurringIntake(t *testing.T) {
 		t.Fatalf("a schedule whose put failed: %s, want requeued", a2.Outcome(1))
 	}
 
-	plain := newIngester(&fakeStore{}, pub, &woke)
-	a3 := amqptest.New(t)
-	if err := plain.take(pub, deliveries(a3, h)); err != nil {
+	refusedWithoutSchedules(t, testSource, h)
+}
+
+// refusedWithoutSchedules checks that ingest on a store that keeps no
+// schedules acks a delivery of src with headers h and moves it to the
+// error queue, saying so.
+func refusedWithoutSchedules(t *testing.T, src intake.Source, h amqp.Table) {
+	t.Helper()
+	pub, a := &brokertest.Publisher{}, amqptest.New(t)
+	var woke []time.Time
+	if err := newIngester(&fakeStore{}, pub, &woke).takeFrom(src, pub, deliveries(a, h)); err != nil {
 		t.Fatal(err)
 	}
-	if a3.Outcome(1) != amqptest.Acked || len(pub.sent) != 1 ||
-		!strings.Contains(pub.sent[0].Msg.Headers[wire.HeaderError].(string), "cannot keep recurring schedules") {
-		t.Fatalf("store without schedules: %s, error copies %+v", a3.Outcome(1), pub.sent)
+	sent := pub.Sent()
+	if a.Outcome(1) != amqptest.Acked || len(sent) != 1 ||
+		!strings.Contains(sent[0].Msg.Headers[wire.HeaderError].(string), "cannot keep recurring schedules") {
+		t.Fatalf("store without schedules: %s, error copies %+v", a.Outcome(1), sent)
+	}
+}
+
+// TestRecurringIntakeCancelled: a schedule message the store refuses as
+// cancelled (its id has a live tombstone, docs/contract.md §2.11) is acked
+// and dropped like a cancelled one-shot: no schedule, no error copy, no
+// requeue, no firer wake.
+func TestRecurringIntakeCancelled(t *testing.T) {
+	store, pub, a := &schedStore{fakeStore: &fakeStore{}}, &brokertest.Publisher{}, amqptest.New(t)
+	store.putFail = fmt.Errorf("put: %w", storage.ErrScheduleCancelled)
+	var woke []time.Time
+	in := newIngester(store, pub, &woke)
+	rec := &recorder{}
+	in.opts.Metrics = rec
+	wakes := 0
+	in.opts.ScheduleWake = func() { wakes++ }
+	h := amqp.Table{wire.HeaderDestination: "a", wire.HeaderCron: "0 0 * * * ?"}
+	if err := in.take(pub, deliveries(a, h)); err != nil {
+		t.Fatal(err)
+	}
+	if a.Outcome(1) != amqptest.Acked || len(store.puts) != 0 || wakes != 0 || len(pub.Sent()) != 0 || rec.dropped[DropCancelled] != 1 {
+		t.Fatalf("outcome %s, puts %+v, wakes %d, error copies %d, dropped %v; want acked and dropped as cancelled",
+			a.Outcome(1), store.puts, wakes, len(pub.Sent()), rec.dropped)
 	}
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/delaybridge/delaybridge/intake"
 	"github.com/delaybridge/delaybridge/internal/amqptest"
+	"github.com/delaybridge/delaybridge/internal/brokertest"
 	"github.com/delaybridge/delaybridge/storage"
 	"github.com/delaybridge/delaybridge/storage/boltstore"
 	"github.com/delaybridge/delaybridge/storage/faultstore"
@@ -122,7 +123,7 @@ func groupDeliveries(a *amqptest.Acker, bodies ...string) []amqp.Delivery {
 // applied.
 func TestReplacesShareOneCommit(t *testing.T) {
 	now := func() time.Time { return now0 }
-	store, pub, s := newReplaceStore(t, now), &fakePublisher{}, amqptest.New(t)
+	store, pub, s := newReplaceStore(t, now), &brokertest.Publisher{}, amqptest.New(t)
 	old := []storage.Timeout{
 		{ID: "old-g1", SagaID: "g1", Destination: "a", DueAt: now0.Add(time.Hour)},
 		{ID: "old-g2", SagaID: "g2", Destination: "a", DueAt: now0.Add(time.Hour)},
@@ -154,8 +155,8 @@ func TestReplacesShareOneCommit(t *testing.T) {
 			t.Fatalf("delivery %d is %s, want acked", tag, o)
 		}
 	}
-	if len(woke) != 1 || len(pub.sent) != 0 {
-		t.Fatalf("%d wakes, %d error copies; want 1, 0", len(woke), len(pub.sent))
+	if len(woke) != 1 || len(pub.Sent()) != 0 {
+		t.Fatalf("%d wakes, %d error copies; want 1, 0", len(woke), len(pub.Sent()))
 	}
 
 	// A failed commit: everything requeued, the cancel after it too.
@@ -238,7 +239,7 @@ func TestReplacesBatchOverAMQP(t *testing.T) {
 	}
 	src := groupSource
 	src.Queue = q
-	stop := runIngester(t, store, &lockedPublisher{}, Options{Sources: []intake.Source{src}, Prefetch: 200, MaxBatch: 100, Linger: 200 * time.Millisecond})
+	stop := runIngester(t, store, &brokertest.Publisher{}, Options{Sources: []intake.Source{src}, Prefetch: 200, MaxBatch: 100, Linger: 200 * time.Millisecond})
 	want := map[string][]string{}
 	for g, id := range last {
 		want[g] = []string{id}
@@ -304,7 +305,7 @@ func TestReplacesFailWithInsertFaults(t *testing.T) {
 	inner := newReplaceStore(t, func() time.Time { return now0 })
 	fs := faultstore.Wrap(inner.Store)
 	fs.FailInsert(errors.New("disk full"))
-	pub := &fakePublisher{}
+	pub := &brokertest.Publisher{}
 	var woke []time.Time
 	in := newIngester(fs, pub, &woke)
 	s := amqptest.New(t)
@@ -330,8 +331,8 @@ func TestReplacesFailWithInsertFaults(t *testing.T) {
 	if got := inner.pendingByGroup(t); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("pending once healed %v, want %v", got, want)
 	}
-	if fs.Calls(faultstore.ReplaceGroups) != 2 || fs.Calls(faultstore.Insert) != 0 || len(pub.sent) != 0 {
+	if fs.Calls(faultstore.ReplaceGroups) != 2 || fs.Calls(faultstore.Insert) != 0 || len(pub.Sent()) != 0 {
 		t.Fatalf("%d ReplaceGroups, %d Insert, %d error copies; want 2, 0, 0",
-			fs.Calls(faultstore.ReplaceGroups), fs.Calls(faultstore.Insert), len(pub.sent))
+			fs.Calls(faultstore.ReplaceGroups), fs.Calls(faultstore.Insert), len(pub.Sent()))
 	}
 }

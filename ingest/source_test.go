@@ -5,7 +5,6 @@ import (
 	"errors"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,6 +15,7 @@ import (
 	"github.com/delaybridge/delaybridge/broker"
 	"github.com/delaybridge/delaybridge/intake"
 	"github.com/delaybridge/delaybridge/internal/amqptest"
+	"github.com/delaybridge/delaybridge/internal/brokertest"
 	"github.com/delaybridge/delaybridge/internal/logtest"
 	"github.com/delaybridge/delaybridge/internal/testenv"
 	"github.com/delaybridge/delaybridge/protocol/nsbtimeout"
@@ -34,24 +34,6 @@ func parseToy(d *amqp.Delivery, receivedAt time.Time) intake.Intake {
 		DueAt: receivedAt.Add(time.Duration(n) * time.Millisecond), Msg: amqp.Publishing{Body: d.Body}}
 }
 
-// lockedPublisher is a fakePublisher for concurrent sessions.
-type lockedPublisher struct {
-	mu sync.Mutex
-	fakePublisher
-}
-
-func (p *lockedPublisher) Publish(ctx context.Context, msgs []broker.Outgoing) []error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.fakePublisher.Publish(ctx, msgs)
-}
-
-func (p *lockedPublisher) count() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return len(p.sent)
-}
-
 // Run consumes every source at once against the real broker: E.Timeouts'
 // headers on one queue, another protocol on another, with the same rules,
 // store and error queue, and nothing left unacknowledged.
@@ -60,7 +42,7 @@ func TestRunConsumesEverySource(t *testing.T) {
 	prefix := "ingest-test-" + uuid.NewString()[:8]
 	qHeaders, qToy := prefix+".Timeouts", prefix+".toy"
 	declareTestQueues(t, ach, qHeaders, qToy)
-	store, pub := &fakeStore{}, &lockedPublisher{}
+	store, pub := &fakeStore{}, &brokertest.Publisher{}
 	stop := runIngester(t, store, pub, Options{
 		Sources: []intake.Source{nsbtimeout.TimeoutsSource(qHeaders), {Name: "toy", Queue: qToy, Parser: intake.ParserFunc(parseToy)}},
 		Rules:   Rules{Reserved: []string{qHeaders}},
@@ -77,18 +59,13 @@ func TestRunConsumesEverySource(t *testing.T) {
 	publish(qToy, "t2", nil, "not the toy format")
 	publish(qToy, "t3", nil, qHeaders+"|1") // the rules apply to every source
 
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	stored := func() int {
 		store.mu.Lock()
-		n := len(store.rows)
-		store.mu.Unlock()
-		if n == 2 && pub.count() == 2 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("stored %d of 2, error copies %d of 2", n, pub.count())
-		}
-		time.Sleep(20 * time.Millisecond)
+		defer store.mu.Unlock()
+		return len(store.rows)
+	}
+	if !testenv.Eventually(20*time.Second, func() bool { return stored() == 2 && len(pub.Sent()) == 2 }) {
+		t.Fatalf("stored %d of 2, error copies %d of 2", stored(), len(pub.Sent()))
 	}
 	if err := stop(); err != nil {
 		t.Fatalf("Run: %v", err)
@@ -100,7 +77,7 @@ func TestRunConsumesEverySource(t *testing.T) {
 		}
 	}
 	var reasons []string
-	for _, m := range pub.sent {
+	for _, m := range pub.Sent() {
 		if m.Msg.Headers[wire.HeaderNSBFailedQ] != qToy {
 			t.Errorf("error copy names %v as the failed queue, want %s", m.Msg.Headers[wire.HeaderNSBFailedQ], qToy)
 		}
@@ -110,12 +87,8 @@ func TestRunConsumesEverySource(t *testing.T) {
 		t.Errorf("error reasons %q", got)
 	}
 	for _, q := range []string{qHeaders, qToy} {
-		st, err := ach.QueueDeclarePassive(q, false, false, false, false, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if st.Messages != 0 {
-			t.Errorf("%s still holds %d messages: some delivery was not acknowledged", q, st.Messages)
+		if n := testenv.QueueDepth(t, ach, q); n != 0 {
+			t.Errorf("%s still holds %d messages: some delivery was not acknowledged", q, n)
 		}
 	}
 }
@@ -123,7 +96,7 @@ func TestRunConsumesEverySource(t *testing.T) {
 // Ingest holds every parser to the id, destination and due-time rules: a
 // parser that forgot them cannot hand the store what it refuses.
 func TestIngestValidatesWhatAnyParserReturns(t *testing.T) {
-	store, pub := &fakeStore{}, &fakePublisher{}
+	store, pub := &fakeStore{}, &brokertest.Publisher{}
 	a := amqptest.New(t)
 	var woke []time.Time
 	in := newIngester(store, pub, &woke)
@@ -150,8 +123,8 @@ func TestIngestValidatesWhatAnyParserReturns(t *testing.T) {
 	if len(store.rows) != 1 || store.rows["ok"].ID != "ok" {
 		t.Fatalf("stored %v, want only ok", store.rows)
 	}
-	if len(pub.sent) != 4 {
-		t.Fatalf("%d error copies, want 4", len(pub.sent))
+	if len(pub.Sent()) != 4 {
+		t.Fatalf("%d error copies, want 4", len(pub.Sent()))
 	}
 	for tag := uint64(1); tag <= 5; tag++ {
 		if a.Outcome(tag) != amqptest.Acked {
@@ -178,7 +151,7 @@ func TestSourcesWaitForTheirGate(t *testing.T) {
 	for _, q := range []string{qa, qb} {
 		srcs = append(srcs, intake.Source{Name: "gated", Queue: q, MustExist: true, Gate: gate, Parser: intake.ParserFunc(parseToy)})
 	}
-	stop := runIngester(t, store, &lockedPublisher{}, Options{Sources: srcs, Logger: zerolog.New(logs)})
+	stop := runIngester(t, store, &brokertest.Publisher{}, Options{Sources: srcs, Logger: zerolog.New(logs)})
 	defer func() {
 		if err := stop(); err != nil {
 			t.Errorf("Run: %v", err)
@@ -189,13 +162,7 @@ func TestSourcesWaitForTheirGate(t *testing.T) {
 		defer store.mu.Unlock()
 		return len(store.rows)
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for logs.Count("waiting for the queue") == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("no waiting line within 20 s")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testenv.WaitFor(t, 20*time.Second, "a waiting line", func() bool { return logs.Count("waiting for the queue") > 0 })
 	time.Sleep(300 * time.Millisecond)
 	if n := stored(); n != 0 {
 		t.Fatalf("stored %d messages before the gate queue existed", n)
@@ -203,11 +170,8 @@ func TestSourcesWaitForTheirGate(t *testing.T) {
 	if _, err := ach.QueueDeclare(gate, false, false, false, false, nil); err != nil {
 		t.Fatal(err)
 	}
-	for stored() != 2 {
-		if time.Now().After(deadline.Add(20 * time.Second)) {
-			t.Fatalf("stored %d of 2 after the gate queue appeared", stored())
-		}
-		time.Sleep(10 * time.Millisecond)
+	if !testenv.Eventually(30*time.Second, func() bool { return stored() == 2 }) {
+		t.Fatalf("stored %d of 2 after the gate queue appeared", stored())
 	}
 	if n := logs.Count("waiting for the queue"); n != 1 {
 		t.Errorf("%d waiting lines, want 1 for both sources:\n%s", n, logs.String())
@@ -217,11 +181,7 @@ func TestSourcesWaitForTheirGate(t *testing.T) {
 // testChannel is a channel on a connection of the test's own.
 func testChannel(t *testing.T) *amqp.Channel {
 	t.Helper()
-	ch, err := testenv.DialAMQP(t).Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ch
+	return testenv.Channel(t, testenv.DialAMQP(t))
 }
 
 // declareTestQueues declares transient queues, deleted when the test ends.
@@ -252,25 +212,19 @@ func runIngester(t *testing.T, store Store, pub Publisher, opts Options) (stop f
 	if opts.Rules.MaxMessageBytes == 0 {
 		opts.Rules.MaxMessageBytes = 1 << 20
 	}
-	// The ingester stops before its connection, as in bridge.Run (see
-	// newErrorQueueEnv).
-	ctx, cancel := context.WithCancel(context.Background())
-	connCtx, cancelConn := context.WithCancel(context.Background())
-	connDone, runDone := make(chan error, 1), make(chan error, 1)
-	go func() { connDone <- conn.Run(connCtx) }()
+	// The ingester stops before its connection, as the bridge stops them
+	// (bridge.Run): an ingester stopped while an error copy's confirm is on
+	// its way still acks the delivery, which a connection closed under it
+	// would requeue instead, so that the copy would be made twice. (The
+	// test's cleanups run last registered first.)
+	stopConn := testenv.Start(t, conn.Run)
 	in := New(conn, func(context.Context) (Publisher, error) { return pub, nil }, store, opts)
-	go func() { runDone <- in.Run(ctx) }()
-	var once sync.Once
-	var err error
-	stop = func() error {
-		once.Do(func() {
-			cancel()
-			err = <-runDone
-			cancelConn()
-			<-connDone
-		})
+	stopIngest := testenv.Start(t, in.Run)
+	return func() error {
+		err := stopIngest()
+		if cerr := stopConn(); cerr != nil {
+			t.Errorf("connection Run: %v", cerr)
+		}
 		return err
 	}
-	t.Cleanup(func() { _ = stop() })
-	return stop
 }

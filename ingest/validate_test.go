@@ -14,6 +14,7 @@ import (
 	"github.com/delaybridge/delaybridge/circuit"
 	"github.com/delaybridge/delaybridge/intake"
 	"github.com/delaybridge/delaybridge/internal/amqptest"
+	"github.com/delaybridge/delaybridge/internal/brokertest"
 	"github.com/delaybridge/delaybridge/storage"
 	"github.com/delaybridge/delaybridge/storage/boltstore"
 	"github.com/delaybridge/delaybridge/storage/postgres"
@@ -51,7 +52,7 @@ func cancelsOfBadIDs(t *testing.T, store Store) {
 	t.Helper()
 	in, breaker := newBreakerIngester(store)
 	for id, want := range badCancelIDs {
-		pub, a := &fakePublisher{}, amqptest.New(t)
+		pub, a := &brokertest.Publisher{}, amqptest.New(t)
 		d := a.Deliver(amqp.Delivery{Headers: amqp.Table{wire.HeaderCancel: id}})
 		if err := in.take(pub, []amqp.Delivery{d}); err != nil {
 			t.Fatalf("cancel %q: %v", id, err)
@@ -62,11 +63,11 @@ func cancelsOfBadIDs(t *testing.T, store Store) {
 		if a.Outcome(1) != amqptest.Acked {
 			t.Errorf("cancel %q: %s, want acked after its error copy", id, a.Outcome(1))
 		}
-		if len(pub.sent) != 1 {
-			t.Errorf("cancel %q: %d error copies, want 1", id, len(pub.sent))
+		if len(pub.Sent()) != 1 {
+			t.Errorf("cancel %q: %d error copies, want 1", id, len(pub.Sent()))
 			continue
 		}
-		h := pub.sent[0].Msg.Headers
+		h := pub.Sent()[0].Msg.Headers
 		if r, _ := h[wire.HeaderError].(string); !strings.Contains(r, wire.HeaderCancel) || !strings.Contains(r, want) {
 			t.Errorf("cancel %q: reason %q, want it to name %s and say %q", id, r, wire.HeaderCancel, want)
 		}
@@ -201,7 +202,7 @@ func TestValidateComesBeforeCheckInsert(t *testing.T) {
 func timeoutsNoStoreCanHold(t *testing.T, store Store) {
 	t.Helper()
 	in, breaker := newBreakerIngester(store)
-	pub, a := &fakePublisher{}, amqptest.New(t)
+	pub, a := &brokertest.Publisher{}, amqptest.New(t)
 	keyID := nsbTimeout("")
 	keyID[wire.HeaderNSBMessageID] = wire.SendKey("m", 2)
 	ds := deliveries(a, nsbTimeout("s\x00"), nsbTimeout(strings.Repeat("s", 40000)), keyID)
@@ -213,14 +214,14 @@ func timeoutsNoStoreCanHold(t *testing.T, store Store) {
 		t.Errorf("store breaker %s: a bad message was taken for a store outage", s)
 	}
 	want := []string{"saga id contains control characters", "saga id is 40000 bytes", wire.HeaderNSBMessageID + " contains control characters"}
-	if len(pub.sent) != len(want) {
-		t.Fatalf("%d error copies, want %d", len(pub.sent), len(want))
+	if len(pub.Sent()) != len(want) {
+		t.Fatalf("%d error copies, want %d", len(pub.Sent()), len(want))
 	}
 	for i, w := range want {
 		if a.Outcome(uint64(i+1)) != amqptest.Acked {
 			t.Errorf("delivery %d: %s, want acked after its error copy", i, a.Outcome(uint64(i+1)))
 		}
-		if r, _ := pub.sent[i].Msg.Headers[wire.HeaderError].(string); !strings.Contains(r, w) {
+		if r, _ := pub.Sent()[i].Msg.Headers[wire.HeaderError].(string); !strings.Contains(r, w) {
 			t.Errorf("copy %d: reason %q, want it to say %q", i, r, w)
 		}
 	}

@@ -7,13 +7,8 @@
 package message
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"maps"
-	"math"
-	"slices"
-	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
@@ -21,10 +16,6 @@ import (
 )
 
 const version = 1
-
-// maxDepth bounds nested tables and arrays when decoding, so corrupt input
-// cannot exhaust the stack.
-const maxDepth = 64
 
 // ErrCorrupt is returned for bytes that are not a valid encoding.
 var ErrCorrupt = errors.New("message: corrupt encoding")
@@ -64,7 +55,7 @@ func Encode(dst []byte, p *amqp.Publishing) ([]byte, error) {
 	} else {
 		b = append(b, 1)
 		var err error
-		if b, err = appendTable(b, p.Headers); err != nil {
+		if b, err = codec.AppendTable(b, p.Headers); err != nil {
 			return nil, err
 		}
 	}
@@ -86,161 +77,13 @@ func Decode(b []byte) (amqp.Publishing, error) {
 	p.Priority = d.Byte()
 	p.Timestamp = d.UnixTime()
 	if d.Byte() == 1 {
-		p.Headers = readTable(d, 0)
+		p.Headers = d.Table()
 	}
 	p.Body = d.Bytes()
 	if err := d.End(); err != nil {
 		return amqp.Publishing{}, err
 	}
 	return p, nil
-}
-
-// appendTable writes the entries in key order: the same table always
-// encodes to the same bytes (Fingerprint hashes them).
-func appendTable(b []byte, t amqp.Table) ([]byte, error) {
-	b = binary.AppendUvarint(b, uint64(len(t)))
-	for _, k := range slices.Sorted(maps.Keys(t)) {
-		b = codec.AppendString(b, k)
-		var err error
-		if b, err = appendValue(b, t[k]); err != nil {
-			return nil, fmt.Errorf("header %q: %w", k, err)
-		}
-	}
-	return b, nil
-}
-
-// appendValue writes a tag and payload. Tags follow the AMQP field types that
-// amqp091-go reads and writes; Go int is written as 'I' exactly as the
-// library would put it on the wire.
-func appendValue(b []byte, v any) ([]byte, error) {
-	switch v := v.(type) {
-	case nil:
-		return append(b, 'V'), nil
-	case bool:
-		if v {
-			return append(b, 't', 1), nil
-		}
-		return append(b, 't', 0), nil
-	case int8:
-		return append(b, 'b', byte(v)), nil
-	case uint8:
-		return append(b, 'B', v), nil
-	case int16:
-		return binary.BigEndian.AppendUint16(append(b, 's'), uint16(v)), nil
-	case uint16:
-		return binary.BigEndian.AppendUint16(append(b, 'u'), v), nil
-	case int:
-		if v < math.MinInt32 || v > math.MaxInt32 {
-			return nil, fmt.Errorf("int %d does not fit AMQP's 32-bit field", v)
-		}
-		return binary.BigEndian.AppendUint32(append(b, 'I'), uint32(int32(v))), nil
-	case int32:
-		return binary.BigEndian.AppendUint32(append(b, 'I'), uint32(v)), nil
-	case uint32:
-		return binary.BigEndian.AppendUint32(append(b, 'i'), v), nil
-	case int64:
-		return binary.BigEndian.AppendUint64(append(b, 'l'), uint64(v)), nil
-	case float32:
-		return binary.BigEndian.AppendUint32(append(b, 'f'), math.Float32bits(v)), nil
-	case float64:
-		return binary.BigEndian.AppendUint64(append(b, 'd'), math.Float64bits(v)), nil
-	case amqp.Decimal:
-		return binary.BigEndian.AppendUint32(append(b, 'D', v.Scale), uint32(v.Value)), nil
-	case string:
-		return codec.AppendString(append(b, 'S'), v), nil
-	case []byte:
-		return codec.AppendBytes(append(b, 'x'), v), nil
-	case time.Time:
-		return codec.AppendUnixTime(append(b, 'T'), v), nil
-	case amqp.Table:
-		return appendTable(append(b, 'F'), v)
-	case []any:
-		b = binary.AppendUvarint(append(b, 'A'), uint64(len(v)))
-		for i, e := range v {
-			var err error
-			if b, err = appendValue(b, e); err != nil {
-				return nil, fmt.Errorf("array element %d: %w", i, err)
-			}
-		}
-		return b, nil
-	}
-	return nil, fmt.Errorf("value of type %T is not an AMQP field type", v)
-}
-
-// readTable reads what appendTable wrote, at depth.
-func readTable(d *codec.Decoder, depth int) amqp.Table {
-	if depth > maxDepth {
-		d.Fail("nesting too deep")
-		return nil
-	}
-	n := d.Uvarint()
-	if n > uint64(d.Len()) { // every entry takes at least one byte
-		d.Fail("table length")
-		return nil
-	}
-	t := make(amqp.Table, n)
-	for i := uint64(0); i < n && d.Err() == nil; i++ {
-		k := d.String()
-		t[k] = readValue(d, depth)
-	}
-	return t
-}
-
-// readValue reads what appendValue wrote, at depth.
-func readValue(d *codec.Decoder, depth int) any {
-	switch tag := d.Byte(); tag {
-	case 'V':
-		return nil
-	case 't':
-		return d.Byte() != 0
-	case 'b':
-		return int8(d.Byte())
-	case 'B':
-		return d.Byte()
-	case 's':
-		return int16(d.U16())
-	case 'u':
-		return d.U16()
-	case 'I':
-		return int32(d.U32())
-	case 'i':
-		return d.U32()
-	case 'l':
-		return int64(d.U64())
-	case 'f':
-		return math.Float32frombits(d.U32())
-	case 'd':
-		return math.Float64frombits(d.U64())
-	case 'D':
-		scale := d.Byte()
-		return amqp.Decimal{Scale: scale, Value: int32(d.U32())}
-	case 'S':
-		return d.String()
-	case 'x':
-		return d.Bytes()
-	case 'T':
-		return d.UnixTime()
-	case 'F':
-		return readTable(d, depth+1)
-	case 'A':
-		if depth+1 > maxDepth {
-			d.Fail("nesting too deep")
-			return nil
-		}
-		n := d.Uvarint()
-		if n > uint64(d.Len()) {
-			d.Fail("array length")
-			return nil
-		}
-		a := make([]any, 0, n)
-		for i := uint64(0); i < n && d.Err() == nil; i++ {
-			a = append(a, readValue(d, depth+1))
-		}
-		return a
-	default:
-		d.Fail(fmt.Sprintf("unknown value tag %q", tag))
-		return nil
-	}
 }
 
 // HeaderIs reports whether the message encoded in b has header name with

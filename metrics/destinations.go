@@ -72,15 +72,11 @@ type destCollector struct {
 	dispatched       *prometheus.CounterVec
 	failures         *prometheus.CounterVec
 
-	mu      sync.Mutex
-	opts    DestinationOptions
-	counted time.Time // wall clock of the last Count
-	last    map[wire.Destination]storage.DestinationCount
-	lastOK  bool
-	// paused: the last answer of opts.Paused, read with the counts.
-	lastPaused  []storage.PausedDestination
-	pausedOK    bool
-	pausedAsked time.Time
+	mu   sync.Mutex
+	opts DestinationOptions
+	// The last answers of opts.Count and opts.Paused.
+	countsAsked asked[map[wire.Destination]storage.DestinationCount]
+	pausedAsked asked[[]storage.PausedDestination]
 	counters    map[wire.Destination]bool // the destinations with counter series of their own
 
 	refresh sync.Mutex // one Count at a time
@@ -141,52 +137,59 @@ func (c *destCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// counts returns the store's counts, asked again once Interval has passed.
-func (c *destCollector) counts() (map[wire.Destination]storage.DestinationCount, bool) {
+// asked is the last answer of a store query, served until Interval has
+// passed; guarded by destCollector.mu.
+type asked[T any] struct {
+	at   time.Time // wall clock of the question; zero: ask again
+	last T
+	ok   bool
+}
+
+// refreshed returns a's answer, asked again once Interval has passed since
+// the last question; query picks the question from the options (nil: there
+// is none, and no answer).
+func refreshed[T any](c *destCollector, a *asked[T], query func(DestinationOptions) func(context.Context) (T, error)) (T, bool) {
 	c.refresh.Lock()
 	defer c.refresh.Unlock()
 	c.mu.Lock()
-	opts, counted, last, ok := c.opts, c.counted, c.last, c.lastOK
+	opts, last := c.opts, *a
 	c.mu.Unlock()
-	if opts.Count == nil {
-		return nil, false
+	ask := query(opts)
+	if ask == nil {
+		var none T
+		return none, false
 	}
-	if !counted.IsZero() && time.Since(counted) < opts.Interval {
-		return last, ok
+	if !last.at.IsZero() && time.Since(last.at) < opts.Interval {
+		return last.last, last.ok
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), scrapeTimeout)
 	defer cancel()
-	now := opts.Now()
 	started := time.Now()
-	got, err := opts.Count(ctx, now, now.Add(DueSoonWindow))
+	got, err := ask(ctx)
 	c.mu.Lock()
-	c.counted, c.last, c.lastOK = started, got, err == nil
+	*a = asked[T]{at: started, last: got, ok: err == nil}
 	c.mu.Unlock()
 	return got, err == nil
 }
 
-// pausedList returns the paused destinations, asked again once Interval
-// has passed.
+// counts returns the store's counts (DestinationOptions.Count).
+func (c *destCollector) counts() (map[wire.Destination]storage.DestinationCount, bool) {
+	return refreshed(c, &c.countsAsked, func(o DestinationOptions) func(context.Context) (map[wire.Destination]storage.DestinationCount, error) {
+		if o.Count == nil {
+			return nil
+		}
+		return func(ctx context.Context) (map[wire.Destination]storage.DestinationCount, error) {
+			now := o.Now()
+			return o.Count(ctx, now, now.Add(DueSoonWindow))
+		}
+	})
+}
+
+// pausedList returns the paused destinations (DestinationOptions.Paused).
 func (c *destCollector) pausedList() ([]storage.PausedDestination, bool) {
-	c.refresh.Lock()
-	defer c.refresh.Unlock()
-	c.mu.Lock()
-	opts, asked, last, ok := c.opts, c.pausedAsked, c.lastPaused, c.pausedOK
-	c.mu.Unlock()
-	if opts.Paused == nil {
-		return nil, false
-	}
-	if !asked.IsZero() && time.Since(asked) < opts.Interval {
-		return last, ok
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), scrapeTimeout)
-	defer cancel()
-	started := time.Now()
-	got, err := opts.Paused(ctx)
-	c.mu.Lock()
-	c.pausedAsked, c.lastPaused, c.pausedOK = started, got, err == nil
-	c.mu.Unlock()
-	return got, err == nil
+	return refreshed(c, &c.pausedAsked, func(o DestinationOptions) func(context.Context) ([]storage.PausedDestination, error) {
+		return o.Paused
+	})
 }
 
 // capCounts keeps the max destinations with the most pending rows (ties by
@@ -246,7 +249,7 @@ func (m *Metrics) WatchDestinations(opts DestinationOptions) {
 	}
 	m.dests.mu.Lock()
 	m.dests.opts = opts
-	m.dests.counted, m.dests.pausedAsked = time.Time{}, time.Time{}
+	m.dests.countsAsked.at, m.dests.pausedAsked.at = time.Time{}, time.Time{}
 	m.dests.mu.Unlock()
 }
 

@@ -59,13 +59,7 @@ delaybridge_destination_due_soon{destination="k",exchange="x"} 3
 	if n, err := testutil.GatherAndCount(m.Registry(), "delaybridge_destination_pending"); err != nil || n != 0 {
 		t.Fatalf("after a failed count: %d series, %v", n, err)
 	}
-	problems, err := testutil.GatherAndLint(m.Registry())
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range problems {
-		t.Errorf("lint: %s: %s", p.Metric, p.Text)
-	}
+	lint(t, m)
 }
 
 // The counters give the first destinations under the cap series of their

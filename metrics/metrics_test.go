@@ -16,12 +16,10 @@ import (
 	"github.com/delaybridge/delaybridge/circuit"
 )
 
-func TestLint(t *testing.T) {
-	m := New()
-	m.WatchStore(func(context.Context) (int, int, error) { return 3, 1, nil },
-		func(context.Context) (time.Time, bool, error) { return time.Now().Add(time.Second), true, nil }, nil)
-	m.WatchConnection("consume", func() bool { return true })
-	m.ObserveLateness(time.Millisecond)
+// lint fails t for each problem the Prometheus linter finds in m's
+// series.
+func lint(t *testing.T, m *Metrics) {
+	t.Helper()
 	problems, err := testutil.GatherAndLint(m.Registry())
 	if err != nil {
 		t.Fatal(err)
@@ -29,6 +27,15 @@ func TestLint(t *testing.T) {
 	for _, p := range problems {
 		t.Errorf("lint: %s: %s", p.Metric, p.Text)
 	}
+}
+
+func TestLint(t *testing.T) {
+	m := New()
+	m.WatchStore(func(context.Context) (int, int, error) { return 3, 1, nil },
+		func(context.Context) (time.Time, bool, error) { return time.Now().Add(time.Second), true, nil }, nil)
+	m.WatchConnection("consume", func() bool { return true })
+	m.ObserveLateness(time.Millisecond)
+	lint(t, m)
 }
 
 func TestCounters(t *testing.T) {

@@ -74,13 +74,7 @@ delaybridge_schedules{state="paused"} 834
 	if _, err := CountSchedules(context.Background(), fakeSchedules(maxScheduleScan+1000, nil)); !errors.Is(err, errTooManySchedules) {
 		t.Fatalf("over the scan cap: %v", err)
 	}
-	problems, err := testutil.GatherAndLint(m.Registry())
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range problems {
-		t.Errorf("lint: %s: %s", p.Metric, p.Text)
-	}
+	lint(t, m)
 }
 
 type fireStore struct {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/delaybridge/delaybridge/internal/testenv"
 	"github.com/delaybridge/delaybridge/storage/faultstore"
 	"github.com/delaybridge/delaybridge/wire"
 )
@@ -27,7 +28,7 @@ func TestPausedRowsDoNotSpinThePoller(t *testing.T) {
 	pub := &fakePublisher{}
 	p := New(store, source(pub), Options{Owner: "o", BatchSize: 10, LeaseDuration: time.Minute,
 		PollInterval: time.Hour, Logger: zerolog.Nop()})
-	start(t, p)
+	testenv.Start(t, p.Run)
 	waitFor(t, "the poller to sleep toward its poll interval", func() bool {
 		return p.sleepUntil.Load() < int64(1<<62) && p.sleepUntil.Load() > time.Now().Add(30*time.Minute).UnixNano()
 	})

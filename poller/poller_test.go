@@ -13,6 +13,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/delaybridge/delaybridge/broker"
+	"github.com/delaybridge/delaybridge/internal/testenv"
 	"github.com/delaybridge/delaybridge/storage"
 	"github.com/delaybridge/delaybridge/storage/boltstore"
 	"github.com/delaybridge/delaybridge/storage/faultstore"
@@ -84,28 +85,9 @@ func insert(t *testing.T, s *boltstore.Store, id string, due time.Time) {
 	}
 }
 
-func start(t *testing.T, p *Poller) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- p.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
-}
-
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testenv.WaitFor(t, 5*time.Second, what, cond)
 }
 
 func TestWakeInterruptsALongSleep(t *testing.T) {
@@ -114,7 +96,7 @@ func TestWakeInterruptsALongSleep(t *testing.T) {
 	p := New(store, source(pub), Options{Owner: "o", BatchSize: 10, LeaseDuration: time.Minute,
 		PollInterval: time.Hour, Logger: zerolog.Nop()})
 	insert(t, store, "later", time.Now().Add(time.Hour))
-	start(t, p)
+	testenv.Start(t, p.Run)
 	waitFor(t, "the poller to sleep toward the hour", func() bool {
 		return p.sleepUntil.Load() < int64(1<<62) && p.sleepUntil.Load() > time.Now().Add(30*time.Minute).UnixNano()
 	})
@@ -182,7 +164,7 @@ func TestSleepsUntilTheNextDueTimeNotThePollInterval(t *testing.T) {
 		PollInterval: time.Hour, Logger: zerolog.Nop()})
 	due := time.Now().Add(150 * time.Millisecond)
 	insert(t, store, "a", due)
-	start(t, p)
+	testenv.Start(t, p.Run)
 	waitFor(t, "the due message", func() bool { return pub.count() == 1 })
 	if now := time.Now(); now.Before(due) {
 		t.Fatalf("leased %s before due", due.Sub(now))
@@ -197,7 +179,7 @@ func TestFullBatchesDrainWithoutSleeping(t *testing.T) {
 	for i := range 50 {
 		insert(t, store, fmt.Sprint(i), time.Now().Add(-time.Second))
 	}
-	start(t, p)
+	testenv.Start(t, p.Run)
 	waitFor(t, "all 50 handed over", func() bool { return pub.count() == 50 })
 	seen := map[string]bool{}
 	for _, tok := range pub.tokens {
@@ -310,7 +292,7 @@ func TestMaxLeasedCountsOwnLeasesOnly(t *testing.T) {
 	pub := &fakePublisher{}
 	p := New(store, source(pub), Options{Owner: "me", BatchSize: 5, MaxLeased: 12, LeaseDuration: time.Hour,
 		PollInterval: time.Hour, Logger: zerolog.Nop()})
-	start(t, p)
+	testenv.Start(t, p.Run)
 	waitFor(t, "this instance's leases despite the other's 20", func() bool { return pub.count() == 10 })
 }
 
@@ -345,7 +327,7 @@ func pollCapped(t *testing.T, inner *boltstore.Store, store Store, n, maxLeased 
 	pub := &fakePublisher{}
 	p := New(store, source(pub), Options{Owner: "o", BatchSize: 5, MaxLeased: maxLeased, LeaseDuration: time.Minute,
 		PollInterval: time.Hour, Logger: zerolog.Nop()})
-	start(t, p)
+	testenv.Start(t, p.Run)
 	return pub
 }
 
@@ -367,7 +349,7 @@ func TestAFailedPublisherIsClosed(t *testing.T) {
 		}
 		return pub, nil
 	}, Options{Owner: "o", BatchSize: 10, LeaseDuration: time.Hour, PollInterval: time.Hour, Logger: zerolog.Nop()})
-	start(t, p)
+	testenv.Start(t, p.Run)
 	waitFor(t, "the next publisher to take the row", func() bool { return next.count() == 1 })
 	failing.mu.Lock()
 	defer failing.mu.Unlock()

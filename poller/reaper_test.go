@@ -11,6 +11,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/delaybridge/delaybridge/internal/logtest"
+	"github.com/delaybridge/delaybridge/internal/testenv"
 )
 
 func TestReaperFreesExpiredLeases(t *testing.T) {
@@ -26,16 +27,13 @@ func TestReaperFreesExpiredLeases(t *testing.T) {
 		freed += n
 		mu.Unlock()
 	}}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
+	stop := testenv.Start(t, r.Run)
 	waitFor(t, "the expired lease to be reaped", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return freed == 1
 	})
-	cancel()
-	if err := <-done; err != nil {
+	if err := stop(); err != nil {
 		t.Fatalf("Run: %v", err)
 	}
 	if _, leased, err := s.Stats(context.Background()); err != nil || leased != 0 {
@@ -56,12 +54,9 @@ func (f *flakyReaping) Reap(context.Context) (int, error) {
 func TestReaperKeepsGoingAfterAFailure(t *testing.T) {
 	f := &flakyReaping{}
 	r := &Reaper{Store: f, Interval: 5 * time.Millisecond, Logger: zerolog.Nop()}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
+	stop := testenv.Start(t, r.Run)
 	waitFor(t, "passes after the failures", func() bool { return f.calls.Load() >= 4 })
-	cancel()
-	if err := <-done; err != nil {
+	if err := stop(); err != nil {
 		t.Fatalf("Run: %v", err)
 	}
 }
@@ -82,12 +77,9 @@ func TestReaperQuiet(t *testing.T) {
 		var told atomic.Int32
 		r := &Reaper{Store: f, Interval: 5 * time.Millisecond, Quiet: quiet, OnReap: func(n int) { told.Add(int32(n)) },
 			Logger: zerolog.New(&buf)}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() { done <- r.Run(ctx) }()
+		stop := testenv.Start(t, r.Run)
 		waitFor(t, "two passes told", func() bool { return told.Load() >= 6 })
-		cancel()
-		if err := <-done; err != nil {
+		if err := stop(); err != nil {
 			t.Fatalf("Run: %v", err)
 		}
 		if logged := buf.Count("reaped expired leases") > 0; logged == quiet {

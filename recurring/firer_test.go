@@ -8,6 +8,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/delaybridge/delaybridge/internal/testenv"
 	"github.com/delaybridge/delaybridge/message"
 	"github.com/delaybridge/delaybridge/storage"
 	"github.com/delaybridge/delaybridge/storage/boltstore"
@@ -139,12 +140,5 @@ func TestFirerRunClose(t *testing.T) {
 	}
 	_ = f.Close()
 	_ = f.Close()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("Run did not return after Close")
-	}
+	testenv.WaitNil(t, done, 10*time.Second, "Run to return after Close")
 }

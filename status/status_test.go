@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/delaybridge/delaybridge/circuit"
+	"github.com/delaybridge/delaybridge/internal/testenv"
 	"github.com/delaybridge/delaybridge/metrics"
 	"github.com/delaybridge/delaybridge/storage"
 	"github.com/delaybridge/delaybridge/wire"
@@ -251,14 +252,7 @@ func TestRunStops(t *testing.T) {
 	done := make(chan error)
 	go func() { done <- h.Run(ctx) }()
 	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("Run did not stop")
-	}
+	testenv.WaitNil(t, done, 5*time.Second, "Run to stop")
 }
 
 func TestEmptyOptionsRender(t *testing.T) {

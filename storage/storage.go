@@ -229,6 +229,19 @@ func NewSendFingerprint() []byte {
 	return b
 }
 
+// FoundErr is the answer of a Cancel or Reschedule of a message id that
+// found found sends and changed changed of them (the others are leased):
+// ErrNotFound, ErrLeased or nil, as Store says.
+func FoundErr(found, changed int) error {
+	switch {
+	case found == 0:
+		return ErrNotFound
+	case changed == 0:
+		return ErrLeased
+	}
+	return nil
+}
+
 // CheckMessageID refuses an id Insert cannot take: empty, or holding
 // wire.SendSep (a row key, not a message id).
 func CheckMessageID(id string) error {

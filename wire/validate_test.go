@@ -6,44 +6,51 @@ import (
 	"testing"
 )
 
-func TestValidateID(t *testing.T) {
-	for _, id := range []string{"a", "order/42", " x ", "ünï", ".", "..", strings.Repeat("i", MaxIDBytes)} {
-		if err := ValidateID("id", id); err != nil {
-			t.Errorf("ValidateID(%q) = %v", id, err)
+// Each validator takes its valid values and refuses the others with its
+// message and its kind of error, never the other kind.
+func TestValidateIDAndDestination(t *testing.T) {
+	for _, c := range []struct {
+		name      string
+		validate  func(what, s string) error
+		what      string
+		valid     []string
+		invalid   map[string]string // value → error message
+		is, isNot error
+	}{{
+		name: "ValidateID", validate: ValidateID, what: "id",
+		valid: []string{"a", "order/42", " x ", "ünï", ".", "..", strings.Repeat("i", MaxIDBytes)},
+		invalid: map[string]string{
+			"":                                "id is empty",
+			"  ":                              "id is empty",
+			"a\x00b":                          "id contains control characters",
+			"a\nb":                            "id contains control characters",
+			"a\u0085":                         "id contains control characters",
+			"\xff\xfe":                        "id is not valid UTF-8",
+			strings.Repeat("i", MaxIDBytes+1): "id is 256 bytes; a message id is at most 255",
+		},
+		is: ErrInvalidID, isNot: ErrInvalidDestination,
+	}, {
+		name: "ValidateDestination", validate: ValidateDestination, what: "header x-destination",
+		valid: []string{"q", " ", "orders.eu", "a/b", strings.Repeat("q", MaxDestinationBytes)},
+		invalid: map[string]string{
+			"":                          "header x-destination is empty",
+			"a\x00":                     "header x-destination contains control characters",
+			"\xc3":                      "header x-destination is not valid UTF-8",
+			strings.Repeat("q", 300):    "header x-destination is 300 bytes; a queue name is at most 255",
+			strings.Repeat("\xff", 300): "header x-destination is 300 bytes; a queue name is at most 255",
+		},
+		is: ErrInvalidDestination, isNot: ErrInvalidID,
+	}} {
+		for _, s := range c.valid {
+			if err := c.validate(c.what, s); err != nil {
+				t.Errorf("%s(%.20q) = %v", c.name, s, err)
+			}
 		}
-	}
-	for id, want := range map[string]string{
-		"":                                "id is empty",
-		"  ":                              "id is empty",
-		"a\x00b":                          "id contains control characters",
-		"a\nb":                            "id contains control characters",
-		"a\u0085":                         "id contains control characters",
-		"\xff\xfe":                        "id is not valid UTF-8",
-		strings.Repeat("i", MaxIDBytes+1): "id is 256 bytes; a message id is at most 255",
-	} {
-		err := ValidateID("id", id)
-		if err == nil || err.Error() != want || !errors.Is(err, ErrInvalidID) || errors.Is(err, ErrInvalidDestination) {
-			t.Errorf("ValidateID(%q) = %v, want %q matching ErrInvalidID", id, err, want)
-		}
-	}
-}
-
-func TestValidateDestination(t *testing.T) {
-	for _, q := range []string{"q", " ", "orders.eu", "a/b", strings.Repeat("q", MaxDestinationBytes)} {
-		if err := ValidateDestination("header x-destination", q); err != nil {
-			t.Errorf("ValidateDestination(%q) = %v", q, err)
-		}
-	}
-	for q, want := range map[string]string{
-		"":                          "header x-destination is empty",
-		"a\x00":                     "header x-destination contains control characters",
-		"\xc3":                      "header x-destination is not valid UTF-8",
-		strings.Repeat("q", 300):    "header x-destination is 300 bytes; a queue name is at most 255",
-		strings.Repeat("\xff", 300): "header x-destination is 300 bytes; a queue name is at most 255",
-	} {
-		err := ValidateDestination("header x-destination", q)
-		if err == nil || err.Error() != want || !errors.Is(err, ErrInvalidDestination) || errors.Is(err, ErrInvalidID) {
-			t.Errorf("ValidateDestination(%.20q) = %v, want %q matching ErrInvalidDestination", q, err, want)
+		for s, want := range c.invalid {
+			err := c.validate(c.what, s)
+			if err == nil || err.Error() != want || !errors.Is(err, c.is) || errors.Is(err, c.isNot) {
+				t.Errorf("%s(%.20q) = %v, want %q matching %v", c.name, s, err, want, c.is)
+			}
 		}
 	}
 }

@@ -180,3 +180,24 @@ func DecodeTokens(body []byte) ([]Token, error) {
 	}
 	return b.Tokens, nil
 }
+
+// Lease is a token as the dispatcher reads it: the token, and the message id
+// of its row key (KeyID), the id an error-queue copy of the row carries.
+type Lease struct {
+	Token
+	MessageID string
+}
+
+// DecodeLeases reads the tokens of a dispatcher message as DecodeTokens
+// does, each with the message id of its key.
+func DecodeLeases(body []byte) ([]Lease, error) {
+	toks, err := DecodeTokens(body)
+	if err != nil {
+		return nil, err
+	}
+	ls := make([]Lease, len(toks))
+	for i, t := range toks {
+		ls[i] = Lease{Token: t, MessageID: KeyID(t.ID)}
+	}
+	return ls, nil
+}

@@ -41,3 +41,23 @@ func TestQueueNames(t *testing.T) {
 		t.Fatalf("%s", DelayedRoute("orders"))
 	}
 }
+
+// The dispatcher reads each token with the message id of its row key: a
+// later send's key carries its send number, the id does not.
+func TestDecodeLeasesReadsTheMessageIDOfEachKey(t *testing.T) {
+	body, err := EncodeTokens([]Token{{ID: "m", Lock: "l1"}, {ID: SendKey("m", 2), Lock: "l2"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := DecodeLeases(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Lease{{Token: Token{ID: "m", Lock: "l1"}, MessageID: "m"}, {Token: Token{ID: "m\x1f2", Lock: "l2"}, MessageID: "m"}}
+	if !slices.Equal(got, want) {
+		t.Fatalf("decoded %+v, want %+v", got, want)
+	}
+	if _, err := DecodeLeases([]byte(`{"tokens":[{"id":"","lock":"x"}]}`)); err == nil {
+		t.Error("a token with no id decoded without an error")
+	}
+}

@@ -3,7 +3,9 @@
 // (broker's raw connection, amqp.go), the stored message (package message)
 // and bbolt's records (storage/boltstore/codec.go). Each format stays with
 // its owner; this package holds what they share, so that a length check or
-// a time field is written once.
+// a time field is written once, and the stored message's typed header
+// tables (AppendTable, Decoder.Table), whose reader recurses through
+// Decoder's own reads.
 //
 // FuzzDecoders (storage/boltstore/fuzz_test.go) feeds arbitrary bytes to the
 // three decoders built on Decoder.
@@ -12,8 +14,12 @@ package codec
 import (
 	"encoding/binary"
 	"fmt"
+	"maps"
 	"math"
+	"slices"
 	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
 )
 
 // Decoder consumes a byte slice. The first failure sticks: every later read
@@ -254,4 +260,164 @@ func (d *Decoder) seconds(badNanos string) (sec, nsec int64, ok bool) {
 		return 0, 0, false
 	}
 	return sec, int64(n), true
+}
+
+// AMQP field tables, as the stored message (package message) writes its
+// headers: every AMQP field type keeps a tag of its own, so a header that
+// arrived as an int16 leaves as an int16.
+
+// maxTableDepth bounds nested tables and arrays when reading, so corrupt
+// input cannot exhaust the stack.
+const maxTableDepth = 64
+
+// AppendTable appends t with its entries in key order: the same table always
+// encodes to the same bytes (message.Fingerprint hashes them). It fails only
+// for values that AMQP cannot carry.
+func AppendTable(b []byte, t amqp.Table) ([]byte, error) {
+	b = binary.AppendUvarint(b, uint64(len(t)))
+	for _, k := range slices.Sorted(maps.Keys(t)) {
+		b = AppendString(b, k)
+		var err error
+		if b, err = appendFieldValue(b, t[k]); err != nil {
+			return nil, fmt.Errorf("header %q: %w", k, err)
+		}
+	}
+	return b, nil
+}
+
+// appendFieldValue appends a tag and payload. Tags follow the AMQP field types that
+// amqp091-go reads and writes; Go int is written as 'I' exactly as the
+// library would put it on the wire.
+func appendFieldValue(b []byte, v any) ([]byte, error) {
+	switch v := v.(type) {
+	case nil:
+		return append(b, 'V'), nil
+	case bool:
+		if v {
+			return append(b, 't', 1), nil
+		}
+		return append(b, 't', 0), nil
+	case int8:
+		return append(b, 'b', byte(v)), nil
+	case uint8:
+		return append(b, 'B', v), nil
+	case int16:
+		return binary.BigEndian.AppendUint16(append(b, 's'), uint16(v)), nil
+	case uint16:
+		return binary.BigEndian.AppendUint16(append(b, 'u'), v), nil
+	case int:
+		if v < math.MinInt32 || v > math.MaxInt32 {
+			return nil, fmt.Errorf("int %d does not fit AMQP's 32-bit field", v)
+		}
+		return binary.BigEndian.AppendUint32(append(b, 'I'), uint32(int32(v))), nil
+	case int32:
+		return binary.BigEndian.AppendUint32(append(b, 'I'), uint32(v)), nil
+	case uint32:
+		return binary.BigEndian.AppendUint32(append(b, 'i'), v), nil
+	case int64:
+		return binary.BigEndian.AppendUint64(append(b, 'l'), uint64(v)), nil
+	case float32:
+		return binary.BigEndian.AppendUint32(append(b, 'f'), math.Float32bits(v)), nil
+	case float64:
+		return binary.BigEndian.AppendUint64(append(b, 'd'), math.Float64bits(v)), nil
+	case amqp.Decimal:
+		return binary.BigEndian.AppendUint32(append(b, 'D', v.Scale), uint32(v.Value)), nil
+	case string:
+		return AppendString(append(b, 'S'), v), nil
+	case []byte:
+		return AppendBytes(append(b, 'x'), v), nil
+	case time.Time:
+		return AppendUnixTime(append(b, 'T'), v), nil
+	case amqp.Table:
+		return AppendTable(append(b, 'F'), v)
+	case []any:
+		b = binary.AppendUvarint(append(b, 'A'), uint64(len(v)))
+		for i, e := range v {
+			var err error
+			if b, err = appendFieldValue(b, e); err != nil {
+				return nil, fmt.Errorf("array element %d: %w", i, err)
+			}
+		}
+		return b, nil
+	}
+	return nil, fmt.Errorf("value of type %T is not an AMQP field type", v)
+}
+
+// Table reads what AppendTable wrote; the result does not alias the input.
+func (d *Decoder) Table() amqp.Table { return d.tableAt(0) }
+
+// tableAt reads a table nested depth deep.
+func (d *Decoder) tableAt(depth int) amqp.Table {
+	if depth > maxTableDepth {
+		d.Fail("nesting too deep")
+		return nil
+	}
+	n := d.Uvarint()
+	if n > uint64(d.Len()) { // every entry takes at least one byte
+		d.Fail("table length")
+		return nil
+	}
+	t := make(amqp.Table, n)
+	for i := uint64(0); i < n && d.Err() == nil; i++ {
+		k := d.String()
+		t[k] = d.fieldValue(depth)
+	}
+	return t
+}
+
+// fieldValue reads what appendFieldValue wrote, depth deep.
+func (d *Decoder) fieldValue(depth int) any {
+	switch tag := d.Byte(); tag {
+	case 'V':
+		return nil
+	case 't':
+		return d.Byte() != 0
+	case 'b':
+		return int8(d.Byte())
+	case 'B':
+		return d.Byte()
+	case 's':
+		return int16(d.U16())
+	case 'u':
+		return d.U16()
+	case 'I':
+		return int32(d.U32())
+	case 'i':
+		return d.U32()
+	case 'l':
+		return int64(d.U64())
+	case 'f':
+		return math.Float32frombits(d.U32())
+	case 'd':
+		return math.Float64frombits(d.U64())
+	case 'D':
+		scale := d.Byte()
+		return amqp.Decimal{Scale: scale, Value: int32(d.U32())}
+	case 'S':
+		return d.String()
+	case 'x':
+		return d.Bytes()
+	case 'T':
+		return d.UnixTime()
+	case 'F':
+		return d.tableAt(depth + 1)
+	case 'A':
+		if depth+1 > maxTableDepth {
+			d.Fail("nesting too deep")
+			return nil
+		}
+		n := d.Uvarint()
+		if n > uint64(d.Len()) {
+			d.Fail("array length")
+			return nil
+		}
+		a := make([]any, 0, n)
+		for i := uint64(0); i < n && d.Err() == nil; i++ {
+			a = append(a, d.fieldValue(depth+1))
+		}
+		return a
+	default:
+		d.Fail(fmt.Sprintf("unknown value tag %q", tag))
+		return nil
+	}
 }

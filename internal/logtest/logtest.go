@@ -32,11 +32,23 @@ func (b *Buffer) String() string {
 func (b *Buffer) Lines() []map[string]any {
 	var out []map[string]any
 	sc := bufio.NewScanner(strings.NewReader(b.String()))
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	sc.Buffer(make([]byte, 1<<20), 16<<20)
 	for sc.Scan() {
 		var m map[string]any
 		if json.Unmarshal(sc.Bytes(), &m) == nil {
 			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// LinesAt returns the JSON lines written so far at level ("warn",
+// "error", …), decoded; every line for "".
+func (b *Buffer) LinesAt(level string) []map[string]any {
+	var out []map[string]any
+	for _, l := range b.Lines() {
+		if level == "" || l["level"] == level {
+			out = append(out, l)
 		}
 	}
 	return out

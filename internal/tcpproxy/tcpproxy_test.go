@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/delaybridge/delaybridge/internal/testenv"
 )
 
 // echoServer echoes every connection back; it counts the connections it
@@ -118,16 +120,6 @@ func closed(t *testing.T, c net.Conn) {
 	}
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); !cond(); {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 func TestForward(t *testing.T) {
 	e, p := setup(t)
 	a, b := dial(t, p), dial(t, p)
@@ -147,7 +139,7 @@ func TestForward(t *testing.T) {
 		t.Errorf("Open = %d, want 2", got)
 	}
 	_ = a.Close()
-	waitFor(t, "Open to drop to 1 after a client closed", func() bool { return p.Open() == 1 })
+	testenv.WaitFor(t, 5*time.Second, "Open to drop to 1 after a client closed", func() bool { return p.Open() == 1 })
 }
 
 func TestStall(t *testing.T) {
@@ -157,7 +149,7 @@ func TestStall(t *testing.T) {
 	up := p.BytesUp()
 	p.Stall()
 	silent(t, a, "during", 200*time.Millisecond)
-	waitFor(t, "the stalled bytes to be swallowed", func() bool { return p.Swallowed() == int64(len("during")) })
+	testenv.WaitFor(t, 5*time.Second, "the stalled bytes to be swallowed", func() bool { return p.Swallowed() == int64(len("during")) })
 	if got := p.BytesUp(); got != up {
 		t.Errorf("BytesUp moved from %d to %d while stalled", up, got)
 	}
@@ -185,12 +177,12 @@ func TestResume(t *testing.T) {
 	p.Stall()
 	b := dial(t, p)
 	silent(t, a, "lost", 100*time.Millisecond)
-	waitFor(t, "Open to count the held connection", func() bool { return p.Open() == 2 })
+	testenv.WaitFor(t, 5*time.Second, "Open to count the held connection", func() bool { return p.Open() == 2 })
 	p.Resume()
 	// The connections of the stall lost bytes: they are closed.
 	closed(t, a)
 	closed(t, b)
-	waitFor(t, "Open to drop to 0", func() bool { return p.Open() == 0 })
+	testenv.WaitFor(t, 5*time.Second, "Open to drop to 0", func() bool { return p.Open() == 0 })
 	c := dial(t, p)
 	roundTrip(t, c, "after")
 	if got := p.Accepted(); got != 3 {
@@ -205,7 +197,7 @@ func TestKill(t *testing.T) {
 	roundTrip(t, b, "y")
 	p.Stall()
 	c := dial(t, p) // held while stalled: cut as well
-	waitFor(t, "the held connection", func() bool { return p.Open() == 3 })
+	testenv.WaitFor(t, 5*time.Second, "the held connection", func() bool { return p.Open() == 3 })
 	if got := p.Kill(); got != 3 {
 		t.Errorf("Kill cut %d connections, want 3", got)
 	}

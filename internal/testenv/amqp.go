@@ -20,6 +20,16 @@ func PublishConfirmed(t *testing.T, ch *amqp.Channel, exchange, key string, msg 
 	}
 }
 
+// QueueDepth is the number of messages ready in the queue q.
+func QueueDepth(t testing.TB, ch *amqp.Channel, q string) int {
+	t.Helper()
+	st, err := ch.QueueDeclarePassive(q, false, false, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.Messages
+}
+
 // GetN gets exactly n messages from q, in order, and checks none is left.
 func GetN(t *testing.T, ch *amqp.Channel, q string, n int) []amqp.Delivery {
 	t.Helper()
@@ -43,4 +53,25 @@ func GetN(t *testing.T, ch *amqp.Channel, q string, n int) []amqp.Delivery {
 		t.Fatalf("%s: an extra message %s (headers %v)", q, d.MessageId, d.Headers)
 	}
 	return got
+}
+
+// Channel opens a channel on conn, closed when the test ends.
+func Channel(t testing.TB, conn *amqp.Connection) *amqp.Channel {
+	t.Helper()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ch.Close() })
+	return ch
+}
+
+// ConfirmChannel is Channel in confirm mode.
+func ConfirmChannel(t testing.TB, conn *amqp.Connection) *amqp.Channel {
+	t.Helper()
+	ch := Channel(t, conn)
+	if err := ch.Confirm(false); err != nil {
+		t.Fatal(err)
+	}
+	return ch
 }

@@ -7,7 +7,8 @@
 // can run, and CI never reports green for tests it did not run.
 //
 // It also gates the disruptive tests (see Disruptive): those that disturb
-// the shared broker for every other test running at the time.
+// the shared broker for every other test running at the time, and has the
+// waits and the AMQP steps tests share (wait.go, amqp.go).
 package testenv
 
 import (

@@ -55,11 +55,7 @@ type topology struct {
 
 func declareAll(t *testing.T, topo *topology, conn *amqp.Connection) error {
 	t.Helper()
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ch.Close()
+	ch := testenv.Channel(t, conn)
 	if err := topo.Topology.Declare(ch); err != nil {
 		t.Fatal(err)
 	}
@@ -79,10 +75,7 @@ func TestDelayedExchangeRoutesByXDelay(t *testing.T) {
 		}
 	}
 	x := topo.Exchanges[0]
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
+	ch := testenv.Channel(t, conn)
 	direct, err := ch.QueueDeclare("", false, true, true, false, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -146,14 +139,11 @@ func TestDelayedExchangeConflicts(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			topo, conn := delayedTopology(t, amqp.ExchangeTopic)
 			name, kind, args := c.existing(topo)
-			ch, err := conn.Channel()
-			if err != nil {
-				t.Fatal(err)
-			}
+			ch := testenv.Channel(t, conn)
 			if err := ch.ExchangeDeclare(name, kind, true, false, false, false, args); err != nil {
 				t.Fatal(err)
 			}
-			err = declareAll(t, topo, conn)
+			err := declareAll(t, topo, conn)
 			if !errors.Is(err, broker.ErrTopologyConflict) {
 				t.Fatalf("got %v, want broker.ErrTopologyConflict", err)
 			}
@@ -178,16 +168,13 @@ func TestDelayedExchangeConflicts(t *testing.T) {
 // conflict itself, not as a broker that could not be reached.
 func TestConnectReportsATopologyConflict(t *testing.T) {
 	topo, conn := delayedTopology(t, amqp.ExchangeFanout)
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
+	ch := testenv.Channel(t, conn)
 	if err := ch.ExchangeDeclare(topo.Exchanges[0].Name, amqp.ExchangeDirect, true, false, false, false, nil); err != nil {
 		t.Fatal(err)
 	}
 	c := broker.NewConn(broker.ConnOptions{URL: testenv.AMQPURL(t), Name: t.Name(), Logger: zerolog.Nop(),
 		OnConnect: func(conn *amqp.Connection) error { return declareAll(t, topo, conn) }})
-	err = c.Connect()
+	err := c.Connect()
 	if err == nil {
 		c.Close()
 		t.Fatal("Connect succeeded")
@@ -218,10 +205,7 @@ func TestDelayedExchangeOtherRefusals(t *testing.T) {
 	if err := declareAll(t, topo, conn); err != nil {
 		t.Fatal(err)
 	}
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
+	ch := testenv.Channel(t, conn)
 	refused := ch.QueueBind(topo.Topology.TimeoutsQueue(), "", topo.Exchanges[0].Name, false, amqp.Table{argMatch: "any-with-y", wire.HeaderDelay: nil})
 	if refused == nil {
 		t.Fatal("the broker accepted x-match any-with-y")

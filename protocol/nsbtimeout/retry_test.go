@@ -9,30 +9,16 @@ import (
 
 	"github.com/delaybridge/delaybridge/errorqueue"
 	"github.com/delaybridge/delaybridge/intake"
+	"github.com/delaybridge/delaybridge/internal/servicecontrol"
 	"github.com/delaybridge/delaybridge/wire"
 )
 
 // servicePulseRetry is what ServiceControl sends back to NServiceBus.FailedQ
-// when an operator retries copy from ServicePulse: the headers less those
-// HeaderFilter.KeysToRemoveWhenRetryingAMessage starts with (removed by
-// prefix), plus the retry headers RetryProcessor.ToTransportOperation sets
-// and ReturnToSender.HandleMessage leaves (Particular/ServiceControl,
-// src/ServiceControl/Recoverability/Retrying/). The message id is the
+// when an operator retries copy from ServicePulse. The message id is the
 // staging message's own, so only the NServiceBus.MessageId header carries
 // the original id (RabbitMQ transport: message-id property).
 func servicePulseRetry(copyMsg amqp.Publishing, nativeID string) amqp.Delivery {
-	h := amqp.Table{}
-	for k, v := range copyMsg.Headers {
-		drop := false
-		for _, prefix := range []string{"NServiceBus.Retries", "NServiceBus.FailedQ", "NServiceBus.TimeOfFailure", "NServiceBus.ExceptionInfo.", "ServiceControl.EditOf"} {
-			drop = drop || strings.HasPrefix(k, prefix)
-		}
-		if !drop {
-			h[k] = v
-		}
-	}
-	h["ServiceControl.Retry.UniqueMessageId"] = "5b3e7c0a-0000-4000-8000-000000000001"
-	h["ServiceControl.Retry.AcknowledgementQueue"] = "error"
+	h := servicecontrol.RetryHeaders(copyMsg.Headers, "5b3e7c0a-0000-4000-8000-000000000001")
 	return amqp.Delivery{MessageId: nativeID, ContentType: copyMsg.ContentType, Body: copyMsg.Body, Headers: h}
 }
 

@@ -1,29 +1,17 @@
 package boltstore
 
 import (
-	"fmt"
 	"path/filepath"
 	"testing"
 	"time"
 
-	"github.com/delaybridge/delaybridge/storage"
 	"github.com/delaybridge/delaybridge/storage/storetest"
 )
 
 // BenchmarkInsertBatch256: one op = one Insert (one commit) of 256 rows with
 // 512-byte bodies.
 func BenchmarkInsertBatch256(b *testing.B) {
-	s := open(b, filepath.Join(b.TempDir(), "db"), nil)
-	batches := make([][]storage.Timeout, b.N)
-	for i := range batches {
-		batches[i] = storetest.BenchRows(fmt.Sprint("b", i), 256, time.Now().Add(time.Hour))
-	}
-	b.ResetTimer()
-	for i := range b.N {
-		if _, err := s.Insert(ctx, batches[i]); err != nil {
-			b.Fatal(err)
-		}
-	}
+	storetest.BenchInsert(b, open(b, filepath.Join(b.TempDir(), "db"), nil), "b", 256)
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*256), "ns/row")
 }
 
@@ -33,41 +21,23 @@ func BenchmarkLeaseRemove1000(b *testing.B) {
 	clock := storetest.NewClock(storetest.T0)
 	s := open(b, filepath.Join(b.TempDir(), "db"), clock.Now)
 	insertFuture(b, s, 10_000) // some rows that stay behind
-	refs := make([]storage.Ref, 1000)
-	b.ResetTimer()
-	for i := range b.N {
-		b.StopTimer()
-		if _, err := s.Insert(ctx, storetest.BenchRows(fmt.Sprint("r", i), 1000, storetest.T0.Add(-time.Second))); err != nil {
-			b.Fatal(err)
-		}
-		b.StartTimer()
-		ls, err := s.Lease(ctx, "bench", time.Time{}, 1000, time.Minute)
-		if err != nil || len(ls) != 1000 {
-			b.Fatalf("Lease = %d rows, %v", len(ls), err)
-		}
-		for j, l := range ls {
-			refs[j] = storage.Ref{ID: l.ID, Lock: l.Lock}
-		}
-		res, err := s.Remove(ctx, refs)
-		if err != nil {
-			b.Fatal(err)
-		}
-		for _, e := range res {
-			if e != nil {
-				b.Fatal(e)
-			}
-		}
-	}
+	storetest.BenchLeaseRemove(b, s, 1000)
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*1000), "ns/row")
+}
+
+// pending100k opens a store, reading a clock at T0, that holds 100,000 rows
+// due later, and resets the timer.
+func pending100k(b *testing.B) *Store {
+	s := open(b, filepath.Join(b.TempDir(), "db"), storetest.NewClock(storetest.T0).Now)
+	insertFuture(b, s, 100_000)
+	b.ResetTimer()
+	return s
 }
 
 // BenchmarkNextDueWith100kPending: NextDue reads the first entry of each
 // index, however many rows are pending.
 func BenchmarkNextDueWith100kPending(b *testing.B) {
-	clock := storetest.NewClock(storetest.T0)
-	s := open(b, filepath.Join(b.TempDir(), "db"), clock.Now)
-	insertFuture(b, s, 100_000)
-	b.ResetTimer()
+	s := pending100k(b)
 	for range b.N {
 		if _, ok, err := s.NextDue(ctx); err != nil || !ok {
 			b.Fatal(ok, err)
@@ -78,10 +48,7 @@ func BenchmarkNextDueWith100kPending(b *testing.B) {
 // BenchmarkEmptyLeaseWith100kPending: a poll that finds nothing due stops at
 // the first future key of each index, in a read transaction only.
 func BenchmarkEmptyLeaseWith100kPending(b *testing.B) {
-	clock := storetest.NewClock(storetest.T0)
-	s := open(b, filepath.Join(b.TempDir(), "db"), clock.Now)
-	insertFuture(b, s, 100_000)
-	b.ResetTimer()
+	s := pending100k(b)
 	for range b.N {
 		if ls, err := s.Lease(ctx, "o", time.Time{}, 1000, time.Minute); err != nil || len(ls) != 0 {
 			b.Fatal(len(ls), err)

@@ -103,8 +103,7 @@ type Options struct {
 
 // Store is a storage.Store on a bbolt file.
 type Store struct {
-	mu     sync.RWMutex // read-held by every call, write-held by Close
-	closed bool
+	gate storage.Gate
 	// dbMu is read-held by every read transaction (view) and write-held
 	// while the commit loop reopens the file (renew.go); db and dbErr
 	// change only then, in the commit loop, which reads them unlocked.
@@ -261,20 +260,16 @@ func (s *Store) Path() string { return s.path }
 // Close closes the file. It waits for calls in flight; later calls return
 // storage.ErrClosed. Closing twice is not an error.
 func (s *Store) Close() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
+	return s.gate.Close(func() error {
+		s.stopLoop() // no write is in flight: they are inside the gate
+		if s.db == nil {
+			return fmt.Errorf("boltstore: close: %w", s.dbErr) // nothing to close
+		}
+		if err := s.db.Close(); err != nil {
+			return fmt.Errorf("boltstore: close: %w", err)
+		}
 		return nil
-	}
-	s.closed = true
-	s.stopLoop() // no write is in flight: they hold s.mu
-	if s.db == nil {
-		return fmt.Errorf("boltstore: close: %w", s.dbErr) // nothing to close
-	}
-	if err := s.db.Close(); err != nil {
-		return fmt.Errorf("boltstore: close: %w", err)
-	}
-	return nil
+	})
 }
 
 func (s *Store) stopLoop() {
@@ -284,16 +279,11 @@ func (s *Store) stopLoop() {
 
 // enter starts a call: it holds the read lock until the returned func runs.
 func (s *Store) enter(ctx context.Context) (func(), error) {
-	s.mu.RLock()
-	if s.closed {
-		s.mu.RUnlock()
-		return nil, fmt.Errorf("boltstore: %w", storage.ErrClosed)
-	}
-	if err := ctx.Err(); err != nil {
-		s.mu.RUnlock()
+	exit, err := s.gate.Enter(ctx)
+	if err != nil {
 		return nil, fmt.Errorf("boltstore: %w", err)
 	}
-	return s.mu.RUnlock, nil
+	return exit, nil
 }
 
 // readCall runs fn in a read transaction within one call (enter).
@@ -1204,12 +1194,8 @@ func (s *Store) Cancel(ctx context.Context, id string, mode storage.CancelMode) 
 		}
 		return s.tombstone(b, id, now)
 	})
-	switch {
-	case err != nil:
-	case found == 0:
-		err = storage.ErrNotFound
-	case removed == 0:
-		err = storage.ErrLeased
+	if err == nil {
+		err = storage.FoundErr(found, removed)
 	}
 	if err != nil {
 		return fmt.Errorf("boltstore: cancel %q: %w", id, err)
@@ -1383,12 +1369,8 @@ func (s *Store) Reschedule(ctx context.Context, id string, dueAt time.Time) erro
 		}
 		return nil
 	})
-	switch {
-	case err != nil:
-	case found == 0:
-		err = storage.ErrNotFound
-	case moved == 0:
-		err = storage.ErrLeased
+	if err == nil {
+		err = storage.FoundErr(found, moved)
 	}
 	if err != nil {
 		return fmt.Errorf("boltstore: reschedule %q: %w", id, err)

@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -540,37 +539,6 @@ func insertFuture(t testing.TB, s *Store, n int) {
 			t.Fatal(err)
 		}
 	}
-}
-
-// TestCloseDuringCalls: calls racing Close either finish or see ErrClosed.
-func TestCloseDuringCalls(t *testing.T) {
-	s := open(t, filepath.Join(t.TempDir(), "db"), nil)
-	var wg sync.WaitGroup
-	for w := range 8 {
-		wg.Go(func() {
-			for i := 0; ; i++ {
-				id := fmt.Sprintf("w%d-%d", w, i)
-				_, err := s.Insert(ctx, []storage.Timeout{{ID: id, Destination: "d", DueAt: time.Now()}})
-				if err == nil {
-					_, err = s.Lease(ctx, "o", time.Time{}, 2, time.Minute)
-				}
-				if err == nil {
-					_, _, err = s.NextDue(ctx)
-				}
-				if err != nil {
-					if !errors.Is(err, storage.ErrClosed) {
-						t.Errorf("call racing Close: %v", err)
-					}
-					return
-				}
-			}
-		})
-	}
-	time.Sleep(20 * time.Millisecond)
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-	wg.Wait()
 }
 
 // TestCorruptRecord: a damaged record is reported as an error, never a panic

@@ -133,42 +133,35 @@ func recordV1Decoded() *record {
 	}
 }
 
-func TestRecordVersion1(t *testing.T) {
-	got, err := decodeRecord(recordV1)
-	if err != nil {
-		t.Fatalf("decode of a version 1 record: %v", err)
-	}
-	if diff := cmp.Diff(recordV1Decoded(), got, cmp.AllowUnexported(record{})); diff != "" {
-		t.Fatalf("version 1 record decoded (-want +got):\n%s", diff)
-	}
-	// Written back, it is a version 3 record with no exchange and no saga.
-	if enc := encodeRecord(got); !bytes.Equal(enc, slices.Concat([]byte{3}, recordHead, []byte{0, 0}, recordTail)) {
-		t.Fatalf("version 1 record re-encoded as %x", enc)
-	}
-	for n := range len(recordV1) {
-		if _, err := decodeRecord(recordV1[:n]); !errors.Is(err, errCorrupt) {
-			t.Fatalf("decode of %d of %d bytes: %v, want errCorrupt", n, len(recordV1), err)
+// Records of versions 1 and 2 decode, are written back as version 3 (with
+// no saga; version 1 with no exchange either), and a record cut short is
+// corrupt.
+func TestRecordOldVersions(t *testing.T) {
+	for _, tc := range []struct {
+		version  int
+		raw      []byte
+		exchange string
+		rewrite  []byte // the exchange and saga fields of the version 3 record
+	}{
+		{1, recordV1, "", []byte{0, 0}},
+		{2, recordV2, "events", []byte{0x06, 'e', 'v', 'e', 'n', 't', 's', 0}},
+	} {
+		want := recordV1Decoded()
+		want.Exchange = tc.exchange
+		got, err := decodeRecord(tc.raw)
+		if err != nil {
+			t.Fatalf("decode of a version %d record: %v", tc.version, err)
 		}
-	}
-}
-
-func TestRecordVersion2(t *testing.T) {
-	want := recordV1Decoded()
-	want.Exchange = "events"
-	got, err := decodeRecord(recordV2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if diff := cmp.Diff(want, got, cmp.AllowUnexported(record{})); diff != "" {
-		t.Fatalf("version 2 record decoded (-want +got):\n%s", diff)
-	}
-	// Written back, it is a version 3 record with no saga.
-	if enc := encodeRecord(got); !bytes.Equal(enc, slices.Concat([]byte{3}, recordHead, []byte{0x06, 'e', 'v', 'e', 'n', 't', 's', 0}, recordTail)) {
-		t.Fatalf("version 2 record re-encoded as %x", enc)
-	}
-	for n := range len(recordV2) {
-		if _, err := decodeRecord(recordV2[:n]); !errors.Is(err, errCorrupt) {
-			t.Fatalf("decode of %d of %d bytes: %v, want errCorrupt", n, len(recordV2), err)
+		if diff := cmp.Diff(want, got, cmp.AllowUnexported(record{})); diff != "" {
+			t.Fatalf("version %d record decoded (-want +got):\n%s", tc.version, diff)
+		}
+		if enc := encodeRecord(got); !bytes.Equal(enc, slices.Concat([]byte{3}, recordHead, tc.rewrite, recordTail)) {
+			t.Fatalf("version %d record re-encoded as %x", tc.version, enc)
+		}
+		for n := range len(tc.raw) {
+			if _, err := decodeRecord(tc.raw[:n]); !errors.Is(err, errCorrupt) {
+				t.Fatalf("decode of %d of %d bytes of version %d: %v, want errCorrupt", n, len(tc.raw), tc.version, err)
+			}
 		}
 	}
 }

@@ -98,23 +98,7 @@ func (s *Store) Pause(ctx context.Context, d wire.Destination, by string) (bool,
 	if err != nil {
 		return false, fmt.Errorf("boltstore: pause %s: %w", d, err)
 	}
-	exit, err := s.enter(ctx)
-	if err != nil {
-		return false, err
-	}
-	defer exit()
-	now := s.now()
-	paused := false
-	err = s.update(func(tx *bolt.Tx, c *counts) error {
-		paused = false
-		b, err := buckets(tx, c)
-		if err != nil {
-			return err
-		}
-		dk := destKey(d)
-		if b.pauses.Get(dk) != nil {
-			return nil
-		}
+	return s.switchPause(ctx, d, true, by, func(b txb, dk []byte) ([]*row, error) {
 		var rs []*row
 		add := func(seq []byte) error {
 			if b.rows.Get(seq) == nil {
@@ -131,7 +115,7 @@ func (s *Store) Pause(ctx context.Context, d wire.Destination, by string) (bool,
 		}
 		for _, seq := range seqs {
 			if err := add(seq[:]); err != nil {
-				return err
+				return nil, err
 			}
 		}
 		// The rows added since the read.
@@ -144,31 +128,72 @@ func (s *Store) Pause(ctx context.Context, d wire.Destination, by string) (bool,
 		}
 		for ; k != nil; k, _ = cur.Next() {
 			if err := add(k); err != nil {
-				return err
+				return nil, err
 			}
+		}
+		return rs, nil
+	})
+}
+
+// switchPause is the write of Pause (pause) and Resume. Unless d is paused
+// (pause) or not paused already, it takes d's rows, which rows finds, out
+// of the indexes, records or deletes d's pause (by: who paused), and
+// indexes the rows again as they now stand, in the order of their new keys
+// (see sortRows). changed: d was not in that state.
+func (s *Store) switchPause(ctx context.Context, d wire.Destination, pause bool, by string, rows func(b txb, dk []byte) ([]*row, error)) (bool, error) {
+	exit, err := s.enter(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer exit()
+	now := s.now()
+	changed := false
+	err = s.update(func(tx *bolt.Tx, c *counts) error {
+		changed = false
+		b, err := buckets(tx, c)
+		if err != nil {
+			return err
+		}
+		dk := destKey(d)
+		if (b.pauses.Get(dk) != nil) == pause {
+			return nil
+		}
+		rs, err := rows(b, dk)
+		if err != nil {
+			return err
 		}
 		for _, r := range rs {
 			if err := b.unindex(r); err != nil {
 				return err
 			}
 		}
-		v := binary.BigEndian.AppendUint64(nil, uint64(now.UnixNano()))
-		if err := b.pauses.Put(dk, append(v, by...)); err != nil {
+		if pause {
+			v := binary.BigEndian.AppendUint64(nil, uint64(now.UnixNano()))
+			err = b.pauses.Put(dk, append(v, by...))
+			sortRows(rs, dueKey) // the order of their keys in held and parked
+		} else {
+			err = b.pauses.Delete(dk)
+			sortRows(rs, readyKey)
+		}
+		if err != nil {
 			return err
 		}
-		sortRows(rs, dueKey) // the order of their keys in held and parked
 		for _, r := range rs {
 			if err := b.index(r); err != nil {
 				return err
 			}
 		}
-		paused = true
+		changed = true
 		return nil
 	})
 	if err != nil {
-		return false, fmt.Errorf("boltstore: pause %s: %w", d, err)
+		verb := "resume"
+		if pause {
+			verb = "pause"
+		}
+		return false, fmt.Errorf("boltstore: %s %s: %w", verb, d, err)
 	}
-	return paused, nil
+	return changed, nil
 }
 
 // sortRows orders rs by key. bbolt splits nodes only at commit, and a put
@@ -212,54 +237,20 @@ func (s *Store) Resume(ctx context.Context, d wire.Destination) (bool, error) {
 	if err := storage.CheckPauseDestination(d); err != nil {
 		return false, err
 	}
-	exit, err := s.enter(ctx)
-	if err != nil {
-		return false, err
-	}
-	defer exit()
-	resumed := false
-	err = s.update(func(tx *bolt.Tx, c *counts) error {
-		resumed = false
-		b, err := buckets(tx, c)
-		if err != nil {
-			return err
-		}
-		dk := destKey(d)
-		if b.pauses.Get(dk) == nil {
-			return nil
-		}
+	return s.switchPause(ctx, d, false, "", func(b txb, dk []byte) ([]*row, error) {
 		var rs []*row
 		cur := b.parked.Cursor()
 		for k, v := cur.Seek(dk); k != nil && bytes.HasPrefix(k, dk); k, v = cur.Next() {
 			r, err := b.indexed(k, v, parkKey, false)
 			if err != nil {
-				return err
+				return nil, err
 			}
 			if r.Dest() == d { // not a longer destination's key with this prefix
 				rs = append(rs, r)
 			}
 		}
-		for _, r := range rs {
-			if err := b.unindex(r); err != nil {
-				return err
-			}
-		}
-		if err := b.pauses.Delete(dk); err != nil {
-			return err
-		}
-		sortRows(rs, readyKey)
-		for _, r := range rs {
-			if err := b.index(r); err != nil {
-				return err
-			}
-		}
-		resumed = true
-		return nil
+		return rs, nil
 	})
-	if err != nil {
-		return false, fmt.Errorf("boltstore: resume %s: %w", d, err)
-	}
-	return resumed, nil
 }
 
 // Paused lists the paused destinations; see storage.Pauser.

@@ -12,6 +12,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/delaybridge/delaybridge/internal/testenv"
 	"github.com/delaybridge/delaybridge/storage"
 	"github.com/delaybridge/delaybridge/storage/storetest"
 )
@@ -276,14 +277,7 @@ func TestRenewWaitsForNoRead(t *testing.T) {
 			_, err := s.Insert(ctx, []storage.Timeout{{ID: id, Destination: "d", DueAt: t0, Message: []byte{1}}})
 			done <- err
 		}()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Fatal(err)
-			}
-		case <-time.After(10 * time.Second):
-			t.Fatalf("insert %s blocked behind a due reopen", id)
-		}
+		testenv.WaitNil(t, done, 10*time.Second, "insert "+id+", not blocked behind a due reopen")
 	}
 	inRead, endRead := make(chan struct{}), make(chan struct{})
 	release := sync.OnceFunc(func() { close(endRead) })

@@ -65,19 +65,6 @@ func row(id string, due time.Time) storage.Timeout {
 	return storage.Timeout{ID: id, Destination: "dest", DueAt: due, ReceivedAt: due, Message: []byte("body-" + id)}
 }
 
-func mustInsert(t *testing.T, s storage.Store, ts ...storage.Timeout) {
-	t.Helper()
-	ins, err := s.Insert(ctx, ts)
-	if err != nil {
-		t.Fatalf("Insert: %v", err)
-	}
-	for i, o := range ins {
-		if o != storage.Stored {
-			t.Fatalf("Insert: %s not inserted", ts[i].ID)
-		}
-	}
-}
-
 func mustLease(t *testing.T, s storage.Store, want int) []storage.Lease {
 	t.Helper()
 	ls, err := s.Lease(ctx, "owner", time.Time{}, 10, time.Minute)
@@ -115,7 +102,7 @@ func TestFaultsDoNotTouchTheStore(t *testing.T) {
 			t.Fatalf("inner Get after failed Insert: %v, want ErrNotFound", err)
 		}
 		s.FailInsert(nil)
-		mustInsert(t, s, row("a", now))
+		storetest.MustInsert(t, s, row("a", now))
 		if _, err := inner.Get(ctx, "a"); err != nil {
 			t.Fatalf("inner Get after healed Insert: %v", err)
 		}
@@ -123,7 +110,7 @@ func TestFaultsDoNotTouchTheStore(t *testing.T) {
 
 	t.Run("Lease", func(t *testing.T) {
 		s, inner := open(t, clock.Now)
-		mustInsert(t, s, row("a", now))
+		storetest.MustInsert(t, s, row("a", now))
 		s.FailLease(errBoom)
 		ls, err := s.Lease(ctx, "owner", time.Time{}, 10, time.Minute)
 		wantInjected(t, "Lease", err)
@@ -139,7 +126,7 @@ func TestFaultsDoNotTouchTheStore(t *testing.T) {
 
 	t.Run("NextDue", func(t *testing.T) {
 		s, _ := open(t, clock.Now)
-		mustInsert(t, s, row("a", now))
+		storetest.MustInsert(t, s, row("a", now))
 		s.FailNextDue(errBoom)
 		at, ok, err := s.NextDue(ctx)
 		wantInjected(t, "NextDue", err)
@@ -154,7 +141,7 @@ func TestFaultsDoNotTouchTheStore(t *testing.T) {
 
 	t.Run("Get", func(t *testing.T) {
 		s, _ := open(t, clock.Now)
-		mustInsert(t, s, row("a", now))
+		storetest.MustInsert(t, s, row("a", now))
 		s.FailGet(errBoom)
 		r, err := s.Get(ctx, "a")
 		wantInjected(t, "Get", err)
@@ -169,7 +156,7 @@ func TestFaultsDoNotTouchTheStore(t *testing.T) {
 
 	t.Run("Remove", func(t *testing.T) {
 		s, inner := open(t, clock.Now)
-		mustInsert(t, s, row("a", now))
+		storetest.MustInsert(t, s, row("a", now))
 		l := mustLease(t, s, 1)[0]
 		s.FailRemove(errBoom)
 		res, err := s.Remove(ctx, []storage.Ref{{ID: l.ID, Lock: l.Lock}})
@@ -192,7 +179,7 @@ func TestFaultsDoNotTouchTheStore(t *testing.T) {
 
 	t.Run("Release", func(t *testing.T) {
 		s, inner := open(t, clock.Now)
-		mustInsert(t, s, row("a", now))
+		storetest.MustInsert(t, s, row("a", now))
 		l := mustLease(t, s, 1)[0]
 		s.FailRelease(errBoom)
 		wantInjected(t, "Release", s.Release(ctx, l.ID, l.Lock, time.Time{}))
@@ -210,7 +197,7 @@ func TestFaultsDoNotTouchTheStore(t *testing.T) {
 
 	t.Run("Increment", func(t *testing.T) {
 		s, inner := open(t, clock.Now)
-		mustInsert(t, s, row("a", now))
+		storetest.MustInsert(t, s, row("a", now))
 		l := mustLease(t, s, 1)[0]
 		s.FailIncrement(errBoom)
 		n, err := s.IncrementFailureCount(ctx, l.ID, l.Lock, "why")
@@ -245,7 +232,7 @@ func TestFaultsAreIndependentAndHealClearsAll(t *testing.T) {
 	s, _ := open(t, clock.Now)
 	s.FailLease(errBoom)
 	s.FailNextDue(errBoom)
-	mustInsert(t, s, row("a", clock.Now()))
+	storetest.MustInsert(t, s, row("a", clock.Now()))
 	if _, err := s.Get(ctx, "a"); err != nil {
 		t.Fatalf("Get with other faults set: %v", err)
 	}
@@ -264,7 +251,7 @@ func TestFaultsAreIndependentAndHealClearsAll(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		mustInsert(t, s, row("b", clock.Now()))
+		storetest.MustInsert(t, s, row("b", clock.Now()))
 	}()
 	select {
 	case <-done:
@@ -300,7 +287,7 @@ func TestCalls(t *testing.T) {
 			t.Fatalf("Calls(%v) = %d before any call", op, n)
 		}
 	}
-	mustInsert(t, s, row("a", clock.Now()))
+	storetest.MustInsert(t, s, row("a", clock.Now()))
 	s.FailInsert(errBoom)
 	_, _ = s.Insert(ctx, []storage.Timeout{row("b", clock.Now())}) // failing calls count too
 	_, _ = s.Insert(ctx, []storage.Timeout{row("c", clock.Now())})
@@ -330,7 +317,7 @@ func TestDelay(t *testing.T) {
 	const d = 150 * time.Millisecond
 	s.Delay(Insert, d)
 	start := time.Now()
-	mustInsert(t, s, row("a", clock.Now()))
+	storetest.MustInsert(t, s, row("a", clock.Now()))
 	if took := time.Since(start); took < d {
 		t.Fatalf("delayed Insert took %s, want at least %s", took, d)
 	}
@@ -548,7 +535,7 @@ func TestPartMethods(t *testing.T) {
 	clock, inner, s := openFull(t)
 	saga := row("c", clock.Now().Add(time.Hour))
 	saga.SagaID = "saga-1"
-	mustInsert(t, s, row("a", clock.Now()), row("b", clock.Now().Add(time.Hour)), saga)
+	storetest.MustInsert(t, s, row("a", clock.Now()), row("b", clock.Now().Add(time.Hour)), saga)
 	mustLease(t, s, 1)
 	rowA, err := inner.Store.Get(ctx, "a")
 	if err != nil {
@@ -662,7 +649,7 @@ func TestPropertiesAndReleaseLeases(t *testing.T) {
 	if s.Properties() != bolt.Properties() {
 		t.Fatalf("Properties %+v, want the wrapped store's %+v", s.Properties(), bolt.Properties())
 	}
-	mustInsert(t, s, row("a", clock.Now()))
+	storetest.MustInsert(t, s, row("a", clock.Now()))
 	mustLease(t, s, 1)
 	if n := Wrap(struct{ storage.Store }{bolt}).ReleaseLeases(); n != 0 {
 		t.Fatalf("ReleaseLeases over a store that cannot = %d, want 0", n)

@@ -71,7 +71,7 @@ func TestReapPurgesExpiredTombstones(t *testing.T) {
 // back.
 func TestCancelRefusedByTheDatabase(t *testing.T) {
 	s := open(t, nil)
-	insert(t, s, newTimeout("p", t0.Add(time.Hour)))
+	storetest.MustInsert(t, s, newTimeout("p", t0.Add(time.Hour)))
 	err := s.Cancel(ctx, "nul\x00id", storage.CancelOrdered)
 	if err == nil || errors.Is(err, storage.ErrNotFound) || errors.Is(err, storage.ErrLeased) {
 		t.Fatalf("Cancel of an id with a NUL byte: %v, want the database's refusal", err)

@@ -18,6 +18,7 @@ import (
 	"github.com/delaybridge/delaybridge/internal/tcpproxy"
 	"github.com/delaybridge/delaybridge/storage"
 	"github.com/delaybridge/delaybridge/storage/postgres/pgtest"
+	"github.com/delaybridge/delaybridge/storage/storetest"
 )
 
 // A batch of large messages is split over several statements of one
@@ -69,7 +70,7 @@ func TestInsertLargeBatch(t *testing.T) {
 func TestLeasedBy(t *testing.T) {
 	s := openSchema(t, pgtest.Schema(t), nil)
 	for i := range 5 {
-		insert(t, s, newTimeout(fmt.Sprint("r", i), time.Now().Add(-time.Second)))
+		storetest.MustInsert(t, s, newTimeout(fmt.Sprint("r", i), time.Now().Add(-time.Second)))
 	}
 	if _, err := s.Lease(ctx, "host_a-1", time.Time{}, 2, time.Hour); err != nil {
 		t.Fatal(err)
@@ -95,7 +96,7 @@ func TestLeasedByUsesTheLeasedIndex(t *testing.T) {
 	for i := range 5000 {
 		ts = append(ts, newTimeout(fmt.Sprint("p", i), time.Now().Add(-time.Second)))
 	}
-	insert(t, s, ts...)
+	storetest.MustInsert(t, s, ts...)
 	if _, err := s.Lease(ctx, "big", time.Time{}, 5000, time.Hour); err != nil {
 		t.Fatal(err)
 	}
@@ -106,21 +107,7 @@ func TestLeasedByUsesTheLeasedIndex(t *testing.T) {
 	if _, err := s.pool.Exec(ctx, `UPDATE `+s.qs+`.timeouts SET lock_token = NULL, lock_expires_at = NULL WHERE id <> 'p1'`); err != nil {
 		t.Fatal(err)
 	}
-	rows, err := s.pool.Query(ctx, `EXPLAIN `+s.q.countLeasedBy, "big:", 20000)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var plan []string
-	for rows.Next() {
-		var line string
-		if err := rows.Scan(&line); err != nil {
-			t.Fatal(err)
-		}
-		plan = append(plan, line)
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
+	plan := queryStrings(t, s, `EXPLAIN `+s.q.countLeasedBy, "big:", 20000)
 	if p := strings.Join(plan, "\n"); !strings.Contains(p, "timeouts_leased") || strings.Contains(p, "Seq Scan") {
 		t.Fatalf("LeasedBy does not use timeouts_leased:\n%s", p)
 	}
@@ -135,7 +122,7 @@ func TestSubMicrosecondDueIsNotEarly(t *testing.T) {
 	base := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	now := base.Add(100 * time.Nanosecond)
 	s := openSchema(t, pgtest.Schema(t), func() time.Time { return now })
-	insert(t, s, newTimeout("sub", base.Add(900*time.Nanosecond)))
+	storetest.MustInsert(t, s, newTimeout("sub", base.Add(900*time.Nanosecond)))
 	if ls, err := s.Lease(ctx, "o", time.Time{}, 10, time.Minute); err != nil || len(ls) != 0 {
 		t.Fatalf("leased %v (%v) 800ns before it was due", ls, err)
 	}
@@ -155,7 +142,7 @@ func TestStatsEstimateForLargeTables(t *testing.T) {
 	t.Cleanup(func() { exactCountLimit = old })
 	s := openSchema(t, pgtest.Schema(t), nil)
 	for i := range 40 {
-		insert(t, s, newTimeout(fmt.Sprint("e", i), time.Now().Add(time.Hour)))
+		storetest.MustInsert(t, s, newTimeout(fmt.Sprint("e", i), time.Now().Add(time.Hour)))
 	}
 	if _, err := s.pool.Exec(ctx, `ANALYZE `+s.qs+`.timeouts`); err != nil {
 		t.Fatal(err)
@@ -183,7 +170,7 @@ func TestCallTimeoutWhenTheDatabaseGoesSilent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	insert(t, s, newTimeout("x", time.Now()))
+	storetest.MustInsert(t, s, newTimeout("x", time.Now()))
 	p.Stall() // a database gone silent: connections stay open, nothing passes
 	for what, call := range map[string]func() error{
 		"Get":     func() error { _, err := s.Get(context.Background(), "x"); return err },
@@ -275,7 +262,7 @@ func TestRemoveSurvivesTerminatedSessions(t *testing.T) {
 	admin := openSchema(t, schema, nil)
 	for round := range 5 {
 		id := fmt.Sprint("t", round)
-		insert(t, s, newTimeout(id, time.Now().Add(-time.Second)))
+		storetest.MustInsert(t, s, newTimeout(id, time.Now().Add(-time.Second)))
 		ls, err := s.Lease(ctx, "o", time.Time{}, 1, time.Hour)
 		if err != nil || len(ls) != 1 {
 			t.Fatalf("Lease: %v %v", ls, err)
@@ -309,7 +296,7 @@ func TestGetMany(t *testing.T) {
 		tm.Message = []byte(fmt.Sprint("body-", i))
 		in = append(in, tm)
 	}
-	insert(t, s, in...)
+	storetest.MustInsert(t, s, in...)
 	ls, err := s.Lease(ctx, "o", in[0].DueAt.Add(time.Second), 1, time.Hour)
 	if err != nil || len(ls) != 1 {
 		t.Fatalf("Lease: %v %v", ls, err)
@@ -339,11 +326,7 @@ func TestGetMany(t *testing.T) {
 // all claim it (a single-statement claim could miss a concurrent one).
 func TestConcurrentClaimsOfOneEndpoint(t *testing.T) {
 	for round := range 20 {
-		schema := pgtest.Schema(t)
-		stores := make([]*Store, 8)
-		for i := range stores {
-			stores[i] = openSchema(t, schema, nil) // migrated, not yet claimed
-		}
+		stores := openInstances(t, 8) // migrated, not yet claimed
 		var wg sync.WaitGroup
 		start := make(chan struct{})
 		errs := make(chan error, len(stores))
@@ -372,7 +355,7 @@ func TestConcurrentClaimsOfOneEndpoint(t *testing.T) {
 func TestLeaseRepeatedAfterLostAnswerLeavesNoOrphans(t *testing.T) {
 	s := openSchema(t, pgtest.Schema(t), nil)
 	for i := range 3 {
-		insert(t, s, newTimeout(fmt.Sprint("o", i), time.Now().Add(-time.Second)))
+		storetest.MustInsert(t, s, newTimeout(fmt.Sprint("o", i), time.Now().Add(-time.Second)))
 	}
 	s.testLeaseAnswerLost = func(attempt int) error {
 		if attempt == 1 {

@@ -71,19 +71,7 @@ func lockOf(t *testing.T, s *Store, id string) string {
 
 func instances(t *testing.T, s *Store) []string {
 	t.Helper()
-	rows, err := s.pool.Query(ctx, `SELECT owner FROM `+s.qs+`.instances ORDER BY owner`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []string
-	for rows.Next() {
-		var o string
-		if err := rows.Scan(&o); err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, o)
-	}
-	return out
+	return queryStrings(t, s, `SELECT owner FROM `+s.qs+`.instances ORDER BY owner`)
 }
 
 // TestTakeOverDeadInstance: the leases of an instance whose session ended
@@ -98,7 +86,7 @@ func TestTakeOverDeadInstance(t *testing.T) {
 	ab := openOwner(t, schema, "ab", clock.Now)
 	b := openOwner(t, schema, "b", clock.Now)
 	now := clock.Now()
-	insert(t, a, newTimeout("past", now.Add(-5*time.Second)), newTimeout("soon", now.Add(10*time.Second)),
+	storetest.MustInsert(t, a, newTimeout("past", now.Add(-5*time.Second)), newTimeout("soon", now.Add(10*time.Second)),
 		newTimeout("theirs", now.Add(-time.Minute)))
 	if l, err := ab.Lease(ctx, "ab", now, 1, 5*time.Minute); err != nil || len(l) != 1 || l[0].ID != "theirs" {
 		t.Fatalf("ab Lease = %v, %v", l, err)
@@ -154,7 +142,7 @@ func TestTakeOverLeavesUnregisteredOwners(t *testing.T) {
 	schema := pgtest.Schema(t)
 	old := openSchema(t, schema, clock.Now)
 	b := openOwner(t, schema, "b", clock.Now)
-	insert(t, old, newTimeout("x", clock.Now().Add(-time.Hour)))
+	storetest.MustInsert(t, old, newTimeout("x", clock.Now().Add(-time.Hour)))
 	if l, err := old.Lease(ctx, "old", time.Time{}, 1, 5*time.Minute); err != nil || len(l) != 1 {
 		t.Fatalf("Lease = %v, %v", l, err)
 	}
@@ -176,7 +164,7 @@ func TestCloseHandsBack(t *testing.T) {
 	a := openOwner(t, schema, "a", clock.Now)
 	b := openOwner(t, schema, "b", clock.Now)
 	now := clock.Now()
-	insert(t, a, newTimeout("past", now.Add(-5*time.Second)), newTimeout("soon", now.Add(200*time.Millisecond)))
+	storetest.MustInsert(t, a, newTimeout("past", now.Add(-5*time.Second)), newTimeout("soon", now.Add(200*time.Millisecond)))
 	if l, err := a.Lease(ctx, "a", now.Add(time.Second), 10, 5*time.Minute); err != nil || len(l) != 2 {
 		t.Fatalf("Lease = %v, %v", l, err)
 	}
@@ -222,7 +210,7 @@ func TestLivenessSessionRestored(t *testing.T) {
 		t.Fatalf("Lease after the session was restored: %v", err)
 	}
 	// Restored under the same row: b finds a alive.
-	insert(t, a, newTimeout("x", time.Now().Add(-time.Minute)))
+	storetest.MustInsert(t, a, newTimeout("x", time.Now().Add(-time.Minute)))
 	if l, err := a.Lease(ctx, "a", time.Time{}, 1, time.Minute); err != nil || len(l) != 1 {
 		t.Fatalf("Lease = %v, %v", l, err)
 	}

@@ -114,6 +114,59 @@ func TestMigrationStepSaysItRuns(t *testing.T) {
 	}
 }
 
+// TestFailedMigrationLeavesTheOldData: a schema as the build before send
+// fingerprints left it (version 7) whose migration fails midway (Open's
+// context ends while version 8's ALTER TABLE waits behind a reader) is
+// left as it was: version 7, no fingerprint column, its row unchanged, so
+// that build still opens it. The next Open migrates it once.
+func TestFailedMigrationLeavesTheOldData(t *testing.T) {
+	schema := pgtest.Schema(t)
+	s := openSchema(t, schema, nil)
+	for _, q := range []string{undoSchedules, undoInstances, undoFingerprints, `DELETE FROM {{s}}.schema_version WHERE version >= 8`,
+		`INSERT INTO {{s}}.timeouts (id, destination, due_at, received_at, message)
+			VALUES ('old', 'orders', '2026-03-01T12:00:00Z', '2026-03-01T11:00:00Z', 'body')`} {
+		if _, err := s.pool.Exec(ctx, strings.ReplaceAll(q, "{{s}}", s.qs)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	qs := s.qs
+	_ = s.Close()
+	released := holdFor(t, 4*time.Second, "COMMIT", "BEGIN", "SELECT 1 FROM "+qs+".timeouts LIMIT 1")
+	octx, cancel := context.WithTimeout(ctx, 1500*time.Millisecond)
+	failed, err := Open(octx, pgtest.URL(), Options{Schema: schema})
+	cancel()
+	released()
+	if err == nil {
+		_ = failed.Close()
+		t.Fatal("Open succeeded while version 8's ALTER TABLE waited past Open's deadline")
+	}
+	if !strings.Contains(err.Error(), "version 8 (send fingerprints)") {
+		t.Fatalf("Open = %v; want the failure of version 8", err)
+	}
+
+	conn, err := pgx.Connect(ctx, pgtest.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var version int
+	var hasFingerprint bool
+	var id, dest, body string
+	err = conn.QueryRow(ctx, `SELECT (SELECT max(version) FROM `+qs+`.schema_version),
+		EXISTS (SELECT 1 FROM information_schema.columns WHERE table_schema = $1 AND table_name = 'timeouts' AND column_name = 'fingerprint'),
+		id, destination, convert_from(message, 'UTF8') FROM `+qs+`.timeouts`, schema).Scan(&version, &hasFingerprint, &id, &dest, &body)
+	if err != nil || version != 7 || hasFingerprint || id != "old" || dest != "orders" || body != "body" {
+		t.Fatalf("after the failed migration: version %d, fingerprint column %v, row %q %q %q, %v; want version 7 and its row as it was",
+			version, hasFingerprint, id, dest, body, err)
+	}
+
+	s = openSchema(t, schema, nil)
+	checkVersions(t, s)
+	if got, err := s.Get(ctx, "old"); err != nil || got.Destination != "orders" || string(got.Message) != "body" || got.Fingerprint != nil {
+		t.Fatalf("the old row after the migration: %+v, %v", got, err)
+	}
+}
+
 // TestMigrationEndsWithContext: Open's context still ends a migration that
 // waits, promptly, with an error that says where it was.
 func TestMigrationEndsWithContext(t *testing.T) {

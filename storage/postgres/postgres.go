@@ -135,8 +135,7 @@ type Options struct {
 // Store is a storage.Store on PostgreSQL. It is safe for concurrent use, by
 // several goroutines and several processes.
 type Store struct {
-	mu     sync.RWMutex // read-held by every call, write-held by Close
-	closed bool
+	gate storage.Gate
 
 	pool        *pgxpool.Pool
 	callTimeout time.Duration
@@ -271,27 +270,23 @@ func (s *Store) Properties() storage.Properties { return storage.Properties{Shar
 // Close closes the connection pool. It waits for calls in flight; later
 // calls return storage.ErrClosed. Closing twice is not an error.
 func (s *Store) Close() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return nil
-	}
-	s.closed = true
-	s.stopLiveness()
-	// pgx says goodbye to the server on each connection and waits for it
-	// to hang up, up to 15 s each when the server has gone silent: do not
-	// hold up the bridge's exit that long.
-	done := make(chan struct{})
-	go func() {
-		s.pool.Close()
-		close(done)
-	}()
-	select {
-	case <-done:
-		return nil
-	case <-time.After(closeWait):
-		return fmt.Errorf("postgres: close: the database did not answer within %s; connections are dropped", closeWait)
-	}
+	return s.gate.Close(func() error {
+		s.stopLiveness()
+		// pgx says goodbye to the server on each connection and waits for
+		// it to hang up, up to 15 s each when the server has gone silent:
+		// do not hold up the bridge's exit that long.
+		done := make(chan struct{})
+		go func() {
+			s.pool.Close()
+			close(done)
+		}()
+		select {
+		case <-done:
+			return nil
+		case <-time.After(closeWait):
+			return fmt.Errorf("postgres: close: the database did not answer within %s; connections are dropped", closeWait)
+		}
+	})
 }
 
 // cancelLockWait bounds a cancel's wait for the exclusive cancel lock.
@@ -338,15 +333,11 @@ func (s *Store) runMoving(ctx context.Context, op string, fn func(ctx context.Co
 // retry runs the attempts of run and runMoving, each under the context
 // limit makes of ctx.
 func (s *Store) retry(ctx context.Context, op string, limit func(context.Context) (context.Context, func()), fn func(ctx context.Context) error) error {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	if s.closed {
-		return fmt.Errorf("postgres: %s: %w", op, storage.ErrClosed)
-	}
-	if err := ctx.Err(); err != nil {
+	exit, err := s.gate.Enter(ctx)
+	if err != nil {
 		return fmt.Errorf("postgres: %s: %w", op, err)
 	}
-	var err error
+	defer exit()
 	for attempt := 1; ; attempt++ {
 		cctx, cancel := limit(ctx)
 		err = fn(cctx)
@@ -1453,20 +1444,8 @@ func (s *Store) Cancel(ctx context.Context, id string, mode storage.CancelMode) 
 			return err
 		}
 		s.stats.addPending(-removed)
-		return foundErr(found, removed)
+		return storage.FoundErr(found, removed)
 	})
-}
-
-// foundErr is the answer of a cancel or reschedule of a message id that
-// found found sends and changed changed of them (the others are leased).
-func foundErr(found, changed int) error {
-	switch {
-	case found == 0:
-		return storage.ErrNotFound
-	case changed == 0:
-		return storage.ErrLeased
-	}
-	return nil
 }
 
 // CancelSaga deletes the rows of saga sagaID that no live lease holds and
@@ -1628,7 +1607,7 @@ func (s *Store) Reschedule(ctx context.Context, id string, dueAt time.Time) erro
 		if err := s.pool.QueryRow(ctx, s.q.reschedule, id, ts(s.now()), tsUp(dueAt)).Scan(&found, &moved); err != nil {
 			return err
 		}
-		return foundErr(int(found), int(moved))
+		return storage.FoundErr(int(found), int(moved))
 	})
 }
 

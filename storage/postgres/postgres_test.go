@@ -41,6 +41,18 @@ func openSchema(t testing.TB, schema string, now func() time.Time) *Store {
 	return s
 }
 
+// openInstances opens n stores on one fresh schema, as n bridge instances
+// sharing a database (each a pool of its own).
+func openInstances(t testing.TB, n int) []*Store {
+	t.Helper()
+	schema := pgtest.Schema(t)
+	stores := make([]*Store, n)
+	for i := range stores {
+		stores[i] = openSchema(t, schema, nil)
+	}
+	return stores
+}
+
 func TestConformance(t *testing.T) {
 	storetest.Run(t, func(t *testing.T, clock *storetest.Clock) storage.Store {
 		return open(t, clock.Now)
@@ -51,17 +63,18 @@ func newTimeout(id string, due time.Time) storage.Timeout {
 	return storage.Timeout{ID: id, Destination: "d", DueAt: due, Message: []byte("body of " + id)}
 }
 
-func insert(t testing.TB, s *Store, ts ...storage.Timeout) {
+// queryStrings runs a query of one text column and returns its rows.
+func queryStrings(t *testing.T, s *Store, sql string, args ...any) []string {
 	t.Helper()
-	got, err := s.Insert(ctx, ts)
+	rows, err := s.pool.Query(ctx, sql, args...)
 	if err != nil {
-		t.Fatalf("Insert: %v", err)
+		t.Fatal(err)
 	}
-	for i, o := range got {
-		if o != storage.Stored {
-			t.Fatalf("Insert of %q returned %v", ts[i].ID, o)
-		}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
 	}
+	return out
 }
 
 // TestLeaseExclusiveAcrossInstances: 8 stores (8 pools, as 8 bridge
@@ -69,16 +82,12 @@ func insert(t testing.TB, s *Store, ts ...storage.Timeout) {
 // every row is handed out exactly once, and every lock is unique.
 func TestLeaseExclusiveAcrossInstances(t *testing.T) {
 	const n, instances, limit = 5000, 8, 13
-	schema := pgtest.Schema(t)
-	stores := make([]*Store, instances)
-	for i := range stores {
-		stores[i] = openSchema(t, schema, nil)
-	}
+	stores := openInstances(t, instances)
 	ts := make([]storage.Timeout, n)
 	for i := range ts {
 		ts[i] = newTimeout(fmt.Sprintf("x-%05d", i), time.Now().Add(-time.Duration(i%17)*time.Second))
 	}
-	insert(t, stores[0], ts...)
+	storetest.MustInsert(t, stores[0], ts...)
 
 	var (
 		mu    sync.Mutex
@@ -134,11 +143,11 @@ func TestLeaseExclusiveAcrossInstances(t *testing.T) {
 func TestLeaseOrderWithExpiredLeases(t *testing.T) {
 	clock := storetest.NewClock(t0)
 	s := open(t, clock.Now)
-	insert(t, s, newTimeout("a", t0.Add(-3*time.Minute)), newTimeout("c", t0.Add(-time.Minute)))
+	storetest.MustInsert(t, s, newTimeout("a", t0.Add(-3*time.Minute)), newTimeout("c", t0.Add(-time.Minute)))
 	if ls, err := s.Lease(ctx, "dead", time.Time{}, 10, time.Minute); err != nil || len(ls) != 2 {
 		t.Fatalf("Lease = %v, %v", ls, err)
 	}
-	insert(t, s, newTimeout("b", t0.Add(-2*time.Minute)), newTimeout("d", t0.Add(30*time.Second)))
+	storetest.MustInsert(t, s, newTimeout("b", t0.Add(-2*time.Minute)), newTimeout("d", t0.Add(30*time.Second)))
 	clock.Advance(time.Minute)
 	ls, err := s.Lease(ctx, "heir", time.Time{}, 10, time.Minute)
 	if err != nil {
@@ -158,7 +167,7 @@ func TestLeaseOrderWithExpiredLeases(t *testing.T) {
 func TestLeaseExpiredNotYetVisible(t *testing.T) {
 	clock := storetest.NewClock(t0)
 	s := open(t, clock.Now)
-	insert(t, s, newTimeout("soon", t0.Add(50*time.Millisecond)))
+	storetest.MustInsert(t, s, newTimeout("soon", t0.Add(50*time.Millisecond)))
 	if ls, err := s.Lease(ctx, "o", t0.Add(100*time.Millisecond), 10, 10*time.Millisecond); err != nil || len(ls) != 1 {
 		t.Fatalf("Lease with lookahead = %v, %v", ls, err)
 	}
@@ -174,7 +183,7 @@ func TestLeaseExpiredNotYetVisible(t *testing.T) {
 func TestMigrateIdempotent(t *testing.T) {
 	schema := pgtest.Schema(t)
 	s1 := openSchema(t, schema, nil)
-	insert(t, s1, newTimeout("kept", t0))
+	storetest.MustInsert(t, s1, newTimeout("kept", t0))
 	if err := s1.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -335,7 +344,7 @@ func TestMigrateToSagaIDs(t *testing.T) {
 	s := fromOldSchema(t, 5, `ALTER TABLE {{s}}.timeouts DROP COLUMN saga_id`)
 	saga := newTimeout("new", t0)
 	saga.SagaID = "s"
-	insert(t, s, saga)
+	storetest.MustInsert(t, s, saga)
 	if c, l, err := s.CancelSaga(ctx, "s"); err != nil || c != 1 || l != 0 {
 		t.Fatalf("CancelSaga = %d, %d, %v; want 1, 0", c, l, err)
 	}
@@ -354,7 +363,7 @@ func TestMigrateToSagaDueIndex(t *testing.T) {
 	checkIndexes(t, s, map[string]bool{"timeouts_saga_due": true, "timeouts_saga": false})
 	saga := newTimeout("new", t0)
 	saga.SagaID = "s"
-	insert(t, s, saga)
+	storetest.MustInsert(t, s, saga)
 	if rows, _, err := s.List(ctx, storage.ListFilter{SagaID: "s", Limit: 10}); err != nil || len(rows) != 1 || rows[0].ID != "new" {
 		t.Fatalf("List of saga s = %v, %v; want row new", rows, err)
 	}
@@ -390,7 +399,7 @@ func TestConcurrentOpenOfFreshSchema(t *testing.T) {
 		t.Cleanup(func() { _ = stores[i].Close() })
 	}
 	checkVersions(t, stores[0])
-	insert(t, stores[1], newTimeout("x", t0))
+	storetest.MustInsert(t, stores[1], newTimeout("x", t0))
 	if _, err := stores[n-1].Get(ctx, "x"); err != nil {
 		t.Fatal(err)
 	}
@@ -438,7 +447,7 @@ func TestOpenKeepsLiveLeases(t *testing.T) {
 	clock := storetest.NewClock(t0)
 	schema := pgtest.Schema(t)
 	a := openSchema(t, schema, clock.Now)
-	insert(t, a, newTimeout("r1", t0.Add(-time.Second)), newTimeout("r2", t0.Add(-time.Second)))
+	storetest.MustInsert(t, a, newTimeout("r1", t0.Add(-time.Second)), newTimeout("r2", t0.Add(-time.Second)))
 	ls, err := a.Lease(ctx, "a", time.Time{}, 10, time.Minute)
 	if err != nil || len(ls) != 2 {
 		t.Fatalf("Lease = %v, %v", ls, err)
@@ -465,13 +474,13 @@ func TestReapTwoOwners(t *testing.T) {
 	clock := storetest.NewClock(t0)
 	schema := pgtest.Schema(t)
 	dead, live := openSchema(t, schema, clock.Now), openSchema(t, schema, clock.Now)
-	insert(t, dead, newTimeout("d1", t0.Add(-time.Minute)), newTimeout("d2", t0.Add(-time.Minute)))
+	storetest.MustInsert(t, dead, newTimeout("d1", t0.Add(-time.Minute)), newTimeout("d2", t0.Add(-time.Minute)))
 	dl, err := dead.Lease(ctx, "dead", time.Time{}, 10, time.Minute)
 	if err != nil || len(dl) != 2 {
 		t.Fatalf("Lease = %v, %v", dl, err)
 	}
 	_ = dead.Close()
-	insert(t, live, newTimeout("l1", t0))
+	storetest.MustInsert(t, live, newTimeout("l1", t0))
 	ll, err := live.Lease(ctx, "live", time.Time{}, 10, time.Hour)
 	if err != nil || len(ll) != 1 {
 		t.Fatalf("Lease = %v, %v", ll, err)
@@ -512,36 +521,6 @@ func TestEveryMethodClosed(t *testing.T) {
 	}
 }
 
-// TestCloseDuringCalls: calls racing Close either finish or see ErrClosed.
-func TestCloseDuringCalls(t *testing.T) {
-	s := open(t, nil)
-	var wg sync.WaitGroup
-	for w := range 8 {
-		wg.Go(func() {
-			for i := 0; ; i++ {
-				_, err := s.Insert(ctx, []storage.Timeout{newTimeout(fmt.Sprintf("w%d-%d", w, i), time.Now())})
-				if err == nil {
-					_, err = s.Lease(ctx, "o", time.Time{}, 2, time.Minute)
-				}
-				if err == nil {
-					_, _, err = s.NextDue(ctx)
-				}
-				if err != nil {
-					if !errors.Is(err, storage.ErrClosed) {
-						t.Errorf("call racing Close: %v", err)
-					}
-					return
-				}
-			}
-		})
-	}
-	time.Sleep(100 * time.Millisecond)
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-	wg.Wait()
-}
-
 func TestStats(t *testing.T) {
 	clock := storetest.NewClock(t0)
 	schema := pgtest.Schema(t)
@@ -558,7 +537,7 @@ func TestStats(t *testing.T) {
 	for i := range 1500 {
 		ts = append(ts, newTimeout(fmt.Sprintf("s%04d", i), t0.Add(time.Duration(i-1000)*time.Second)))
 	}
-	insert(t, s, ts...)
+	storetest.MustInsert(t, s, ts...)
 	check(s, 1500, 0) // the cached count follows this store's own writes
 	ls, err := s.Lease(ctx, "o", time.Time{}, 600, time.Minute)
 	if err != nil || len(ls) != 600 {
@@ -577,7 +556,7 @@ func TestStats(t *testing.T) {
 	// Another instance's writes show once the cached count is renewed.
 	other := openSchema(t, schema, clock.Now)
 	check(other, 1497, 599)
-	insert(t, other, newTimeout("from-other", t0))
+	storetest.MustInsert(t, other, newTimeout("from-other", t0))
 	if p, _, _ := s.Stats(ctx); p != 1497 && p != 1498 {
 		t.Fatalf("pending %d", p)
 	}
@@ -603,7 +582,7 @@ func TestTimesAndFields(t *testing.T) {
 		LastError:   "NO_ROUTE",
 		NotBefore:   time.Date(2026, 3, 1, 12, 0, 0, 999999999, time.UTC),
 	}
-	insert(t, s, in)
+	storetest.MustInsert(t, s, in)
 	_ = s.Close()
 	got, err := openSchema(t, schema, clock.Now).Get(ctx, "full")
 	if err != nil {
@@ -627,7 +606,7 @@ func TestTimesAndFields(t *testing.T) {
 
 func TestListCursor(t *testing.T) {
 	s := open(t, nil)
-	insert(t, s, newTimeout("a", t0), newTimeout("b", t0), newTimeout("c", t0.Add(-time.Hour)))
+	storetest.MustInsert(t, s, newTimeout("a", t0), newTimeout("b", t0), newTimeout("c", t0.Add(-time.Hour)))
 	rows, next, err := s.List(ctx, storage.ListFilter{Limit: 2})
 	if err != nil || len(rows) != 2 || rows[0].ID != "c" || rows[1].ID != "a" || next == "" {
 		t.Fatalf("List = %v, %q, %v", rows, next, err)
@@ -665,7 +644,7 @@ func TestOpenContextEndsAfterOpen(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	insert(t, s, newTimeout("a", t0))
+	storetest.MustInsert(t, s, newTimeout("a", t0))
 	if _, err := s.Get(ctx, "a"); err != nil {
 		t.Fatalf("Get after Open's context ended: %v", err)
 	}
@@ -678,7 +657,7 @@ func TestOpenContextEndsAfterOpen(t *testing.T) {
 // its context's deadline with an error wrapping it.
 func TestContextDeadlineWhileBlocked(t *testing.T) {
 	s := open(t, nil)
-	insert(t, s, newTimeout("busy", t0))
+	storetest.MustInsert(t, s, newTimeout("busy", t0))
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -736,13 +715,13 @@ func TestPauseAcrossInstances(t *testing.T) {
 	due := time.Now().Add(-time.Minute)
 	before := newTimeout("before", due)
 	before.Destination = "orders"
-	insert(t, s1, before)
+	storetest.MustInsert(t, s1, before)
 	if ok, err := s2.Pause(ctx, q, "ops"); err != nil || !ok {
 		t.Fatalf("Pause = %v, %v", ok, err)
 	}
 	after := newTimeout("after", due)
 	after.Destination = "orders"
-	insert(t, s1, after)
+	storetest.MustInsert(t, s1, after)
 	for i, s := range []*Store{s1, s2} {
 		if ls, err := s.Lease(ctx, "o", time.Time{}, 10, time.Minute); err != nil || len(ls) != 0 {
 			t.Fatalf("instance %d leased %v, %v while paused", i+1, ls, err)
@@ -784,7 +763,7 @@ func TestPauseInChunks(t *testing.T) {
 		}
 		ts = append(ts, r)
 	}
-	insert(t, s, ts...)
+	storetest.MustInsert(t, s, ts...)
 	marked := func() (n int) {
 		t.Helper()
 		if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM `+s.q.table+` WHERE paused`).Scan(&n); err != nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/delaybridge/delaybridge/internal/testenv"
 	"github.com/delaybridge/delaybridge/storage"
 	"github.com/delaybridge/delaybridge/storage/postgres/pgtest"
+	"github.com/delaybridge/delaybridge/storage/storetest"
 )
 
 // throttle is a TCP proxy to the test database that passes at most rate
@@ -201,7 +202,7 @@ func TestMovingCallsFailWhenTheTransferStops(t *testing.T) {
 	const callTimeout = 200 * time.Millisecond
 	schema := pgtest.Schema(t)
 	big := randomTimeout(t, "big", 8<<20) // upper bound 8.2 s, quiet limit 2.2 s
-	insert(t, openSchema(t, schema, nil), big)
+	storetest.MustInsert(t, openSchema(t, schema, nil), big)
 	again := randomTimeout(t, "again", 8<<20)
 	for _, tc := range []struct {
 		name  string
@@ -224,7 +225,7 @@ func TestMovingCallsFailWhenTheTransferStops(t *testing.T) {
 			failed := make(chan error, 1)
 			go func() { failed <- tc.call(s) }()
 			from := tc.moved(p)
-			waitFor(t, "1 MiB to pass", func() bool { return tc.moved(p)-from > 1<<20 })
+			testenv.WaitFor(t, 30*time.Second, "1 MiB to pass", func() bool { return tc.moved(p)-from > 1<<20 })
 			p.stalled.Store(true)
 			select {
 			case err := <-failed:
@@ -236,16 +237,6 @@ func TestMovingCallsFailWhenTheTransferStops(t *testing.T) {
 				t.Fatalf("%s hangs on a database silent mid-transfer", tc.name)
 			}
 		})
-	}
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(30 * time.Second); !cond(); {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }
 

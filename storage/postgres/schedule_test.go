@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/delaybridge/delaybridge/storage"
-	"github.com/delaybridge/delaybridge/storage/postgres/pgtest"
 )
 
 // TestFireDueAcrossInstances: 4 stores (4 pools, as 4 bridge instances)
@@ -16,11 +15,7 @@ import (
 // once each, never twice, never missed.
 func TestFireDueAcrossInstances(t *testing.T) {
 	const schedules, instances, times = 50, 4, 30
-	schema := pgtest.Schema(t)
-	stores := make([]*Store, instances)
-	for i := range stores {
-		stores[i] = openSchema(t, schema, nil)
-	}
+	stores := openInstances(t, instances)
 	t0 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	for i := range schedules {
 		_, err := stores[0].PutSchedule(ctx, storage.Schedule{Key: fmt.Sprintf("amqp:s%02d", i), Destination: "d", Message: []byte("m"), NextFireAt: t0.Add(time.Second)})

@@ -16,6 +16,16 @@ import (
 // The suite opens stores with the default cancel window.
 const window = storage.DefaultCancelWindow
 
+// expectRefused inserts a new copy of id, due in an hour, and fails with
+// msg unless Insert refuses it (the id is cancelled) when refused, or stores
+// it when not.
+func (e *env) expectRefused(id string, refused bool, msg string) {
+	e.Helper()
+	if got := e.insert(newTimeout(id, at(time.Hour))); got[0] == refused {
+		e.Fatal(msg)
+	}
+}
+
 // testCancelTombstone: a Cancel that finds nothing cancels the id for the
 // window (every copy inserted in it), and only then.
 func testCancelTombstone(e *env) {
@@ -25,14 +35,10 @@ func testCancelTombstone(e *env) {
 	}
 	e.expectMissing("early")
 	e.clock.Set(at(window - time.Microsecond))
-	if got := e.insert(newTimeout("early", at(time.Hour))); got[0] {
-		e.Fatal("a second copy inside the window was stored")
-	}
+	e.expectRefused("early", true, "a second copy inside the window was stored")
 	e.expectMissing("early")
 	e.clock.Set(at(window))
-	if got := e.insert(newTimeout("early", at(time.Hour))); !got[0] {
-		e.Fatal("the id is still cancelled when the window has passed")
-	}
+	e.expectRefused("early", false, "the id is still cancelled when the window has passed")
 	e.get("early")
 }
 
@@ -47,22 +53,16 @@ func testCancelTombstoneAfterRemoval(e *env) {
 	if err := e.s.Cancel(e.ctx, "p", storage.CancelOrdered); err != nil {
 		e.Fatalf("Cancel(p): %v", err)
 	}
-	if got := e.insert(newTimeout("p", at(time.Hour))); got[0] {
-		e.Fatal("the message a Cancel removed was stored again by a repeated insert")
-	}
+	e.expectRefused("p", true, "the message a Cancel removed was stored again by a repeated insert")
 	e.expectMissing("p")
 	e.clock.Set(at(window))
-	if got := e.insert(newTimeout("p", at(time.Hour))); !got[0] {
-		e.Fatal("the id is still cancelled when the window has passed")
-	}
+	e.expectRefused("p", false, "the id is still cancelled when the window has passed")
 	lease := e.leaseOne("l", time.Minute)
 	e.expectErr("Cancel of a leased row", e.s.Cancel(e.ctx, "l", storage.CancelOrdered), storage.ErrLeased)
 	if res := e.remove(storage.Ref{ID: "l", Lock: lease.Lock}); res[0] != nil {
 		e.Fatalf("Remove: %v", res[0])
 	}
-	if got := e.insert(newTimeout("l", at(time.Hour))); !got[0] {
-		e.Fatal("a Cancel that came too late (leased) cancelled the id's next message")
-	}
+	e.expectRefused("l", false, "a Cancel that came too late (leased) cancelled the id's next message")
 }
 
 // testCancelTombstoneRepeated: a second cancel of a missing id restarts the
@@ -72,13 +72,9 @@ func testCancelTombstoneRepeated(e *env) {
 	e.clock.Set(at(window / 2))
 	e.expectErr("second Cancel", e.s.Cancel(e.ctx, "r", storage.CancelOrdered), storage.ErrNotFound)
 	e.clock.Set(at(window + time.Minute))
-	if got := e.insert(newTimeout("r", at(time.Hour))); got[0] {
-		e.Fatal("the second cancel's window was not applied")
-	}
+	e.expectRefused("r", true, "the second cancel's window was not applied")
 	e.clock.Set(at(window/2 + window))
-	if got := e.insert(newTimeout("r", at(time.Hour))); !got[0] {
-		e.Fatal("the id is still cancelled after the second cancel's window")
-	}
+	e.expectRefused("r", false, "the id is still cancelled after the second cancel's window")
 }
 
 // testCancelTombstoneSurvivesReap: Reap leaves live tombstones alone.
@@ -88,16 +84,12 @@ func testCancelTombstoneSurvivesReap(e *env) {
 	if _, err := e.s.Reap(e.ctx); err != nil {
 		e.Fatalf("Reap: %v", err)
 	}
-	if got := e.insert(newTimeout("k", at(time.Hour))); got[0] {
-		e.Fatal("Reap removed a live tombstone")
-	}
+	e.expectRefused("k", true, "Reap removed a live tombstone")
 	e.clock.Set(at(window + time.Second))
 	if _, err := e.s.Reap(e.ctx); err != nil {
 		e.Fatalf("Reap: %v", err)
 	}
-	if got := e.insert(newTimeout("k", at(time.Hour))); !got[0] {
-		e.Fatal("the id is cancelled after Reap purged its expired tombstone")
-	}
+	e.expectRefused("k", false, "the id is cancelled after Reap purged its expired tombstone")
 }
 
 // testCancelInsertConcurrent: a Cancel and an Insert of one id running at

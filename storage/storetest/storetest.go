@@ -34,7 +34,8 @@
 //   - Get returns times that are Equal to those stored; the suite stores
 //     whole microseconds only, so backends with microsecond precision pass.
 //     nil and empty Message are not told apart.
-//   - Every method returns ErrClosed after Close; Close twice is no error. A
+//   - Every method returns ErrClosed after Close, and a call racing Close
+//     either completes or returns ErrClosed; Close twice is no error. A
 //     cancelled context fails the call with an error wrapping ctx.Err().
 //   - A Cancel that finds no row, or removes one, leaves a tombstone for
 //     storage.DefaultCancelWindow (stores are opened with the default):
@@ -164,6 +165,7 @@ var tests = []struct {
 	{"PauseMany", testPauseMany},
 	{"PauseInsertConcurrent", testPauseInsertConcurrent},
 	{"Closed", testClosed},
+	{"CloseDuringCalls", testCloseDuringCalls},
 	{"ContextCancelled", testContextCancelled},
 }
 
@@ -192,6 +194,21 @@ func newTimeout(id string, due time.Time) storage.Timeout {
 	}
 }
 
+// MustInsert inserts ts into s and fails the test unless every row is
+// stored: for a backend's own tests.
+func MustInsert(t testing.TB, s storage.Store, ts ...storage.Timeout) {
+	t.Helper()
+	got, err := s.Insert(context.Background(), ts)
+	if err != nil {
+		t.Fatalf("Insert: %v", err)
+	}
+	for i, o := range got {
+		if o != storage.Stored {
+			t.Fatalf("Insert of %q returned %v", ts[i].ID, o)
+		}
+	}
+}
+
 // insert inserts ts and reports for each whether it was stored.
 func (e *env) insert(ts ...storage.Timeout) []bool {
 	e.Helper()
@@ -207,11 +224,18 @@ func (e *env) insert(ts ...storage.Timeout) []bool {
 func (e *env) insertOutcomes(ts ...storage.Timeout) []storage.Outcome {
 	e.Helper()
 	got, err := e.s.Insert(e.ctx, ts)
+	return oneEach(e, "Insert", len(ts), got, err)
+}
+
+// oneEach fails the test when call, a call about n items, failed or did not
+// answer each item once; it returns the answers.
+func oneEach[R any](e *env, call string, n int, got []R, err error) []R {
+	e.Helper()
 	if err != nil {
-		e.Fatalf("Insert: %v", err)
+		e.Fatalf("%s: %v", call, err)
 	}
-	if len(got) != len(ts) {
-		e.Fatalf("Insert returned %d results for %d timeouts", len(got), len(ts))
+	if len(got) != n {
+		e.Fatalf("%s returned %d results for %d items", call, len(got), n)
 	}
 	return got
 }
@@ -283,13 +307,7 @@ func (e *env) expectMissing(id string) {
 func (e *env) remove(refs ...storage.Ref) []error {
 	e.Helper()
 	res, err := e.s.Remove(e.ctx, refs)
-	if err != nil {
-		e.Fatalf("Remove: %v", err)
-	}
-	if len(res) != len(refs) {
-		e.Fatalf("Remove returned %d results for %d refs", len(res), len(refs))
-	}
-	return res
+	return oneEach(e, "Remove", len(refs), res, err)
 }
 
 func (e *env) nextDue() (time.Time, bool) {
@@ -1543,6 +1561,35 @@ func testClosed(e *env) {
 	for what, err := range e.partCalls(e.ctx) {
 		closed(what, err)
 	}
+}
+
+// testCloseDuringCalls: calls racing Close either finish or see ErrClosed.
+func testCloseDuringCalls(e *env) {
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				_, err := e.s.Insert(e.ctx, []storage.Timeout{newTimeout(fmt.Sprintf("w%d-%d", w, i), at(0))})
+				if err == nil {
+					_, err = e.s.Lease(e.ctx, "o", time.Time{}, 2, time.Minute)
+				}
+				if err == nil {
+					_, _, err = e.s.NextDue(e.ctx)
+				}
+				if err != nil {
+					if !errors.Is(err, storage.ErrClosed) {
+						e.Errorf("call racing Close: %v", err)
+					}
+					return
+				}
+			}
+		})
+	}
+	time.Sleep(50 * time.Millisecond)
+	if err := e.s.Close(); err != nil {
+		e.Fatal(err)
+	}
+	wg.Wait()
 }
 
 func testContextCancelled(e *env) {

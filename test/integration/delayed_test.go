@@ -236,6 +236,44 @@ func TestDelayedExchangeWithoutXDelayNeedsNoBridge(t *testing.T) {
 	}
 }
 
+// Every publish to a delayed exchange is delivered, as the plugin delivers
+// it (docs/contract.md §2.7): the very same message published twice, and a
+// third message with its id, all pending at once, arrive three times, each
+// at its own time, none early; nothing is counted as dropped.
+func TestDelayedExchangeDeliversEveryPublishOfOneID(t *testing.T) {
+	t.Parallel()
+	name := delayedExchange(t, "sameid")
+	b := startBridge(t, map[string]string{"DELAYBRIDGE_DELAYED_EXCHANGES": name + ":direct"})
+	conn := dial(t)
+	pub := newPublisher(t, conn)
+	c := bindAndConsume(t, conn, b.Endpoint+".reminders", name+".route", "reminder", nil)
+
+	same := amqp.Publishing{MessageId: "order-42", Body: []byte("remind"), Headers: amqp.Table{"x-delay": int32(1500)}}
+	notBefore := []time.Time{time.Now().Add(1500 * time.Millisecond)}
+	pub.PublishTo(name, "reminder", same)
+	notBefore = append(notBefore, time.Now().Add(1500*time.Millisecond))
+	pub.PublishTo(name, "reminder", same)
+	notBefore = append(notBefore, time.Now().Add(2500*time.Millisecond))
+	pub.PublishTo(name, "reminder", amqp.Publishing{MessageId: "order-42", Body: []byte("remind again"), Headers: amqp.Table{"x-delay": int32(2500)}})
+
+	c.WaitFor(3, livenessBound)
+	got := c.Quiet(quietPeriod)
+	if len(got) != 3 || string(got[0].Body) != "remind" || string(got[1].Body) != "remind" || string(got[2].Body) != "remind again" {
+		t.Fatalf("got %d deliveries (%s), want remind, remind, remind again", len(got), bodies(got))
+	}
+	for i, d := range got {
+		if d.MessageId != "order-42" || d.At.Before(notBefore[i]) {
+			t.Errorf("delivery %d: id %q at %s, not before %s", i+1, d.MessageId, d.At.Format(time.RFC3339Nano), notBefore[i].Format(time.RFC3339Nano))
+		}
+	}
+	m := scrape(t, b)
+	for _, reason := range []string{"duplicate", "cancelled", "replaced"} {
+		if v := m[`delaybridge_messages_dropped_total{reason="`+reason+`"}`]; v != 0 {
+			t.Errorf("dropped_total{reason=%q} = %v, want 0", reason, v)
+		}
+	}
+}
+
 // An exchange of the bridge's that exists in another form (the plugin's
 // exchange not yet deleted, say: here a topic exchange, as the plugin is
 // not installed on the test broker) stops the bridge at start with exit 1

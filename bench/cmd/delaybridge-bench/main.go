@@ -34,55 +34,38 @@ func main() {
 }
 
 func run(args []string) int {
-	def := bench.DefaultOptions()
-	fs := flag.NewFlagSet("delaybridge-bench", flag.ContinueOnError)
-	bridgePath := fs.String("bridge", "", "the delaybridge binary each bridge runs (default: delaybridge next to this executable, else on $PATH)")
-	amqpURL := fs.String("amqp-url", envOr("DELAYBRIDGE_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/"), "broker URL; $DELAYBRIDGE_AMQP_URL when set")
-	size := fs.Int("size", def.Size, "message body size in bytes")
-	ceilingN := fs.Int("ceiling-n", def.CeilingN, "messages for the broker's single-hop ceiling")
-	ingestN := fs.Int("ingest-n", def.IngestN, "messages for the ingest rate")
-	punctualN := fs.Int("punctual-n", def.PunctualN, "messages due over --window (punctuality and ttl steps)")
-	window := fs.Duration("window", def.Window, "window the punctuality workload's due times spread over")
-	burstN := fs.Int("burst-n", def.BurstN, "messages all due at the same instant")
-	scale := fs.Bool("scale", false, "also run the scale step (fills --scale-n pending messages; takes minutes)")
-	scaleN := fs.Int("scale-n", def.ScaleN, "messages pending far in the future in the scale step")
-	scalePunctualN := fs.Int("scale-punctual-n", def.ScalePunctualN, "messages of the due stream run while --scale-n are pending")
-	scaleSteadyRate := fs.Int("scale-steady-rate", def.ScaleSteadyRate, "rate (msgs/s) of the steady workload run for --steady-duration while --scale-n are pending")
-	scaleOut := fs.Bool("scaleout", false, "also run the scaleout step: one vs two bridges sharing the PostgreSQL store at --postgres-url (about a minute)")
-	scaleOutN := fs.Int("scaleout-n", def.ScaleOutN, "messages of each scaleout workload (ingest, burst, spread over --window)")
-	postgresURL := fs.String("postgres-url", os.Getenv("DELAYBRIDGE_TEST_POSTGRES_URL"), "PostgreSQL database for the scaleout step (schemas are created and dropped); $DELAYBRIDGE_TEST_POSTGRES_URL when set; empty skips the step")
-	exchange := fs.Bool("exchange", false, "also run the exchange step: the punctuality workload to a queue, to an exchange and through a delayed exchange, alternating (about 2 minutes)")
-	exchangeRounds := fs.Int("exchange-rounds", def.ExchangeRounds, "rounds of the exchange step (each runs every path once)")
-	ttl := fs.Bool("ttl", true, "run the TTL + dead-letter topology comparison (--ttl=false to skip)")
-	nsb := fs.Bool("nsb", false, "also run the nsb step: the punctuality workload sent as NServiceBus sends into its delay chain, alone and with a bridge consuming it (uses the transport's real queue names)")
-	ttlQueueType := fs.String("ttl-queue-type", def.TTLQueueType, "queue type of the TTL levels: quorum (NServiceBus v2) or classic (v1)")
-	steadyRates := fs.String("steady-rates", joinInts(def.SteadyRates), "publish rates (msgs/s) of the steady step, comma-separated")
-	steadyDuration := fs.Duration("steady-duration", def.SteadyDuration, "how long the steady step publishes at each rate")
-	steadyStore := fs.String("steady-store", strings.Join(def.SteadyStores, ","), "stores of the steady step's bridge, comma-separated: bbolt, postgres (postgres uses --postgres-url)")
-	steadySearch := fs.Bool("steady-search", false, "steady step: also step the rate up from 1000 by 500 until the bridge's p99 exceeds 10 ms or the publisher falls behind, and report the highest as a ratio to the ceiling (measured if not run)")
-	steadyProfile := fs.String("steady-profile", "", "steady step: directory for a CPU profile of the bridge (DELAYBRIDGE_PPROF) over the steady window of every rate, saved as steady-R.pprof")
-	resendRate := fs.Int("resend-rate", 50, "resend step: new messages a second of each workload")
-	resendDuration := fs.Duration("resend-duration", 10*time.Second, "resend step: how long new messages are sent")
-	crashRate := fs.Int("crash-rate", 1000, "crash step: steady rate of messages a second")
-	crashDuration := fs.Duration("crash-duration", 20*time.Second, "crash step: how long messages are sent (3 kills spread over it)")
-	failoverRate := fs.Int("failover-rate", 1000, "failover step: steady rate of messages a second")
-	failoverDuration := fs.Duration("failover-duration", 20*time.Second, "failover step: how long messages are sent in each run (the event 8 s in)")
-	failoverRepeats := fs.Int("failover-repeats", 5, "failover step: runs of each event (kill, term, stop)")
-	recurringN := fs.Int("recurring-n", 1000, "recurring step: schedules, each firing every second")
-	recurringDuration := fs.Duration("recurring-duration", 20*time.Second, "recurring step: how long the fires are consumed and counted")
-	only := fs.String("only", "", "run only these steps, comma-separated: "+strings.Join(bench.AllSteps, ","))
-	lead := fs.Duration("lead", 0, "time from publishing to the first due time (0: from the measured ingest rate, at least 3s)")
-	publishers := fs.Int("publishers", def.Publishers, "publishing goroutines, each with its own confirm-mode channel")
-	confirmWindow := fs.Int("confirm-window", def.ConfirmWindow, "unconfirmed publishes each publisher keeps in flight")
-	jsonPath := fs.String("json", "bench-results.json", "write the results as JSON to this file (empty: don't)")
-	dir := fs.String("dir", "", "parent directory of the temporary stores and bridge logs (default: the system's temp dir)")
-	keep := fs.Bool("keep", false, "keep the temporary stores and bridge logs")
-	quiet := fs.Bool("quiet", false, "no progress lines on stderr")
-	sentinel := fs.Bool("sentinel", false, "tell when a workload is stored by a sentinel message, not /debug/vars pending")
-	var env envFlags
-	fs.Var(&env, "env", "extra KEY=VALUE setting for every bridge started, e.g. DELAYBRIDGE_BATCH_SIZE=2000 (repeatable)")
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), `usage: delaybridge-bench [flags]
+	cmd, code := parseArgs(args)
+	if cmd == nil {
+		return code
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	res, err := bench.Run(ctx, cmd.opts)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "delaybridge-bench:", err)
+		return exitCritical
+	}
+	printResults(res)
+	if cmd.jsonPath != "" {
+		if err := bench.WriteJSON(res, cmd.jsonPath); err != nil {
+			fmt.Fprintln(os.Stderr, "delaybridge-bench: write JSON:", err)
+			return exitCritical
+		}
+		fmt.Println("\nresults written to", cmd.jsonPath)
+	}
+	if ctx.Err() != nil {
+		return exitCritical
+	}
+	for _, r := range res.Rows {
+		if r.Result == bench.Miss {
+			return exitCritical
+		}
+	}
+	return exitOK
+}
+
+// usage heads the flags in the help text.
+const usage = `usage: delaybridge-bench [flags]
 
 Measures the bridge against a real broker and prints a table (and writes JSON):
   ceiling      the broker's own single hop (persistent, publisher confirms, consumer acks)
@@ -133,100 +116,155 @@ Every bridge is the delaybridge binary (--bridge) run as a child process with it
 endpoint, store and HTTP port; everything the bench declares on the broker is deleted at
 the end.
 
-`)
+`
+
+// choices are the flags that are no field of bench.Options: they choose the
+// binary, the steps and the output.
+type choices struct {
+	bridgePath, only, jsonPath, steadyRates, steadyStore *string
+	ttl, exchange, scale, scaleOut, nsb, quiet           *bool
+}
+
+// defineFlags defines the flags on fs: those of bench.Options straight into
+// opts, with their defaults, and the others into the choices it returns.
+func defineFlags(fs *flag.FlagSet, opts *bench.Options) choices {
+	def := bench.DefaultOptions()
+	var c choices
+	c.bridgePath = fs.String("bridge", "", "the delaybridge binary each bridge runs (default: delaybridge next to this executable, else on $PATH)")
+	fs.StringVar(&opts.AMQPURL, "amqp-url", envOr("DELAYBRIDGE_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/"), "broker URL; $DELAYBRIDGE_AMQP_URL when set")
+	fs.IntVar(&opts.Size, "size", def.Size, "message body size in bytes")
+	fs.IntVar(&opts.CeilingN, "ceiling-n", def.CeilingN, "messages for the broker's single-hop ceiling")
+	fs.IntVar(&opts.IngestN, "ingest-n", def.IngestN, "messages for the ingest rate")
+	fs.IntVar(&opts.PunctualN, "punctual-n", def.PunctualN, "messages due over --window (punctuality and ttl steps)")
+	fs.DurationVar(&opts.Window, "window", def.Window, "window the punctuality workload's due times spread over")
+	fs.IntVar(&opts.BurstN, "burst-n", def.BurstN, "messages all due at the same instant")
+	c.scale = fs.Bool("scale", false, "also run the scale step (fills --scale-n pending messages; takes minutes)")
+	fs.IntVar(&opts.ScaleN, "scale-n", def.ScaleN, "messages pending far in the future in the scale step")
+	fs.IntVar(&opts.ScalePunctualN, "scale-punctual-n", def.ScalePunctualN, "messages of the due stream run while --scale-n are pending")
+	fs.IntVar(&opts.ScaleSteadyRate, "scale-steady-rate", def.ScaleSteadyRate, "rate (msgs/s) of the steady workload run for --steady-duration while --scale-n are pending")
+	c.scaleOut = fs.Bool("scaleout", false, "also run the scaleout step: one vs two bridges sharing the PostgreSQL store at --postgres-url (about a minute)")
+	fs.IntVar(&opts.ScaleOutN, "scaleout-n", def.ScaleOutN, "messages of each scaleout workload (ingest, burst, spread over --window)")
+	fs.StringVar(&opts.PostgresURL, "postgres-url", os.Getenv("DELAYBRIDGE_TEST_POSTGRES_URL"), "PostgreSQL database for the scaleout step (schemas are created and dropped); $DELAYBRIDGE_TEST_POSTGRES_URL when set; empty skips the step")
+	c.exchange = fs.Bool("exchange", false, "also run the exchange step: the punctuality workload to a queue, to an exchange and through a delayed exchange, alternating (about 2 minutes)")
+	fs.IntVar(&opts.ExchangeRounds, "exchange-rounds", def.ExchangeRounds, "rounds of the exchange step (each runs every path once)")
+	c.ttl = fs.Bool("ttl", true, "run the TTL + dead-letter topology comparison (--ttl=false to skip)")
+	c.nsb = fs.Bool("nsb", false, "also run the nsb step: the punctuality workload sent as NServiceBus sends into its delay chain, alone and with a bridge consuming it (uses the transport's real queue names)")
+	fs.StringVar(&opts.TTLQueueType, "ttl-queue-type", def.TTLQueueType, "queue type of the TTL levels: quorum (NServiceBus v2) or classic (v1)")
+	c.steadyRates = fs.String("steady-rates", joinInts(def.SteadyRates), "publish rates (msgs/s) of the steady step, comma-separated")
+	fs.DurationVar(&opts.SteadyDuration, "steady-duration", def.SteadyDuration, "how long the steady step publishes at each rate")
+	c.steadyStore = fs.String("steady-store", strings.Join(def.SteadyStores, ","), "stores of the steady step's bridge, comma-separated: bbolt, postgres (postgres uses --postgres-url)")
+	fs.BoolVar(&opts.SteadySearch, "steady-search", false, "steady step: also step the rate up from 1000 by 500 until the bridge's p99 exceeds 10 ms or the publisher falls behind, and report the highest as a ratio to the ceiling (measured if not run)")
+	fs.StringVar(&opts.SteadyProfile, "steady-profile", "", "steady step: directory for a CPU profile of the bridge (DELAYBRIDGE_PPROF) over the steady window of every rate, saved as steady-R.pprof")
+	fs.IntVar(&opts.ResendRate, "resend-rate", 50, "resend step: new messages a second of each workload")
+	fs.DurationVar(&opts.ResendDuration, "resend-duration", 10*time.Second, "resend step: how long new messages are sent")
+	fs.IntVar(&opts.CrashRate, "crash-rate", 1000, "crash step: steady rate of messages a second")
+	fs.DurationVar(&opts.CrashDuration, "crash-duration", 20*time.Second, "crash step: how long messages are sent (3 kills spread over it)")
+	fs.IntVar(&opts.FailoverRate, "failover-rate", 1000, "failover step: steady rate of messages a second")
+	fs.DurationVar(&opts.FailoverDuration, "failover-duration", 20*time.Second, "failover step: how long messages are sent in each run (the event 8 s in)")
+	fs.IntVar(&opts.FailoverRepeats, "failover-repeats", 5, "failover step: runs of each event (kill, term, stop)")
+	fs.IntVar(&opts.RecurringN, "recurring-n", 1000, "recurring step: schedules, each firing every second")
+	fs.DurationVar(&opts.RecurringDuration, "recurring-duration", 20*time.Second, "recurring step: how long the fires are consumed and counted")
+	c.only = fs.String("only", "", "run only these steps, comma-separated: "+strings.Join(bench.AllSteps, ","))
+	fs.DurationVar(&opts.Lead, "lead", 0, "time from publishing to the first due time (0: from the measured ingest rate, at least 3s)")
+	fs.IntVar(&opts.Publishers, "publishers", def.Publishers, "publishing goroutines, each with its own confirm-mode channel")
+	fs.IntVar(&opts.ConfirmWindow, "confirm-window", def.ConfirmWindow, "unconfirmed publishes each publisher keeps in flight")
+	c.jsonPath = fs.String("json", "bench-results.json", "write the results as JSON to this file (empty: don't)")
+	fs.StringVar(&opts.Dir, "dir", "", "parent directory of the temporary stores and bridge logs (default: the system's temp dir)")
+	fs.BoolVar(&opts.Keep, "keep", false, "keep the temporary stores and bridge logs")
+	c.quiet = fs.Bool("quiet", false, "no progress lines on stderr")
+	fs.BoolVar(&opts.SentinelOnly, "sentinel", false, "tell when a workload is stored by a sentinel message, not /debug/vars pending")
+	fs.Var((*envFlags)(&opts.BridgeEnv), "env", "extra KEY=VALUE setting for every bridge started, e.g. DELAYBRIDGE_BATCH_SIZE=2000 (repeatable)")
+	return c
+}
+
+// command is what the command line asks for: a run with opts, its results
+// written as JSON to jsonPath unless that is empty.
+type command struct {
+	opts     bench.Options
+	jsonPath string
+}
+
+// parseArgs reads the command line. With nothing to run (help, or a usage
+// error, told on stderr) it returns nil and the exit code.
+func parseArgs(args []string) (*command, int) {
+	var opts bench.Options
+	fs := flag.NewFlagSet("delaybridge-bench", flag.ContinueOnError)
+	c := defineFlags(fs, &opts)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), usage)
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {
-			return exitOK
+			return nil, exitOK
 		}
-		return exitConfig
+		return nil, exitConfig
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "delaybridge-bench: unexpected arguments %q\n", fs.Args())
-		return exitConfig
+		return nil, exitConfig
 	}
-	exe, err := findBridge(*bridgePath)
+	exe, err := findBridge(*c.bridgePath)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "delaybridge-bench:", err)
-		return exitConfig
+		return nil, exitConfig
 	}
-
-	opts := bench.Options{
-		AMQPURL: *amqpURL, BridgeCmd: []string{exe, "run"}, BridgeEnv: env, Dir: *dir, Keep: *keep,
-		Size: *size, CeilingN: *ceilingN, IngestN: *ingestN, PunctualN: *punctualN, Window: *window,
-		BurstN: *burstN, ScaleN: *scaleN, ScalePunctualN: *scalePunctualN, ScaleSteadyRate: *scaleSteadyRate, Lead: *lead,
-		ScaleOutN: *scaleOutN, PostgresURL: *postgresURL, ExchangeRounds: *exchangeRounds,
-		TTLQueueType: *ttlQueueType, Publishers: *publishers, ConfirmWindow: *confirmWindow,
-		SentinelOnly: *sentinel, Log: os.Stderr,
-		SteadyDuration: *steadyDuration, SteadySearch: *steadySearch, SteadyProfile: *steadyProfile,
-		ResendRate: *resendRate, ResendDuration: *resendDuration,
-		CrashRate: *crashRate, CrashDuration: *crashDuration,
-		FailoverRate: *failoverRate, FailoverDuration: *failoverDuration, FailoverRepeats: *failoverRepeats,
-		RecurringN: *recurringN, RecurringDuration: *recurringDuration,
-	}
-	if opts.SteadyRates, err = parseInts(*steadyRates); err != nil {
+	opts.BridgeCmd = []string{exe, "run"}
+	opts.Log = os.Stderr
+	if opts.SteadyRates, err = parseInts(*c.steadyRates); err != nil {
 		fmt.Fprintln(os.Stderr, "delaybridge-bench: --steady-rates:", err)
-		return exitConfig
+		return nil, exitConfig
 	}
-	for _, s := range strings.Split(*steadyStore, ",") {
-		if s = strings.TrimSpace(s); s != "" {
-			opts.SteadyStores = append(opts.SteadyStores, s)
-		}
-	}
-	if *quiet {
+	opts.SteadyStores = commaList(*c.steadyStore)
+	if *c.quiet {
 		opts.Log = nil
 	} else {
 		fmt.Fprintln(os.Stderr, "delaybridge-bench: bridge binary", exe)
 	}
-	if *only != "" {
-		for _, s := range strings.Split(*only, ",") {
-			if s = strings.TrimSpace(s); s != "" {
-				opts.Steps = append(opts.Steps, s)
-			}
-		}
-	} else {
-		opts.Steps = []string{bench.StepCeiling, bench.StepIngest, bench.StepPunctuality, bench.StepBurst}
-		if *ttl {
-			opts.Steps = append(opts.Steps, bench.StepTTL)
-		}
-		if *exchange {
-			opts.Steps = append(opts.Steps, bench.StepExchange)
-		}
-		if *scale {
-			opts.Steps = append(opts.Steps, bench.StepScale)
-		}
-		if *scaleOut {
-			opts.Steps = append(opts.Steps, bench.StepScaleOut)
-		}
-		if *nsb {
-			opts.Steps = append(opts.Steps, bench.StepNSB)
+	opts.Steps = c.steps()
+	return &command{opts: opts, jsonPath: *c.jsonPath}, exitOK
+}
+
+// steps are the steps to run: --only's, or the default ones and those
+// their own flags add.
+func (c choices) steps() []string {
+	if *c.only != "" {
+		return commaList(*c.only)
+	}
+	steps := []string{bench.StepCeiling, bench.StepIngest, bench.StepPunctuality, bench.StepBurst}
+	for _, add := range []struct {
+		on   bool
+		step string
+	}{{*c.ttl, bench.StepTTL}, {*c.exchange, bench.StepExchange}, {*c.scale, bench.StepScale}, {*c.scaleOut, bench.StepScaleOut}, {*c.nsb, bench.StepNSB}} {
+		if add.on {
+			steps = append(steps, add.step)
 		}
 	}
+	return steps
+}
 
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	res, err := bench.Run(ctx, opts)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "delaybridge-bench:", err)
-		return exitCritical
+// commaList is the non-empty entries of a comma-separated list, trimmed.
+func commaList(s string) []string {
+	var out []string
+	for _, e := range strings.Split(s, ",") {
+		if e = strings.TrimSpace(e); e != "" {
+			out = append(out, e)
+		}
 	}
+	return out
+}
 
+// printResults prints the machine, the table, the reports of the steps run,
+// and the errors, warnings and bridge logs.
+func printResults(res *bench.Results) {
 	m := res.Machine
 	fmt.Printf("\ndelaybridge bench: %d-byte messages; %d CPUs (%s); %s %s; %s; broker %s; bridge %s; store on %s\n\n",
 		res.Params.Size, m.CPUs, m.CPUModel, m.GOOS, orDash(m.Kernel), m.GoVersion, m.Broker, orDash(m.BridgeRevision), orDash(m.StoreFS))
 	fmt.Print(bench.FormatTable(res.Rows))
-	if cmp := bench.FormatComparison(res); cmp != "" {
-		fmt.Print("\n", cmp)
-	}
-	if x := bench.FormatExchange(res); x != "" {
-		fmt.Print("\n", x)
-	}
-	if so := bench.FormatScaleOut(res); so != "" {
-		fmt.Print("\n", so)
-	}
-	if st := bench.FormatSteady(res); st != "" {
-		fmt.Print("\n", st)
+	for _, report := range []string{bench.FormatComparison(res), bench.FormatExchange(res), bench.FormatScaleOut(res), bench.FormatSteady(res)} {
+		if report != "" {
+			fmt.Print("\n", report)
+		}
 	}
 	for _, e := range res.Errors {
 		fmt.Printf("error (%s): %s\n", e.Step, e.Error)
@@ -237,22 +275,6 @@ the end.
 	for _, l := range res.BridgeLogs {
 		fmt.Printf("bridge log (%s): %d warnings, %d errors; last: %s\n", l.Step, l.Warnings, l.Errors, l.Last)
 	}
-	if *jsonPath != "" {
-		if err := bench.WriteJSON(res, *jsonPath); err != nil {
-			fmt.Fprintln(os.Stderr, "delaybridge-bench: write JSON:", err)
-			return exitCritical
-		}
-		fmt.Println("\nresults written to", *jsonPath)
-	}
-	if ctx.Err() != nil {
-		return exitCritical
-	}
-	for _, r := range res.Rows {
-		if r.Result == bench.Miss {
-			return exitCritical
-		}
-	}
-	return exitOK
 }
 
 // findBridge returns the delaybridge binary to run: flagPath when set (a
