@@ -468,7 +468,7 @@ type queries struct {
 	insert, insertNew, insertAt, family, tombstoned                                   string
 	lease, unlease, getMany, remove, release, incr, nextDue, reap, cancel, reschedule string
 	purgeCancels, cancelSaga                                                          string
-	takeOver, handBack                                                                string
+	takeOver, anyDead, handBack                                                       string
 	countLeased, countBoth, estimate, countLeasedBy                                   string
 	listCols, table                                                                   string
 }
@@ -506,6 +506,7 @@ func newQueries(qs string) queries {
 		"{{i}}", qs+".instances")
 	return queries{
 		takeOver: r.Replace(takeOverSQL),
+		anyDead:  r.Replace(anyDeadSQL),
 		handBack: r.Replace(handBackSQL),
 
 		// Rows go in id order, so that concurrent batches sharing ids wait
