@@ -113,6 +113,14 @@ type Poller struct {
 
 	wake       chan struct{}
 	sleepUntil atomic.Int64 // unix nanos the poller sleeps toward; MaxInt64 while busy
+
+	// ownLeases bounds from above the rows leased by Owner: the last
+	// count plus what Run leased since (only it leases as Owner, and the
+	// count only falls otherwise). Run alone uses it.
+	ownLeases struct {
+		known bool
+		most  int
+	}
 }
 
 // New returns a Poller; it starts nothing.
@@ -157,6 +165,7 @@ func (p *Poller) Wake(due time.Time) {
 // is unreachable it leases nothing and waits for the connection.
 func (p *Poller) Run(ctx context.Context) error {
 	defer p.closePublishers()
+	p.ownLeases.known = false // leases of an earlier Run are counted afresh
 	for ctx.Err() == nil {
 		p.sleepUntil.Store(math.MaxInt64) // busy: any wake counts
 		select {
@@ -177,6 +186,10 @@ func (p *Poller) Run(ctx context.Context) error {
 			continue
 		}
 		leases, n := p.lease(ctx)
+		if n < 0 {
+			p.ownLeases.known = false // it may have leased all the same
+		}
+		p.ownLeases.most += max(n, 0)
 		if n <= 0 {
 			p.slots <- pub
 		} else {
@@ -386,13 +399,17 @@ func (p *Poller) handOver(ctx context.Context, pub Publisher, leases []storage.L
 
 // backlogged reports whether this instance already has MaxLeased rows
 // leased. The store counts the owner's leases (storage.LeaseCounter), so on
-// a shared store the cap is per instance. A store that fails to count is
-// not backlogged: the cap is a brake, not a condition for leasing.
+// a shared store the cap is per instance. It counts only when ownLeases
+// does not rule the cap out: on PostgreSQL the count walks every leased row
+// of every instance, and the poller asks before each lease, many times a
+// second in a burst. A store that fails to count is not backlogged: the cap
+// is a brake, not a condition for leasing.
 func (p *Poller) backlogged(ctx context.Context) bool {
-	if p.opts.MaxLeased <= 0 {
+	if p.opts.MaxLeased <= 0 || (p.ownLeases.known && p.ownLeases.most < p.opts.MaxLeased) {
 		return false
 	}
 	leased, err := p.store.LeasedBy(ctx, p.opts.Owner, p.opts.MaxLeased)
+	p.ownLeases.known, p.ownLeases.most = err == nil, leased
 	return err == nil && leased >= p.opts.MaxLeased
 }
 

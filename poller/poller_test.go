@@ -307,6 +307,18 @@ func TestMaxLeasedThroughTheFaultStore(t *testing.T) {
 	}
 }
 
+// The poller counts its leases only when what it counted last plus what it
+// leased since could reach the cap: far below it, once.
+func TestMaxLeasedCountsOnlyNearTheCap(t *testing.T) {
+	store := openStore(t)
+	fs := faultstore.Wrap(store)
+	pub := pollCapped(t, store, fs, 40, 1000)
+	waitFor(t, "every row", func() bool { return pub.count() == 40 })
+	if n := fs.Calls(faultstore.LeasedBy); n != 1 {
+		t.Fatalf("LeasedBy called %d times for 8 leases of 5 under a cap of 1000, want 1", n)
+	}
+}
+
 // A store that fails to count does not stop leasing: the cap is a brake.
 func TestMaxLeasedCountFailing(t *testing.T) {
 	store := openStore(t)

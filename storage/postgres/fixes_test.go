@@ -425,3 +425,50 @@ func TestCancelDoesNotStallInsertsBehindALongInsert(t *testing.T) {
 		t.Fatalf("Cancel once the lock is free: %v, want ErrNotFound (and a tombstone)", err)
 	}
 }
+
+// Two instances store one id at once: the insert that comes second waits
+// for the first one's commit, finds the key taken (its plain INSERT fails),
+// and stores the batch again with ON CONFLICT: the id counts once, as a
+// duplicate there, and the rest of its batch is stored.
+func TestInsertRacingAnotherInstanceOfTheID(t *testing.T) {
+	schema := pgtest.Schema(t)
+	a, b := openSchema(t, schema, nil), openSchema(t, schema, nil)
+	due := time.Now().Add(time.Hour)
+	first, err := b.pool.Begin(ctx) // b's insert of "x", not yet committed
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = first.Rollback(ctx) }()
+	in := []storage.Timeout{newTimeout("x", due)}
+	if n, err := b.insertRows(ctx, first, in, make([]storage.Outcome, 1), make([]string, 1), time.Now()); err != nil || n != 1 {
+		t.Fatalf("insertRows = %d, %v", n, err)
+	}
+	type result struct {
+		out []storage.Outcome
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		out, err := a.Insert(ctx, []storage.Timeout{newTimeout("w", due), newTimeout("x", due), newTimeout("y", due)})
+		done <- result{out, err}
+	}()
+	select {
+	case r := <-done:
+		t.Fatalf("Insert returned while the other insert of x was open: %v, %v", r.out, r.err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	if err := first.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	if r.err != nil {
+		t.Fatalf("Insert: %v", r.err)
+	}
+	if want := []storage.Outcome{storage.Stored, storage.Duplicate, storage.Stored}; !slices.Equal(r.out, want) {
+		t.Fatalf("outcomes %v, want %v", r.out, want)
+	}
+	var n int
+	if err := a.pool.QueryRow(ctx, `SELECT count(*) FROM `+a.q.table).Scan(&n); err != nil || n != 3 {
+		t.Fatalf("rows = %d, %v; want 3", n, err)
+	}
+}

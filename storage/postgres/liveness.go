@@ -201,6 +201,15 @@ func (s *Store) TakeOver(ctx context.Context) (int, error) {
 	}
 	var freed, forgotten int64
 	err := s.run(ctx, "take over", func(ctx context.Context) error {
+		// Almost always every registered instance is alive: a cheap look
+		// at the instances and the held locks says so, and the take-over
+		// statement, whose plans over the timeouts table cost far more
+		// (replanned on most calls, as its generic plan's estimate is
+		// high), runs only when one is not.
+		var dead bool
+		if err := s.pool.QueryRow(ctx, s.q.anyDead, self, livenessClass(s.schema)).Scan(&dead); err != nil || !dead {
+			return err
+		}
 		cutoff := ts(s.now().Add(-grace))
 		return s.pool.QueryRow(ctx, s.q.takeOver, cutoff, livenessClass(s.schema), self).Scan(&freed, &forgotten)
 	})
@@ -213,6 +222,21 @@ func (s *Store) TakeOver(ctx context.Context) (int, error) {
 	return int(freed), nil
 }
 
+// heldSQL is the liveness locks held now, in the schema whose
+// livenessClass is $2 (pg_locks shows the present, not a snapshot).
+const heldSQL = `
+	SELECT l.objid FROM pg_locks l
+	WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2
+	AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+	AND l.classid = $2::integer::oid`
+
+// anyDeadSQL tells whether a registered instance other than $1 (this
+// one's owner) holds no liveness lock ($2 livenessClass): whether
+// TakeOver has anything to do. It reads the instances table (a row an
+// instance) and the lock table, nothing else.
+const anyDeadSQL = `
+SELECT EXISTS (SELECT 1 FROM {{i}} i WHERE i.owner <> $1 AND i.lock_key::oid NOT IN (` + heldSQL + `))`
+
 // takeOverSQL is TakeOver's statement: $1 the latest visible_at a dead
 // instance's row may have to be freed, $2 livenessClass, $3 this
 // instance's owner (empty for none). held: the liveness locks held now
@@ -223,11 +247,7 @@ func (s *Store) TakeOver(ctx context.Context) (int, error) {
 // An instance is forgotten once it holds no lease; rows freed by this
 // statement still count, so that happens on a later call.
 const takeOverSQL = `
-WITH held AS MATERIALIZED (
-	SELECT l.objid FROM pg_locks l
-	WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2
-	AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
-	AND l.classid = $2::integer::oid
+WITH held AS MATERIALIZED (` + heldSQL + `
 ), dead AS (
 	SELECT i.owner FROM {{i}} i
 	WHERE i.owner <> $3 AND NOT EXISTS (SELECT 1 FROM held WHERE held.objid = i.lock_key::oid)

@@ -456,10 +456,10 @@ func fromTS(v pgtype.Timestamptz) time.Time {
 
 // queries are the statements of one schema.
 type queries struct {
-	insert, insertAt, family, tombstoned                                              string
+	insert, insertNew, insertAt, family, tombstoned                                   string
 	lease, unlease, getMany, remove, release, incr, nextDue, reap, cancel, reschedule string
 	purgeCancels, cancelSaga                                                          string
-	takeOver, handBack                                                                string
+	takeOver, anyDead, handBack                                                       string
 	countLeased, countBoth, estimate, countLeasedBy                                   string
 	listCols, table                                                                   string
 }
@@ -475,22 +475,29 @@ func familySQL(p string) string {
 func messageIDSQL(col string) string { return `split_part(` + col + `, E'\x1f', 1)` }
 
 // insertSQL stores rows with one statement; {{family}} is a further
-// condition on each row (see insert and insertAt in newQueries).
+// condition on each row and {{conflict}} the ON CONFLICT clause, if any
+// (see insertNew, insert and insertAt in newQueries). Whether a row's
+// destination is paused is a lookup in a hash of the paused table, built
+// once per statement (a hashed subplan; the table holds a row per paused
+// destination), not a probe of its index per row.
 const insertSQL = `
 INSERT INTO {{t}} (id, destination, exchange, due_at, received_at, message, attempts, last_error, not_before, saga_id, fingerprint, paused)
-SELECT r.*, EXISTS (SELECT 1 FROM {{p}} p WHERE p.exchange = r.exchange AND p.destination = r.destination AND NOT p.resuming)
+SELECT r.*, (r.exchange, r.destination) IN (SELECT p.exchange, p.destination FROM {{p}} p WHERE NOT p.resuming)
 FROM unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[], $5::timestamptz[], $6::bytea[], $7::bigint[], $8::text[], $9::timestamptz[], $11::text[], $12::bytea[])
 	AS r(id, destination, exchange, due_at, received_at, message, attempts, last_error, not_before, saga_id, fingerprint)
 WHERE NOT EXISTS (SELECT 1 FROM {{c}} c WHERE c.id = r.id COLLATE "C" AND c.expires_at > $10){{family}}
-ORDER BY id COLLATE "C"
-ON CONFLICT (id) DO NOTHING
+ORDER BY id COLLATE "C"{{conflict}}
 RETURNING id`
+
+const onConflict = `
+ON CONFLICT (id) DO NOTHING`
 
 func newQueries(qs string) queries {
 	r := strings.NewReplacer("{{t}}", qs+".timeouts", "{{c}}", qs+".cancelled", "{{p}}", qs+".paused", "{{seq}}", quoteLiteral(qs+".lock_seq"),
 		"{{i}}", qs+".instances")
 	return queries{
 		takeOver: r.Replace(takeOverSQL),
+		anyDead:  r.Replace(anyDeadSQL),
 		handBack: r.Replace(handBackSQL),
 
 		// Rows go in id order, so that concurrent batches sharing ids wait
@@ -508,9 +515,24 @@ func newQueries(qs string) queries {
 		// cannot know how narrow the range is, may scan the table for
 		// each statement instead (measured: PostgreSQL's CPU doubled at
 		// 2,000 msg/s and the bridge fell behind).
-		insert: r.Replace(strings.ReplaceAll(insertSQL, "{{family}}", `
-	AND (SELECT f.id FROM {{t}} f WHERE f.id > (r.id || E'\x1f') COLLATE "C" AND f.id < (r.id || ' ') COLLATE "C" LIMIT 1) IS NULL`)),
-		insertAt: r.Replace(strings.ReplaceAll(insertSQL, "{{family}}", "")),
+		insert: r.Replace(strings.NewReplacer("{{family}}", `
+	AND (SELECT f.id FROM {{t}} f WHERE f.id > (r.id || E'\x1f') COLLATE "C" AND f.id < (r.id || ' ') COLLATE "C" LIMIT 1) IS NULL`,
+			"{{conflict}}", onConflict).Replace(insertSQL)),
+		// insertNew is insert for rows whose id no row holds a key of,
+		// without ON CONFLICT: one probe of the primary key per row, from
+		// the id to id||' ', covers the id and its later sends' keys
+		// alike, where insert's probe of the later sends was followed by
+		// ON CONFLICT's own probe of the id and a speculative insertion
+		// (a lock, and a second WAL record, per row). An id that some row
+		// holds, or merely one that others start with followed by a byte
+		// below ' ', is left for insertFirst's caller to place. Two
+		// instances storing one id at once: the second waits for the
+		// first's commit and fails (unique_violation), and insertFirst
+		// runs the batch again with insert.
+		insertNew: r.Replace(strings.NewReplacer("{{family}}", `
+	AND (SELECT f.id FROM {{t}} f WHERE f.id >= r.id COLLATE "C" AND f.id < (r.id || ' ') COLLATE "C" LIMIT 1) IS NULL`,
+			"{{conflict}}", "").Replace(insertSQL)),
+		insertAt: r.Replace(strings.NewReplacer("{{family}}", "", "{{conflict}}", onConflict).Replace(insertSQL)),
 
 		// $1 message ids, $2 now: the pending sends of each id (its
 		// keys; see insert), their fingerprints and whether a live lease
@@ -776,28 +798,50 @@ func messageBytes(in []storage.Timeout) int64 {
 const placeRounds = 5
 
 // insertFirst stores the first row of each id of in that nothing of its id
-// holds a key of (the common case, see the insert statement) in ONE round
-// trip: the shared cancel lock and the insert statements go as one
+// holds a key of (the common case, see the insertNew statement) in ONE
+// round trip: the shared cancel lock and the insert statements go as one
 // pipeline, which PostgreSQL runs as one implicit transaction, committed
 // at its end. The lock is taken by a statement of its own so that the
 // inserts' snapshots follow it: a Cancel that records a tombstone holds
 // the lock exclusively, so either it committed first and the inserts see
 // its tombstone, or it waits for this commit and then finds the rows (see
-// Cancel). The lock is shared: inserts never wait for each other. It
-// returns how many rows it stored and the rows left for placeAll, in
-// call order.
+// Cancel). The lock is shared: inserts never wait for each other. When
+// another instance stored one of the ids meanwhile (unique_violation),
+// nothing was committed and the pipeline runs again with the insert
+// statement, which skips what is there. It returns how many rows it
+// stored and the rows left for placeAll, in call order.
 func (s *Store) insertFirst(ctx context.Context, c *pgxpool.Conn, in []storage.Timeout, outcomes []storage.Outcome, keys []string, now time.Time) (count int, rest []int, err error) {
 	clear(outcomes)
 	clear(keys)
 	first, rest := splitFirst(in, keys)
+	chunks := chunkKeyed(in, keys, first)
+	count, err = s.insertPipeline(ctx, c, s.q.insertNew, in, keys, chunks, outcomes, now)
+	if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) && pgErr.Code == "23505" { // unique_violation
+		count, err = s.insertPipeline(ctx, c, s.q.insert, in, keys, chunks, outcomes, now)
+	}
+	if err != nil {
+		return 0, nil, err
+	}
+	for _, i := range first {
+		if outcomes[i] == 0 {
+			rest = append(rest, i)
+		}
+	}
+	slices.Sort(rest) // the call's order: a later row may repeat an earlier one
+	return count, rest, nil
+}
+
+// insertPipeline sends the shared cancel lock and one statement stmt per
+// chunk as one pipeline (see insertFirst), marks the rows stored and
+// returns how many. On an error nothing is marked.
+func (s *Store) insertPipeline(ctx context.Context, c *pgxpool.Conn, stmt string, in []storage.Timeout, keys []string, chunks [][]int, outcomes []storage.Outcome, now time.Time) (count int, err error) {
 	b := &pgx.Batch{}
 	b.Queue(`SELECT pg_advisory_xact_lock_shared($1)`, s.cancelKey)
-	chunks := chunkKeyed(in, keys, first)
 	byKeys := make([]map[string]int, len(chunks))
 	for i, chunk := range chunks {
 		var args []any
 		args, byKeys[i] = insertArgs(in, keys, chunk, now)
-		b.Queue(s.q.insert, args...)
+		b.Queue(stmt, args...)
 	}
 	err = func() (err error) {
 		br := c.SendBatch(ctx, b)
@@ -824,15 +868,9 @@ func (s *Store) insertFirst(ctx context.Context, c *pgxpool.Conn, in []storage.T
 	}()
 	if err != nil {
 		clear(outcomes)
-		return 0, nil, err
+		return 0, err
 	}
-	for _, i := range first {
-		if outcomes[i] == 0 {
-			rest = append(rest, i)
-		}
-	}
-	slices.Sort(rest) // the call's order: a later row may repeat an earlier one
-	return count, rest, nil
+	return count, nil
 }
 
 // splitFirst splits the rows of in into the first of each id, whose key
