@@ -20,6 +20,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/url"
 	"os"
@@ -50,7 +51,7 @@ func TestForcedConnectionClose(t *testing.T) {
 	t.Parallel()
 	requireRabbitmqctl(t)
 	const n = 2000
-	b, dest, c, pub, mon := startWatchedBridge(t, "it-forced-close-publisher")
+	b, dest, c, pub, mon := startWatchedBridge(t, "it-forced-close-publisher", nil)
 
 	// rabbitmqctl takes ~1 s (more under load): list the bridge's
 	// connections ahead, so that each close lands when planned.
@@ -125,7 +126,11 @@ func TestForcedConnectionClose(t *testing.T) {
 
 // TestBrokerRestartMidFlow: while messages are being ingested and
 // dispatched, the broker application is stopped for 5 s and started again
-// (rabbitmqctl stop_app / start_app / await_startup). The bridge does not
+// (rabbitmqctl stop_app / start_app / await_startup). 100 messages stored
+// beforehand, due in an hour, are rescheduled through the admin API once
+// stop_app returned, to fall due during the outage, however long the stop
+// took (the flow's own messages may all be delivered before a slow stop
+// closes the connections). The bridge does not
 // exit, /readyz answers 503 while the broker is down and 200 once the bridge
 // reconnected; everything published before the restart (durable queues,
 // persistent messages) and a second wave published after it is delivered:
@@ -149,18 +154,34 @@ func TestForcedConnectionClose(t *testing.T) {
 func TestBrokerRestartMidFlow(t *testing.T) {
 	testenv.Disruptive(t)
 	requireRabbitmqctl(t)
-	b, dest, c, pub, mon := startWatchedBridge(t, "it-broker-restart-publisher")
+	const held, heldPrefix = 100, "restart-held-"
+	b, dest, c, pub, mon := startWatchedBridge(t, "it-broker-restart-publisher", map[string]string{"DELAYBRIDGE_ADMIN_TOKEN": adminToken})
+
+	// The held messages: due in an hour, stored before the flow, and made
+	// due during the outage once the broker is down, whenever stop_app
+	// returns (it took 2 s on an idle machine, 12 s on a loaded one, when
+	// the flow was long delivered). Nothing can be published then; the
+	// admin API, over HTTP, still reaches the store.
+	due, err := publishWave(pub, b.TimeoutsQueue(), []string{dest}, heldPrefix, held, held, time.Millisecond, time.Hour, time.Hour+time.Second)
+	if err != nil {
+		t.Fatalf("publishing the held messages: %v (%d confirmed before that)", err, len(due))
+	}
+	for deadline := time.Now().Add(30 * time.Second); len(listIDs(t, b, "--id-prefix", heldPrefix)) < held; time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the %d held messages were not all stored within 30 s", held)
+		}
+	}
 
 	// Wave 1: 30 batches of 50 over ~1.8 s, due 0.5–8 s after publishing, so
-	// that the stop comes while some are being ingested and dispatched and
-	// many fall due while the broker is down.
+	// that the stop comes while some are being ingested and dispatched.
 	start := time.Now()
-	due, err := publishWave(pub, b.TimeoutsQueue(), []string{dest}, "restart-", 1500, 50, 60*time.Millisecond, 500*time.Millisecond, 8*time.Second)
+	wave, err := publishWave(pub, b.TimeoutsQueue(), []string{dest}, "restart-", 1500, 50, 60*time.Millisecond, 500*time.Millisecond, 8*time.Second)
+	maps.Copy(due, wave)
 	if err != nil {
-		t.Fatalf("publishing: %v (%d confirmed before that)", err, len(due))
+		t.Fatalf("publishing: %v (%d confirmed before that)", err, len(wave))
 	}
 	pub.Close()
-	t.Logf("published %d messages in %s; %d delivered so far", len(due), time.Since(start).Round(time.Millisecond), c.Count())
+	t.Logf("published %d messages in %s; %d delivered so far", len(wave), time.Since(start).Round(time.Millisecond), c.Count())
 
 	// Registered after every queue-deleting cleanup, so it runs before them.
 	t.Cleanup(func() { ensureBrokerRunning(t) })
@@ -171,7 +192,19 @@ func TestBrokerRestartMidFlow(t *testing.T) {
 	stopped := time.Now()
 	t.Logf("broker app stopped at +%s (took %s); %d delivered so far", stopped.Sub(start).Round(time.Millisecond),
 		stopped.Sub(stopAt).Round(time.Millisecond), c.Count())
-	time.Sleep(5 * time.Second)
+	heldDue := time.Now().Add(time.Second).UTC().Truncate(time.Millisecond)
+	if out := mustCLI(t, b, "reschedule", "--id-prefix", heldPrefix, "--at", heldDue.Format(time.RFC3339Nano)); out != fmt.Sprintf("rescheduled %d timeouts\n", held) {
+		t.Fatalf("reschedule of the held messages during the outage: %q", out)
+	}
+	for id := range due {
+		if strings.HasPrefix(id, heldPrefix) {
+			due[id] = heldDue
+		}
+	}
+	t.Logf("the %d held messages rescheduled %s after the stop, due %s after it", held,
+		time.Since(stopped).Round(time.Millisecond), heldDue.Sub(stopped).Round(time.Millisecond))
+	// Down for 5 s, and for 3 s after the held messages fell due.
+	time.Sleep(time.Until(later(stopped.Add(5*time.Second), heldDue.Add(3*time.Second))))
 	if out, err := rabbitmqctl("start_app"); err != nil {
 		t.Fatalf("rabbitmqctl start_app: %v\n%s", err, out)
 	}
@@ -207,14 +240,14 @@ func TestBrokerRestartMidFlow(t *testing.T) {
 	checkBridgeQueuesDrained(t, b)
 }
 
-// startWatchedBridge starts a bridge, fault clients on <endpoint>.dst (the
+// startWatchedBridge starts a bridge (with env), fault clients on <endpoint>.dst (the
 // publisher named publisher) and a monitor of its /readyz. When the test
 // ends, even by t.Fatal, it logs the summary of the bridge's log and the
 // test's runtime.
-func startWatchedBridge(t *testing.T, publisher string) (b *bridgeProc, dest string, c *faultConsumer, pub *faultPublisher, mon *readyMonitor) {
+func startWatchedBridge(t *testing.T, publisher string, env map[string]string) (b *bridgeProc, dest string, c *faultConsumer, pub *faultPublisher, mon *readyMonitor) {
 	t.Helper()
 	testStart := time.Now()
-	b = startBridge(t, nil)
+	b = startBridge(t, env)
 	dest = b.Endpoint + ".dst"
 	_, c, pub = startFaultClients(t, publisher, dest)
 	mon = startReadyMonitor(t, b.HTTPAddr)
