@@ -400,36 +400,26 @@ func (b *bencher) ackingConsumer(queue string, n int) (done <-chan time.Time, st
 // queueDepth is the number of ready messages in queue (unacknowledged ones
 // are not counted by AMQP).
 func (b *bencher) queueDepth(queue string) (int, error) {
-	b.adminMu.Lock()
-	defer b.adminMu.Unlock()
-	ch, err := b.adminChannel()
-	if err != nil {
-		return 0, err
-	}
-	q, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
-	if err != nil {
-		b.admin = nil // the failed passive declare closed the channel
-		return 0, err
-	}
-	return q.Messages, nil
+	var q amqp.Queue
+	err := b.withAdmin(func(ch *amqp.Channel) (err error) {
+		q, err = ch.QueueDeclarePassive(queue, true, false, false, false, nil)
+		return err
+	})
+	return q.Messages, err
 }
 
 // declareQueue declares a durable classic queue and registers it.
 func (b *bencher) declareQueue(name string, args amqp.Table) error {
-	b.adminMu.Lock()
-	defer b.adminMu.Unlock()
-	ch, err := b.adminChannel()
-	if err != nil {
-		return err
-	}
 	if args == nil {
 		args = amqp.Table{}
 	}
 	if _, ok := args["x-queue-type"]; !ok {
 		args["x-queue-type"] = "classic"
 	}
-	if _, err := ch.QueueDeclare(name, true, false, false, false, args); err != nil {
-		b.admin = nil
+	if err := b.withAdmin(func(ch *amqp.Channel) error {
+		_, err := ch.QueueDeclare(name, true, false, false, false, args)
+		return err
+	}); err != nil {
 		return fmt.Errorf("declare queue %s: %w", name, err)
 	}
 	b.reg.queue(name)
@@ -438,14 +428,9 @@ func (b *bencher) declareQueue(name string, args amqp.Table) error {
 
 // declareExchange declares a durable exchange and registers it.
 func (b *bencher) declareExchange(name, kind string) error {
-	b.adminMu.Lock()
-	defer b.adminMu.Unlock()
-	ch, err := b.adminChannel()
-	if err != nil {
-		return err
-	}
-	if err := ch.ExchangeDeclare(name, kind, true, false, false, false, nil); err != nil {
-		b.admin = nil
+	if err := b.withAdmin(func(ch *amqp.Channel) error {
+		return ch.ExchangeDeclare(name, kind, true, false, false, false, nil)
+	}); err != nil {
 		return fmt.Errorf("declare exchange %s: %w", name, err)
 	}
 	b.reg.exchange(name)
@@ -454,14 +439,7 @@ func (b *bencher) declareExchange(name, kind string) error {
 
 // bindQueue binds queue to exchange with key.
 func (b *bencher) bindQueue(queue, key, exchange string) error {
-	b.adminMu.Lock()
-	defer b.adminMu.Unlock()
-	ch, err := b.adminChannel()
-	if err != nil {
-		return err
-	}
-	if err := ch.QueueBind(queue, key, exchange, false, nil); err != nil {
-		b.admin = nil
+	if err := b.withAdmin(func(ch *amqp.Channel) error { return ch.QueueBind(queue, key, exchange, false, nil) }); err != nil {
 		return fmt.Errorf("bind %s to %s: %w", queue, exchange, err)
 	}
 	return nil
@@ -469,15 +447,27 @@ func (b *bencher) bindQueue(queue, key, exchange string) error {
 
 // deleteQueue deletes a queue of the run before the teardown does.
 func (b *bencher) deleteQueue(name string) error {
+	if err := b.withAdmin(func(ch *amqp.Channel) error {
+		_, err := ch.QueueDelete(name, false, false, false)
+		return err
+	}); err != nil {
+		return fmt.Errorf("delete queue %s: %w", name, err)
+	}
+	return nil
+}
+
+// withAdmin runs f on the channel for declarations, holding adminMu. An
+// error from f drops the channel: a failed AMQP method closes it.
+func (b *bencher) withAdmin(f func(ch *amqp.Channel) error) error {
 	b.adminMu.Lock()
 	defer b.adminMu.Unlock()
 	ch, err := b.adminChannel()
 	if err != nil {
 		return err
 	}
-	if _, err := ch.QueueDelete(name, false, false, false); err != nil {
+	if err := f(ch); err != nil {
 		b.admin = nil
-		return fmt.Errorf("delete queue %s: %w", name, err)
+		return err
 	}
 	return nil
 }

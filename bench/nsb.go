@@ -39,25 +39,11 @@ type NSBRound struct {
 // transport's names are fixed, so it holds nsbendpoint's lock (tests use it
 // too) and removes the chain before and after.
 func (b *bencher) stepNSB(ctx context.Context) error {
-	dial := func() (*amqp.Connection, error) { return amqp.Dial(b.opts.AMQPURL) }
-	lock, err := nsbendpoint.Lock(ctx, dial)
+	release, err := b.holdNSBChain(ctx)
 	if err != nil {
 		return err
 	}
-	defer lock.Close()
-	_ = nsbendpoint.Uninstall(b.adminConn, nsbdelay.V2)
-	defer func() { _ = nsbendpoint.Uninstall(b.adminConn, nsbdelay.V2) }()
-	b.adminMu.Lock()
-	ch, err := b.adminChannel()
-	if err == nil {
-		if err = nsbendpoint.Install(ch, nsbdelay.V2); err != nil {
-			b.admin = nil
-		}
-	}
-	b.adminMu.Unlock()
-	if err != nil {
-		return fmt.Errorf("install the v2 chain: %w", err)
-	}
+	defer release()
 	n, window := b.opts.PunctualN, b.opts.Window
 	res := &NSB{N: n, WindowMs: ms(window)}
 
@@ -92,14 +78,8 @@ func (b *bencher) nsbRound(ctx context.Context, label string, res *NSB) (NSBRoun
 	if err := b.declareQueue(dest, nil); err != nil {
 		return NSBRound{}, err
 	}
-	b.adminMu.Lock()
-	ch, err := b.adminChannel()
-	if err == nil {
-		err = nsbendpoint.Bind(ch, nsbdelay.V2, nsbendpoint.Direct, dest)
-	}
-	b.adminMu.Unlock()
-	if err != nil {
-		return NSBRound{}, fmt.Errorf("bind %s: %w", dest, err)
+	if err := b.bindNSB(dest); err != nil {
+		return NSBRound{}, err
 	}
 	col, err := b.collect(dest, n)
 	if err != nil {
@@ -139,21 +119,47 @@ func (b *bencher) nsbRound(ctx context.Context, label string, res *NSB) (NSBRoun
 	return NSBRound{PublishSeconds: pub.End.Sub(pub.Start).Seconds(), Lateness: l}, ctx.Err()
 }
 
+// holdNSBChain takes nsbendpoint's lock (the transport's names are fixed,
+// and tests use them too) and installs the v2 chain afresh; release removes
+// the chain and lets the lock go.
+func (b *bencher) holdNSBChain(ctx context.Context) (release func(), err error) {
+	dial := func() (*amqp.Connection, error) { return amqp.Dial(b.opts.AMQPURL) }
+	lock, err := nsbendpoint.Lock(ctx, dial)
+	if err != nil {
+		return nil, err
+	}
+	release = func() {
+		_ = nsbendpoint.Uninstall(b.adminConn, nsbdelay.V2)
+		_ = lock.Close()
+	}
+	_ = nsbendpoint.Uninstall(b.adminConn, nsbdelay.V2)
+	if err := b.withAdmin(func(ch *amqp.Channel) error { return nsbendpoint.Install(ch, nsbdelay.V2) }); err != nil {
+		release()
+		return nil, fmt.Errorf("install the v2 chain: %w", err)
+	}
+	return release, nil
+}
+
+// bindNSB binds dest as an endpoint of the direct topology to the v2 chain.
+func (b *bencher) bindNSB(dest string) error {
+	if err := b.withAdmin(func(ch *amqp.Channel) error {
+		return nsbendpoint.Bind(ch, nsbdelay.V2, nsbendpoint.Direct, dest)
+	}); err != nil {
+		return fmt.Errorf("bind %s: %w", dest, err)
+	}
+	return nil
+}
+
 // waitNSBConsumers waits until the bridge consumes every level queue.
 func (b *bencher) waitNSBConsumers(ctx context.Context) error {
 	deadline := time.Now().Add(time.Minute)
 	for k := 0; k < nsbdelay.Levels; k++ {
 		for {
-			b.adminMu.Lock()
-			ch, err := b.adminChannel()
 			var q amqp.Queue
-			if err == nil {
-				if q, err = ch.QueueDeclarePassive(nsbdelay.V2.Level(k), true, false, false, false, nil); err != nil {
-					b.admin = nil
-				}
-			}
-			b.adminMu.Unlock()
-			if err != nil {
+			if err := b.withAdmin(func(ch *amqp.Channel) (err error) {
+				q, err = ch.QueueDeclarePassive(nsbdelay.V2.Level(k), true, false, false, false, nil)
+				return err
+			}); err != nil {
 				return err
 			}
 			if q.Consumers > 0 {

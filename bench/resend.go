@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"path/filepath"
 	"strconv"
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/delaybridge/delaybridge/internal/nsbendpoint"
@@ -73,39 +73,19 @@ type resendWorkload struct {
 // PostgreSQL. The NServiceBus workload uses the transport's names: it
 // holds nsbendpoint's lock, as stepNSB does.
 func (b *bencher) stepResend(ctx context.Context) error {
-	rate, d := b.opts.ResendRate, b.opts.ResendDuration
-	if rate <= 0 {
-		rate = defaultResendRate
-	}
-	if d <= 0 {
-		d = defaultResendDuration
-	}
+	rate, d := orDefault(b.opts.ResendRate, defaultResendRate), orDefault(b.opts.ResendDuration, defaultResendDuration)
 	res := &Resend{Rate: rate, Seconds: d.Seconds(), Rounds: resendRounds, DelayMs: ms(resendDelay)}
 	b.res.Resend = res
-	dial := func() (*amqp.Connection, error) { return amqp.Dial(b.opts.AMQPURL) }
-	lock, err := nsbendpoint.Lock(ctx, dial)
+	release, err := b.holdNSBChain(ctx)
 	if err != nil {
 		return err
 	}
-	defer lock.Close()
-	_ = nsbendpoint.Uninstall(b.adminConn, nsbdelay.V2)
-	defer func() { _ = nsbendpoint.Uninstall(b.adminConn, nsbdelay.V2) }()
-	b.adminMu.Lock()
-	ch, err := b.adminChannel()
-	if err == nil {
-		if err = nsbendpoint.Install(ch, nsbdelay.V2); err != nil {
-			b.admin = nil
-		}
-	}
-	b.adminMu.Unlock()
-	if err != nil {
-		return fmt.Errorf("install the v2 chain: %w", err)
-	}
+	defer release()
 	stores := []string{"bbolt"}
 	if b.opts.PostgresURL != "" {
 		stores = append(stores, "postgres")
 	} else {
-		res.Skipped = "postgres: no PostgreSQL URL (--postgres-url or $DELAYBRIDGE_TEST_POSTGRES_URL)"
+		res.Skipped = "postgres: " + noPostgres
 	}
 	for _, store := range stores {
 		run, err := b.resendRun(ctx, store, res)
@@ -132,11 +112,9 @@ func (b *bencher) resendRun(ctx context.Context, store string, res *Resend) (*Re
 			return nil, err
 		}
 		defer conn.Close(context.WithoutCancel(ctx))
-		schema := "bench_" + b.runID + "_resend"
-		defer b.dropSchema(ctx, &scaleOutPg{conn: conn, schema: schema, table: pgx.Identifier{schema, pgTable}.Sanitize()})
-		env["DELAYBRIDGE_STORE"] = "postgres"
-		env["DELAYBRIDGE_POSTGRES_URL"] = withAppName(b.opts.PostgresURL, appName)
-		env["DELAYBRIDGE_POSTGRES_SCHEMA"] = schema
+		pg, pgEnv := b.pgSchema(conn, appName, "bench_"+b.runID+"_resend")
+		defer b.dropSchema(ctx, pg)
+		maps.Copy(env, pgEnv)
 		instances = 2
 	}
 	var procs []*bridgeProc
@@ -190,14 +168,8 @@ func (b *bencher) resendWorkloads(endpoint, label string, delay time.Duration) (
 		}
 		ws = append(ws, &resendWorkload{name: name, dest: dest})
 	}
-	b.adminMu.Lock()
-	ch, err := b.adminChannel()
-	if err == nil {
-		err = nsbendpoint.Bind(ch, nsbdelay.V2, nsbendpoint.Direct, ws[0].dest)
-	}
-	b.adminMu.Unlock()
-	if err != nil {
-		return nil, fmt.Errorf("bind %s: %w", ws[0].dest, err)
+	if err := b.bindNSB(ws[0].dest); err != nil {
+		return nil, err
 	}
 	id := func(w *resendWorkload, i int) string { return w.name + "-" + strconv.Itoa(i) }
 	var mu sync.Mutex

@@ -145,13 +145,8 @@ func (pg *scaleOutPg) pids(ctx context.Context) []int {
 func (b *bencher) stepScaleOut(ctx context.Context) error {
 	res := &ScaleOut{N: b.opts.ScaleOutN, WindowMs: ms(b.opts.Window)}
 	b.res.ScaleOut = res
-	if b.opts.PostgresURL == "" {
-		res.Skipped = "no PostgreSQL URL (--postgres-url or $DELAYBRIDGE_TEST_POSTGRES_URL)"
-		b.logf("   scaleout: SKIPPED: %s", res.Skipped)
-		return nil
-	}
-	conn, appName, err := b.pgConnect(ctx)
-	if err != nil {
+	conn, appName, err := b.pgOrSkip(ctx, "scaleout:", &res.Skipped)
+	if conn == nil {
 		return err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
@@ -164,6 +159,32 @@ func (b *bencher) stepScaleOut(ctx context.Context) error {
 	}
 	res.IngestRatio, res.BurstRatio = res.ratios()
 	return nil
+}
+
+// noPostgres is why a step that needs PostgreSQL was skipped.
+const noPostgres = "no PostgreSQL URL (--postgres-url or $DELAYBRIDGE_TEST_POSTGRES_URL)"
+
+// pgOrSkip is pgConnect when there is a --postgres-url. Without one it
+// records in *skipped that what was skipped, logs it and returns a nil
+// connection and a nil error.
+func (b *bencher) pgOrSkip(ctx context.Context, what string, skipped *string) (*pgx.Conn, string, error) {
+	if b.opts.PostgresURL == "" {
+		*skipped = noPostgres
+		b.logf("   %s SKIPPED: %s", what, *skipped)
+		return nil, "", nil
+	}
+	return b.pgConnect(ctx)
+}
+
+// pgSchema is schema on conn, and the environment that makes a bridge keep
+// its store there under the run's application_name.
+func (b *bencher) pgSchema(conn *pgx.Conn, appName, schema string) (*scaleOutPg, map[string]string) {
+	pg := &scaleOutPg{conn: conn, schema: schema, table: pgx.Identifier{schema, pgTable}.Sanitize(), appName: appName}
+	return pg, map[string]string{
+		"DELAYBRIDGE_STORE":           "postgres",
+		"DELAYBRIDGE_POSTGRES_URL":    withAppName(b.opts.PostgresURL, appName),
+		"DELAYBRIDGE_POSTGRES_SCHEMA": schema,
+	}
 }
 
 // pgConnect connects to --postgres-url under the run's application_name,
@@ -215,7 +236,7 @@ func (b *bencher) scaleOutRun(ctx context.Context, conn *pgx.Conn, appName strin
 	k, n := run.Instances, b.opts.ScaleOutN
 	label := StepScaleOut + strconv.Itoa(k)
 	run.Schema = "bench_" + b.runID + "_" + strconv.Itoa(k)
-	pg := &scaleOutPg{conn: conn, schema: run.Schema, table: pgx.Identifier{run.Schema, pgTable}.Sanitize(), appName: appName}
+	pg, env := b.pgSchema(conn, appName, run.Schema)
 	endpoint := b.name(label)
 	b.logf("   scaleout: %s on endpoint %s, schema %s", instances(k), endpoint, run.Schema)
 
@@ -228,11 +249,6 @@ func (b *bencher) scaleOutRun(ctx context.Context, conn *pgx.Conn, appName strin
 			}
 		}
 	}()
-	env := map[string]string{
-		"DELAYBRIDGE_STORE":           "postgres",
-		"DELAYBRIDGE_POSTGRES_URL":    withAppName(b.opts.PostgresURL, appName),
-		"DELAYBRIDGE_POSTGRES_SCHEMA": run.Schema,
-	}
 	for i := range k {
 		store := filepath.Join(b.dir, label, "instance"+strconv.Itoa(i+1), "unused.db")
 		p, ready, err := b.startBridgeEnv(ctx, endpoint, store, env)
