@@ -10,6 +10,8 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/delaybridge/delaybridge/intake"
 )
 
 // Headers the bench puts on every message so the consumer can compute
@@ -27,26 +29,15 @@ type registry struct {
 	exchanges []string
 }
 
-func (r *registry) queue(name string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, q := range r.queues {
-		if q == name {
-			return
-		}
-	}
-	r.queues = append(r.queues, name)
-}
+func (r *registry) queue(name string)    { r.add(&r.queues, name) }
+func (r *registry) exchange(name string) { r.add(&r.exchanges, name) }
 
-func (r *registry) exchange(name string) {
+func (r *registry) add(names *[]string, name string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for _, e := range r.exchanges {
-		if e == name {
-			return
-		}
+	if !slices.Contains(*names, name) {
+		*names = append(*names, name)
 	}
-	r.exchanges = append(r.exchanges, name)
 }
 
 // outgoing is one message to publish.
@@ -340,21 +331,8 @@ func (c *collector) received() int {
 	return c.distinct
 }
 
-func headerInt(h amqp.Table, name string) (int64, bool) {
-	switch v := h[name].(type) {
-	case int64:
-		return v, true
-	case int32:
-		return int64(v), true
-	case int:
-		return int64(v), true
-	case int16:
-		return int64(v), true
-	case uint32:
-		return int64(v), true
-	}
-	return 0, false
-}
+// headerInt reads header name as the bridge reads an integer header.
+func headerInt(h amqp.Table, name string) (int64, bool) { return intake.HeaderInteger(h[name]) }
 
 // ackingConsumer consumes queue with manual acks (prefetch 1000, a multiple
 // ack every 100 deliveries) until n messages arrived, like a real consumer
