@@ -199,6 +199,15 @@ func (b *bencher) collect(queue string, n int) (*collector, error) {
 	return b.collectChecked(queue, n, nil)
 }
 
+// declareAndCollect declares queue (durable, classic) and collects n
+// messages from it.
+func (b *bencher) declareAndCollect(queue string, n int) (*collector, error) {
+	if err := b.declareQueue(queue, nil); err != nil {
+		return nil, err
+	}
+	return b.collect(queue, n)
+}
+
 // collectChecked is collect with a check of every message's first delivery.
 func (b *bencher) collectChecked(queue string, n int, check func(seq int, d *amqp.Delivery) bool) (*collector, error) {
 	return b.collectQueues([]string{queue}, n, check)

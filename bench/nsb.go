@@ -3,7 +3,6 @@ package bench
 import (
 	"context"
 	"fmt"
-	mrand "math/rand/v2"
 	"path/filepath"
 	"time"
 
@@ -87,17 +86,13 @@ func (b *bencher) nsbRound(ctx context.Context, label string, res *NSB) (NSBRoun
 	}
 	lead := b.lead(n)
 	res.LeadMs = ms(lead)
-	first := time.Now().Add(lead)
-	dues := spread(first, window, n)
-	perm := mrand.Perm(n)
-	b.logf("   %s: %d messages due over %v from %v ahead", label, n, window, lead)
-	pub, err := b.publishAll(ctx, n, func(i int) outgoing {
-		seq := perm[i]
+	dues, pub, err := b.publishSpread(ctx, label, n, window, lead, func(i, seq int, due time.Time) outgoing {
 		now := time.Now()
 		s := nsbendpoint.Send{MessageID: fmt.Sprintf("%s-%d", label, seq), Address: dest,
-			Delay: int32(nsbendpoint.DelaySeconds(dues[seq], now)), TimeSent: now, Body: b.body, SeqNo: int64(i)}
+			Delay: int32(nsbendpoint.DelaySeconds(due, now)), TimeSent: now, Body: b.body, SeqNo: int64(i)}
 		msg := s.Publishing()
-		due := now.Truncate(time.Microsecond).Add(time.Duration(s.Delay) * time.Second)
+		// The chain delivers at the time sent plus whole seconds.
+		due = now.Truncate(time.Microsecond).Add(time.Duration(s.Delay) * time.Second)
 		msg.Headers[hdrDue], msg.Headers[hdrSeq] = due.UnixNano(), int64(seq)
 		key, level := s.Key()
 		return outgoing{exchange: nsbdelay.V2.Level(level), key: key, msg: msg}
@@ -106,6 +101,7 @@ func (b *bencher) nsbRound(ctx context.Context, label string, res *NSB) (NSBRoun
 		col.stop(0)
 		return NSBRound{}, err
 	}
+	first := dues[0]
 	if pub.End.After(first) {
 		b.warnf("%s: publishing ended %.0f ms after the first due time", label, ms(pub.End.Sub(first)))
 	}

@@ -15,8 +15,6 @@ import (
 	"strings"
 	"time"
 
-	mrand "math/rand/v2"
-
 	"github.com/jackc/pgx/v5"
 )
 
@@ -330,10 +328,7 @@ func (b *bencher) scaleOutIngest(ctx context.Context, pg *scaleOutPg, procs []*b
 // measures the time from that instant until the last is delivered.
 func (b *bencher) scaleOutBurst(ctx context.Context, pg *scaleOutPg, procs []*bridgeProc, label string, n int, lead time.Duration) (*ScaleOutPhase, error) {
 	dest := b.name(label, "burst-dest")
-	if err := b.declareQueue(dest, nil); err != nil {
-		return nil, err
-	}
-	col, err := b.collect(dest, n)
+	col, err := b.declareAndCollect(dest, n)
 	if err != nil {
 		return nil, err
 	}
@@ -348,30 +343,16 @@ func (b *bencher) scaleOutBurst(ctx context.Context, pg *scaleOutPg, procs []*br
 		return nil, err
 	}
 	ph := &ScaleOutPhase{N: n, LeadMs: ms(lead), PublishRate: pub.rate()}
-	if err := b.scaleOutStored(ctx, pg, procs, label, ph, n, due); err != nil {
-		col.stop(0)
+	l, last, err := b.scaleOutDelivered(ctx, pg, procs, label, "burst", ph, col, base, due, due)
+	if err != nil {
 		return nil, err
 	}
-	c0 := b.cpuAt(ctx, procs, pg, due)
-	ok := col.wait(ctx, due.Add(collectGrace))
-	c1 := cpuNow(ctx, procs, pg)
-	if !ok && ctx.Err() == nil {
-		b.warnf("%s burst: %d of %d delivered %v after the due time", label, col.received(), n, collectGrace)
-	}
-	l, last := col.stop(duplicateLinger)
-	if ctx.Err() != nil {
-		return nil, ctx.Err()
-	}
-	ph.Lateness = &l
-	ph.cpu(c0, c1)
-	b.checkQuiet(label+" burst", ph)
 	if l.Missing == 0 {
 		ph.Seconds = last.Sub(due).Seconds()
 		ph.Rate = rate(n, last.Sub(due))
 	} else {
 		ph.Seconds = -1
 	}
-	ph.PerInstance = b.counterDeltas(ctx, procs, metricDispatched, base, int64(l.Received))
 	b.logf("   %s burst: last delivered %.0f ms after the due time (%.0f msg/s); p50 %.1f ms, p99 %.1f ms, max %.1f ms; dups %d, missing %d; by instance %v; CPU busy %.0f%%",
 		label, 1000*ph.Seconds, ph.Rate, l.P50Ms, l.P99Ms, l.MaxMs, l.Duplicates, l.Missing, ph.PerInstance, 100*ph.MachineBusy)
 	return ph, nil
@@ -381,48 +362,53 @@ func (b *bencher) scaleOutBurst(ctx context.Context, pg *scaleOutPg, procs []*br
 // order, the first lead ahead, and measures their lateness.
 func (b *bencher) scaleOutPunctual(ctx context.Context, pg *scaleOutPg, procs []*bridgeProc, label string, n int, window, lead time.Duration) (*ScaleOutPhase, error) {
 	dest := b.name(label, "punctual-dest")
-	if err := b.declareQueue(dest, nil); err != nil {
-		return nil, err
-	}
-	col, err := b.collect(dest, n)
+	col, err := b.declareAndCollect(dest, n)
 	if err != nil {
 		return nil, err
 	}
 	base := countersOf(procs, metricDispatched)
-	first := time.Now().Add(lead)
-	dues := spread(first, window, n)
-	perm := mrand.Perm(n)
-	b.logf("   %s punctuality: %d messages due over %v from %v ahead", label, n, window, lead)
-	pub, err := b.publishAll(ctx, n, func(i int) outgoing {
-		seq := perm[i]
-		return outgoing{key: procs[0].timeoutsQueue(), msg: b.message(dest, seq, dues[seq], dest)}
+	dues, pub, err := b.publishSpread(ctx, label+" punctuality", n, window, lead, func(_, seq int, due time.Time) outgoing {
+		return outgoing{key: procs[0].timeoutsQueue(), msg: b.message(dest, seq, due, dest)}
 	})
 	if err != nil {
 		col.stop(0)
 		return nil, err
 	}
 	ph := &ScaleOutPhase{N: n, Seconds: window.Seconds(), LeadMs: ms(lead), PublishRate: pub.rate()}
-	if err := b.scaleOutStored(ctx, pg, procs, label, ph, n, first); err != nil {
-		col.stop(0)
+	l, _, err := b.scaleOutDelivered(ctx, pg, procs, label, "punctuality", ph, col, base, dues[0], dues[n-1])
+	if err != nil {
 		return nil, err
 	}
-	c0 := b.cpuAt(ctx, procs, pg, first)
-	ok := col.wait(ctx, dues[n-1].Add(collectGrace))
-	c1 := cpuNow(ctx, procs, pg)
-	if !ok && ctx.Err() == nil {
-		b.warnf("%s punctuality: %d of %d delivered %v after the last due time", label, col.received(), n, collectGrace)
-	}
-	l, _ := col.stop(duplicateLinger)
-	if ctx.Err() != nil {
-		return nil, ctx.Err()
-	}
-	ph.Lateness = &l
-	ph.cpu(c0, c1)
-	b.checkQuiet(label+" punctuality", ph)
-	ph.PerInstance = b.counterDeltas(ctx, procs, metricDispatched, base, int64(l.Received))
 	b.logf("   %s punctuality: p50 %.1f ms, p99 %.1f ms, max %.1f ms; early %d, dups %d, missing %d; by instance %v; CPU busy %.0f%%",
 		label, l.P50Ms, l.P99Ms, l.MaxMs, l.Early, l.Duplicates, l.Missing, ph.PerInstance, 100*ph.MachineBusy)
 	return ph, nil
+}
+
+// scaleOutDelivered waits until the n messages of a timed phase whose
+// first falls due at first are stored, and until they are delivered, at
+// most collectGrace after the last falls due; it records in ph their
+// lateness, the CPU from first on and what each instance dispatched since
+// base. It returns the lateness and the time the last arrived.
+func (b *bencher) scaleOutDelivered(ctx context.Context, pg *scaleOutPg, procs []*bridgeProc, label, phase string, ph *ScaleOutPhase, col *collector, base []int64, first, last time.Time) (Lateness, time.Time, error) {
+	if err := b.scaleOutStored(ctx, pg, procs, label, ph, ph.N, first); err != nil {
+		col.stop(0)
+		return Lateness{}, time.Time{}, err
+	}
+	c0 := b.cpuAt(ctx, procs, pg, first)
+	ok := col.wait(ctx, last.Add(collectGrace))
+	c1 := cpuNow(ctx, procs, pg)
+	if !ok && ctx.Err() == nil {
+		b.warnf("%s %s: %d of %d delivered %v after the last due time", label, phase, col.received(), ph.N, collectGrace)
+	}
+	l, lastAt := col.stop(duplicateLinger)
+	if ctx.Err() != nil {
+		return l, lastAt, ctx.Err()
+	}
+	ph.Lateness = &l
+	ph.cpu(c0, c1)
+	b.checkQuiet(label+" "+phase, ph)
+	ph.PerInstance = b.counterDeltas(ctx, procs, metricDispatched, base, int64(l.Received))
+	return l, lastAt, nil
 }
 
 // scaleOutStored waits until the n rows of a timed workload are stored, at
@@ -432,11 +418,7 @@ func (b *bencher) scaleOutStored(ctx context.Context, pg *scaleOutPg, procs []*b
 	ph.Method = method
 	switch {
 	case err == nil:
-		ph.StoredMarginMs = ms(first.Sub(at))
-		ph.Stored = !at.After(first)
-		if !ph.Stored {
-			b.warnf("%s: the bridges finished storing %.0f ms after the first due time", label, -ph.StoredMarginMs)
-		}
+		ph.StoredMarginMs, ph.Stored = b.storedAhead(label, "the bridges", at, first)
 	case errors.Is(err, errNotStored):
 		b.warnf("%s: the bridges had not stored all %d by the first due time (%s); raise --lead", label, n, method)
 	default:
