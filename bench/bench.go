@@ -29,6 +29,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -794,6 +795,17 @@ func (b *bencher) stopBridge(p *bridgeProc, step string) (time.Duration, error) 
 		b.logf("   bridge %s logged %d warnings and %d errors; last: %s", p.endpoint, s.Warnings, s.Errors, s.Last)
 	}
 	return took, err
+}
+
+// stopInstances stops the instances of label, each resumed first in case
+// it was left stopped (SIGSTOP), and warns of any that did not stop cleanly.
+func (b *bencher) stopInstances(label string, procs []*bridgeProc) {
+	for i, p := range procs {
+		_ = p.cmd.Process.Signal(syscall.SIGCONT)
+		if _, err := b.stopBridge(p, fmt.Sprintf("%s/%d", label, i+1)); err != nil {
+			b.warnf("%s: instance %d: %v", label, i+1, err)
+		}
+	}
 }
 
 // pendingOf returns the bridge's pending count when it publishes one.

@@ -89,14 +89,7 @@ func (b *bencher) failoverRun(ctx context.Context, conn *pgx.Conn, appName strin
 	defer b.dropSchema(ctx, pg)
 	endpoint := b.name(label)
 	var procs []*bridgeProc
-	defer func() {
-		for i, p := range procs {
-			_ = p.cmd.Process.Signal(syscall.SIGCONT) // never left stopped
-			if _, err := b.stopBridge(p, fmt.Sprintf("%s/%d", label, i+1)); err != nil {
-				b.warnf("%s: instance %d: %v", label, i+1, err)
-			}
-		}
-	}()
+	defer func() { b.stopInstances(label, procs) }()
 	for i := range 3 {
 		store := filepath.Join(b.dir, label, "instance"+strconv.Itoa(i+1), "unused.db")
 		p, _, err := b.startBridgeEnv(ctx, endpoint, store, env)

@@ -118,13 +118,7 @@ func (b *bencher) resendRun(ctx context.Context, store string, res *Resend) (*Re
 		instances = 2
 	}
 	var procs []*bridgeProc
-	defer func() {
-		for i, p := range procs {
-			if _, err := b.stopBridge(p, fmt.Sprintf("%s/%d", label, i+1)); err != nil {
-				b.warnf("%s: instance %d: %v", label, i+1, err)
-			}
-		}
-	}()
+	defer func() { b.stopInstances(label, procs) }()
 	for i := range instances {
 		p, _, err := b.startBridgeEnv(ctx, endpoint, filepath.Join(b.dir, label, strconv.Itoa(i), "delaybridge.db"), env)
 		if err != nil {

@@ -240,13 +240,7 @@ func (b *bencher) scaleOutRun(ctx context.Context, conn *pgx.Conn, appName strin
 
 	defer b.dropSchema(ctx, pg)
 	var procs []*bridgeProc
-	defer func() {
-		for i, p := range procs {
-			if _, err := b.stopBridge(p, fmt.Sprintf("%s/%d", label, i+1)); err != nil {
-				b.warnf("%s: instance %d: %v", label, i+1, err)
-			}
-		}
-	}()
+	defer func() { b.stopInstances(label, procs) }()
 	for i := range k {
 		store := filepath.Join(b.dir, label, "instance"+strconv.Itoa(i+1), "unused.db")
 		p, ready, err := b.startBridgeEnv(ctx, endpoint, store, env)
