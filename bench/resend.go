@@ -12,6 +12,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/delaybridge/delaybridge/internal/confirmed"
 	"github.com/delaybridge/delaybridge/internal/nsbendpoint"
 	"github.com/delaybridge/delaybridge/wire"
 	"github.com/delaybridge/delaybridge/wire/nsbdelay"
@@ -65,7 +66,7 @@ const (
 type resendWorkload struct {
 	name  string
 	dest  string
-	send  func(p *resendPub, i, r int) (time.Time, error)
+	send  func(p *confirmed.Publisher, i, r int) (time.Time, error)
 	state *ResendWorkload
 }
 
@@ -169,7 +170,7 @@ func (b *bencher) resendWorkloads(endpoint, label string, delay time.Duration) (
 	var mu sync.Mutex
 	sent := map[int]time.Time{} // NServiceBus: each message's time sent, kept by its retries
 	secs := int32(delay / time.Second)
-	ws[0].send = func(p *resendPub, i, r int) (time.Time, error) {
+	ws[0].send = func(p *confirmed.Publisher, i, r int) (time.Time, error) {
 		now := time.Now()
 		mu.Lock()
 		if r == 0 {
@@ -182,18 +183,18 @@ func (b *bencher) resendWorkloads(endpoint, label string, delay time.Duration) (
 			s.Headers = map[string]string{"NServiceBus.Retries": strconv.Itoa(r)}
 		}
 		key, level := s.Key()
-		return now.Truncate(time.Microsecond).Add(time.Duration(secs) * time.Second), p.publish(nsbdelay.V2.Level(level), key, s.Publishing())
+		return now.Truncate(time.Microsecond).Add(time.Duration(secs) * time.Second), p.Publish(nsbdelay.V2.Level(level), key, s.Publishing())
 	}
-	ws[1].send = func(p *resendPub, i, r int) (time.Time, error) {
+	ws[1].send = func(p *confirmed.Publisher, i, r int) (time.Time, error) {
 		msg, due := nsbTimeout(id(ws[1], i), ws[1].dest, time.Now().Add(delay), time.Now(), b.body, i)
 		delete(msg.Headers, hdrDue)
 		delete(msg.Headers, hdrSeq)
 		msg.Headers["NServiceBus.Retries"] = strconv.Itoa(r)
-		return due, p.publish("", timeouts, msg)
+		return due, p.Publish("", timeouts, msg)
 	}
-	ws[2].send = func(p *resendPub, i, r int) (time.Time, error) {
+	ws[2].send = func(p *confirmed.Publisher, i, r int) (time.Time, error) {
 		due := time.Now().Add(delay)
-		return due, p.publish("", timeouts, amqp.Publishing{MessageId: id(ws[2], i), DeliveryMode: amqp.Persistent, Body: b.body,
+		return due, p.Publish("", timeouts, amqp.Publishing{MessageId: id(ws[2], i), DeliveryMode: amqp.Persistent, Body: b.body,
 			Headers: amqp.Table{wire.HeaderDestination: ws[2].dest, wire.HeaderDelay: int32(delay / time.Millisecond)}})
 	}
 	return ws, nil
@@ -227,7 +228,7 @@ func (b *bencher) resendLoop(ctx context.Context, ws []*resendWorkload, res *Res
 	defer stop()
 	var wg sync.WaitGroup
 	for _, w := range ws {
-		again, err := newResendPub(conn)
+		again, err := confirmed.NewPublisher(conn)
 		if err != nil {
 			return err
 		}
@@ -239,7 +240,7 @@ func (b *bencher) resendLoop(ctx context.Context, ws []*resendWorkload, res *Res
 		if err != nil {
 			return fmt.Errorf("consume %s: %w", w.dest, err)
 		}
-		send := func(p *resendPub, i, r int) {
+		send := func(p *confirmed.Publisher, i, r int) {
 			due, err := w.send(p, i, r)
 			if err != nil {
 				fail(fmt.Errorf("%s: send %d of message %d: %w", w.name, r, i, err))
@@ -274,7 +275,7 @@ func (b *bencher) resendLoop(ctx context.Context, ws []*resendWorkload, res *Res
 				}
 			}
 		})
-		first, err := newResendPub(conn)
+		first, err := confirmed.NewPublisher(conn)
 		if err != nil {
 			return err
 		}
@@ -337,44 +338,6 @@ func (b *bencher) resendLoop(ctx context.Context, ws []*resendWorkload, res *Res
 		r.Percentiles = summarize(late)
 	}
 	return errors.Join(errs...)
-}
-
-// resendPub publishes one message at a time with a confirm.
-type resendPub struct {
-	mu      sync.Mutex
-	ch      *amqp.Channel
-	returns chan amqp.Return
-}
-
-func newResendPub(conn *amqp.Connection) (*resendPub, error) {
-	ch, err := conn.Channel()
-	if err != nil {
-		return nil, err
-	}
-	if err := ch.Confirm(false); err != nil {
-		return nil, err
-	}
-	return &resendPub{ch: ch, returns: ch.NotifyReturn(make(chan amqp.Return, 16))}, nil
-}
-
-func (p *resendPub) publish(exchange, key string, msg amqp.Publishing) error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	dc, err := p.ch.PublishWithDeferredConfirmWithContext(ctx, exchange, key, true, false, msg)
-	if err != nil {
-		return err
-	}
-	if ok, err := dc.WaitContext(ctx); err != nil || !ok {
-		return fmt.Errorf("not confirmed (acked=%v): %v", ok, err)
-	}
-	select {
-	case r := <-p.returns:
-		return fmt.Errorf("returned: %s", r.ReplyText)
-	default:
-		return nil
-	}
 }
 
 // resendRows are the step's figures: lost must be 0 in every workload.
