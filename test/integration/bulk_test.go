@@ -43,15 +43,13 @@ func adminDo(t *testing.T, b *bridgeProc, method, path string) (int, string) {
 func TestBulkCancelWithLeasedRows(t *testing.T) {
 	t.Parallel()
 	pg := requirePostgres(t)
-	b := startBridge(t, map[string]string{
+	b, conn, pub := startWithPublisher(t, map[string]string{
 		"DELAYBRIDGE_ADMIN_TOKEN":     adminToken,
 		"DELAYBRIDGE_POLL_INTERVAL":   "200ms",
 		"DELAYBRIDGE_STORE":           "postgres",
 		"DELAYBRIDGE_POSTGRES_URL":    pg.URL,
 		"DELAYBRIDGE_POSTGRES_SCHEMA": pg.Schema,
 	})
-	conn := dial(t)
-	pub := newPublisher(t, conn)
 	dest, other := b.Endpoint+".bulk", b.Endpoint+".keep"
 	got := declareAndConsume(t, conn, dest)
 	declareQueue(t, conn, other)

@@ -89,12 +89,10 @@ func ours(m map[string]float64) string {
 // connections up.
 func TestMetrics(t *testing.T) {
 	t.Parallel()
-	b := startBridge(t, map[string]string{
+	b, conn, pub := startWithPublisher(t, map[string]string{
 		"DELAYBRIDGE_NUMBER_OF_RETRIES": "0",
 		"DELAYBRIDGE_POLL_INTERVAL":     "100ms",
 	})
-	conn := dial(t)
-	pub := newPublisher(t, conn)
 	dest := b.Endpoint + ".dst"
 	got := declareAndConsume(t, conn, dest)
 	errs := consume(t, conn, b.ErrorQ)

@@ -34,9 +34,7 @@ func getStatusPage(t *testing.T, b *bridgeProc) string {
 // Chromium (Debian's chromium package; see chromiumPath) renders it.
 func TestStatusPage(t *testing.T) {
 	t.Parallel()
-	b := startBridge(t, nil)
-	conn := dial(t)
-	pub := newPublisher(t, conn)
+	b, conn, pub := startWithPublisher(t, nil)
 	dest := b.Endpoint + ".dst"
 	declareQueue(t, conn, dest)
 	evil := `<script>alert(1)</script>`
