@@ -348,10 +348,7 @@ func TestDueInThePast(t *testing.T) {
 // a message the running bridge delivers after at least a second.
 func TestScheduleCommand(t *testing.T) {
 	t.Parallel()
-	b := startBridge(t, nil)
-	conn := dial(t)
-	dest := b.Endpoint + ".dst"
-	c := declareAndConsume(t, conn, dest)
+	b, _, _, dest, c := startWithDest(t)
 
 	env := map[string]string{"DELAYBRIDGE_AMQP_URL": amqpURL, "DELAYBRIDGE_ENDPOINT": b.Endpoint}
 	before := time.Now()

@@ -17,12 +17,7 @@ import (
 // written in the text format: `name` or `name{label="value",...}`.
 func scrape(t testing.TB, b *bridgeProc) map[string]float64 {
 	t.Helper()
-	client := &http.Client{Timeout: 5 * time.Second}
-	resp, err := client.Get("http://" + b.HTTPAddr + "/metrics")
-	if err != nil {
-		t.Fatalf("GET /metrics: %v", err)
-	}
-	defer resp.Body.Close()
+	resp, body := request(t, b, http.MethodGet, "/metrics", false)
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("GET /metrics: %s", resp.Status)
 	}
@@ -30,7 +25,7 @@ func scrape(t testing.TB, b *bridgeProc) map[string]float64 {
 		t.Fatalf("GET /metrics: Content-Type %q, want the Prometheus text format", ct)
 	}
 	samples := map[string]float64{}
-	sc := bufio.NewScanner(resp.Body)
+	sc := bufio.NewScanner(strings.NewReader(body))
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
 		line := strings.TrimSpace(sc.Text())
