@@ -10,6 +10,8 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/delaybridge/delaybridge/intake"
 )
 
 // Headers the bench puts on every message so the consumer can compute
@@ -27,26 +29,15 @@ type registry struct {
 	exchanges []string
 }
 
-func (r *registry) queue(name string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, q := range r.queues {
-		if q == name {
-			return
-		}
-	}
-	r.queues = append(r.queues, name)
-}
+func (r *registry) queue(name string)    { r.add(&r.queues, name) }
+func (r *registry) exchange(name string) { r.add(&r.exchanges, name) }
 
-func (r *registry) exchange(name string) {
+func (r *registry) add(names *[]string, name string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for _, e := range r.exchanges {
-		if e == name {
-			return
-		}
+	if !slices.Contains(*names, name) {
+		*names = append(*names, name)
 	}
-	r.exchanges = append(r.exchanges, name)
 }
 
 // outgoing is one message to publish.
@@ -208,6 +199,15 @@ func (b *bencher) collect(queue string, n int) (*collector, error) {
 	return b.collectChecked(queue, n, nil)
 }
 
+// declareAndCollect declares queue (durable, classic) and collects n
+// messages from it.
+func (b *bencher) declareAndCollect(queue string, n int) (*collector, error) {
+	if err := b.declareQueue(queue, nil); err != nil {
+		return nil, err
+	}
+	return b.collect(queue, n)
+}
+
 // collectChecked is collect with a check of every message's first delivery.
 func (b *bencher) collectChecked(queue string, n int, check func(seq int, d *amqp.Delivery) bool) (*collector, error) {
 	return b.collectQueues([]string{queue}, n, check)
@@ -340,21 +340,8 @@ func (c *collector) received() int {
 	return c.distinct
 }
 
-func headerInt(h amqp.Table, name string) (int64, bool) {
-	switch v := h[name].(type) {
-	case int64:
-		return v, true
-	case int32:
-		return int64(v), true
-	case int:
-		return int64(v), true
-	case int16:
-		return int64(v), true
-	case uint32:
-		return int64(v), true
-	}
-	return 0, false
-}
+// headerInt reads header name as the bridge reads an integer header.
+func headerInt(h amqp.Table, name string) (int64, bool) { return intake.HeaderInteger(h[name]) }
 
 // ackingConsumer consumes queue with manual acks (prefetch 1000, a multiple
 // ack every 100 deliveries) until n messages arrived, like a real consumer
@@ -400,36 +387,26 @@ func (b *bencher) ackingConsumer(queue string, n int) (done <-chan time.Time, st
 // queueDepth is the number of ready messages in queue (unacknowledged ones
 // are not counted by AMQP).
 func (b *bencher) queueDepth(queue string) (int, error) {
-	b.adminMu.Lock()
-	defer b.adminMu.Unlock()
-	ch, err := b.adminChannel()
-	if err != nil {
-		return 0, err
-	}
-	q, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
-	if err != nil {
-		b.admin = nil // the failed passive declare closed the channel
-		return 0, err
-	}
-	return q.Messages, nil
+	var q amqp.Queue
+	err := b.withAdmin(func(ch *amqp.Channel) (err error) {
+		q, err = ch.QueueDeclarePassive(queue, true, false, false, false, nil)
+		return err
+	})
+	return q.Messages, err
 }
 
 // declareQueue declares a durable classic queue and registers it.
 func (b *bencher) declareQueue(name string, args amqp.Table) error {
-	b.adminMu.Lock()
-	defer b.adminMu.Unlock()
-	ch, err := b.adminChannel()
-	if err != nil {
-		return err
-	}
 	if args == nil {
 		args = amqp.Table{}
 	}
 	if _, ok := args["x-queue-type"]; !ok {
 		args["x-queue-type"] = "classic"
 	}
-	if _, err := ch.QueueDeclare(name, true, false, false, false, args); err != nil {
-		b.admin = nil
+	if err := b.withAdmin(func(ch *amqp.Channel) error {
+		_, err := ch.QueueDeclare(name, true, false, false, false, args)
+		return err
+	}); err != nil {
 		return fmt.Errorf("declare queue %s: %w", name, err)
 	}
 	b.reg.queue(name)
@@ -438,14 +415,9 @@ func (b *bencher) declareQueue(name string, args amqp.Table) error {
 
 // declareExchange declares a durable exchange and registers it.
 func (b *bencher) declareExchange(name, kind string) error {
-	b.adminMu.Lock()
-	defer b.adminMu.Unlock()
-	ch, err := b.adminChannel()
-	if err != nil {
-		return err
-	}
-	if err := ch.ExchangeDeclare(name, kind, true, false, false, false, nil); err != nil {
-		b.admin = nil
+	if err := b.withAdmin(func(ch *amqp.Channel) error {
+		return ch.ExchangeDeclare(name, kind, true, false, false, false, nil)
+	}); err != nil {
 		return fmt.Errorf("declare exchange %s: %w", name, err)
 	}
 	b.reg.exchange(name)
@@ -454,14 +426,7 @@ func (b *bencher) declareExchange(name, kind string) error {
 
 // bindQueue binds queue to exchange with key.
 func (b *bencher) bindQueue(queue, key, exchange string) error {
-	b.adminMu.Lock()
-	defer b.adminMu.Unlock()
-	ch, err := b.adminChannel()
-	if err != nil {
-		return err
-	}
-	if err := ch.QueueBind(queue, key, exchange, false, nil); err != nil {
-		b.admin = nil
+	if err := b.withAdmin(func(ch *amqp.Channel) error { return ch.QueueBind(queue, key, exchange, false, nil) }); err != nil {
 		return fmt.Errorf("bind %s to %s: %w", queue, exchange, err)
 	}
 	return nil
@@ -469,15 +434,27 @@ func (b *bencher) bindQueue(queue, key, exchange string) error {
 
 // deleteQueue deletes a queue of the run before the teardown does.
 func (b *bencher) deleteQueue(name string) error {
+	if err := b.withAdmin(func(ch *amqp.Channel) error {
+		_, err := ch.QueueDelete(name, false, false, false)
+		return err
+	}); err != nil {
+		return fmt.Errorf("delete queue %s: %w", name, err)
+	}
+	return nil
+}
+
+// withAdmin runs f on the channel for declarations, holding adminMu. An
+// error from f drops the channel: a failed AMQP method closes it.
+func (b *bencher) withAdmin(f func(ch *amqp.Channel) error) error {
 	b.adminMu.Lock()
 	defer b.adminMu.Unlock()
 	ch, err := b.adminChannel()
 	if err != nil {
 		return err
 	}
-	if _, err := ch.QueueDelete(name, false, false, false); err != nil {
+	if err := f(ch); err != nil {
 		b.admin = nil
-		return fmt.Errorf("delete queue %s: %w", name, err)
+		return err
 	}
 	return nil
 }

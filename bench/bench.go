@@ -29,6 +29,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -766,6 +767,22 @@ func (b *bencher) newBridge(ctx context.Context, step string) (*bridgeProc, time
 	return p, ready, nil
 }
 
+// newBridgeCollecting is newBridge, and a collector of n messages on the
+// step's destination queue, which it declares.
+func (b *bencher) newBridgeCollecting(ctx context.Context, step string, n int) (*bridgeProc, string, *collector, error) {
+	p, _, err := b.newBridge(ctx, step)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	dest := b.name(step, "dest")
+	col, err := b.declareAndCollect(dest, n)
+	if err != nil {
+		b.stopBridge(p, step)
+		return nil, "", nil, err
+	}
+	return p, dest, col, nil
+}
+
 // stopBridge stops p and records its log summary.
 func (b *bencher) stopBridge(p *bridgeProc, step string) (time.Duration, error) {
 	if p.stopped {
@@ -778,6 +795,17 @@ func (b *bencher) stopBridge(p *bridgeProc, step string) (time.Duration, error) 
 		b.logf("   bridge %s logged %d warnings and %d errors; last: %s", p.endpoint, s.Warnings, s.Errors, s.Last)
 	}
 	return took, err
+}
+
+// stopInstances stops the instances of label, each resumed first in case
+// it was left stopped (SIGSTOP), and warns of any that did not stop cleanly.
+func (b *bencher) stopInstances(label string, procs []*bridgeProc) {
+	for i, p := range procs {
+		_ = p.cmd.Process.Signal(syscall.SIGCONT)
+		if _, err := b.stopBridge(p, fmt.Sprintf("%s/%d", label, i+1)); err != nil {
+			b.warnf("%s: instance %d: %v", label, i+1, err)
+		}
+	}
 }
 
 // pendingOf returns the bridge's pending count when it publishes one.
@@ -983,6 +1011,31 @@ func spread(first time.Time, window time.Duration, n int) []time.Time {
 	return dues
 }
 
+// publishSpread publishes n messages due evenly over window from lead
+// ahead, in random order, and logs the workload as what's. build returns
+// the i-th published, message seq, due at due.
+func (b *bencher) publishSpread(ctx context.Context, what string, n int, window, lead time.Duration, build func(i, seq int, due time.Time) outgoing) ([]time.Time, pubResult, error) {
+	dues := spread(time.Now().Add(lead), window, n)
+	perm := mrand.Perm(n)
+	b.logf("   %s: %d messages due over %v from %v ahead", what, n, window, lead)
+	pub, err := b.publishAll(ctx, n, func(i int) outgoing {
+		seq := perm[i]
+		return build(i, seq, dues[seq])
+	})
+	return dues, pub, err
+}
+
+// storedAhead is by how much storing, finished at at, was ahead of first
+// (negative: behind) and whether it finished in time; who stored is named
+// in the warning when it did not.
+func (b *bencher) storedAhead(label, who string, at, first time.Time) (marginMs float64, stored bool) {
+	marginMs, stored = ms(first.Sub(at)), !at.After(first)
+	if !stored {
+		b.warnf("%s: %s finished storing %.0f ms after the first due time", label, who, -marginMs)
+	}
+	return marginMs, stored
+}
+
 // punctual publishes n messages due evenly over window, in random order,
 // starting lead from now, through bridge p, and measures their lateness at
 // the destination's consumer.
@@ -1060,20 +1113,16 @@ func (b *bencher) timed(ctx context.Context, p *bridgeProc, w timedWorkload) (*t
 	if lead <= 0 {
 		lead = b.lead(n)
 	}
-	first := time.Now().Add(lead)
-	dues := spread(first, w.window, n)
-	perm := mrand.Perm(n)
 	pubAt := make([]time.Time, n)
-	b.logf("   %s: %d messages due over %v from %v ahead", label, n, w.window, lead)
-	pub, err := b.publishAll(ctx, n, func(i int) outgoing {
-		seq := perm[i]
+	dues, pub, err := b.publishSpread(ctx, label, n, w.window, lead, func(_, seq int, due time.Time) outgoing {
 		pubAt[seq] = time.Now()
-		return w.build(seq, dues[seq], pubAt[seq])
+		return w.build(seq, due, pubAt[seq])
 	})
 	if err != nil {
 		col.stop(0)
 		return nil, err
 	}
+	first := dues[0]
 	res := &Punctual{N: n, WindowMs: ms(w.window), LeadMs: ms(lead), PublishSeconds: pub.End.Sub(pub.Start).Seconds()}
 	if pub.End.After(first) {
 		b.warnf("%s: publishing ended %.0f ms after the first due time; raise --lead", label, ms(pub.End.Sub(first)))
@@ -1082,11 +1131,8 @@ func (b *bencher) timed(ctx context.Context, p *bridgeProc, w timedWorkload) (*t
 	res.Method = method
 	switch {
 	case err == nil:
-		res.StoredMarginMs = ms(first.Sub(at))
-		res.Stored = !at.After(first)
-		if !res.Stored {
-			b.warnf("%s: the bridge finished storing %.0f ms after the first due time", label, -res.StoredMarginMs)
-		} else if w.stored != nil {
+		res.StoredMarginMs, res.Stored = b.storedAhead(label, "the bridge", at, first)
+		if res.Stored && w.stored != nil {
 			w.stored(ctx, first)
 		}
 	case errors.Is(err, errNotStored):
@@ -1122,19 +1168,11 @@ func (b *bencher) timed(ctx context.Context, p *bridgeProc, w timedWorkload) (*t
 
 func (b *bencher) stepBurst(ctx context.Context) error {
 	n := b.opts.BurstN
-	p, _, err := b.newBridge(ctx, StepBurst)
+	p, dest, col, err := b.newBridgeCollecting(ctx, StepBurst, n)
 	if err != nil {
 		return err
 	}
 	defer b.stopBridge(p, StepBurst)
-	dest := b.name(StepBurst, "dest")
-	if err := b.declareQueue(dest, nil); err != nil {
-		return err
-	}
-	col, err := b.collect(dest, n)
-	if err != nil {
-		return err
-	}
 	lead := b.lead(n)
 	due := time.Now().Add(lead)
 	b.logf("   burst: %d messages all due in %v", n, lead)
@@ -1197,20 +1235,16 @@ func (b *bencher) stepTTL(ctx context.Context) error {
 		return err
 	}
 	lead := b.lead(n)
-	first := time.Now().Add(lead)
-	dues := spread(first, window, n)
-	perm := mrand.Perm(n)
-	b.logf("   ttl (%s queues): %d messages due over %v from %v ahead", topo.queueType, n, window, lead)
-	pub, err := b.publishAll(ctx, n, func(i int) outgoing {
-		seq := perm[i]
+	dues, pub, err := b.publishSpread(ctx, "ttl ("+topo.queueType+" queues)", n, window, lead, func(_, seq int, due time.Time) outgoing {
 		// What a transport does at send time: whole seconds, rounded up.
-		key, level := nsbdelay.RoutingKey(nsbendpoint.DelaySeconds(dues[seq], time.Now()), dest)
-		return outgoing{exchange: topo.chain.Level(level), key: key, msg: b.message(dest, seq, dues[seq], dest)}
+		key, level := nsbdelay.RoutingKey(nsbendpoint.DelaySeconds(due, time.Now()), dest)
+		return outgoing{exchange: topo.chain.Level(level), key: key, msg: b.message(dest, seq, due, dest)}
 	})
 	if err != nil {
 		col.stop(0)
 		return err
 	}
+	first := dues[0]
 	if pub.End.After(first) {
 		b.warnf("ttl: publishing ended %.0f ms after the first due time", ms(pub.End.Sub(first)))
 	}

@@ -48,19 +48,11 @@ type BigMsg struct {
 }
 
 func (b *bencher) stepBigMsg(ctx context.Context) error {
-	p, _, err := b.newBridge(ctx, StepBigMsg)
+	p, dest, col, err := b.newBridgeCollecting(ctx, StepBigMsg, BigMsgN)
 	if err != nil {
 		return err
 	}
 	defer b.stopBridge(p, StepBigMsg)
-	dest := b.name(StepBigMsg, "dest")
-	if err := b.declareQueue(dest, nil); err != nil {
-		return err
-	}
-	col, err := b.collect(dest, BigMsgN)
-	if err != nil {
-		return err
-	}
 	body := make([]byte, BigMsgSize) // one body shared by every message
 	_, _ = rand.Read(body)
 	smp := startSampler(p, 100*time.Millisecond)

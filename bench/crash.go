@@ -56,13 +56,7 @@ const (
 
 // stepCrash runs the workload and the kills.
 func (b *bencher) stepCrash(ctx context.Context) error {
-	rate, d := b.opts.CrashRate, b.opts.CrashDuration
-	if rate <= 0 {
-		rate = defaultCrashRate
-	}
-	if d <= 0 {
-		d = defaultCrashDuration
-	}
+	rate, d := orDefault(b.opts.CrashRate, defaultCrashRate), orDefault(b.opts.CrashDuration, defaultCrashDuration)
 	n := int(float64(rate) * d.Seconds())
 	res := &Crash{Rate: rate, Seconds: d.Seconds()}
 	b.res.Crash = res

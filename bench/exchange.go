@@ -392,15 +392,7 @@ func receiptFigures(tag string, pubAt []time.Time, arrived []int64, rows map[str
 
 // exchangeExists tells whether the broker has exchange name.
 func (b *bencher) exchangeExists(name string) bool {
-	b.adminMu.Lock()
-	defer b.adminMu.Unlock()
-	ch, err := b.adminChannel()
-	if err != nil {
-		return false
-	}
-	if err := ch.ExchangeDeclarePassive(name, amqp.ExchangeTopic, true, false, false, false, nil); err != nil {
-		b.admin = nil // the failed passive declare closed the channel
-		return false
-	}
-	return true
+	return b.withAdmin(func(ch *amqp.Channel) error {
+		return ch.ExchangeDeclarePassive(name, amqp.ExchangeTopic, true, false, false, false, nil)
+	}) == nil
 }

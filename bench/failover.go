@@ -61,25 +61,12 @@ const (
 var failoverEvents = []string{"kill", "term", "stop"}
 
 func (b *bencher) stepFailover(ctx context.Context) error {
-	rate, d, repeats := b.opts.FailoverRate, b.opts.FailoverDuration, b.opts.FailoverRepeats
-	if rate <= 0 {
-		rate = defaultFailoverRate
-	}
-	if d <= 0 {
-		d = defaultFailoverDuration
-	}
-	if repeats <= 0 {
-		repeats = defaultFailoverRepeats
-	}
+	rate, d := orDefault(b.opts.FailoverRate, defaultFailoverRate), orDefault(b.opts.FailoverDuration, defaultFailoverDuration)
+	repeats := orDefault(b.opts.FailoverRepeats, defaultFailoverRepeats)
 	res := &Failover{Rate: rate, Seconds: d.Seconds()}
 	b.res.Failover = res
-	if b.opts.PostgresURL == "" {
-		res.Skipped = "no PostgreSQL URL (--postgres-url or $DELAYBRIDGE_TEST_POSTGRES_URL)"
-		b.logf("   failover: SKIPPED: %s", res.Skipped)
-		return nil
-	}
-	conn, appName, err := b.pgConnect(ctx)
-	if err != nil {
+	conn, appName, err := b.pgOrSkip(ctx, "failover:", &res.Skipped)
+	if conn == nil {
 		return err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
@@ -98,23 +85,11 @@ func (b *bencher) stepFailover(ctx context.Context) error {
 func (b *bencher) failoverRun(ctx context.Context, conn *pgx.Conn, appName string, run *FailoverRun, rate int, d time.Duration) error {
 	label := StepFailover + "-" + run.Event + strconv.Itoa(run.Repeat)
 	schema := "bench_" + b.runID + "_" + run.Event + strconv.Itoa(run.Repeat)
-	pg := &scaleOutPg{conn: conn, schema: schema, table: pgx.Identifier{schema, pgTable}.Sanitize(), appName: appName}
+	pg, env := b.pgSchema(conn, appName, schema)
 	defer b.dropSchema(ctx, pg)
 	endpoint := b.name(label)
-	env := map[string]string{
-		"DELAYBRIDGE_STORE":           "postgres",
-		"DELAYBRIDGE_POSTGRES_URL":    withAppName(b.opts.PostgresURL, appName),
-		"DELAYBRIDGE_POSTGRES_SCHEMA": schema,
-	}
 	var procs []*bridgeProc
-	defer func() {
-		for i, p := range procs {
-			_ = p.cmd.Process.Signal(syscall.SIGCONT) // never left stopped
-			if _, err := b.stopBridge(p, fmt.Sprintf("%s/%d", label, i+1)); err != nil {
-				b.warnf("%s: instance %d: %v", label, i+1, err)
-			}
-		}
-	}()
+	defer func() { b.stopInstances(label, procs) }()
 	for i := range 3 {
 		store := filepath.Join(b.dir, label, "instance"+strconv.Itoa(i+1), "unused.db")
 		p, _, err := b.startBridgeEnv(ctx, endpoint, store, env)

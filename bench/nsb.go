@@ -3,7 +3,6 @@ package bench
 import (
 	"context"
 	"fmt"
-	mrand "math/rand/v2"
 	"path/filepath"
 	"time"
 
@@ -39,25 +38,11 @@ type NSBRound struct {
 // transport's names are fixed, so it holds nsbendpoint's lock (tests use it
 // too) and removes the chain before and after.
 func (b *bencher) stepNSB(ctx context.Context) error {
-	dial := func() (*amqp.Connection, error) { return amqp.Dial(b.opts.AMQPURL) }
-	lock, err := nsbendpoint.Lock(ctx, dial)
+	release, err := b.holdNSBChain(ctx)
 	if err != nil {
 		return err
 	}
-	defer lock.Close()
-	_ = nsbendpoint.Uninstall(b.adminConn, nsbdelay.V2)
-	defer func() { _ = nsbendpoint.Uninstall(b.adminConn, nsbdelay.V2) }()
-	b.adminMu.Lock()
-	ch, err := b.adminChannel()
-	if err == nil {
-		if err = nsbendpoint.Install(ch, nsbdelay.V2); err != nil {
-			b.admin = nil
-		}
-	}
-	b.adminMu.Unlock()
-	if err != nil {
-		return fmt.Errorf("install the v2 chain: %w", err)
-	}
+	defer release()
 	n, window := b.opts.PunctualN, b.opts.Window
 	res := &NSB{N: n, WindowMs: ms(window)}
 
@@ -92,14 +77,8 @@ func (b *bencher) nsbRound(ctx context.Context, label string, res *NSB) (NSBRoun
 	if err := b.declareQueue(dest, nil); err != nil {
 		return NSBRound{}, err
 	}
-	b.adminMu.Lock()
-	ch, err := b.adminChannel()
-	if err == nil {
-		err = nsbendpoint.Bind(ch, nsbdelay.V2, nsbendpoint.Direct, dest)
-	}
-	b.adminMu.Unlock()
-	if err != nil {
-		return NSBRound{}, fmt.Errorf("bind %s: %w", dest, err)
+	if err := b.bindNSB(dest); err != nil {
+		return NSBRound{}, err
 	}
 	col, err := b.collect(dest, n)
 	if err != nil {
@@ -107,17 +86,13 @@ func (b *bencher) nsbRound(ctx context.Context, label string, res *NSB) (NSBRoun
 	}
 	lead := b.lead(n)
 	res.LeadMs = ms(lead)
-	first := time.Now().Add(lead)
-	dues := spread(first, window, n)
-	perm := mrand.Perm(n)
-	b.logf("   %s: %d messages due over %v from %v ahead", label, n, window, lead)
-	pub, err := b.publishAll(ctx, n, func(i int) outgoing {
-		seq := perm[i]
+	dues, pub, err := b.publishSpread(ctx, label, n, window, lead, func(i, seq int, due time.Time) outgoing {
 		now := time.Now()
 		s := nsbendpoint.Send{MessageID: fmt.Sprintf("%s-%d", label, seq), Address: dest,
-			Delay: int32(nsbendpoint.DelaySeconds(dues[seq], now)), TimeSent: now, Body: b.body, SeqNo: int64(i)}
+			Delay: int32(nsbendpoint.DelaySeconds(due, now)), TimeSent: now, Body: b.body, SeqNo: int64(i)}
 		msg := s.Publishing()
-		due := now.Truncate(time.Microsecond).Add(time.Duration(s.Delay) * time.Second)
+		// The chain delivers at the time sent plus whole seconds.
+		due = now.Truncate(time.Microsecond).Add(time.Duration(s.Delay) * time.Second)
 		msg.Headers[hdrDue], msg.Headers[hdrSeq] = due.UnixNano(), int64(seq)
 		key, level := s.Key()
 		return outgoing{exchange: nsbdelay.V2.Level(level), key: key, msg: msg}
@@ -126,6 +101,7 @@ func (b *bencher) nsbRound(ctx context.Context, label string, res *NSB) (NSBRoun
 		col.stop(0)
 		return NSBRound{}, err
 	}
+	first := dues[0]
 	if pub.End.After(first) {
 		b.warnf("%s: publishing ended %.0f ms after the first due time", label, ms(pub.End.Sub(first)))
 	}
@@ -139,21 +115,47 @@ func (b *bencher) nsbRound(ctx context.Context, label string, res *NSB) (NSBRoun
 	return NSBRound{PublishSeconds: pub.End.Sub(pub.Start).Seconds(), Lateness: l}, ctx.Err()
 }
 
+// holdNSBChain takes nsbendpoint's lock (the transport's names are fixed,
+// and tests use them too) and installs the v2 chain afresh; release removes
+// the chain and lets the lock go.
+func (b *bencher) holdNSBChain(ctx context.Context) (release func(), err error) {
+	dial := func() (*amqp.Connection, error) { return amqp.Dial(b.opts.AMQPURL) }
+	lock, err := nsbendpoint.Lock(ctx, dial)
+	if err != nil {
+		return nil, err
+	}
+	release = func() {
+		_ = nsbendpoint.Uninstall(b.adminConn, nsbdelay.V2)
+		_ = lock.Close()
+	}
+	_ = nsbendpoint.Uninstall(b.adminConn, nsbdelay.V2)
+	if err := b.withAdmin(func(ch *amqp.Channel) error { return nsbendpoint.Install(ch, nsbdelay.V2) }); err != nil {
+		release()
+		return nil, fmt.Errorf("install the v2 chain: %w", err)
+	}
+	return release, nil
+}
+
+// bindNSB binds dest as an endpoint of the direct topology to the v2 chain.
+func (b *bencher) bindNSB(dest string) error {
+	if err := b.withAdmin(func(ch *amqp.Channel) error {
+		return nsbendpoint.Bind(ch, nsbdelay.V2, nsbendpoint.Direct, dest)
+	}); err != nil {
+		return fmt.Errorf("bind %s: %w", dest, err)
+	}
+	return nil
+}
+
 // waitNSBConsumers waits until the bridge consumes every level queue.
 func (b *bencher) waitNSBConsumers(ctx context.Context) error {
 	deadline := time.Now().Add(time.Minute)
 	for k := 0; k < nsbdelay.Levels; k++ {
 		for {
-			b.adminMu.Lock()
-			ch, err := b.adminChannel()
 			var q amqp.Queue
-			if err == nil {
-				if q, err = ch.QueueDeclarePassive(nsbdelay.V2.Level(k), true, false, false, false, nil); err != nil {
-					b.admin = nil
-				}
-			}
-			b.adminMu.Unlock()
-			if err != nil {
+			if err := b.withAdmin(func(ch *amqp.Channel) (err error) {
+				q, err = ch.QueueDeclarePassive(nsbdelay.V2.Level(k), true, false, false, false, nil)
+				return err
+			}); err != nil {
 				return err
 			}
 			if q.Consumers > 0 {

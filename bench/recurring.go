@@ -177,13 +177,7 @@ func slope(xs []float64, ys []float64) float64 {
 }
 
 func (b *bencher) stepRecurring(ctx context.Context) error {
-	n, d := b.opts.RecurringN, b.opts.RecurringDuration
-	if n <= 0 {
-		n = defaultRecurringN
-	}
-	if d <= 0 {
-		d = defaultRecurringDuration
-	}
+	n, d := orDefault(b.opts.RecurringN, defaultRecurringN), orDefault(b.opts.RecurringDuration, defaultRecurringDuration)
 	res := &Recurring{N: n, Cron: recurringCron, Seconds: d.Seconds()}
 	b.res.Recurring = res
 	label := StepRecurring

@@ -12,15 +12,38 @@ func TestFormatTable(t *testing.T) {
 		{Step: "ingest", Metric: "ingest / ceiling", Value: "0.92×", Target: "≥ 0.80×", Result: Pass},
 		{Step: "punctuality", Metric: "lateness p50", Value: "0.66 ms"},
 	})
-	want := strings.Join([]string{
+	checkLines(t, "FormatTable", got,
 		"step         metric            value    target   result",
 		"-----------  ----------------  -------  -------  ------",
 		"ingest       ingest / ceiling  0.92×    ≥ 0.80×  PASS",
 		"punctuality  lateness p50      0.66 ms",
 		"",
-	}, "\n")
-	if got != want {
-		t.Errorf("FormatTable:\n%s\nwant:\n%s", got, want)
+	)
+}
+
+// checkLines checks that got, what printed, is the lines of want.
+func checkLines(t *testing.T, what, got string, want ...string) {
+	t.Helper()
+	if w := strings.Join(want, "\n"); got != w {
+		t.Errorf("%s:\n%s\nwant:\n%s", what, got, w)
+	}
+}
+
+// checkRows checks that rows has a row of step for each metric of want
+// (metric, then "value|result", or "(no row)" for none).
+func checkRows(t *testing.T, rows []Row, step string, want [][2]string) {
+	t.Helper()
+	for _, c := range want {
+		got := "(no row)"
+		for _, r := range rows {
+			if r.Step == step && r.Metric == c[0] {
+				got = r.Value + "|" + r.Result
+				break
+			}
+		}
+		if got != c[1] {
+			t.Errorf("%q = %q, want %q", c[0], got, c[1])
+		}
 	}
 }
 

@@ -4,14 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"path/filepath"
 	"strconv"
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/delaybridge/delaybridge/internal/confirmed"
 	"github.com/delaybridge/delaybridge/internal/nsbendpoint"
 	"github.com/delaybridge/delaybridge/wire"
 	"github.com/delaybridge/delaybridge/wire/nsbdelay"
@@ -65,7 +66,7 @@ const (
 type resendWorkload struct {
 	name  string
 	dest  string
-	send  func(p *resendPub, i, r int) (time.Time, error)
+	send  func(p *confirmed.Publisher, i, r int) (time.Time, error)
 	state *ResendWorkload
 }
 
@@ -73,39 +74,19 @@ type resendWorkload struct {
 // PostgreSQL. The NServiceBus workload uses the transport's names: it
 // holds nsbendpoint's lock, as stepNSB does.
 func (b *bencher) stepResend(ctx context.Context) error {
-	rate, d := b.opts.ResendRate, b.opts.ResendDuration
-	if rate <= 0 {
-		rate = defaultResendRate
-	}
-	if d <= 0 {
-		d = defaultResendDuration
-	}
+	rate, d := orDefault(b.opts.ResendRate, defaultResendRate), orDefault(b.opts.ResendDuration, defaultResendDuration)
 	res := &Resend{Rate: rate, Seconds: d.Seconds(), Rounds: resendRounds, DelayMs: ms(resendDelay)}
 	b.res.Resend = res
-	dial := func() (*amqp.Connection, error) { return amqp.Dial(b.opts.AMQPURL) }
-	lock, err := nsbendpoint.Lock(ctx, dial)
+	release, err := b.holdNSBChain(ctx)
 	if err != nil {
 		return err
 	}
-	defer lock.Close()
-	_ = nsbendpoint.Uninstall(b.adminConn, nsbdelay.V2)
-	defer func() { _ = nsbendpoint.Uninstall(b.adminConn, nsbdelay.V2) }()
-	b.adminMu.Lock()
-	ch, err := b.adminChannel()
-	if err == nil {
-		if err = nsbendpoint.Install(ch, nsbdelay.V2); err != nil {
-			b.admin = nil
-		}
-	}
-	b.adminMu.Unlock()
-	if err != nil {
-		return fmt.Errorf("install the v2 chain: %w", err)
-	}
+	defer release()
 	stores := []string{"bbolt"}
 	if b.opts.PostgresURL != "" {
 		stores = append(stores, "postgres")
 	} else {
-		res.Skipped = "postgres: no PostgreSQL URL (--postgres-url or $DELAYBRIDGE_TEST_POSTGRES_URL)"
+		res.Skipped = "postgres: " + noPostgres
 	}
 	for _, store := range stores {
 		run, err := b.resendRun(ctx, store, res)
@@ -132,21 +113,13 @@ func (b *bencher) resendRun(ctx context.Context, store string, res *Resend) (*Re
 			return nil, err
 		}
 		defer conn.Close(context.WithoutCancel(ctx))
-		schema := "bench_" + b.runID + "_resend"
-		defer b.dropSchema(ctx, &scaleOutPg{conn: conn, schema: schema, table: pgx.Identifier{schema, pgTable}.Sanitize()})
-		env["DELAYBRIDGE_STORE"] = "postgres"
-		env["DELAYBRIDGE_POSTGRES_URL"] = withAppName(b.opts.PostgresURL, appName)
-		env["DELAYBRIDGE_POSTGRES_SCHEMA"] = schema
+		pg, pgEnv := b.pgSchema(conn, appName, "bench_"+b.runID+"_resend")
+		defer b.dropSchema(ctx, pg)
+		maps.Copy(env, pgEnv)
 		instances = 2
 	}
 	var procs []*bridgeProc
-	defer func() {
-		for i, p := range procs {
-			if _, err := b.stopBridge(p, fmt.Sprintf("%s/%d", label, i+1)); err != nil {
-				b.warnf("%s: instance %d: %v", label, i+1, err)
-			}
-		}
-	}()
+	defer func() { b.stopInstances(label, procs) }()
 	for i := range instances {
 		p, _, err := b.startBridgeEnv(ctx, endpoint, filepath.Join(b.dir, label, strconv.Itoa(i), "delaybridge.db"), env)
 		if err != nil {
@@ -190,20 +163,14 @@ func (b *bencher) resendWorkloads(endpoint, label string, delay time.Duration) (
 		}
 		ws = append(ws, &resendWorkload{name: name, dest: dest})
 	}
-	b.adminMu.Lock()
-	ch, err := b.adminChannel()
-	if err == nil {
-		err = nsbendpoint.Bind(ch, nsbdelay.V2, nsbendpoint.Direct, ws[0].dest)
-	}
-	b.adminMu.Unlock()
-	if err != nil {
-		return nil, fmt.Errorf("bind %s: %w", ws[0].dest, err)
+	if err := b.bindNSB(ws[0].dest); err != nil {
+		return nil, err
 	}
 	id := func(w *resendWorkload, i int) string { return w.name + "-" + strconv.Itoa(i) }
 	var mu sync.Mutex
 	sent := map[int]time.Time{} // NServiceBus: each message's time sent, kept by its retries
 	secs := int32(delay / time.Second)
-	ws[0].send = func(p *resendPub, i, r int) (time.Time, error) {
+	ws[0].send = func(p *confirmed.Publisher, i, r int) (time.Time, error) {
 		now := time.Now()
 		mu.Lock()
 		if r == 0 {
@@ -216,18 +183,18 @@ func (b *bencher) resendWorkloads(endpoint, label string, delay time.Duration) (
 			s.Headers = map[string]string{"NServiceBus.Retries": strconv.Itoa(r)}
 		}
 		key, level := s.Key()
-		return now.Truncate(time.Microsecond).Add(time.Duration(secs) * time.Second), p.publish(nsbdelay.V2.Level(level), key, s.Publishing())
+		return now.Truncate(time.Microsecond).Add(time.Duration(secs) * time.Second), p.Publish(nsbdelay.V2.Level(level), key, s.Publishing())
 	}
-	ws[1].send = func(p *resendPub, i, r int) (time.Time, error) {
+	ws[1].send = func(p *confirmed.Publisher, i, r int) (time.Time, error) {
 		msg, due := nsbTimeout(id(ws[1], i), ws[1].dest, time.Now().Add(delay), time.Now(), b.body, i)
 		delete(msg.Headers, hdrDue)
 		delete(msg.Headers, hdrSeq)
 		msg.Headers["NServiceBus.Retries"] = strconv.Itoa(r)
-		return due, p.publish("", timeouts, msg)
+		return due, p.Publish("", timeouts, msg)
 	}
-	ws[2].send = func(p *resendPub, i, r int) (time.Time, error) {
+	ws[2].send = func(p *confirmed.Publisher, i, r int) (time.Time, error) {
 		due := time.Now().Add(delay)
-		return due, p.publish("", timeouts, amqp.Publishing{MessageId: id(ws[2], i), DeliveryMode: amqp.Persistent, Body: b.body,
+		return due, p.Publish("", timeouts, amqp.Publishing{MessageId: id(ws[2], i), DeliveryMode: amqp.Persistent, Body: b.body,
 			Headers: amqp.Table{wire.HeaderDestination: ws[2].dest, wire.HeaderDelay: int32(delay / time.Millisecond)}})
 	}
 	return ws, nil
@@ -261,7 +228,7 @@ func (b *bencher) resendLoop(ctx context.Context, ws []*resendWorkload, res *Res
 	defer stop()
 	var wg sync.WaitGroup
 	for _, w := range ws {
-		again, err := newResendPub(conn)
+		again, err := confirmed.NewPublisher(conn)
 		if err != nil {
 			return err
 		}
@@ -273,7 +240,7 @@ func (b *bencher) resendLoop(ctx context.Context, ws []*resendWorkload, res *Res
 		if err != nil {
 			return fmt.Errorf("consume %s: %w", w.dest, err)
 		}
-		send := func(p *resendPub, i, r int) {
+		send := func(p *confirmed.Publisher, i, r int) {
 			due, err := w.send(p, i, r)
 			if err != nil {
 				fail(fmt.Errorf("%s: send %d of message %d: %w", w.name, r, i, err))
@@ -308,7 +275,7 @@ func (b *bencher) resendLoop(ctx context.Context, ws []*resendWorkload, res *Res
 				}
 			}
 		})
-		first, err := newResendPub(conn)
+		first, err := confirmed.NewPublisher(conn)
 		if err != nil {
 			return err
 		}
@@ -371,44 +338,6 @@ func (b *bencher) resendLoop(ctx context.Context, ws []*resendWorkload, res *Res
 		r.Percentiles = summarize(late)
 	}
 	return errors.Join(errs...)
-}
-
-// resendPub publishes one message at a time with a confirm.
-type resendPub struct {
-	mu      sync.Mutex
-	ch      *amqp.Channel
-	returns chan amqp.Return
-}
-
-func newResendPub(conn *amqp.Connection) (*resendPub, error) {
-	ch, err := conn.Channel()
-	if err != nil {
-		return nil, err
-	}
-	if err := ch.Confirm(false); err != nil {
-		return nil, err
-	}
-	return &resendPub{ch: ch, returns: ch.NotifyReturn(make(chan amqp.Return, 16))}, nil
-}
-
-func (p *resendPub) publish(exchange, key string, msg amqp.Publishing) error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	dc, err := p.ch.PublishWithDeferredConfirmWithContext(ctx, exchange, key, true, false, msg)
-	if err != nil {
-		return err
-	}
-	if ok, err := dc.WaitContext(ctx); err != nil || !ok {
-		return fmt.Errorf("not confirmed (acked=%v): %v", ok, err)
-	}
-	select {
-	case r := <-p.returns:
-		return fmt.Errorf("returned: %s", r.ReplyText)
-	default:
-		return nil
-	}
 }
 
 // resendRows are the step's figures: lost must be 0 in every workload.

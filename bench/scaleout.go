@@ -15,8 +15,6 @@ import (
 	"strings"
 	"time"
 
-	mrand "math/rand/v2"
-
 	"github.com/jackc/pgx/v5"
 )
 
@@ -145,13 +143,8 @@ func (pg *scaleOutPg) pids(ctx context.Context) []int {
 func (b *bencher) stepScaleOut(ctx context.Context) error {
 	res := &ScaleOut{N: b.opts.ScaleOutN, WindowMs: ms(b.opts.Window)}
 	b.res.ScaleOut = res
-	if b.opts.PostgresURL == "" {
-		res.Skipped = "no PostgreSQL URL (--postgres-url or $DELAYBRIDGE_TEST_POSTGRES_URL)"
-		b.logf("   scaleout: SKIPPED: %s", res.Skipped)
-		return nil
-	}
-	conn, appName, err := b.pgConnect(ctx)
-	if err != nil {
+	conn, appName, err := b.pgOrSkip(ctx, "scaleout:", &res.Skipped)
+	if conn == nil {
 		return err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
@@ -164,6 +157,32 @@ func (b *bencher) stepScaleOut(ctx context.Context) error {
 	}
 	res.IngestRatio, res.BurstRatio = res.ratios()
 	return nil
+}
+
+// noPostgres is why a step that needs PostgreSQL was skipped.
+const noPostgres = "no PostgreSQL URL (--postgres-url or $DELAYBRIDGE_TEST_POSTGRES_URL)"
+
+// pgOrSkip is pgConnect when there is a --postgres-url. Without one it
+// records in *skipped that what was skipped, logs it and returns a nil
+// connection and a nil error.
+func (b *bencher) pgOrSkip(ctx context.Context, what string, skipped *string) (*pgx.Conn, string, error) {
+	if b.opts.PostgresURL == "" {
+		*skipped = noPostgres
+		b.logf("   %s SKIPPED: %s", what, *skipped)
+		return nil, "", nil
+	}
+	return b.pgConnect(ctx)
+}
+
+// pgSchema is schema on conn, and the environment that makes a bridge keep
+// its store there under the run's application_name.
+func (b *bencher) pgSchema(conn *pgx.Conn, appName, schema string) (*scaleOutPg, map[string]string) {
+	pg := &scaleOutPg{conn: conn, schema: schema, table: pgx.Identifier{schema, pgTable}.Sanitize(), appName: appName}
+	return pg, map[string]string{
+		"DELAYBRIDGE_STORE":           "postgres",
+		"DELAYBRIDGE_POSTGRES_URL":    withAppName(b.opts.PostgresURL, appName),
+		"DELAYBRIDGE_POSTGRES_SCHEMA": schema,
+	}
 }
 
 // pgConnect connects to --postgres-url under the run's application_name,
@@ -215,24 +234,13 @@ func (b *bencher) scaleOutRun(ctx context.Context, conn *pgx.Conn, appName strin
 	k, n := run.Instances, b.opts.ScaleOutN
 	label := StepScaleOut + strconv.Itoa(k)
 	run.Schema = "bench_" + b.runID + "_" + strconv.Itoa(k)
-	pg := &scaleOutPg{conn: conn, schema: run.Schema, table: pgx.Identifier{run.Schema, pgTable}.Sanitize(), appName: appName}
+	pg, env := b.pgSchema(conn, appName, run.Schema)
 	endpoint := b.name(label)
 	b.logf("   scaleout: %s on endpoint %s, schema %s", instances(k), endpoint, run.Schema)
 
 	defer b.dropSchema(ctx, pg)
 	var procs []*bridgeProc
-	defer func() {
-		for i, p := range procs {
-			if _, err := b.stopBridge(p, fmt.Sprintf("%s/%d", label, i+1)); err != nil {
-				b.warnf("%s: instance %d: %v", label, i+1, err)
-			}
-		}
-	}()
-	env := map[string]string{
-		"DELAYBRIDGE_STORE":           "postgres",
-		"DELAYBRIDGE_POSTGRES_URL":    withAppName(b.opts.PostgresURL, appName),
-		"DELAYBRIDGE_POSTGRES_SCHEMA": run.Schema,
-	}
+	defer func() { b.stopInstances(label, procs) }()
 	for i := range k {
 		store := filepath.Join(b.dir, label, "instance"+strconv.Itoa(i+1), "unused.db")
 		p, ready, err := b.startBridgeEnv(ctx, endpoint, store, env)
@@ -314,10 +322,7 @@ func (b *bencher) scaleOutIngest(ctx context.Context, pg *scaleOutPg, procs []*b
 // measures the time from that instant until the last is delivered.
 func (b *bencher) scaleOutBurst(ctx context.Context, pg *scaleOutPg, procs []*bridgeProc, label string, n int, lead time.Duration) (*ScaleOutPhase, error) {
 	dest := b.name(label, "burst-dest")
-	if err := b.declareQueue(dest, nil); err != nil {
-		return nil, err
-	}
-	col, err := b.collect(dest, n)
+	col, err := b.declareAndCollect(dest, n)
 	if err != nil {
 		return nil, err
 	}
@@ -332,30 +337,16 @@ func (b *bencher) scaleOutBurst(ctx context.Context, pg *scaleOutPg, procs []*br
 		return nil, err
 	}
 	ph := &ScaleOutPhase{N: n, LeadMs: ms(lead), PublishRate: pub.rate()}
-	if err := b.scaleOutStored(ctx, pg, procs, label, ph, n, due); err != nil {
-		col.stop(0)
+	l, last, err := b.scaleOutDelivered(ctx, pg, procs, label, "burst", ph, col, base, due, due)
+	if err != nil {
 		return nil, err
 	}
-	c0 := b.cpuAt(ctx, procs, pg, due)
-	ok := col.wait(ctx, due.Add(collectGrace))
-	c1 := cpuNow(ctx, procs, pg)
-	if !ok && ctx.Err() == nil {
-		b.warnf("%s burst: %d of %d delivered %v after the due time", label, col.received(), n, collectGrace)
-	}
-	l, last := col.stop(duplicateLinger)
-	if ctx.Err() != nil {
-		return nil, ctx.Err()
-	}
-	ph.Lateness = &l
-	ph.cpu(c0, c1)
-	b.checkQuiet(label+" burst", ph)
 	if l.Missing == 0 {
 		ph.Seconds = last.Sub(due).Seconds()
 		ph.Rate = rate(n, last.Sub(due))
 	} else {
 		ph.Seconds = -1
 	}
-	ph.PerInstance = b.counterDeltas(ctx, procs, metricDispatched, base, int64(l.Received))
 	b.logf("   %s burst: last delivered %.0f ms after the due time (%.0f msg/s); p50 %.1f ms, p99 %.1f ms, max %.1f ms; dups %d, missing %d; by instance %v; CPU busy %.0f%%",
 		label, 1000*ph.Seconds, ph.Rate, l.P50Ms, l.P99Ms, l.MaxMs, l.Duplicates, l.Missing, ph.PerInstance, 100*ph.MachineBusy)
 	return ph, nil
@@ -365,48 +356,53 @@ func (b *bencher) scaleOutBurst(ctx context.Context, pg *scaleOutPg, procs []*br
 // order, the first lead ahead, and measures their lateness.
 func (b *bencher) scaleOutPunctual(ctx context.Context, pg *scaleOutPg, procs []*bridgeProc, label string, n int, window, lead time.Duration) (*ScaleOutPhase, error) {
 	dest := b.name(label, "punctual-dest")
-	if err := b.declareQueue(dest, nil); err != nil {
-		return nil, err
-	}
-	col, err := b.collect(dest, n)
+	col, err := b.declareAndCollect(dest, n)
 	if err != nil {
 		return nil, err
 	}
 	base := countersOf(procs, metricDispatched)
-	first := time.Now().Add(lead)
-	dues := spread(first, window, n)
-	perm := mrand.Perm(n)
-	b.logf("   %s punctuality: %d messages due over %v from %v ahead", label, n, window, lead)
-	pub, err := b.publishAll(ctx, n, func(i int) outgoing {
-		seq := perm[i]
-		return outgoing{key: procs[0].timeoutsQueue(), msg: b.message(dest, seq, dues[seq], dest)}
+	dues, pub, err := b.publishSpread(ctx, label+" punctuality", n, window, lead, func(_, seq int, due time.Time) outgoing {
+		return outgoing{key: procs[0].timeoutsQueue(), msg: b.message(dest, seq, due, dest)}
 	})
 	if err != nil {
 		col.stop(0)
 		return nil, err
 	}
 	ph := &ScaleOutPhase{N: n, Seconds: window.Seconds(), LeadMs: ms(lead), PublishRate: pub.rate()}
-	if err := b.scaleOutStored(ctx, pg, procs, label, ph, n, first); err != nil {
-		col.stop(0)
+	l, _, err := b.scaleOutDelivered(ctx, pg, procs, label, "punctuality", ph, col, base, dues[0], dues[n-1])
+	if err != nil {
 		return nil, err
 	}
-	c0 := b.cpuAt(ctx, procs, pg, first)
-	ok := col.wait(ctx, dues[n-1].Add(collectGrace))
-	c1 := cpuNow(ctx, procs, pg)
-	if !ok && ctx.Err() == nil {
-		b.warnf("%s punctuality: %d of %d delivered %v after the last due time", label, col.received(), n, collectGrace)
-	}
-	l, _ := col.stop(duplicateLinger)
-	if ctx.Err() != nil {
-		return nil, ctx.Err()
-	}
-	ph.Lateness = &l
-	ph.cpu(c0, c1)
-	b.checkQuiet(label+" punctuality", ph)
-	ph.PerInstance = b.counterDeltas(ctx, procs, metricDispatched, base, int64(l.Received))
 	b.logf("   %s punctuality: p50 %.1f ms, p99 %.1f ms, max %.1f ms; early %d, dups %d, missing %d; by instance %v; CPU busy %.0f%%",
 		label, l.P50Ms, l.P99Ms, l.MaxMs, l.Early, l.Duplicates, l.Missing, ph.PerInstance, 100*ph.MachineBusy)
 	return ph, nil
+}
+
+// scaleOutDelivered waits until the n messages of a timed phase whose
+// first falls due at first are stored, and until they are delivered, at
+// most collectGrace after the last falls due; it records in ph their
+// lateness, the CPU from first on and what each instance dispatched since
+// base. It returns the lateness and the time the last arrived.
+func (b *bencher) scaleOutDelivered(ctx context.Context, pg *scaleOutPg, procs []*bridgeProc, label, phase string, ph *ScaleOutPhase, col *collector, base []int64, first, last time.Time) (Lateness, time.Time, error) {
+	if err := b.scaleOutStored(ctx, pg, procs, label, ph, ph.N, first); err != nil {
+		col.stop(0)
+		return Lateness{}, time.Time{}, err
+	}
+	c0 := b.cpuAt(ctx, procs, pg, first)
+	ok := col.wait(ctx, last.Add(collectGrace))
+	c1 := cpuNow(ctx, procs, pg)
+	if !ok && ctx.Err() == nil {
+		b.warnf("%s %s: %d of %d delivered %v after the last due time", label, phase, col.received(), ph.N, collectGrace)
+	}
+	l, lastAt := col.stop(duplicateLinger)
+	if ctx.Err() != nil {
+		return l, lastAt, ctx.Err()
+	}
+	ph.Lateness = &l
+	ph.cpu(c0, c1)
+	b.checkQuiet(label+" "+phase, ph)
+	ph.PerInstance = b.counterDeltas(ctx, procs, metricDispatched, base, int64(l.Received))
+	return l, lastAt, nil
 }
 
 // scaleOutStored waits until the n rows of a timed workload are stored, at
@@ -416,11 +412,7 @@ func (b *bencher) scaleOutStored(ctx context.Context, pg *scaleOutPg, procs []*b
 	ph.Method = method
 	switch {
 	case err == nil:
-		ph.StoredMarginMs = ms(first.Sub(at))
-		ph.Stored = !at.After(first)
-		if !ph.Stored {
-			b.warnf("%s: the bridges finished storing %.0f ms after the first due time", label, -ph.StoredMarginMs)
-		}
+		ph.StoredMarginMs, ph.Stored = b.storedAhead(label, "the bridges", at, first)
 	case errors.Is(err, errNotStored):
 		b.warnf("%s: the bridges had not stored all %d by the first due time (%s); raise --lead", label, n, method)
 	default:

@@ -47,16 +47,7 @@ func TestScaleOutRatios(t *testing.T) {
 }
 
 func TestScaleOutRows(t *testing.T) {
-	rows := BuildRows(&Results{ScaleOut: scaleOutFixture()})
-	value := func(metric string) string {
-		for _, r := range rows {
-			if r.Step == StepScaleOut && r.Metric == metric {
-				return r.Value + "|" + r.Result
-			}
-		}
-		return "(no row)"
-	}
-	for _, c := range []struct{ metric, want string }{
+	checkRows(t, BuildRows(&Results{ScaleOut: scaleOutFixture()}), StepScaleOut, [][2]string{
 		{"1 instance: ingest: 20,000 due in 1 h, stored/s", "4,000 msg/s|"},
 		{"2 instances: ingest: ingested by instance", "10,200 (51%) / 9,800 (49%)|"},
 		{"1 instance: ingest: PostgreSQL CPU us per stored message", "150|"},
@@ -76,11 +67,7 @@ func TestScaleOutRows(t *testing.T) {
 		{"2 instances: rows left in the store after the run", "3|" + Miss},
 		{"2 vs 1: ingest, stored/s", "0.75×|"},
 		{"2 vs 1: burst, delivered/s from the due instant", "(no row)"},
-	} {
-		if got := value(c.metric); got != c.want {
-			t.Errorf("%q = %q, want %q", c.metric, got, c.want)
-		}
-	}
+	})
 
 	skipped := BuildRows(&Results{ScaleOut: &ScaleOut{Skipped: "no PostgreSQL URL"}})
 	if len(skipped) != 1 || !strings.Contains(skipped[0].Value, "skipped: no PostgreSQL URL") || skipped[0].Result != "" {
@@ -94,7 +81,7 @@ func TestFormatScaleOut(t *testing.T) {
 	s.Runs[1].Punctual.Lateness.Duplicates = 0
 	s.Runs[1].Ingest.BridgeCPUSeconds = []float64{2, 1.75}
 	got := FormatScaleOut(&Results{ScaleOut: s})
-	want := strings.Join([]string{
+	checkLines(t, "FormatScaleOut", got,
 		"scale-out, one PostgreSQL store                                    1 instance                        2 instances                                     2 vs 1",
 		"-----------------------------------------------------------------  --------------------------------  ----------------------------------------------  ------",
 		"ingest: 20,000 due in 1 h, stored/s                                4,000 msg/s                       3,000 msg/s                                     0.75×",
@@ -112,10 +99,7 @@ func TestFormatScaleOut(t *testing.T) {
 		"punctuality CPU s: bridges / PostgreSQL / RabbitMQ / bench / rest  0.00 / 0.00 / 0.00 / 0.00 / 0.00  0.00 / 0.00 / 0.00 / 0.00 / 0.00",
 		"early / duplicates / missing                                       0 / 0 / 0                         0 / 0 / 0",
 		"",
-	}, "\n")
-	if got != want {
-		t.Errorf("FormatScaleOut:\n%s\nwant:\n%s", got, want)
-	}
+	)
 	if FormatScaleOut(&Results{}) != "" || FormatScaleOut(&Results{ScaleOut: &ScaleOut{Skipped: "x"}}) != "" {
 		t.Errorf("FormatScaleOut without a run is not empty")
 	}

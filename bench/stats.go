@@ -121,6 +121,14 @@ func summarize(d []time.Duration) Percentiles {
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
+// orDefault is v, or def when v is not positive (an option left unset).
+func orDefault[T int | time.Duration](v, def T) T {
+	if v <= 0 {
+		return def
+	}
+	return v
+}
+
 // rate is n per second over d, 0 when d is not positive.
 func rate(n int, d time.Duration) float64 {
 	if d <= 0 {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	mrand "math/rand/v2"
 	"net/http"
 	"os"
@@ -297,22 +298,15 @@ func (b *bencher) steadyStore(ctx context.Context, st *SteadyStore) error {
 	}
 	var pg *scaleOutPg // nil: bbolt
 	if st.Store == "postgres" {
-		if b.opts.PostgresURL == "" {
-			st.Skipped = "no PostgreSQL URL (--postgres-url or $DELAYBRIDGE_TEST_POSTGRES_URL)"
-			b.logf("   steady: postgres SKIPPED: %s", st.Skipped)
-			return nil
-		}
-		conn, appName, err := b.pgConnect(ctx)
-		if err != nil {
+		conn, appName, err := b.pgOrSkip(ctx, "steady: postgres", &st.Skipped)
+		if conn == nil {
 			return err
 		}
 		defer conn.Close(context.WithoutCancel(ctx))
-		schema := "bench_" + b.runID + "_steady"
-		pg = &scaleOutPg{conn: conn, schema: schema, appName: appName}
+		var pgEnv map[string]string
+		pg, pgEnv = b.pgSchema(conn, appName, "bench_"+b.runID+"_steady")
 		defer b.dropSchema(ctx, pg)
-		env["DELAYBRIDGE_STORE"] = "postgres"
-		env["DELAYBRIDGE_POSTGRES_URL"] = withAppName(b.opts.PostgresURL, appName)
-		env["DELAYBRIDGE_POSTGRES_SCHEMA"] = schema
+		maps.Copy(env, pgEnv)
 	}
 	p, ready, err := b.startBridgeEnv(ctx, b.name(label), filepath.Join(b.dir, label, "delaybridge.db"), env)
 	if err != nil {

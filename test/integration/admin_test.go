@@ -79,9 +79,7 @@ func listIDs(t *testing.T, b *bridgeProc, args ...string) map[string]cliRow {
 // through the real binary against a running bridge.
 func TestAdminCLI(t *testing.T) {
 	t.Parallel()
-	b := startBridge(t, map[string]string{"DELAYBRIDGE_ADMIN_TOKEN": adminToken, "DELAYBRIDGE_POLL_INTERVAL": "200ms"})
-	conn := dial(t)
-	pub := newPublisher(t, conn)
+	b, conn, pub := startWithPublisher(t, map[string]string{"DELAYBRIDGE_ADMIN_TOKEN": adminToken, "DELAYBRIDGE_POLL_INTERVAL": "200ms"})
 	dest := b.Endpoint + ".dst"
 	got := declareAndConsume(t, conn, dest)
 
@@ -232,11 +230,9 @@ func TestAdminTokenFile(t *testing.T) {
 // destination exists; an ingest failure stays on the error queue.
 func TestAdminReplayErrors(t *testing.T) {
 	t.Parallel()
-	b := startBridge(t, map[string]string{
+	b, conn, pub := startWithPublisher(t, map[string]string{
 		"DELAYBRIDGE_ADMIN_TOKEN": adminToken, "DELAYBRIDGE_NUMBER_OF_RETRIES": "0", "DELAYBRIDGE_POLL_INTERVAL": "100ms",
 	})
-	conn := dial(t)
-	pub := newPublisher(t, conn)
 	dest := b.Endpoint + ".later"
 	due := time.Now().Add(200 * time.Millisecond).UTC()
 	body := []byte("replay \x00\xff me")

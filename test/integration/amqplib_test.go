@@ -97,24 +97,8 @@ func TestAmqplibDelayedTopicExchange(t *testing.T) {
 	add("long", "shipping.eu.late", "number", 70000, 70000, "all") // a 32-bit integer; not waited for
 	plan.Expect -= len(plan.want["long"])
 
-	in, err := json.Marshal(plan)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, node, "check.js")
-	cmd.Dir = amqplibDir
-	cmd.Stdin = bytes.NewReader(in)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("node check.js: %v\nstderr:\n%s", err, stderr.String())
-	}
 	var res amqplibResult
-	if err := json.Unmarshal(stdout.Bytes(), &res); err != nil {
-		t.Fatalf("node check.js printed no result: %v\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
-	}
+	stderr := runNode(t, node, "check.js", plan, &res)
 	if len(res.Returned) > 0 {
 		t.Errorf("the broker returned %v as unroutable", res.Returned)
 	}
@@ -174,7 +158,7 @@ func TestAmqplibDelayedTopicExchange(t *testing.T) {
 			t.Errorf("%s (key %q) reached [%s], want [%s]", id, plan.message(id).RoutingKey, strings.Join(have, " "), strings.Join(want, " "))
 		}
 	}
-	t.Logf("%d deliveries; node stderr: %s", len(res.Received), stderr.String())
+	t.Logf("%d deliveries; node stderr: %s", len(res.Received), stderr)
 }
 
 // amqplibNode returns the node binary once node and amqplib are there; the
@@ -189,8 +173,9 @@ func amqplibNode(t *testing.T) string {
 }
 
 // runNode runs script of the amqplib project with plan as JSON on stdin and
-// decodes the JSON it prints into res.
-func runNode(t *testing.T, node, script string, plan, res any) {
+// decodes the JSON it prints into res. It returns what the script wrote to
+// stderr.
+func runNode(t *testing.T, node, script string, plan, res any) string {
 	t.Helper()
 	in, err := json.Marshal(plan)
 	if err != nil {
@@ -209,6 +194,7 @@ func runNode(t *testing.T, node, script string, plan, res any) {
 	if err := json.Unmarshal(stdout.Bytes(), res); err != nil {
 		t.Fatalf("node %s printed no result: %v\nstdout:\n%s\nstderr:\n%s", script, err, stdout.String(), stderr.String())
 	}
+	return stderr.String()
 }
 
 func (p *amqplibPlan) message(id string) *amqplibMessage {

@@ -18,9 +18,7 @@ import (
 func TestLargeMessagesWithASmallBudget(t *testing.T) {
 	t.Parallel()
 	const n, size, oversized = 40, 4 << 20, 2
-	b := startBridge(t, map[string]string{"DELAYBRIDGE_MAX_INFLIGHT_BYTES": fmt.Sprint(8 << 20)})
-	conn := dial(t)
-	pub := newPublisher(t, conn)
+	b, conn, pub := startWithPublisher(t, map[string]string{"DELAYBRIDGE_MAX_INFLIGHT_BYTES": fmt.Sprint(8 << 20)})
 	dest := "bigmsg-" + randomHex(4)
 	c := declareAndConsume(t, conn, dest)
 

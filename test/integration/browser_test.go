@@ -171,10 +171,10 @@ func TestStatusPageInBrowser(t *testing.T) {
 	if after := waitPage(t, ctx, search, "#pending-list", "the list after cancel", func(s string) bool { return strings.Contains(s, "No pending message matches") }); strings.Contains(after, "cancel-me-1") {
 		t.Fatalf("after cancel the list says %q", after)
 	}
-	if code := adminStatus(t, b, "/api/v1/timeouts/cancel-me-1"); code != http.StatusNotFound {
+	if code, _ := adminDo(t, b, http.MethodGet, "/api/v1/timeouts/cancel-me-1"); code != http.StatusNotFound {
 		t.Errorf("GET cancel-me-1 after the page cancelled it: %d, want 404", code)
 	}
-	if code := adminStatus(t, b, "/api/v1/timeouts/keep-1"); code != http.StatusOK {
+	if code, _ := adminDo(t, b, http.MethodGet, "/api/v1/timeouts/keep-1"); code != http.StatusOK {
 		t.Errorf("GET keep-1: %d, want 200 (only the searched message is cancelled)", code)
 	}
 
@@ -185,18 +185,6 @@ func TestStatusPageInBrowser(t *testing.T) {
 	if arr[0].MessageId != "dispatch-me-1" {
 		t.Errorf("delivered %q, want dispatch-me-1", arr[0].MessageId)
 	}
-}
-
-func adminStatus(t *testing.T, b *bridgeProc, path string) int {
-	t.Helper()
-	req, _ := http.NewRequest(http.MethodGet, "http://"+b.HTTPAddr+path, nil)
-	req.Header.Set("Authorization", "Bearer "+adminToken)
-	resp, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
-	if err != nil {
-		t.Fatalf("GET %s: %v", path, err)
-	}
-	_ = resp.Body.Close()
-	return resp.StatusCode
 }
 
 // pageClient posts the status page's forms as a browser does: a cookie jar

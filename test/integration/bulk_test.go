@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -14,24 +13,6 @@ import (
 
 	"github.com/delaybridge/delaybridge/storage/postgres"
 )
-
-// adminDo calls bridge b's admin API with the token and returns the status
-// and body.
-func adminDo(t *testing.T, b *bridgeProc, method, path string) (int, string) {
-	t.Helper()
-	req, err := http.NewRequest(method, "http://"+b.HTTPAddr+path, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Bearer "+adminToken)
-	resp, err := (&http.Client{Timeout: 60 * time.Second}).Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, path, err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(body)
-}
 
 // TestBulkCancelWithLeasedRows: a bridge on PostgreSQL holds 60 timeouts
 // for one queue and 5 for another; another instance (here the test, through
@@ -43,15 +24,13 @@ func adminDo(t *testing.T, b *bridgeProc, method, path string) (int, string) {
 func TestBulkCancelWithLeasedRows(t *testing.T) {
 	t.Parallel()
 	pg := requirePostgres(t)
-	b := startBridge(t, map[string]string{
+	b, conn, pub := startWithPublisher(t, map[string]string{
 		"DELAYBRIDGE_ADMIN_TOKEN":     adminToken,
 		"DELAYBRIDGE_POLL_INTERVAL":   "200ms",
 		"DELAYBRIDGE_STORE":           "postgres",
 		"DELAYBRIDGE_POSTGRES_URL":    pg.URL,
 		"DELAYBRIDGE_POSTGRES_SCHEMA": pg.Schema,
 	})
-	conn := dial(t)
-	pub := newPublisher(t, conn)
 	dest, other := b.Endpoint+".bulk", b.Endpoint+".keep"
 	got := declareAndConsume(t, conn, dest)
 	declareQueue(t, conn, other)

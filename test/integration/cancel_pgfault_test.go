@@ -156,7 +156,7 @@ func TestCancelAcrossTwoPostgresInstancesThroughAnOutage(t *testing.T) {
 					ctl[cid] = ctlDue
 				}
 			}
-			if err := pub.publish(endpoint+".Timeouts", msgs); err != nil {
+			if err := pub.Publish("", endpoint+".Timeouts", msgs...); err != nil {
 				p.err = fmt.Errorf("batch %d: %w", b, err)
 				break
 			}

@@ -309,9 +309,7 @@ func TestCLITimesRoundTrip(t *testing.T) {
 // "next", however many pages it followed.
 func TestCLIListAllJSONIsOneDocument(t *testing.T) {
 	t.Parallel()
-	b := startBridge(t, map[string]string{"DELAYBRIDGE_ADMIN_TOKEN": adminToken})
-	conn := dial(t)
-	pub := newPublisher(t, conn)
+	b, _, pub := startWithPublisher(t, map[string]string{"DELAYBRIDGE_ADMIN_TOKEN": adminToken})
 	dest := b.Endpoint + ".dst"
 	const n = 7
 	due := time.Now().Add(time.Hour).UTC()

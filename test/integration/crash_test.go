@@ -26,6 +26,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/delaybridge/delaybridge/internal/confirmed"
 	"github.com/delaybridge/delaybridge/wire"
 )
 
@@ -126,9 +127,8 @@ func delayedMessage(id, dest string, due time.Time) amqp.Publishing {
 // own. Unlike the harness's publisher it returns errors, so it can run in a
 // goroutine.
 type faultPublisher struct {
-	conn    *amqp.Connection
-	ch      *amqp.Channel
-	returns chan amqp.Return
+	conn *amqp.Connection
+	*confirmed.Publisher
 }
 
 func newFaultPublisher(name string) (*faultPublisher, error) {
@@ -143,43 +143,15 @@ func newFaultPublisherAt(url, name string) (*faultPublisher, error) {
 	if err != nil {
 		return nil, fmt.Errorf("connect: %w", err)
 	}
-	ch, err := conn.Channel()
-	if err == nil {
-		err = ch.Confirm(false)
-	}
+	pub, err := confirmed.NewPublisher(conn)
 	if err != nil {
 		_ = conn.Close()
 		return nil, fmt.Errorf("confirm channel: %w", err)
 	}
-	return &faultPublisher{conn: conn, ch: ch, returns: ch.NotifyReturn(make(chan amqp.Return, 10000))}, nil
+	return &faultPublisher{conn: conn, Publisher: pub}, nil
 }
 
 func (p *faultPublisher) Close() { _ = p.conn.Close() }
-
-// publish sends msgs to queue and waits for every confirm.
-func (p *faultPublisher) publish(queue string, msgs []amqp.Publishing) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	dcs := make([]*amqp.DeferredConfirmation, len(msgs))
-	for i, m := range msgs {
-		dc, err := p.ch.PublishWithDeferredConfirmWithContext(ctx, "", queue, true, false, m)
-		if err != nil {
-			return fmt.Errorf("publish %s: %w", m.MessageId, err)
-		}
-		dcs[i] = dc
-	}
-	for i, dc := range dcs {
-		if ok, err := dc.WaitContext(ctx); err != nil || !ok {
-			return fmt.Errorf("%s not confirmed (acked=%v, err=%v)", msgs[i].MessageId, ok, err)
-		}
-	}
-	select {
-	case r := <-p.returns:
-		return fmt.Errorf("%s returned by the broker: %d %s", r.MessageId, r.ReplyCode, r.ReplyText)
-	default:
-	}
-	return nil
-}
 
 // publishWave publishes n messages to queue in batches of batch, one batch
 // every every, round-robin over dests. Each message is due a uniformly random
@@ -200,7 +172,7 @@ func publishWave(p *faultPublisher, queue string, dests []string, prefix string,
 			dues[i] = now.Add(from + time.Duration(rand.Int64N(int64(to-from)))).UTC().Truncate(time.Millisecond)
 			msgs[i] = delayedMessage(id, dests[(sent+i)%len(dests)], dues[i])
 		}
-		if err := p.publish(queue, msgs); err != nil {
+		if err := p.Publish("", queue, msgs...); err != nil {
 			return due, err
 		}
 		for i, m := range msgs {

@@ -59,9 +59,7 @@ type delayCase struct {
 func TestDelayedExchangeXDelayTypes(t *testing.T) {
 	t.Parallel()
 	name := delayedExchange(t, "types")
-	b := startBridge(t, map[string]string{"DELAYBRIDGE_DELAYED_EXCHANGES": name + ":topic", "DELAYBRIDGE_POLL_INTERVAL": "100ms"})
-	conn := dial(t)
-	pub := newPublisher(t, conn)
+	b, conn, pub := startWithPublisher(t, map[string]string{"DELAYBRIDGE_DELAYED_EXCHANGES": name + ":topic", "DELAYBRIDGE_POLL_INTERVAL": "100ms"})
 	got := bindAndConsume(t, conn, b.Endpoint+".all", name+".route", "types.#", nil)
 	errs := consume(t, conn, b.ErrorQ)
 
@@ -128,9 +126,7 @@ func TestDelayedExchangeXDelayTypes(t *testing.T) {
 func TestDelayedExchangeRefusesAnUnreadableXDelay(t *testing.T) {
 	t.Parallel()
 	name := delayedExchange(t, "refused")
-	b := startBridge(t, map[string]string{"DELAYBRIDGE_DELAYED_EXCHANGES": name + ":topic"})
-	conn := dial(t)
-	pub := newPublisher(t, conn)
+	b, conn, pub := startWithPublisher(t, map[string]string{"DELAYBRIDGE_DELAYED_EXCHANGES": name + ":topic"})
 	got := bindAndConsume(t, conn, b.Endpoint+".all", name+".route", "#", nil)
 	errs := consume(t, conn, b.ErrorQ)
 	refused := map[string]any{"bool": true, "words": "soon", "decimal-point": "1.5", "decimal": amqp.Decimal{Scale: 1, Value: 15},
@@ -212,9 +208,7 @@ func TestDelayedExchangeOfEveryType(t *testing.T) {
 func TestDelayedExchangeWithoutXDelayNeedsNoBridge(t *testing.T) {
 	t.Parallel()
 	name := delayedExchange(t, "nodelay")
-	b := startBridge(t, map[string]string{"DELAYBRIDGE_DELAYED_EXCHANGES": name + ":topic"})
-	conn := dial(t)
-	pub := newPublisher(t, conn)
+	b, conn, pub := startWithPublisher(t, map[string]string{"DELAYBRIDGE_DELAYED_EXCHANGES": name + ":topic"})
 	c := bindAndConsume(t, conn, b.Endpoint+".orders", name+".route", "orders.*", nil)
 	b.Stop()
 
@@ -339,9 +333,7 @@ func TestDelayedExchangeConflictStopsTheBridge(t *testing.T) {
 func TestDelayedExchangeRestartWithPendingMessages(t *testing.T) {
 	t.Parallel()
 	name := delayedExchange(t, "restart")
-	b := startBridge(t, map[string]string{"DELAYBRIDGE_DELAYED_EXCHANGES": name + ":topic", "DELAYBRIDGE_POLL_INTERVAL": "100ms"})
-	conn := dial(t)
-	pub := newPublisher(t, conn)
+	b, conn, pub := startWithPublisher(t, map[string]string{"DELAYBRIDGE_DELAYED_EXCHANGES": name + ":topic", "DELAYBRIDGE_POLL_INTERVAL": "100ms"})
 	c := bindAndConsume(t, conn, b.Endpoint+".orders", name+".route", "orders.#", nil)
 
 	notBefore := map[string]time.Time{}

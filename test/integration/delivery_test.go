@@ -25,9 +25,7 @@ const quietPeriod = 1500 * time.Millisecond
 // headers.
 func TestHeaderStyles(t *testing.T) {
 	t.Parallel()
-	b := startBridge(t, nil)
-	conn := dial(t)
-	pub := newPublisher(t, conn)
+	b, conn, pub := startWithPublisher(t, nil)
 
 	plus2 := time.FixedZone("+02:00", 2*60*60)
 	type tc struct {
@@ -350,10 +348,7 @@ func TestDueInThePast(t *testing.T) {
 // a message the running bridge delivers after at least a second.
 func TestScheduleCommand(t *testing.T) {
 	t.Parallel()
-	b := startBridge(t, nil)
-	conn := dial(t)
-	dest := b.Endpoint + ".dst"
-	c := declareAndConsume(t, conn, dest)
+	b, _, _, dest, c := startWithDest(t)
 
 	env := map[string]string{"DELAYBRIDGE_AMQP_URL": amqpURL, "DELAYBRIDGE_ENDPOINT": b.Endpoint}
 	before := time.Now()
@@ -445,9 +440,7 @@ func TestFaithfulForwardingExtremeTimestamps(t *testing.T) {
 // §2 accepts any RFC 3339 timestamp in x-due-at.
 func TestDueAtLowercaseRFC3339(t *testing.T) {
 	t.Parallel()
-	b := startBridge(t, nil)
-	conn := dial(t)
-	pub := newPublisher(t, conn)
+	b, conn, pub := startWithPublisher(t, nil)
 	errs := consume(t, conn, b.ErrorQ)
 	dest := b.Endpoint + ".dst"
 	c := declareAndConsume(t, conn, dest)

@@ -15,14 +15,12 @@ import (
 // the next count.
 func TestDestinationMetrics(t *testing.T) {
 	t.Parallel()
-	b := startBridge(t, map[string]string{
+	b, conn, pub := startWithPublisher(t, map[string]string{
 		"DELAYBRIDGE_ADMIN_TOKEN":                  adminToken,
 		"DELAYBRIDGE_POLL_INTERVAL":                "200ms",
 		"DELAYBRIDGE_METRICS_MAX_DESTINATIONS":     "2",
 		"DELAYBRIDGE_METRICS_DESTINATION_INTERVAL": "1s",
 	})
-	conn := dial(t)
-	pub := newPublisher(t, conn)
 	qa, qb, qc, qd := b.Endpoint+".a", b.Endpoint+".b", b.Endpoint+".c", b.Endpoint+".d"
 	got := declareAndConsume(t, conn, qa)
 	for _, q := range []string{qb, qc, qd} {

@@ -2,7 +2,6 @@ package integration
 
 import (
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -51,13 +50,8 @@ func errorQueueLoad(t *testing.T, conn *amqp.Connection, b *bridgeProc, args amq
 // readyz returns /readyz's status and body.
 func readyz(t *testing.T, b *bridgeProc) (int, string) {
 	t.Helper()
-	resp, err := (&http.Client{Timeout: 5 * time.Second}).Get("http://" + b.HTTPAddr + "/readyz")
-	if err != nil {
-		t.Fatalf("GET /readyz: %v", err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(body)
+	resp, body := request(t, b, http.MethodGet, "/readyz", false)
+	return resp.StatusCode, body
 }
 
 // waitUntil polls cond every 100 ms, failing the test after timeout.

@@ -86,14 +86,12 @@ func TestInvalidInputGoesToErrorQueue(t *testing.T) {
 	t.Parallel()
 	ep := uniqueEndpoint(t)
 	allowed := "allowed." + ep
-	b := startBridge(t, map[string]string{
+	b, conn, pub := startWithPublisher(t, map[string]string{
 		"DELAYBRIDGE_ENDPOINT":             ep,
 		"DELAYBRIDGE_MAX_MESSAGE_BYTES":    "1024",
 		"DELAYBRIDGE_ALLOWED_DESTINATIONS": "allowed.*, " + ep + ".*",
 		"DELAYBRIDGE_MAX_DELAY":            "1h",
 	})
-	conn := dial(t)
-	pub := newPublisher(t, conn)
 	errs := consume(t, conn, b.ErrorQ)
 	valid := declareAndConsume(t, conn, allowed)
 	inFuture := time.Now().Add(time.Minute).UTC().Format(time.RFC3339Nano)
@@ -246,12 +244,10 @@ func TestUnroutableDestination(t *testing.T) {
 			t.Parallel()
 			// A short poll interval, so that only the retry backoff (not the
 			// poller's sleep) can hold a retry back.
-			b := startBridge(t, map[string]string{
+			b, conn, pub := startWithPublisher(t, map[string]string{
 				"DELAYBRIDGE_NUMBER_OF_RETRIES": fmt.Sprint(retries),
 				"DELAYBRIDGE_POLL_INTERVAL":     "100ms",
 			})
-			conn := dial(t)
-			pub := newPublisher(t, conn)
 			errs := consume(t, conn, b.ErrorQ)
 			okDest := b.Endpoint + ".dst"
 			ok := declareAndConsume(t, conn, okDest)
@@ -309,9 +305,7 @@ func TestUnroutableDestination(t *testing.T) {
 // unroutable one: retried, then moved to the error queue.
 func TestDestinationRejectsForward(t *testing.T) {
 	t.Parallel()
-	b := startBridge(t, map[string]string{"DELAYBRIDGE_NUMBER_OF_RETRIES": "1", "DELAYBRIDGE_POLL_INTERVAL": "100ms"})
-	conn := dial(t)
-	pub := newPublisher(t, conn)
+	b, conn, pub := startWithPublisher(t, map[string]string{"DELAYBRIDGE_NUMBER_OF_RETRIES": "1", "DELAYBRIDGE_POLL_INTERVAL": "100ms"})
 	errs := consume(t, conn, b.ErrorQ)
 	full := b.Endpoint + ".full"
 	ch, err := conn.Channel()

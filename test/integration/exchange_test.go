@@ -51,9 +51,7 @@ func bindQueue(t *testing.T, conn *amqp.Connection, queue, key, exchange string)
 // exchange-routed messages survive a restart.
 func TestExchangeDestinations(t *testing.T) {
 	t.Parallel()
-	b := startBridge(t, map[string]string{"DELAYBRIDGE_NUMBER_OF_RETRIES": "1", "DELAYBRIDGE_POLL_INTERVAL": "100ms"})
-	conn := dial(t)
-	pub := newPublisher(t, conn)
+	b, conn, pub := startWithPublisher(t, map[string]string{"DELAYBRIDGE_NUMBER_OF_RETRIES": "1", "DELAYBRIDGE_POLL_INTERVAL": "100ms"})
 	errs := consume(t, conn, b.ErrorQ)
 	x := b.Endpoint + ".events"
 	declareExchange(t, conn, x, "topic")

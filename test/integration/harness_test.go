@@ -13,7 +13,6 @@ package integration
 
 import (
 	"bytes"
-	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -33,6 +32,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/delaybridge/delaybridge/broker"
+	"github.com/delaybridge/delaybridge/internal/confirmed"
 	"github.com/delaybridge/delaybridge/internal/testenv"
 )
 
@@ -529,23 +529,28 @@ func waitQueueEmpty(t testing.TB, conn *amqp.Connection, name string, timeout ti
 // publisher publishes with confirms and mandatory, so a message that is not
 // routed or not confirmed fails the test.
 type publisher struct {
-	t       testing.TB
-	ch      *amqp.Channel
-	returns chan amqp.Return
-	mu      sync.Mutex
+	t   testing.TB
+	pub *confirmed.Publisher
 }
 
 func newPublisher(t testing.TB, conn *amqp.Connection) *publisher {
 	t.Helper()
-	ch, err := conn.Channel()
+	p := confirmedPublisher(t, conn)
+	p.Timeout = 60 * time.Second
+	return &publisher{t: t, pub: p}
+}
+
+// confirmedPublisher is a confirmed.Publisher on conn, closed when the
+// test ends. It returns errors, so that goroutines other than the test's
+// can publish with it.
+func confirmedPublisher(t testing.TB, conn *amqp.Connection) *confirmed.Publisher {
+	t.Helper()
+	p, err := confirmed.NewPublisher(conn)
 	if err != nil {
-		t.Fatalf("open channel: %v", err)
+		t.Fatal(err)
 	}
-	if err := ch.Confirm(false); err != nil {
-		t.Fatalf("confirm mode: %v", err)
-	}
-	t.Cleanup(func() { _ = ch.Close() })
-	return &publisher{t: t, ch: ch, returns: ch.NotifyReturn(make(chan amqp.Return, 10000))}
+	t.Cleanup(func() { _ = p.Close() })
+	return p
 }
 
 // Publish sends one message to queue through the default exchange and waits
@@ -565,32 +570,8 @@ func (p *publisher) PublishAll(queue string, msgs []amqp.Publishing) {
 // confirm.
 func (p *publisher) PublishTo(exchange, key string, msgs ...amqp.Publishing) {
 	p.t.Helper()
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	to := fmt.Sprintf("%q", key)
-	if exchange != "" {
-		to = fmt.Sprintf("exchange %q with key %q", exchange, key)
-	}
-	dcs := make([]*amqp.DeferredConfirmation, len(msgs))
-	for i, m := range msgs {
-		dc, err := p.ch.PublishWithDeferredConfirmWithContext(ctx, exchange, key, true, false, m)
-		if err != nil {
-			p.t.Fatalf("publish %d to %s: %v", i, to, err)
-		}
-		dcs[i] = dc
-	}
-	for i, dc := range dcs {
-		ok, err := dc.WaitContext(ctx)
-		if err != nil || !ok {
-			p.t.Fatalf("publish %d to %s not confirmed (acked=%v, err=%v)", i, to, ok, err)
-		}
-	}
-	select {
-	case r := <-p.returns:
-		p.t.Fatalf("publish to %s returned by the broker: %d %s", to, r.ReplyCode, r.ReplyText)
-	default:
+	if err := p.pub.Publish(exchange, key, msgs...); err != nil {
+		p.t.Fatal(err)
 	}
 }
 
@@ -657,13 +638,20 @@ func delayOne(t *testing.T, b *bridgeProc, id string, after, wait time.Duration)
 	return c, got
 }
 
-// startWithDest starts a bridge and, on a connection of the test's own, a
-// publisher and a consumer of the destination queue <endpoint>.dst.
+// startWithPublisher starts a bridge with env (see bridgeEnv) and, on a
+// connection of the test's own, a publisher.
+func startWithPublisher(t *testing.T, env map[string]string) (b *bridgeProc, conn *amqp.Connection, pub *publisher) {
+	t.Helper()
+	b = startBridge(t, env)
+	conn = dial(t)
+	return b, conn, newPublisher(t, conn)
+}
+
+// startWithDest is startWithPublisher with the default settings, and a
+// consumer of the destination queue <endpoint>.dst.
 func startWithDest(t *testing.T) (b *bridgeProc, conn *amqp.Connection, pub *publisher, dest string, c *consumer) {
 	t.Helper()
-	b = startBridge(t, nil)
-	conn = dial(t)
-	pub = newPublisher(t, conn)
+	b, conn, pub = startWithPublisher(t, nil)
 	dest = b.Endpoint + ".dst"
 	return b, conn, pub, dest, declareAndConsume(t, conn, dest)
 }

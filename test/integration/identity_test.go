@@ -16,9 +16,7 @@ import (
 // was delivered.
 func TestRedeliveryWhilePendingIsDropped(t *testing.T) {
 	t.Parallel()
-	b := startBridge(t, nil)
-	conn := dial(t)
-	pub := newPublisher(t, conn)
+	b, conn, pub := startWithPublisher(t, nil)
 
 	type variant struct {
 		name string
@@ -121,9 +119,7 @@ func bodies(as []arrival) []string {
 func TestNeverEarlyMixedLoad(t *testing.T) {
 	t.Parallel()
 	const n = 2000
-	b := startBridge(t, map[string]string{"DELAYBRIDGE_POLL_INTERVAL": "250ms"})
-	conn := dial(t)
-	pub := newPublisher(t, conn)
+	b, conn, pub := startWithPublisher(t, map[string]string{"DELAYBRIDGE_POLL_INTERVAL": "250ms"})
 	dest := b.Endpoint + ".dst"
 	c := declareAndConsume(t, conn, dest)
 

@@ -31,14 +31,25 @@ func scheduleSpread(t *testing.T, b *bridgeProc, pub *publisher, dest, prefix st
 	return due
 }
 
-// restartAndCollect restarts the stopped or killed bridge b on its store,
-// waits up to wait for n distinct messages on c and returns the new bridge
-// and every delivery once c has been quiet for quietPeriod.
-func restartAndCollect(t *testing.T, b *bridgeProc, c *consumer, n int, wait time.Duration) (*bridgeProc, []arrival) {
+// startScheduled is startWithDest, then scheduleSpread of n messages
+// (prefix<i>) to the destination.
+func startScheduled(t *testing.T, prefix string, n int, from, to time.Duration) (b *bridgeProc, conn *amqp.Connection, c *consumer, due map[string]time.Time) {
+	t.Helper()
+	b, conn, pub, dest, c := startWithDest(t)
+	return b, conn, c, scheduleSpread(t, b, pub, dest, prefix, n, from, to)
+}
+
+// restartAndCheck restarts the stopped or killed bridge b on its store,
+// waits up to wait for every message of due on c, checks every delivery
+// once c has been quiet for quietPeriod (checkDeliveries) and stops the new
+// bridge. It returns the number of duplicates.
+func restartAndCheck(t *testing.T, b *bridgeProc, c *consumer, due map[string]time.Time, wait time.Duration, dupsAllowed bool) int {
 	t.Helper()
 	b2 := b.Restart(nil)
-	c.WaitUntil(wait, "all messages", func(got []arrival) bool { return len(distinct(got)) >= n })
-	return b2, c.Quiet(quietPeriod)
+	c.WaitUntil(wait, "all messages", func(got []arrival) bool { return len(distinct(got)) >= len(due) })
+	dups := checkDeliveries(t, c.Quiet(quietPeriod), due, dupsAllowed)
+	b2.Stop()
+	return dups
 }
 
 func earliestDue(due map[string]time.Time) time.Time {
@@ -79,9 +90,7 @@ func TestGracefulRestart(t *testing.T) {
 		t.Errorf("%d messages delivered before any was due", early)
 	}
 
-	b2, got := restartAndCollect(t, b, c, n, 20*time.Second)
-	checkDeliveries(t, got, due, false)
-	b2.Stop()
+	restartAndCheck(t, b, c, due, 20*time.Second, false)
 }
 
 // TestGracefulStopDuringDispatch: SIGTERM while due messages are being
@@ -91,18 +100,14 @@ func TestGracefulRestart(t *testing.T) {
 func TestGracefulStopDuringDispatch(t *testing.T) {
 	t.Parallel()
 	const n = 1000
-	b, _, pub, dest, c := startWithDest(t)
-
-	due := scheduleSpread(t, b, pub, dest, "stop-mid-", n, 1500*time.Millisecond, 2500*time.Millisecond)
+	b, _, c, due := startScheduled(t, "stop-mid-", n, 1500*time.Millisecond, 2500*time.Millisecond)
 	first := earliestDue(due)
 	time.Sleep(time.Until(first.Add(500 * time.Millisecond)))
 	b.Stop()
 	t.Logf("stopped %s after the first due time; %d of %d delivered before the stop",
 		time.Since(first).Round(time.Millisecond), c.Count(), n)
 
-	b2, got := restartAndCollect(t, b, c, n, 30*time.Second)
-	checkDeliveries(t, got, due, false)
-	b2.Stop()
+	restartAndCheck(t, b, c, due, 30*time.Second, false)
 }
 
 // TestKillBeforeDue: after kill -9 of a bridge that holds pending messages
@@ -111,9 +116,7 @@ func TestGracefulStopDuringDispatch(t *testing.T) {
 func TestKillBeforeDue(t *testing.T) {
 	t.Parallel()
 	const n = 500
-	b, conn, pub, dest, c := startWithDest(t)
-
-	due := scheduleSpread(t, b, pub, dest, "kill-", n, 3*time.Second, 5*time.Second)
+	b, conn, c, due := startScheduled(t, "kill-", n, 3*time.Second, 5*time.Second)
 	waitQueueEmpty(t, conn, b.TimeoutsQueue(), 10*time.Second)
 	time.Sleep(500 * time.Millisecond) // let the last prefetched deliveries be stored
 	killedAt := time.Now()
@@ -121,14 +124,11 @@ func TestKillBeforeDue(t *testing.T) {
 	first := earliestDue(due)
 	t.Logf("killed %s before the first due time", first.Sub(killedAt).Round(time.Millisecond))
 
-	b2, got := restartAndCollect(t, b, c, n, 25*time.Second)
 	// Duplicates are only allowed for a kill mid-dispatch; this one came
 	// before anything was due, unless the machine was very slow.
-	dups := checkDeliveries(t, got, due, !killedAt.Before(first))
-	if dups > 0 {
+	if dups := restartAndCheck(t, b, c, due, 25*time.Second, !killedAt.Before(first)); dups > 0 {
 		t.Logf("%d duplicates (the kill came after the first due time, so they are allowed)", dups)
 	}
-	b2.Stop()
 }
 
 // TestKillDuringDispatch: kill -9 while due messages are being forwarded;
@@ -166,10 +166,8 @@ func TestKillDuringDispatch(t *testing.T) {
 	t.Logf("killed %s after the burst was due; %d of %d delivered before the kill",
 		time.Since(burst).Round(time.Millisecond), before, n)
 
-	b2, got := restartAndCollect(t, b, c, n, 30*time.Second)
-	dups := checkDeliveries(t, got, due, true)
+	dups := restartAndCheck(t, b, c, due, 30*time.Second, true)
 	t.Logf("%d duplicate deliveries after kill -9 mid-dispatch (allowed)", dups)
-	b2.Stop()
 }
 
 // TestBadConfiguration: an invalid value stops the bridge at start-up with

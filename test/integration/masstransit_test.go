@@ -154,11 +154,9 @@ func TestMassTransitScheduler(t *testing.T) {
 	q := ep + ".quartz"
 	deleteQueuesOnCleanup(t, q)
 	deleteExchangesOnCleanup(t, q)
-	b := startBridge(t, map[string]string{
+	b, conn, pub := startWithPublisher(t, map[string]string{
 		"DELAYBRIDGE_ENDPOINT": ep, "DELAYBRIDGE_MASSTRANSIT_QUEUE": q, "DELAYBRIDGE_POLL_INTERVAL": "100ms",
 	})
-	conn := dial(t)
-	pub := newPublisher(t, conn)
 	errs := consume(t, conn, b.ErrorQ)
 
 	// The destination, as a MassTransit receive endpoint declares it: a

@@ -17,12 +17,7 @@ import (
 // written in the text format: `name` or `name{label="value",...}`.
 func scrape(t testing.TB, b *bridgeProc) map[string]float64 {
 	t.Helper()
-	client := &http.Client{Timeout: 5 * time.Second}
-	resp, err := client.Get("http://" + b.HTTPAddr + "/metrics")
-	if err != nil {
-		t.Fatalf("GET /metrics: %v", err)
-	}
-	defer resp.Body.Close()
+	resp, body := request(t, b, http.MethodGet, "/metrics", false)
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("GET /metrics: %s", resp.Status)
 	}
@@ -30,7 +25,7 @@ func scrape(t testing.TB, b *bridgeProc) map[string]float64 {
 		t.Fatalf("GET /metrics: Content-Type %q, want the Prometheus text format", ct)
 	}
 	samples := map[string]float64{}
-	sc := bufio.NewScanner(resp.Body)
+	sc := bufio.NewScanner(strings.NewReader(body))
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
 		line := strings.TrimSpace(sc.Text())
@@ -89,12 +84,10 @@ func ours(m map[string]float64) string {
 // connections up.
 func TestMetrics(t *testing.T) {
 	t.Parallel()
-	b := startBridge(t, map[string]string{
+	b, conn, pub := startWithPublisher(t, map[string]string{
 		"DELAYBRIDGE_NUMBER_OF_RETRIES": "0",
 		"DELAYBRIDGE_POLL_INTERVAL":     "100ms",
 	})
-	conn := dial(t)
-	pub := newPublisher(t, conn)
 	dest := b.Endpoint + ".dst"
 	got := declareAndConsume(t, conn, dest)
 	errs := consume(t, conn, b.ErrorQ)

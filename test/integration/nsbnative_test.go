@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -116,6 +117,20 @@ func nsbDestination(t *testing.T, conn *amqp.Connection, c nsbdelay.Chain, topo 
 	return consume(t, conn, q)
 }
 
+// startNSBNative removes both chains (nsbClean), installs chain c and
+// starts a bridge with DELAYBRIDGE_NSB_NATIVE_DELAYS and extra settings; it
+// returns once the bridge consumes c's level queues.
+func startNSBNative(t *testing.T, c nsbdelay.Chain, extra map[string]string) (*amqp.Connection, *bridgeProc) {
+	t.Helper()
+	conn := nsbClean(t)
+	install(t, conn, c)
+	env := map[string]string{"DELAYBRIDGE_NSB_NATIVE_DELAYS": "true"}
+	maps.Copy(env, extra)
+	b := startBridge(t, env)
+	waitConsumed(t, conn, c)
+	return conn, b
+}
+
 // waitConsumed waits until every level queue of c has a consumer: the bridge
 // took them on.
 func waitConsumed(t *testing.T, conn *amqp.Connection, c nsbdelay.Chain) {
@@ -184,10 +199,7 @@ func checkAsSent(t *testing.T, d arrival, c nsbdelay.Chain, s nsbendpoint.Send) 
 // routing topologies, as it was sent, never before its time sent plus its
 // delay; and it was the bridge that delivered it: no x-death.
 func testNSBNativeDelivers(t *testing.T) {
-	conn := nsbClean(t)
-	install(t, conn, nsbdelay.V2)
-	b := startBridge(t, map[string]string{"DELAYBRIDGE_NSB_NATIVE_DELAYS": "true", "DELAYBRIDGE_POLL_INTERVAL": "100ms"})
-	waitConsumed(t, conn, nsbdelay.V2)
+	conn, b := startNSBNative(t, nsbdelay.V2, map[string]string{"DELAYBRIDGE_POLL_INTERVAL": "100ms"})
 	dests := map[nsbendpoint.Topology]*consumer{}
 	for _, topo := range []nsbendpoint.Topology{nsbendpoint.Conventional, nsbendpoint.Direct} {
 		dests[topo] = nsbDestination(t, conn, nsbdelay.V2, topo, b.Endpoint+"."+topo.String())
@@ -236,10 +248,7 @@ func testNSBNativeDelivers(t *testing.T) {
 // with a DeliverAt of its own (DoNotDeliverBefore, NServiceBus 7.7 and
 // later) it is delivered at that time, never before.
 func testNSBNativeNeverBeforeTheChainCould(t *testing.T) {
-	conn := nsbClean(t)
-	install(t, conn, nsbdelay.V2)
-	b := startBridge(t, map[string]string{"DELAYBRIDGE_NSB_NATIVE_DELAYS": "true", "DELAYBRIDGE_POLL_INTERVAL": "100ms"})
-	waitConsumed(t, conn, nsbdelay.V2)
+	conn, b := startNSBNative(t, nsbdelay.V2, map[string]string{"DELAYBRIDGE_POLL_INTERVAL": "100ms"})
 	dest := b.Endpoint + ".dst"
 	got := nsbDestination(t, conn, nsbdelay.V2, nsbendpoint.Direct, dest)
 	pub := newPublisher(t, conn)
@@ -305,11 +314,8 @@ func waitListed(t *testing.T, b *bridgeProc, id string) nsbRow {
 // and cancelled by its NServiceBus message id, over the admin API or AMQP.
 // The chain holds no copy.
 func testNSBNativeListAndCancel(t *testing.T) {
-	conn := nsbClean(t)
-	install(t, conn, nsbdelay.V2)
-	b := startBridge(t, map[string]string{"DELAYBRIDGE_NSB_NATIVE_DELAYS": "true", "DELAYBRIDGE_ADMIN_TOKEN": adminToken,
+	conn, b := startNSBNative(t, nsbdelay.V2, map[string]string{"DELAYBRIDGE_ADMIN_TOKEN": adminToken,
 		"DELAYBRIDGE_POLL_INTERVAL": "100ms"})
-	waitConsumed(t, conn, nsbdelay.V2)
 	dest := b.Endpoint + ".dst"
 	got := nsbDestination(t, conn, nsbdelay.V2, nsbendpoint.Direct, dest)
 	pub := newPublisher(t, conn)
@@ -351,10 +357,7 @@ func testNSBNativeListAndCancel(t *testing.T) {
 // their messages delivered through the v1 chain's delivery exchange, where
 // endpoints of that transport bind.
 func testNSBNativeV1(t *testing.T) {
-	conn := nsbClean(t)
-	install(t, conn, nsbdelay.V1)
-	b := startBridge(t, map[string]string{"DELAYBRIDGE_NSB_NATIVE_DELAYS": "true", "DELAYBRIDGE_POLL_INTERVAL": "100ms"})
-	waitConsumed(t, conn, nsbdelay.V1)
+	conn, b := startNSBNative(t, nsbdelay.V1, map[string]string{"DELAYBRIDGE_POLL_INTERVAL": "100ms"})
 	dest := b.Endpoint + ".v1"
 	got := nsbDestination(t, conn, nsbdelay.V1, nsbendpoint.Conventional, dest)
 	sendOne(t, conn, got, nsbdelay.V1, nsbMessage("nsb-v1", dest, 3, time.Now()))
@@ -419,10 +422,7 @@ func waitLog(t *testing.T, b *bridgeProc, parts ...string) {
 // stopped reach their destination through the TTL chain (x-death shows it),
 // each once, not before their delay.
 func testNSBNativeFailSafe(t *testing.T) {
-	conn := nsbClean(t)
-	install(t, conn, nsbdelay.V2)
-	b := startBridge(t, map[string]string{"DELAYBRIDGE_NSB_NATIVE_DELAYS": "true"})
-	waitConsumed(t, conn, nsbdelay.V2)
+	conn, b := startNSBNative(t, nsbdelay.V2, nil)
 	b.Stop()
 	dest := b.Endpoint + ".failsafe"
 	got := nsbDestination(t, conn, nsbdelay.V2, nsbendpoint.Conventional, dest)
@@ -514,10 +514,7 @@ func testNSBNativeDrainsPendingDelays(t *testing.T) {
 // straight into a level queue (no delay routing key), a time sent in another
 // format, a delay that is not a number.
 func testNSBNativeBadInputGoesToTheErrorQueue(t *testing.T) {
-	conn := nsbClean(t)
-	install(t, conn, nsbdelay.V2)
-	b := startBridge(t, map[string]string{"DELAYBRIDGE_NSB_NATIVE_DELAYS": "true"})
-	waitConsumed(t, conn, nsbdelay.V2)
+	conn, b := startNSBNative(t, nsbdelay.V2, nil)
 	dest := b.Endpoint + ".dst"
 	got := nsbDestination(t, conn, nsbdelay.V2, nsbendpoint.Direct, dest)
 	errs := consume(t, conn, b.ErrorQ)

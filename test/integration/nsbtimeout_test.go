@@ -93,9 +93,7 @@ func nsbClearTimeouts(id, saga, replyTo string) amqp.Publishing {
 // 3.0 betas and a ClearTimeouts without a saga land on the error queue.
 func TestNServiceBusTimeoutManager(t *testing.T) {
 	t.Parallel()
-	b := startBridge(t, map[string]string{"DELAYBRIDGE_ADMIN_TOKEN": adminToken, "DELAYBRIDGE_POLL_INTERVAL": "100ms"})
-	conn := dial(t)
-	pub := newPublisher(t, conn)
+	b, conn, pub := startWithPublisher(t, map[string]string{"DELAYBRIDGE_ADMIN_TOKEN": adminToken, "DELAYBRIDGE_POLL_INTERVAL": "100ms"})
 	shop, replies := b.Endpoint+".Shop", b.Endpoint+".ShopReplies"
 	shopC := declareAndConsume(t, conn, shop)
 	repliesC := declareAndConsume(t, conn, replies)
@@ -224,9 +222,7 @@ func nsbForwardedAs(t *testing.T, a arrival, msg amqp.Publishing, due time.Time,
 // timeout arrives when due, and the cleared saga's timeout never does.
 func TestNServiceBusConventionalRoutingTopology(t *testing.T) {
 	t.Parallel()
-	b := startBridge(t, map[string]string{"DELAYBRIDGE_POLL_INTERVAL": "100ms"})
-	conn := dial(t)
-	pub := newPublisher(t, conn)
+	b, conn, pub := startWithPublisher(t, map[string]string{"DELAYBRIDGE_POLL_INTERVAL": "100ms"})
 	shop := b.Endpoint + ".Shop"
 	shopC := declareAndConsume(t, conn, shop)
 	const kept, cleared = "5e6f7a8b-0000-4c1d-9e2f-000000000001", "5e6f7a8b-0000-4c1d-9e2f-000000000002"

@@ -3,8 +3,6 @@ package integration
 import (
 	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -60,17 +58,6 @@ func waitRows(t *testing.T, b *bridgeProc, want int) {
 	}
 }
 
-func httpGet(t *testing.T, url string) string {
-	t.Helper()
-	resp, err := (&http.Client{Timeout: 30 * time.Second}).Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return string(b)
-}
-
 // TestPauseHoldsAcrossRestart: messages for a paused destination are held
 // past their due time (listed as paused, shown on the status page and in
 // delaybridge_destination_paused) while another destination's, due at the
@@ -112,12 +99,12 @@ func TestPauseHoldsAcrossRestart(t *testing.T) {
 	if all, paused := pausedRows(t, b); all != 25 || paused != 25 {
 		t.Fatalf("ls: %d pending, %d shown paused; want 25 and 25", all, paused)
 	}
-	if page := httpGet(t, "http://"+b.HTTPAddr+"/"); !strings.Contains(page, ">paused<") {
+	if page := httpGet(t, b, "/"); !strings.Contains(page, ">paused<") {
 		t.Error("the status page shows no paused row")
 	}
 	metric := fmt.Sprintf(`delaybridge_destination_paused{destination=%q,exchange=""} 1`, dest)
 	deadline := time.Now().Add(livenessBound)
-	for !strings.Contains(httpGet(t, "http://"+b.HTTPAddr+"/metrics"), metric) {
+	for !strings.Contains(httpGet(t, b, "/metrics"), metric) {
 		if time.Now().After(deadline) {
 			t.Fatalf("/metrics has no %s", metric)
 		}

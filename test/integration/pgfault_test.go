@@ -70,6 +70,23 @@ func bridgeLogLines(stderr string) []logLine {
 	return out
 }
 
+// refusalLine is the last line of a bridge's stderr at level error, or not
+// JSON, that contains s: why a bridge refused to start. When there is none
+// it fails the test, saying the line it wanted (what), and returns "".
+func refusalLine(t *testing.T, stderr, s, what string) string {
+	t.Helper()
+	found := ""
+	for _, l := range bridgeLogLines(stderr) {
+		if (l.Level == "error" || l.Level == "nonjson") && strings.Contains(l.Raw, s) {
+			found = l.Raw
+		}
+	}
+	if found == "" {
+		t.Errorf("no error line %s:\n%s", what, tail(stderr, 4<<10))
+	}
+	return found
+}
+
 // terminateBridgeSessions ends every backend whose application_name is the
 // bridge's ('delaybridge <owner>') and returns how many it ended.
 func (p *pgTest) terminateBridgeSessions(t testing.TB, owner string) int {
@@ -599,15 +616,7 @@ func TestPGSchemaNewerThanBinary(t *testing.T) {
 	if code != 1 {
 		t.Errorf("exit code %d on a schema at version 999, want 1", code)
 	}
-	found := ""
-	for _, l := range bridgeLogLines(b2.Stderr()) {
-		if (l.Level == "error" || l.Level == "nonjson") && strings.Contains(l.Raw, "newer") {
-			found = l.Raw
-		}
-	}
-	if found == "" {
-		t.Errorf("no error line says the schema is newer:\n%s", tail(b2.Stderr(), 4<<10))
-	} else {
+	if found := refusalLine(t, b2.Stderr(), "newer", "says the schema is newer"); found != "" {
 		t.Logf("schema was at version %d, set to 999: exit %d after %s: %s", before, code, time.Since(began).Round(time.Millisecond), found)
 		if !strings.Contains(found, "999") {
 			t.Errorf("the line does not give the schema's version (999): %s", found)
@@ -650,15 +659,7 @@ func TestPGTwoEndpointsOneSchema(t *testing.T) {
 	if code != 1 {
 		t.Errorf("exit code %d for a second endpoint on schema %s, want 1", code, pg.Schema)
 	}
-	found := ""
-	for _, l := range bridgeLogLines(b.Stderr()) {
-		if (l.Level == "error" || l.Level == "nonjson") && strings.Contains(l.Raw, "DELAYBRIDGE_POSTGRES_SCHEMA") {
-			found = l.Raw
-		}
-	}
-	if found == "" {
-		t.Errorf("no error line names DELAYBRIDGE_POSTGRES_SCHEMA:\n%s", tail(b.Stderr(), 4<<10))
-	} else {
+	if found := refusalLine(t, b.Stderr(), "DELAYBRIDGE_POSTGRES_SCHEMA", "names DELAYBRIDGE_POSTGRES_SCHEMA"); found != "" {
 		t.Logf("endpoint %s refused after %s: %s", b.Endpoint, time.Since(began).Round(time.Millisecond), found)
 		if !strings.Contains(found, a.Endpoint) {
 			t.Errorf("the line does not name the endpoint holding the schema (%s)", a.Endpoint)

@@ -130,13 +130,11 @@ func TestRebusExternalTimeoutManager(t *testing.T) {
 	tm, directX, topicX := ep+".timeouts", ep+".RebusDirect", ep+".BillingTopics"
 	deleteQueuesOnCleanup(t, tm)
 	deleteExchangesOnCleanup(t, directX)
-	b := startBridge(t, map[string]string{
+	b, conn, pub := startWithPublisher(t, map[string]string{
 		"DELAYBRIDGE_ENDPOINT": ep, "DELAYBRIDGE_REBUS_QUEUE": tm, "DELAYBRIDGE_REBUS_DIRECT_EXCHANGE": directX,
 		"DELAYBRIDGE_QUEUE_TYPE": "quorum", "DELAYBRIDGE_NUMBER_OF_RETRIES": "1", "DELAYBRIDGE_POLL_INTERVAL": "100ms",
 		"DELAYBRIDGE_ADMIN_TOKEN": adminToken,
 	})
-	conn := dial(t)
-	pub := newPublisher(t, conn)
 	errs := consume(t, conn, b.ErrorQ)
 
 	// The recipients: an endpoint's input queue, bound as Rebus binds it,

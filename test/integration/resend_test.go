@@ -2,7 +2,6 @@ package integration
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -14,6 +13,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/delaybridge/delaybridge/internal/confirmed"
 	"github.com/delaybridge/delaybridge/internal/nsbendpoint"
 	"github.com/delaybridge/delaybridge/internal/testenv"
 	"github.com/delaybridge/delaybridge/wire"
@@ -65,7 +65,7 @@ type resendCase struct {
 	queue string // where it arrives
 	// send publishes send r (0, 1, …) of message i and returns when it is
 	// due at the earliest.
-	send func(p *resendPublisher, i, r int) (time.Time, error)
+	send func(p *confirmed.Publisher, i, r int) (time.Time, error)
 }
 
 type resendHarness struct {
@@ -149,40 +149,40 @@ func (h *resendHarness) start(startBridges func(env map[string]string), pg *pgTe
 	id := func(c string, i int) string { return fmt.Sprintf("%s-%s-%03d", ep, c, i) }
 	later := func(d time.Duration) time.Time { return time.Now().Add(d) }
 	h.cases = []resendCase{
-		{"x-delay", xdelay, func(p *resendPublisher, i, r int) (time.Time, error) {
+		{"x-delay", xdelay, func(p *confirmed.Publisher, i, r int) (time.Time, error) {
 			due := later(500 * time.Millisecond)
-			return due, p.publish("", timeouts, amqp.Publishing{MessageId: id("xd", i), DeliveryMode: amqp.Persistent,
+			return due, p.Publish("", timeouts, amqp.Publishing{MessageId: id("xd", i), DeliveryMode: amqp.Persistent,
 				Headers: amqp.Table{wire.HeaderDestination: xdelay, wire.HeaderDelay: int32(500)}, Body: []byte("again")})
 		}},
-		{"x-due-at", xdue, func(p *resendPublisher, i, r int) (time.Time, error) {
+		{"x-due-at", xdue, func(p *confirmed.Publisher, i, r int) (time.Time, error) {
 			due := later(500 * time.Millisecond)
-			return due, p.publish("", timeouts, amqp.Publishing{MessageId: id("xa", i), DeliveryMode: amqp.Persistent,
+			return due, p.Publish("", timeouts, amqp.Publishing{MessageId: id("xa", i), DeliveryMode: amqp.Persistent,
 				Headers: amqp.Table{wire.HeaderDestination: xdue, wire.HeaderDueAt: due.UTC().Format(time.RFC3339Nano)},
 				Body:    []byte("re-armed")})
 		}},
-		{"nsb-timeout-manager", tm, func(p *resendPublisher, i, r int) (time.Time, error) {
+		{"nsb-timeout-manager", tm, func(p *confirmed.Publisher, i, r int) (time.Time, error) {
 			expire, due := nsbExpire(later(500 * time.Millisecond))
 			mid := id("tm", i)
-			return due, p.publish("", timeouts, amqp.Publishing{MessageId: mid, DeliveryMode: amqp.Persistent,
+			return due, p.Publish("", timeouts, amqp.Publishing{MessageId: mid, DeliveryMode: amqp.Persistent,
 				Headers: amqp.Table{wire.HeaderNSBExpire: expire, wire.HeaderNSBDestination: tm, wire.HeaderNSBMessageID: mid,
 					"NServiceBus.Retries": strconv.Itoa(r), "NServiceBus.Retries.Timestamp": wire.FormatNSBTime(time.Now())},
 				Body: []byte(`{"OrderId":1}`)})
 		}},
 		h.nsbNative("nsb-v2", nsbdelay.V2, v2, func(i int) string { return id("v2", i) }),
 		h.nsbNative("nsb-v1", nsbdelay.V1, v1, func(i int) string { return id("v1", i) }),
-		{"rebus", rebus, func(p *resendPublisher, i, r int) (time.Time, error) {
+		{"rebus", rebus, func(p *confirmed.Publisher, i, r int) (time.Time, error) {
 			msg, due := rebusDeferred(id("rb", i), rebus, later(500*time.Millisecond), strconv.Itoa(r+1))
-			return due, p.publish(rebusX, rebusQ, msg)
+			return due, p.Publish(rebusX, rebusQ, msg)
 		}},
-		{"masstransit", billing, func(p *resendPublisher, i, r int) (time.Time, error) {
+		{"masstransit", billing, func(p *confirmed.Publisher, i, r int) (time.Time, error) {
 			token := fmt.Sprintf("9f1c2a7e-4b3d-4e8f-a1c2-%012d", i)
 			at := later(500 * time.Millisecond)
 			msg, _, _ := mtSchedule(fmt.Sprintf("3c0b0000-5d3f-0015-2b1e-%06d%06d", i, r), token, "queue:"+billing, at, `{"invoiceId":1}`)
-			return at.Truncate(100), p.publish(mtQ, "", msg)
+			return at.Truncate(100), p.Publish(mtQ, "", msg)
 		}},
-		{"delayed-exchange", dxq, func(p *resendPublisher, i, r int) (time.Time, error) {
+		{"delayed-exchange", dxq, func(p *confirmed.Publisher, i, r int) (time.Time, error) {
 			due := later(500 * time.Millisecond)
-			return due, p.publish(dx, "k", amqp.Publishing{MessageId: id("dx", i), DeliveryMode: amqp.Persistent,
+			return due, p.Publish(dx, "k", amqp.Publishing{MessageId: id("dx", i), DeliveryMode: amqp.Persistent,
 				Headers: amqp.Table{wire.HeaderDelay: int32(500)}, Body: []byte("again")})
 		}},
 	}
@@ -194,7 +194,7 @@ func (h *resendHarness) start(startBridges func(env map[string]string), pg *pgTe
 func (h *resendHarness) nsbNative(name string, c nsbdelay.Chain, q string, id func(int) string) resendCase {
 	var mu sync.Mutex
 	sent := map[int]time.Time{} // each message's time sent, which its retries keep
-	return resendCase{name, q, func(p *resendPublisher, i, r int) (time.Time, error) {
+	return resendCase{name, q, func(p *confirmed.Publisher, i, r int) (time.Time, error) {
 		now := time.Now()
 		mu.Lock()
 		if r == 0 {
@@ -207,7 +207,7 @@ func (h *resendHarness) nsbNative(name string, c nsbdelay.Chain, q string, id fu
 			s.Headers = map[string]string{"NServiceBus.Retries": strconv.Itoa(r)}
 		}
 		key, level := s.Key()
-		return now.Truncate(time.Microsecond).Add(time.Second), p.publish(c.Level(level), key, s.Publishing())
+		return now.Truncate(time.Microsecond).Add(time.Second), p.Publish(c.Level(level), key, s.Publishing())
 	}}
 }
 
@@ -245,7 +245,7 @@ func (h *resendHarness) run(t *testing.T) {
 	}
 	var wg sync.WaitGroup
 	for _, c := range h.cases {
-		p := newResendPublisher(t, h.conn)
+		p := confirmedPublisher(t, h.conn)
 		ch, err := h.conn.Channel()
 		if err != nil {
 			t.Fatal(err)
@@ -356,46 +356,4 @@ func resendIndex(id string) (int, bool) {
 	}
 	n, err := strconv.Atoi(id[i+1:])
 	return n, err == nil
-}
-
-// resendPublisher publishes with confirms and mandatory from any
-// goroutine, and returns errors rather than failing the test (which only
-// the test's goroutine may do).
-type resendPublisher struct {
-	mu      sync.Mutex
-	ch      *amqp.Channel
-	returns chan amqp.Return
-}
-
-func newResendPublisher(t *testing.T, conn *amqp.Connection) *resendPublisher {
-	t.Helper()
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ch.Confirm(false); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = ch.Close() })
-	return &resendPublisher{ch: ch, returns: ch.NotifyReturn(make(chan amqp.Return, 100))}
-}
-
-func (p *resendPublisher) publish(exchange, key string, msg amqp.Publishing) error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	dc, err := p.ch.PublishWithDeferredConfirmWithContext(ctx, exchange, key, true, false, msg)
-	if err != nil {
-		return err
-	}
-	if ok, err := dc.WaitContext(ctx); err != nil || !ok {
-		return fmt.Errorf("not confirmed (acked=%v): %v", ok, err)
-	}
-	select {
-	case r := <-p.returns:
-		return errors.New("returned: " + r.ReplyText)
-	default:
-		return nil
-	}
 }

@@ -82,13 +82,13 @@ func TestScheduleOperations(t *testing.T) {
 	if code != 200 || !strings.Contains(body, `"state": "active"`) || !strings.Contains(body, `"next_fire_times"`) {
 		t.Fatalf("GET the schedule: %d %s", code, body)
 	}
-	metricsText := httpGet(t, "http://"+b.HTTPAddr+"/metrics")
+	metricsText := httpGet(t, b, "/metrics")
 	if !strings.Contains(metricsText, `delaybridge_schedules{state="active"} 1`) ||
 		!regexp.MustCompile(`(?m)^delaybridge_schedule_fires_total [1-9]`).MatchString(metricsText) ||
 		!strings.Contains(metricsText, "delaybridge_schedule_misfires_total") {
 		t.Fatalf("/metrics lacks the schedule series:\n%s", linesWith(metricsText, "schedule"))
 	}
-	if page := httpGet(t, "http://"+b.HTTPAddr+"/"); !strings.Contains(page, key) || !strings.Contains(page, `id="schedule-rows"`) {
+	if page := httpGet(t, b, "/"); !strings.Contains(page, key) || !strings.Contains(page, `id="schedule-rows"`) {
 		t.Fatal("the status page does not list the schedule")
 	}
 

@@ -18,11 +18,9 @@ import (
 // a due time) it is delivered to its destination.
 func TestServicePulseRetry(t *testing.T) {
 	t.Parallel()
-	b := startBridge(t, map[string]string{
+	b, conn, pub := startWithPublisher(t, map[string]string{
 		"DELAYBRIDGE_ADMIN_TOKEN": adminToken, "DELAYBRIDGE_NUMBER_OF_RETRIES": "0", "DELAYBRIDGE_POLL_INTERVAL": "100ms",
 	})
-	conn := dial(t)
-	pub := newPublisher(t, conn)
 	dest := b.Endpoint + ".orders" // not declared yet: the forward is unroutable
 	deleteQueuesOnCleanup(t, dest)
 	body := []byte(`{"OrderId":42}`)

@@ -2,7 +2,6 @@ package integration
 
 import (
 	"context"
-	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -16,17 +15,11 @@ import (
 
 func getStatusPage(t *testing.T, b *bridgeProc) string {
 	t.Helper()
-	client := &http.Client{Timeout: 5 * time.Second}
-	resp, err := client.Get("http://" + b.HTTPAddr + "/")
-	if err != nil {
-		t.Fatalf("GET /: %v", err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
+	resp, body := request(t, b, http.MethodGet, "/", false)
 	if resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/html") {
 		t.Fatalf("GET /: %s %q: %s", resp.Status, resp.Header.Get("Content-Type"), body)
 	}
-	return string(body)
+	return body
 }
 
 // TestStatusPage: the bridge serves the status page at / with its counts,
@@ -34,9 +27,7 @@ func getStatusPage(t *testing.T, b *bridgeProc) string {
 // Chromium (Debian's chromium package; see chromiumPath) renders it.
 func TestStatusPage(t *testing.T) {
 	t.Parallel()
-	b := startBridge(t, nil)
-	conn := dial(t)
-	pub := newPublisher(t, conn)
+	b, conn, pub := startWithPublisher(t, nil)
 	dest := b.Endpoint + ".dst"
 	declareQueue(t, conn, dest)
 	evil := `<script>alert(1)</script>`

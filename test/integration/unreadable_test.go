@@ -151,12 +151,8 @@ func TestUnreadableHeadersGoToTheErrorQueue(t *testing.T) {
 // message ends on the error queue and forwarding goes on.
 func TestUnreadableMessageOnTheDispatcherQueue(t *testing.T) {
 	t.Parallel()
-	b := startBridge(t, nil)
-	conn := dial(t)
-	dest := b.Endpoint + ".dst"
-	c := declareAndConsume(t, conn, dest)
+	b, conn, pub, dest, c := startWithDest(t)
 	errs := consume(t, conn, b.ErrorQ)
-	pub := newPublisher(t, conn)
 
 	many := amqp.Table{}
 	for i := range 8193 {

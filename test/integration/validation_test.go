@@ -15,9 +15,7 @@ import (
 // that would read as a failure without one.
 func TestDestinationErrorQueueIsRefused(t *testing.T) {
 	t.Parallel()
-	b := startBridge(t, map[string]string{"DELAYBRIDGE_POLL_INTERVAL": "100ms"})
-	conn := dial(t)
-	pub := newPublisher(t, conn)
+	b, conn, pub := startWithPublisher(t, map[string]string{"DELAYBRIDGE_POLL_INTERVAL": "100ms"})
 	errs := consume(t, conn, b.ErrorQ)
 	before := time.Now()
 	pub.Publish(b.TimeoutsQueue(), amqp.Publishing{MessageId: "to-error", Body: []byte("x"),
@@ -59,9 +57,7 @@ func TestErrorQueueOwnQueueIsRefused(t *testing.T) {
 // CLI (escaped, so that no router cleans them away as dot-segments).
 func TestAdminCLIDotIDs(t *testing.T) {
 	t.Parallel()
-	b := startBridge(t, map[string]string{"DELAYBRIDGE_ADMIN_TOKEN": adminToken})
-	conn := dial(t)
-	pub := newPublisher(t, conn)
+	b, conn, pub := startWithPublisher(t, map[string]string{"DELAYBRIDGE_ADMIN_TOKEN": adminToken})
 	dest := b.Endpoint + ".dots"
 	declareQueue(t, conn, dest)
 	due := time.Now().Add(time.Hour).UTC().Format(time.RFC3339Nano)
@@ -104,9 +100,7 @@ func TestAdminCLIDotIDs(t *testing.T) {
 // ingest's rules (the bridge's own queues, the error queue included).
 func TestReplaySkipsForeignAndReservedCopies(t *testing.T) {
 	t.Parallel()
-	b := startBridge(t, map[string]string{"DELAYBRIDGE_ADMIN_TOKEN": adminToken})
-	conn := dial(t)
-	pub := newPublisher(t, conn)
+	b, conn, pub := startWithPublisher(t, map[string]string{"DELAYBRIDGE_ADMIN_TOKEN": adminToken})
 	copyFor := func(id, dest, failedQ string) amqp.Publishing {
 		return amqp.Publishing{MessageId: id, Body: []byte(id), Headers: amqp.Table{
 			"x-destination": dest, hStage: "dispatch", hError: "failed", hNSBExcMsg: "failed",
