@@ -1064,12 +1064,11 @@ func (d *Dispatcher) moveToErrorQueue(ctx context.Context, pub Publisher, it ite
 	// published, and it logs the refusals summed up.
 	fs := []errorqueue.Failure{f}
 	if err := d.opts.Errors.Send(ctx, pub, fs)[0]; err != nil {
-		refused := errors.Is(err, broker.ErrReturned) || errors.Is(err, broker.ErrNacked)
 		// A copy the gate held back was not an attempt: it does not count.
 		if !errors.Is(err, errorqueue.ErrRefusing) && (!errors.Is(err, broker.ErrNotConfirmed) || errors.Is(err, context.DeadlineExceeded)) {
 			d.recovery.failure(fmt.Errorf("move a message to the error queue: %w", err))
 		}
-		if !refused && !errors.Is(err, errorqueue.ErrRefusing) {
+		if !errorqueue.Refusal(err) {
 			d.log.Error().Err(err).Str("id", it.tok.ID).Msg("could not move a failed message to the error queue; it is retried")
 		}
 		d.release(ctx, it, d.opts.Now().Add(d.opts.RetryBackoff(it.row.Attempts)))

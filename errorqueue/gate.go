@@ -17,6 +17,20 @@ import (
 // error queue refused the last ones: the gate waits before trying again.
 var ErrRefusing = errors.New("the error queue refuses copies")
 
+// Refusal reports whether err, a copy's result, is the error queue refusing
+// it (returned as unroutable, or nacked) or the gate holding it back while
+// the queue refuses (ErrRefusing). The gate logs those, summed up: the
+// sender holds the message for a later try and logs no error of its own.
+func Refusal(err error) bool {
+	return errors.Is(err, ErrRefusing) || refused(err)
+}
+
+// refused reports whether the broker refused a copy: what makes the gate
+// pace the copies.
+func refused(err error) bool {
+	return errors.Is(err, broker.ErrReturned) || errors.Is(err, broker.ErrNacked)
+}
+
 // GateOptions configure an Gate.
 type GateOptions struct {
 	Queue string
@@ -165,7 +179,7 @@ func (g *Gate) record(results []error, probe bool) {
 		switch {
 		case err == nil:
 			took++
-		case errors.Is(err, broker.ErrReturned), errors.Is(err, broker.ErrNacked):
+		case refused(err):
 			cause = err
 		}
 	}

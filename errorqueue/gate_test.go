@@ -51,6 +51,42 @@ func countIs(errs []error, target error) int {
 	return n
 }
 
+// Refusal is true of what the gate answers while the queue refuses (the
+// broker's refusal that started it, the copies it then holds back, the ones
+// after a failed probe), and of nothing else a copy can fail with.
+func TestRefusal(t *testing.T) {
+	clock := newGateClock()
+	refuse := fmt.Errorf("%w: 312 NO_ROUTE", broker.ErrReturned)
+	pub := &brokertest.Publisher{Outcome: func(broker.Outgoing) error { return refuse }}
+	g := NewGate(GateOptions{Queue: "error", Now: clock.now, Logger: zerolog.Nop()})
+	first := g.Publish(context.Background(), pub, copies(1))[0]
+	held := g.Publish(context.Background(), pub, copies(1))[0]
+	clock.add(time.Hour)
+	afterProbe := g.Publish(context.Background(), pub, copies(2))
+	for _, c := range []struct {
+		err  error
+		want bool
+	}{
+		{first, true},
+		{held, true},
+		{afterProbe[0], true},
+		{afterProbe[1], true},
+		{fmt.Errorf("%w: 406 PRECONDITION_FAILED", broker.ErrNacked), true},
+		{nil, false},
+		{fmt.Errorf("%w: connection closed", broker.ErrNotConfirmed), false},
+		{fmt.Errorf("%w: %w", broker.ErrNotConfirmed, context.DeadlineExceeded), false},
+		{fmt.Errorf("%w: frame too large", broker.ErrUnpublishable), false},
+		{errors.New("anything else"), false},
+	} {
+		if got := Refusal(c.err); got != c.want {
+			t.Errorf("Refusal(%v) = %v, want %v", c.err, got, c.want)
+		}
+	}
+	if !errors.Is(held, ErrRefusing) || !errors.Is(afterProbe[1], ErrRefusing) {
+		t.Errorf("held back: %v, %v; want ErrRefusing", held, afterProbe[1])
+	}
+}
+
 // While the error queue refuses copies, a thousand copies cost one publish
 // per try, tries back off (doubling, capped, jittered), the refusals are
 // one warning plus one summary per interval, and once a probe is taken the

@@ -835,7 +835,7 @@ func (in *Ingester) reject(ctx context.Context, src intake.Source, pub Publisher
 		e := &batch[i]
 		switch err := results[j]; {
 		case err == nil:
-		case errors.Is(err, errorqueue.ErrRefusing), errors.Is(err, broker.ErrReturned), errors.Is(err, broker.ErrNacked):
+		case errorqueue.Refusal(err):
 			e.outcome = hold
 			continue
 		default:
