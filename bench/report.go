@@ -402,24 +402,21 @@ func jsonSafe(r *Results) *Results {
 // the same rate on an empty store (steady step), and the fill rate against
 // the empty store's ingest rate (ingest step).
 func scaleTargetRows(r *Results, s *Scale) []Row {
-	var rows []Row
-	add := func(metric, value, target, result string) {
-		rows = append(rows, Row{Step: StepScale, Metric: metric, Value: value, Target: target, Result: result})
-	}
+	rs := stepRows{step: StepScale}
 	if r.Ingest != nil && r.Ingest.Rate > 0 && s.FillRate > 0 {
 		ratio := s.FillRate / r.Ingest.Rate
-		add("fill rate / empty-store ingest rate", FmtRatio(ratio), "≥ "+FmtRatio(TargetScaleFillRatio), verdict(ratio >= TargetScaleFillRatio))
+		rs.add("fill rate / empty-store ingest rate", FmtRatio(ratio), "≥ "+FmtRatio(TargetScaleFillRatio), verdict(ratio >= TargetScaleFillRatio))
 	}
 	if l := s.Steady; l != nil {
-		add(fmt.Sprintf("steady %d/s with %d pending: p50 / p99 / max", s.SteadyRate, s.N),
+		rs.add(fmt.Sprintf("steady %d/s with %d pending: p50 / p99 / max", s.SteadyRate, s.N),
 			FmtMs(l.P50Ms)+" / "+FmtMs(l.P99Ms)+" / "+FmtMs(l.MaxMs), "", "")
-		add("steady: early / duplicates / missing", fmt.Sprintf("%d / %d / %d", l.Early, l.Duplicates, l.Missing), "0", verdict(l.Early+l.Duplicates+l.Missing == 0))
+		rs.add("steady: early / duplicates / missing", fmt.Sprintf("%d / %d / %d", l.Early, l.Duplicates, l.Missing), "0", verdict(l.Early+l.Duplicates+l.Missing == 0))
 		if empty := emptySteadyP99(r, s.SteadyRate); empty > 0 {
 			ratio := l.P99Ms / empty
-			add("steady p99 / empty-store p99 at the same rate", FmtRatio(ratio), "≤ "+FmtRatio(TargetScaleSteadyRatio), verdict(ratio <= TargetScaleSteadyRatio))
+			rs.add("steady p99 / empty-store p99 at the same rate", FmtRatio(ratio), "≤ "+FmtRatio(TargetScaleSteadyRatio), verdict(ratio <= TargetScaleSteadyRatio))
 		}
 	}
-	return rows
+	return rs.rows
 }
 
 // emptySteadyP99 is the steady step's bbolt p99 at rate (0: not run).
