@@ -96,7 +96,13 @@ func (b *bencher) stepCrash(ctx context.Context) error {
 	res.Sent = leg.Pace.Published
 	arr.wait(ctx, res.Sent, time.Now().Add(steadyMaxDelay+collectGrace))
 	time.Sleep(2 * time.Second) // late duplicates
-	got := arr.stop()[:res.Sent]
+	b.countCrash(res, arr.stop()[:res.Sent], due, kills, start)
+	return nil
+}
+
+// countCrash does the step's accounting of the arrivals got of the
+// messages due at due: lost, early, and the duplicates each kill explains.
+func (b *bencher) countCrash(res *Crash, got [][]time.Time, due []time.Time, kills []crashKill, start time.Time) {
 	for i, as := range got {
 		if len(as) == 0 {
 			res.Lost++
@@ -123,7 +129,6 @@ func (b *bencher) stepCrash(ctx context.Context) error {
 		dups += max(len(as)-1, 0)
 	}
 	res.Other = dups - explained
-	return nil
 }
 
 // crashKill is one kill: when, and when the bridge was ready again.

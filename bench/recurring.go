@@ -207,21 +207,9 @@ func (b *bencher) stepRecurring(ctx context.Context) error {
 	}
 	defer fires.close()
 
-	pub, err := b.publishAll(ctx, n, func(i int) outgoing {
-		return outgoing{key: p.timeoutsQueue(), msg: amqp.Publishing{
-			MessageId:    ids[i],
-			DeliveryMode: amqp.Persistent,
-			Headers: amqp.Table{
-				wire.HeaderDestination: dest,
-				wire.HeaderCron:        recurringCron,
-				wire.HeaderTimeZone:    "UTC",
-				hdrSeq:                 int64(i),
-			},
-			Body: b.body,
-		}}
-	})
+	pub, err := b.createSchedules(ctx, p, ids, dest)
 	if err != nil {
-		return fmt.Errorf("create schedules: %w", err)
+		return err
 	}
 	res.CreateSeconds = pub.End.Sub(pub.Start).Seconds()
 	b.logf("   recurring: %d schedules published in %.2f s", n, res.CreateSeconds)
@@ -241,21 +229,34 @@ func (b *bencher) stepRecurring(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	got := fires.stop()
-	for _, a := range got {
-		if !a.Fire.IsZero() && a.Fire.After(cancelled.Add(time.Second)) {
-			res.AfterCancel++
-		}
-	}
-	var late []time.Duration
-	res.RecurringCount, late = countRecurring(got, n, from, to, time.Second)
-	res.Lateness = summarize(late)
-	res.sampleFigures()
+	res.count(fires.stop(), from, to, cancelled)
 	b.logf("   recurring: %d schedules, %d fires expected, %d received, %d missed, %d doubled, %d early, %d silent, %d foreign, %d after cancel; lateness p50 %.1f ms, p99 %.1f ms, max %.1f ms; pending %d → %d (max %d, trend %.2f/s), store %s → %s",
 		n, res.Expected, res.Received, res.Missed, res.Doubled, res.Early, res.Silent, res.Foreign, res.AfterCancel,
 		res.Lateness.P50Ms, res.Lateness.P99Ms, res.Lateness.MaxMs, res.PendingFrom, res.PendingTo, res.PendingMax, res.PendingSlope,
 		FmtBytes(res.StoreFrom), FmtBytes(res.StoreTo))
 	return nil
+}
+
+// createSchedules publishes a schedule for each of ids, firing every
+// second to dest, through bridge p.
+func (b *bencher) createSchedules(ctx context.Context, p *bridgeProc, ids []string, dest string) (pubResult, error) {
+	pub, err := b.publishAll(ctx, len(ids), func(i int) outgoing {
+		return outgoing{key: p.timeoutsQueue(), msg: amqp.Publishing{
+			MessageId:    ids[i],
+			DeliveryMode: amqp.Persistent,
+			Headers: amqp.Table{
+				wire.HeaderDestination: dest,
+				wire.HeaderCron:        recurringCron,
+				wire.HeaderTimeZone:    "UTC",
+				hdrSeq:                 int64(i),
+			},
+			Body: b.body,
+		}}
+	})
+	if err != nil {
+		return pubResult{}, fmt.Errorf("create schedules: %w", err)
+	}
+	return pub, nil
 }
 
 // fireLog records the fires delivered to the step's destination.
@@ -366,6 +367,21 @@ func (b *bencher) cancelRecurring(ctx context.Context, p *bridgeProc, ids []stri
 		b.warnf("%s: %d messages still on %s after the cancels", StepRecurring, n, p.timeoutsQueue())
 	}
 	return cpub.End, nil
+}
+
+// count does the step's accounting of the fires got: those in the window
+// [from, to] (countRecurring), those after the cancels, and the store
+// samples.
+func (r *Recurring) count(got []recArrival, from, to, cancelled time.Time) {
+	for _, a := range got {
+		if !a.Fire.IsZero() && a.Fire.After(cancelled.Add(time.Second)) {
+			r.AfterCancel++
+		}
+	}
+	var late []time.Duration
+	r.RecurringCount, late = countRecurring(got, r.N, from, to, time.Second)
+	r.Lateness = summarize(late)
+	r.sampleFigures()
 }
 
 // sampleFigures sums up the store samples: pending and the file's size at
