@@ -397,6 +397,22 @@ func parseTime(name, v string) (time.Time, error) {
 	return t, nil
 }
 
+// queryLimit reads the query's limit: DefaultLimit when it has none,
+// else an integer from 1 to MaxLimit. Otherwise it answers 400 and returns
+// false.
+func queryLimit(w http.ResponseWriter, q url.Values) (int, bool) {
+	v := q.Get("limit")
+	if v == "" {
+		return DefaultLimit, true
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > MaxLimit {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("limit %q must be an integer from 1 to %d", v, MaxLimit))
+		return 0, false
+	}
+	return n, true
+}
+
 func (h *handler) list(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	f, err := parseFilter(q)
@@ -404,15 +420,11 @@ func (h *handler) list(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	f.After, f.Limit = q.Get("cursor"), DefaultLimit
-	if v := q.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > MaxLimit {
-			writeError(w, http.StatusBadRequest, fmt.Sprintf("limit %q must be an integer from 1 to %d", v, MaxLimit))
-			return
-		}
-		f.Limit = n
+	limit, ok := queryLimit(w, q)
+	if !ok {
+		return
 	}
+	f.After, f.Limit = q.Get("cursor"), limit
 	rows, next, err := h.opts.Store.List(r.Context(), f)
 	if err != nil {
 		if f.After != "" && strings.Contains(err.Error(), "cursor") {
@@ -918,14 +930,9 @@ func (h *handler) replay(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotImplemented, "replay is not available in this bridge")
 		return
 	}
-	limit := DefaultLimit
-	if v := r.URL.Query().Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > MaxLimit {
-			writeError(w, http.StatusBadRequest, fmt.Sprintf("limit %q must be an integer from 1 to %d", v, MaxLimit))
-			return
-		}
-		limit = n
+	limit, ok := queryLimit(w, r.URL.Query())
+	if !ok {
+		return
 	}
 	res, err := h.opts.Replay(r.Context(), limit)
 	if err != nil {

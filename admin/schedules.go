@@ -9,7 +9,6 @@ import (
 	"io"
 	"math"
 	"net/http"
-	"strconv"
 	"strings"
 	"time"
 
@@ -281,14 +280,9 @@ func (h *handler) schedules(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	limit := DefaultLimit
-	if v := q.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > MaxLimit {
-			writeError(w, http.StatusBadRequest, fmt.Sprintf("limit %q must be an integer from 1 to %d", v, MaxLimit))
-			return
-		}
-		limit = n
+	limit, ok := queryLimit(w, q)
+	if !ok {
+		return
 	}
 	rows, next, err := sc.ListSchedules(r.Context(), q.Get("cursor"), limit)
 	if err != nil {

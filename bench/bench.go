@@ -389,16 +389,54 @@ type bencher struct {
 // no bridge command). Everything it declared on the broker is deleted before
 // it returns.
 func Run(ctx context.Context, opts Options) (*Results, error) {
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	logw := opts.Log
+	if logw == nil {
+		logw = io.Discard
+	}
+
+	b := &bencher{opts: opts, log: logw, runID: randHex(3)}
+	b.body = make([]byte, opts.Size)
+	_, _ = rand.Read(b.body)
+	b.res = &Results{StartedAt: time.Now(), Params: paramsOf(opts)}
+	if err := b.connect(); err != nil {
+		return nil, err
+	}
+	defer b.closeConns()
+	dir, err := os.MkdirTemp(opts.Dir, "delaybridge-bench-")
+	if err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
+	}
+	b.dir = dir
+	b.res.Machine = machine(b.adminConn, dir, bridgeExe(b.opts.BridgeCmd[0]))
+	if opts.Keep {
+		b.logf("keeping stores and bridge logs in %s", dir)
+	} else {
+		defer os.RemoveAll(dir)
+	}
+
+	b.runSteps(ctx)
+	b.teardown()
+	b.res.FinishedAt = time.Now()
+	b.res.Rows = BuildRows(b.res)
+	return b.res, nil
+}
+
+// withDefaults checks opts and fills in DefaultOptions for what is unset.
+func (opts Options) withDefaults() (Options, error) {
 	def := DefaultOptions()
 	if opts.AMQPURL == "" {
 		opts.AMQPURL = def.AMQPURL
 	}
 	if len(opts.BridgeCmd) == 0 {
-		return nil, errors.New("bench: no bridge command")
+		return opts, errors.New("bench: no bridge command")
 	}
 	for _, p := range []*int{&opts.Size, &opts.CeilingN, &opts.IngestN, &opts.PunctualN, &opts.BurstN, &opts.ScaleN, &opts.ScalePunctualN, &opts.ScaleSteadyRate, &opts.ScaleOutN, &opts.ExchangeRounds, &opts.Publishers, &opts.ConfirmWindow} {
 		if *p < 0 {
-			return nil, errors.New("bench: negative count")
+			return opts, errors.New("bench: negative count")
 		}
 	}
 	fill := func(p *int, d int) {
@@ -426,7 +464,7 @@ func Run(ctx context.Context, opts Options) (*Results, error) {
 	}
 	for _, s := range opts.Steps {
 		if !slices.Contains(AllSteps, s) {
-			return nil, fmt.Errorf("bench: unknown step %q (steps: %s)", s, strings.Join(AllSteps, ", "))
+			return opts, fmt.Errorf("bench: unknown step %q (steps: %s)", s, strings.Join(AllSteps, ", "))
 		}
 	}
 	if len(opts.SteadyRates) == 0 {
@@ -434,7 +472,7 @@ func Run(ctx context.Context, opts Options) (*Results, error) {
 	}
 	for _, r := range opts.SteadyRates {
 		if r <= 0 {
-			return nil, fmt.Errorf("bench: steady rate %d: want > 0", r)
+			return opts, fmt.Errorf("bench: steady rate %d: want > 0", r)
 		}
 	}
 	if opts.SteadyDuration <= 0 {
@@ -445,62 +483,48 @@ func Run(ctx context.Context, opts Options) (*Results, error) {
 	}
 	for _, s := range opts.SteadyStores {
 		if s != "bbolt" && s != "postgres" {
-			return nil, fmt.Errorf("bench: steady store %q: want bbolt or postgres", s)
+			return opts, fmt.Errorf("bench: steady store %q: want bbolt or postgres", s)
 		}
 	}
 	if opts.TTLQueueType == "" {
 		opts.TTLQueueType = def.TTLQueueType
 	}
 	if opts.TTLQueueType != "quorum" && opts.TTLQueueType != "classic" {
-		return nil, fmt.Errorf("bench: TTL queue type %q: want quorum or classic", opts.TTLQueueType)
+		return opts, fmt.Errorf("bench: TTL queue type %q: want quorum or classic", opts.TTLQueueType)
 	}
-	logw := opts.Log
-	if logw == nil {
-		logw = io.Discard
-	}
+	return opts, nil
+}
 
-	b := &bencher{opts: opts, log: logw, runID: randHex(3)}
-	b.body = make([]byte, opts.Size)
-	_, _ = rand.Read(b.body)
-	b.res = &Results{StartedAt: time.Now(), Params: Params{
+// paramsOf are the Params a run with opts records.
+func paramsOf(opts Options) Params {
+	ps := Params{
 		Size: opts.Size, CeilingN: opts.CeilingN, IngestN: opts.IngestN, PunctualN: opts.PunctualN,
 		WindowMs: ms(opts.Window), BurstN: opts.BurstN, ScaleN: opts.ScaleN, ScalePunctualN: opts.ScalePunctualN, ScaleSteadyRate: opts.ScaleSteadyRate,
 		TTLQueueType: opts.TTLQueueType, Publishers: opts.Publishers, ConfirmWindow: opts.ConfirmWindow,
 		BridgeEnv: opts.BridgeEnv,
-	}}
+	}
 	if slices.Contains(opts.Steps, StepScaleOut) {
-		b.res.Params.ScaleOutN = opts.ScaleOutN
+		ps.ScaleOutN = opts.ScaleOutN
 	}
 	if slices.Contains(opts.Steps, StepExchange) {
-		b.res.Params.ExchangeRounds = opts.ExchangeRounds
+		ps.ExchangeRounds = opts.ExchangeRounds
 	}
 	if slices.Contains(opts.Steps, StepSteady) {
-		b.res.Params.SteadyRates, b.res.Params.SteadyDurS = opts.SteadyRates, opts.SteadyDuration.Seconds()
-		b.res.Params.SteadyStores, b.res.Params.SteadySearch = opts.SteadyStores, opts.SteadySearch
+		ps.SteadyRates, ps.SteadyDurS = opts.SteadyRates, opts.SteadyDuration.Seconds()
+		ps.SteadyStores, ps.SteadySearch = opts.SteadyStores, opts.SteadySearch
 	}
 	for _, s := range AllSteps { // run order, whatever order they were given in
 		if slices.Contains(opts.Steps, s) {
-			b.res.Params.Steps = append(b.res.Params.Steps, s)
+			ps.Steps = append(ps.Steps, s)
 		}
 	}
+	return ps
+}
 
-	if err := b.connect(); err != nil {
-		return nil, err
-	}
-	defer b.closeConns()
-	dir, err := os.MkdirTemp(opts.Dir, "delaybridge-bench-")
-	if err != nil {
-		return nil, fmt.Errorf("bench: %w", err)
-	}
-	b.dir = dir
-	b.res.Machine = machine(b.adminConn, dir, bridgeExe(b.opts.BridgeCmd[0]))
-	if opts.Keep {
-		b.logf("keeping stores and bridge logs in %s", dir)
-	} else {
-		defer os.RemoveAll(dir)
-	}
-
-	doCeiling, doIngest := slices.Contains(opts.Steps, StepCeiling), slices.Contains(opts.Steps, StepIngest)
+// runSteps runs the selected steps in run order; a step that fails is
+// recorded in Results.Errors and the others still run.
+func (b *bencher) runSteps(ctx context.Context) {
+	doCeiling, doIngest := slices.Contains(b.opts.Steps, StepCeiling), slices.Contains(b.opts.Steps, StepIngest)
 	steps := map[string]func(context.Context) error{
 		// Ceiling and ingest run together, their rounds interleaved.
 		StepCeiling: func(ctx context.Context) error { return b.stepThroughput(ctx, true, doIngest) },
@@ -535,10 +559,6 @@ func Run(ctx context.Context, opts Options) (*Results, error) {
 		}
 		b.logf("   %s took %.1f s", s, time.Since(start).Seconds())
 	}
-	b.teardown()
-	b.res.FinishedAt = time.Now()
-	b.res.Rows = BuildRows(b.res)
-	return b.res, nil
 }
 
 func (b *bencher) logf(format string, a ...any) {

@@ -189,6 +189,14 @@ func (p *bridgeProc) stop(timeout time.Duration) (time.Duration, error) {
 	return took, nil
 }
 
+// kill sends SIGKILL and waits for the exit; the process counts as stopped.
+func (p *bridgeProc) kill() {
+	_ = p.cmd.Process.Kill()
+	<-p.exited
+	p.stopped = true
+	p.logFile.Close()
+}
+
 // alive reports whether the process still runs.
 func (p *bridgeProc) alive() bool {
 	select {

@@ -67,12 +67,9 @@ func (b *bencher) stepCrash(ctx context.Context) error {
 		return err
 	}
 	defer func() { b.stopBridge(p, label) }()
-	dests := make([]string, steadyDests)
-	for k := range dests {
-		dests[k] = b.name(label, "dest"+strconv.Itoa(k))
-		if err := b.declareQueue(dests[k], nil); err != nil {
-			return err
-		}
+	dests, err := b.steadyQueues(label)
+	if err != nil {
+		return err
 	}
 	arr, err := b.arrivals(dests, n)
 	if err != nil {
@@ -80,47 +77,33 @@ func (b *bencher) stepCrash(ctx context.Context) error {
 	}
 	defer arr.stop()
 	b.logf("   crash: %d/s for %v (%d messages), due 1–5 s after each send; %d kills", rate, d, n, crashKills)
+	queue := p.timeoutsQueue() // every restart serves the same endpoint
 	start := time.Now()
-	type killed struct {
-		at, ready time.Time
-	}
-	var kills []killed
+	var kills []crashKill
 	killErr := make(chan error, 1)
 	go func() { // the kills, evenly spread over the run
 		defer close(killErr)
-		for k := 1; k <= crashKills; k++ {
-			at := start.Add(time.Duration(k) * d / (crashKills + 1))
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(time.Until(at)):
-			}
-			_ = p.cmd.Process.Kill()
-			<-p.exited
-			p.stopped = true
-			p.logFile.Close()
-			k := time.Now()
-			np, _, err := b.startBridge(ctx, endpoint, store)
-			if err != nil {
-				killErr <- err
-				return
-			}
-			p = np
-			kills = append(kills, killed{at: k, ready: time.Now()})
-			b.logf("   crash: killed at +%.2f s, ready again after %.0f ms", k.Sub(start).Seconds(), ms(time.Since(k)))
+		var err error
+		p, kills, err = b.crashKills(ctx, p, start, d, endpoint, store)
+		if err != nil {
+			killErr <- err
 		}
 	}()
-	// Every restart serves the same endpoint.
-	due, leg, err := b.pacedSteady(ctx, start, rate, n, dests, p.timeoutsQueue(), killErr)
+	due, leg, err := b.pacedSteady(ctx, start, rate, n, dests, queue, killErr)
 	if err != nil {
 		return err
 	}
 	res.Sent = leg.Pace.Published
 	arr.wait(ctx, res.Sent, time.Now().Add(steadyMaxDelay+collectGrace))
 	time.Sleep(2 * time.Second) // late duplicates
-	got := arr.stop()
-	for i := range res.Sent {
-		as := got[i]
+	b.countCrash(res, arr.stop()[:res.Sent], due, kills, start)
+	return nil
+}
+
+// countCrash does the step's accounting of the arrivals got of the
+// messages due at due: lost, early, and the duplicates each kill explains.
+func (b *bencher) countCrash(res *Crash, got [][]time.Time, due []time.Time, kills []crashKill, start time.Time) {
+	for i, as := range got {
 		if len(as) == 0 {
 			res.Lost++
 			continue
@@ -133,38 +116,73 @@ func (b *bencher) stepCrash(ctx context.Context) error {
 				due[i].Format("15:04:05.000000"), as[0].Format("15:04:05.000000"))
 		}
 	}
+	explained := 0
 	for _, k := range kills {
-		ck := &CrashKill{AtSeconds: k.at.Sub(start).Seconds(), RestartMs: ms(k.ready.Sub(k.at))}
-		before := 0
-		for i := range res.Sent {
-			as := got[i]
-			if len(as) > 0 && !as[0].Before(k.at.Add(-time.Second)) && as[0].Before(k.at) {
-				before++
-			}
-			if len(as) < 2 || !as[0].Before(k.at) || as[1].Before(k.at) {
-				continue
-			}
-			ck.Duplicates++
-			ck.OldestMs = max(ck.OldestMs, ms(k.at.Sub(as[0])))
-		}
-		ck.ForwardRate = float64(before)
-		if before > 0 {
-			ck.WindowMs = float64(ck.Duplicates) / float64(before) * 1000
-		}
+		ck := k.figures(got, start)
 		res.Kills = append(res.Kills, ck)
+		explained += ck.Duplicates
 		b.logf("   crash: kill at +%.2f s: %d duplicates = %.0f ms of forwards at %.0f/s (oldest %.0f ms before the kill)",
 			ck.AtSeconds, ck.Duplicates, ck.WindowMs, ck.ForwardRate, ck.OldestMs)
 	}
-	explained := 0
-	for _, k := range res.Kills {
-		explained += k.Duplicates
-	}
 	dups := 0
-	for i := range res.Sent {
-		dups += max(len(got[i])-1, 0)
+	for _, as := range got {
+		dups += max(len(as)-1, 0)
 	}
 	res.Other = dups - explained
-	return nil
+}
+
+// crashKill is one kill: when, and when the bridge was ready again.
+type crashKill struct {
+	at, ready time.Time
+}
+
+// crashKills kills bridge p crashKills times, evenly spread over d from
+// start, each time starting a new one on the same endpoint and store. It
+// returns the bridge running at the end and the kills, and stops at the
+// first bridge that does not start.
+func (b *bencher) crashKills(ctx context.Context, p *bridgeProc, start time.Time, d time.Duration, endpoint, store string) (*bridgeProc, []crashKill, error) {
+	var kills []crashKill
+	for k := 1; k <= crashKills; k++ {
+		at := start.Add(time.Duration(k) * d / (crashKills + 1))
+		select {
+		case <-ctx.Done():
+			return p, kills, nil
+		case <-time.After(time.Until(at)):
+		}
+		p.kill()
+		killed := time.Now()
+		np, _, err := b.startBridge(ctx, endpoint, store)
+		if err != nil {
+			return p, kills, err
+		}
+		p = np
+		kills = append(kills, crashKill{at: killed, ready: time.Now()})
+		b.logf("   crash: killed at +%.2f s, ready again after %.0f ms", killed.Sub(start).Seconds(), ms(time.Since(killed)))
+	}
+	return p, kills, nil
+}
+
+// figures are the kill's duplicates among the arrivals got: messages that
+// first arrived before the kill and again after it, with the forwards in
+// the second before the kill as the rate they are measured against.
+func (k crashKill) figures(got [][]time.Time, start time.Time) *CrashKill {
+	ck := &CrashKill{AtSeconds: k.at.Sub(start).Seconds(), RestartMs: ms(k.ready.Sub(k.at))}
+	before := 0
+	for _, as := range got {
+		if len(as) > 0 && !as[0].Before(k.at.Add(-time.Second)) && as[0].Before(k.at) {
+			before++
+		}
+		if len(as) < 2 || !as[0].Before(k.at) || as[1].Before(k.at) {
+			continue
+		}
+		ck.Duplicates++
+		ck.OldestMs = max(ck.OldestMs, ms(k.at.Sub(as[0])))
+	}
+	ck.ForwardRate = float64(before)
+	if before > 0 {
+		ck.WindowMs = float64(ck.Duplicates) / float64(before) * 1000
+	}
+	return ck
 }
 
 // pacedSteady publishes the steady workload, n messages at rate a second

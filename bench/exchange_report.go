@@ -26,38 +26,35 @@ func exchangePathName(path string) string {
 // the due time meant, which adds the time from publish to the bridge's
 // receipt, is shown without a target.
 func exchangeRows(x *Exchange) []Row {
-	var rows []Row
-	add := func(metric, value, target, result string) {
-		rows = append(rows, Row{Step: StepExchange, Metric: metric, Value: value, Target: target, Result: result})
-	}
+	rs := stepRows{step: StepExchange}
 	p99Target, maxTarget := "≤ "+FmtMs(ms(TargetP99)), "≤ "+FmtMs(ms(TargetMax))
 	for _, ep := range x.Paths {
 		name := exchangePathName(ep.Path)
 		l := ep.Lateness
 		ok := l.Received > 0 && l.Missing == 0
-		add(fmt.Sprintf("%s: lateness p50 / p90, %d over %s × %d rounds", name, x.N, FmtMs(x.WindowMs), len(ep.Rounds)),
+		rs.add(fmt.Sprintf("%s: lateness p50 / p90, %d over %s × %d rounds", name, x.N, FmtMs(x.WindowMs), len(ep.Rounds)),
 			FmtMs(l.P50Ms)+" / "+FmtMs(l.P90Ms), "", "")
 		if ep.Path != PathDelayed {
-			add(name+": lateness p99", FmtMs(l.P99Ms), p99Target, verdict(ok && l.P99Ms <= ms(TargetP99)))
-			add(name+": lateness max", FmtMs(l.MaxMs), maxTarget, verdict(ok && l.MaxMs <= ms(TargetMax)))
+			rs.add(name+": lateness p99", FmtMs(l.P99Ms), p99Target, verdict(ok && l.P99Ms <= ms(TargetP99)))
+			rs.add(name+": lateness max", FmtMs(l.MaxMs), maxTarget, verdict(ok && l.MaxMs <= ms(TargetMax)))
 		} else {
-			add(name+": lateness p99 / max from the due time x-delay was computed for", FmtMs(l.P99Ms)+" / "+FmtMs(l.MaxMs), "", "")
+			rs.add(name+": lateness p99 / max from the due time x-delay was computed for", FmtMs(l.P99Ms)+" / "+FmtMs(l.MaxMs), "", "")
 			if lag := ep.ReceiptLag; lag != nil {
-				add(fmt.Sprintf("%s: of which publish → bridge receipt, p50 / p99 / max (%d read)", name, lag.N),
+				rs.add(fmt.Sprintf("%s: of which publish → bridge receipt, p50 / p99 / max (%d read)", name, lag.N),
 					FmtMs(lag.P50Ms)+" / "+FmtMs(lag.P99Ms)+" / "+FmtMs(lag.MaxMs), "", "")
 			}
 			if d := ep.Dispatch; d != nil {
-				add(name+": lateness p99 from the bridge's due (receipt + x-delay)", FmtMs(d.P99Ms), p99Target, verdict(ok && d.P99Ms <= ms(TargetP99)))
-				add(name+": lateness max from the bridge's due", FmtMs(d.MaxMs), maxTarget, verdict(ok && d.MaxMs <= ms(TargetMax)))
+				rs.add(name+": lateness p99 from the bridge's due (receipt + x-delay)", FmtMs(d.P99Ms), p99Target, verdict(ok && d.P99Ms <= ms(TargetP99)))
+				rs.add(name+": lateness max from the bridge's due", FmtMs(d.MaxMs), maxTarget, verdict(ok && d.MaxMs <= ms(TargetMax)))
 			} else {
-				add(name+": lateness from the bridge's due (receipt + x-delay)", "n/a (stored rows not read)", p99Target, "")
+				rs.add(name+": lateness from the bridge's due (receipt + x-delay)", "n/a (stored rows not read)", p99Target, "")
 			}
 		}
-		add(name+": early / duplicates / missing / mismatched",
+		rs.add(name+": early / duplicates / missing / mismatched",
 			fmt.Sprintf("%d / %d / %d / %d of %d", l.Early, l.Duplicates, l.Missing, l.Mismatched, l.Expected),
 			"0", verdict(l.Received > 0 && l.Early+l.Duplicates+l.Missing+l.Mismatched == 0))
 	}
-	return rows
+	return rs.rows
 }
 
 // FormatExchange renders the exchange step's paths side by side, or "" when

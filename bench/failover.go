@@ -98,12 +98,9 @@ func (b *bencher) failoverRun(ctx context.Context, conn *pgx.Conn, appName strin
 		}
 		procs = append(procs, p)
 	}
-	dests := make([]string, steadyDests)
-	for k := range dests {
-		dests[k] = b.name(label, "dest"+strconv.Itoa(k))
-		if err := b.declareQueue(dests[k], nil); err != nil {
-			return err
-		}
+	dests, err := b.steadyQueues(label)
+	if err != nil {
+		return err
 	}
 	n := int(float64(rate) * d.Seconds())
 	arr, err := b.arrivals(dests, n)
@@ -125,10 +122,7 @@ func (b *bencher) failoverRun(ctx context.Context, conn *pgx.Conn, appName strin
 		eventAt = time.Now()
 		switch run.Event {
 		case "kill":
-			_ = victim.cmd.Process.Kill()
-			<-victim.exited
-			victim.stopped = true
-			victim.logFile.Close()
+			victim.kill()
 		case "term":
 			if _, err := b.stopBridge(victim, label+"/2"); err != nil {
 				evErr <- err

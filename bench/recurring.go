@@ -196,48 +196,51 @@ func (b *bencher) stepRecurring(ctx context.Context) error {
 		return err
 	}
 	ids := make([]string, n)
+	index := make(map[string]int, n)
 	for i := range ids {
 		ids[i] = b.name(label, "s"+strconv.Itoa(i))
+		index[ids[i]] = i
 	}
-	index := make(map[string]int, n)
-	for i, id := range ids {
-		index[id] = i
-	}
-
-	ch, err := b.consConn.Channel()
+	fires, err := b.consumeFires(dest, index)
 	if err != nil {
-		return fmt.Errorf("open consume channel: %w", err)
+		return err
 	}
-	defer ch.Close()
-	deliveries, err := ch.Consume(dest, "bench-"+dest, true, false, false, false, nil)
-	if err != nil {
-		return fmt.Errorf("consume %s: %w", dest, err)
-	}
-	var mu sync.Mutex
-	var arr []recArrival
-	loopDone := make(chan struct{})
-	go func() {
-		defer close(loopDone)
-		for dl := range deliveries {
-			at := time.Now()
-			a := recArrival{Schedule: -1, At: at}
-			if id, ok := dl.Headers[wire.HeaderScheduleID].(string); ok {
-				if i, ok := index[id]; ok {
-					a.Schedule = i
-				}
-			}
-			if s, ok := dl.Headers[wire.HeaderFireTime].(string); ok {
-				if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
-					a.Fire = t
-				}
-			}
-			mu.Lock()
-			arr = append(arr, a)
-			mu.Unlock()
-		}
-	}()
+	defer fires.close()
 
-	pub, err := b.publishAll(ctx, n, func(i int) outgoing {
+	pub, err := b.createSchedules(ctx, p, ids, dest)
+	if err != nil {
+		return err
+	}
+	res.CreateSeconds = pub.End.Sub(pub.Start).Seconds()
+	b.logf("   recurring: %d schedules published in %.2f s", n, res.CreateSeconds)
+
+	// The window starts at the first whole second after every schedule
+	// message was confirmed; the bridge may take a moment longer to store
+	// them all, which each schedule's own first fire accounts for.
+	from := pub.End.Truncate(time.Second).Add(time.Second)
+	to := from.Add(d)
+	if err := sampleRecurring(ctx, p, store, res, from, to); err != nil {
+		return err
+	}
+	if !broker.Sleep(ctx, time.Until(to.Add(recurringGrace))) {
+		return ctx.Err()
+	}
+	cancelled, err := b.cancelRecurring(ctx, p, ids)
+	if err != nil {
+		return err
+	}
+	res.count(fires.stop(), from, to, cancelled)
+	b.logf("   recurring: %d schedules, %d fires expected, %d received, %d missed, %d doubled, %d early, %d silent, %d foreign, %d after cancel; lateness p50 %.1f ms, p99 %.1f ms, max %.1f ms; pending %d → %d (max %d, trend %.2f/s), store %s → %s",
+		n, res.Expected, res.Received, res.Missed, res.Doubled, res.Early, res.Silent, res.Foreign, res.AfterCancel,
+		res.Lateness.P50Ms, res.Lateness.P99Ms, res.Lateness.MaxMs, res.PendingFrom, res.PendingTo, res.PendingMax, res.PendingSlope,
+		FmtBytes(res.StoreFrom), FmtBytes(res.StoreTo))
+	return nil
+}
+
+// createSchedules publishes a schedule for each of ids, firing every
+// second to dest, through bridge p.
+func (b *bencher) createSchedules(ctx context.Context, p *bridgeProc, ids []string, dest string) (pubResult, error) {
+	pub, err := b.publishAll(ctx, len(ids), func(i int) outgoing {
 		return outgoing{key: p.timeoutsQueue(), msg: amqp.Publishing{
 			MessageId:    ids[i],
 			DeliveryMode: amqp.Persistent,
@@ -251,16 +254,69 @@ func (b *bencher) stepRecurring(ctx context.Context) error {
 		}}
 	})
 	if err != nil {
-		return fmt.Errorf("create schedules: %w", err)
+		return pubResult{}, fmt.Errorf("create schedules: %w", err)
 	}
-	res.CreateSeconds = pub.End.Sub(pub.Start).Seconds()
-	b.logf("   recurring: %d schedules published in %.2f s", n, res.CreateSeconds)
+	return pub, nil
+}
 
-	// The window starts at the first whole second after every schedule
-	// message was confirmed; the bridge may take a moment longer to store
-	// them all, which each schedule's own first fire accounts for.
-	from := pub.End.Truncate(time.Second).Add(time.Second)
-	to := from.Add(d)
+// fireLog records the fires delivered to the step's destination.
+type fireLog struct {
+	ch       *amqp.Channel
+	consumer string
+	mu       sync.Mutex
+	arr      []recArrival
+	done     chan struct{}
+}
+
+// consumeFires consumes dest (autoAck) and records each delivery's schedule
+// (its index by id) and fire time.
+func (b *bencher) consumeFires(dest string, index map[string]int) (*fireLog, error) {
+	ch, err := b.consConn.Channel()
+	if err != nil {
+		return nil, fmt.Errorf("open consume channel: %w", err)
+	}
+	l := &fireLog{ch: ch, consumer: "bench-" + dest, done: make(chan struct{})}
+	deliveries, err := ch.Consume(dest, l.consumer, true, false, false, false, nil)
+	if err != nil {
+		_ = ch.Close()
+		return nil, fmt.Errorf("consume %s: %w", dest, err)
+	}
+	go func() {
+		defer close(l.done)
+		for dl := range deliveries {
+			at := time.Now()
+			a := recArrival{Schedule: -1, At: at}
+			if id, ok := dl.Headers[wire.HeaderScheduleID].(string); ok {
+				if i, ok := index[id]; ok {
+					a.Schedule = i
+				}
+			}
+			if s, ok := dl.Headers[wire.HeaderFireTime].(string); ok {
+				if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+					a.Fire = t
+				}
+			}
+			l.mu.Lock()
+			l.arr = append(l.arr, a)
+			l.mu.Unlock()
+		}
+	}()
+	return l, nil
+}
+
+// stop ends the consumer and returns what arrived.
+func (l *fireLog) stop() []recArrival {
+	_ = l.ch.Cancel(l.consumer, false)
+	<-l.done
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.arr
+}
+
+func (l *fireLog) close() { _ = l.ch.Close() }
+
+// sampleRecurring samples the store once a second from from to to.
+func sampleRecurring(ctx context.Context, p *bridgeProc, store string, res *Recurring, from, to time.Time) error {
 	sample := func() {
 		v, verr := p.vars()
 		size, _ := storeSize(store)
@@ -271,79 +327,78 @@ func (b *bencher) stepRecurring(ctx context.Context) error {
 		res.Samples = append(res.Samples, s)
 	}
 	tick := time.NewTicker(time.Second)
-	wait := func(until time.Time) bool { return broker.Sleep(ctx, time.Until(until)) }
-	if !wait(from) {
-		tick.Stop()
+	defer tick.Stop()
+	if !broker.Sleep(ctx, time.Until(from)) {
 		return ctx.Err()
 	}
 	sample()
-sampling:
 	for {
 		select {
 		case <-ctx.Done():
-			tick.Stop()
 			return ctx.Err()
 		case now := <-tick.C:
 			sample()
 			if !now.Before(to) {
-				break sampling
+				return nil
 			}
 		}
 	}
-	tick.Stop()
-	if !wait(to.Add(recurringGrace)) {
-		return ctx.Err()
-	}
+}
 
-	// Cancel them all, and keep consuming: fire times after the cancels
-	// were confirmed (plus a second for one being dispatched) must not come.
-	cpub, err := b.publishAll(ctx, n, func(i int) outgoing {
+// cancelRecurring cancels every schedule and waits for the bridge to take
+// the cancels; it returns when they were confirmed. The consumer keeps going
+// meanwhile: fire times after that (plus a second for one being
+// dispatched) must not come.
+func (b *bencher) cancelRecurring(ctx context.Context, p *bridgeProc, ids []string) (time.Time, error) {
+	cpub, err := b.publishAll(ctx, len(ids), func(i int) outgoing {
 		return outgoing{key: p.timeoutsQueue(), msg: amqp.Publishing{
 			DeliveryMode: amqp.Persistent,
 			Headers:      amqp.Table{wire.HeaderCancel: ids[i]},
 		}}
 	})
 	if err != nil {
-		return fmt.Errorf("cancel schedules: %w", err)
+		return time.Time{}, fmt.Errorf("cancel schedules: %w", err)
 	}
 	// The bridge takes the cancels off E.Timeouts in order; give it time.
-	if !wait(cpub.End.Add(3 * time.Second)) {
-		return ctx.Err()
+	if !broker.Sleep(ctx, time.Until(cpub.End.Add(3*time.Second))) {
+		return time.Time{}, ctx.Err()
 	}
-	cancelled := cpub.End
-	if n2, err := b.queueDepth(p.timeoutsQueue()); err == nil && n2 > 0 {
-		b.warnf("%s: %d messages still on %s after the cancels", label, n2, p.timeoutsQueue())
+	if n, err := b.queueDepth(p.timeoutsQueue()); err == nil && n > 0 {
+		b.warnf("%s: %d messages still on %s after the cancels", StepRecurring, n, p.timeoutsQueue())
 	}
-	_ = ch.Cancel("bench-"+dest, false)
-	<-loopDone
+	return cpub.End, nil
+}
 
-	mu.Lock()
-	got := arr
-	mu.Unlock()
+// count does the step's accounting of the fires got: those in the window
+// [from, to] (countRecurring), those after the cancels, and the store
+// samples.
+func (r *Recurring) count(got []recArrival, from, to, cancelled time.Time) {
 	for _, a := range got {
 		if !a.Fire.IsZero() && a.Fire.After(cancelled.Add(time.Second)) {
-			res.AfterCancel++
+			r.AfterCancel++
 		}
 	}
 	var late []time.Duration
-	res.RecurringCount, late = countRecurring(got, n, from, to, time.Second)
-	res.Lateness = summarize(late)
-	if len(res.Samples) > 0 {
-		first, last := res.Samples[0], res.Samples[len(res.Samples)-1]
-		res.PendingFrom, res.PendingTo = first.Pending, last.Pending
-		res.StoreFrom, res.StoreTo = first.StoreBytes, last.StoreBytes
-		xs, ys := make([]float64, len(res.Samples)), make([]float64, len(res.Samples))
-		for i, s := range res.Samples {
-			xs[i], ys[i] = s.AtSeconds, float64(s.Pending)
-			res.PendingMax = max(res.PendingMax, s.Pending)
-		}
-		res.PendingSlope = slope(xs, ys)
+	r.RecurringCount, late = countRecurring(got, r.N, from, to, time.Second)
+	r.Lateness = summarize(late)
+	r.sampleFigures()
+}
+
+// sampleFigures sums up the store samples: pending and the file's size at
+// the start and end, the most pending and its trend.
+func (r *Recurring) sampleFigures() {
+	if len(r.Samples) == 0 {
+		return
 	}
-	b.logf("   recurring: %d schedules, %d fires expected, %d received, %d missed, %d doubled, %d early, %d silent, %d foreign, %d after cancel; lateness p50 %.1f ms, p99 %.1f ms, max %.1f ms; pending %d → %d (max %d, trend %.2f/s), store %s → %s",
-		n, res.Expected, res.Received, res.Missed, res.Doubled, res.Early, res.Silent, res.Foreign, res.AfterCancel,
-		res.Lateness.P50Ms, res.Lateness.P99Ms, res.Lateness.MaxMs, res.PendingFrom, res.PendingTo, res.PendingMax, res.PendingSlope,
-		FmtBytes(res.StoreFrom), FmtBytes(res.StoreTo))
-	return nil
+	first, last := r.Samples[0], r.Samples[len(r.Samples)-1]
+	r.PendingFrom, r.PendingTo = first.Pending, last.Pending
+	r.StoreFrom, r.StoreTo = first.StoreBytes, last.StoreBytes
+	xs, ys := make([]float64, len(r.Samples)), make([]float64, len(r.Samples))
+	for i, s := range r.Samples {
+		xs[i], ys[i] = s.AtSeconds, float64(s.Pending)
+		r.PendingMax = max(r.PendingMax, s.Pending)
+	}
+	r.PendingSlope = slope(xs, ys)
 }
 
 // recurringFlat tells whether the store stayed flat: pending grew by no

@@ -35,48 +35,18 @@ func verdict(ok bool) string {
 // sets them.
 func BuildRows(r *Results) []Row {
 	var rows []Row
-	add := func(step, metric, value, target, result string) {
-		rows = append(rows, Row{Step: step, Metric: metric, Value: value, Target: target, Result: result})
-	}
-	if c := r.Ceiling; c != nil {
-		add(StepCeiling, fmt.Sprintf("broker single hop, %d msgs (persistent, confirms, acks), best of %d", c.N, max(len(c.Rounds), 1)), FmtRate(c.Rate), "", "")
-	}
-	if in := r.Ingest; in != nil {
-		add(StepIngest, fmt.Sprintf("stored/s, %d msgs due in 1 h, best of %d", in.N, max(len(in.Rounds), 1)), FmtRate(in.Rate), "", "")
-		if in.Ratio > 0 {
-			add(StepIngest, "ingest / ceiling", FmtRatio(in.Ratio), "≥ "+FmtRatio(TargetIngestRatio), verdict(in.Ratio >= TargetIngestRatio))
-		} else {
-			add(StepIngest, "ingest / ceiling", "n/a (ceiling not run)", "≥ "+FmtRatio(TargetIngestRatio), "")
-		}
-		add(StepIngest, "publish rate while ingesting", FmtRate(in.PublishRate), "", "")
-		if in.DrainRate > 0 {
-			add(StepIngest, fmt.Sprintf("drain: %d queued before the bridge started, stored/s", in.N), FmtRate(in.DrainRate), "", "")
-		}
-		add(StepIngest, "bridge start to ready (empty store)", FmtMs(in.ReadyMs), "", "")
-	}
+	rows = append(rows, ceilingRows(r.Ceiling)...)
+	rows = append(rows, ingestRows(r.Ingest)...)
 	if p := r.Punctuality; p != nil {
-		rows = append(rows, latenessRows(StepPunctuality, fmt.Sprintf("%d over %s", p.N, FmtMs(p.WindowMs)), p.Lateness, true)...)
-		add(StepPunctuality, "all stored before first due", storedValue(p.Stored, p.StoredMarginMs, p.Method), "", "")
-		if p.CPU != nil {
-			add(StepPunctuality, "CPU, first due time to last delivery", p.CPU.String(), "", "")
-		}
+		rows = append(rows, punctualityRows(StepPunctuality, fmt.Sprintf("%d over %s", p.N, FmtMs(p.WindowMs)), p)...)
 	}
-	if b := r.Burst; b != nil {
-		label := fmt.Sprintf("%d due at once", b.N)
-		add(StepBurst, "due instant to last delivered, "+label, FmtMs(b.LastAfterDueMs), "≤ "+FmtMs(ms(TargetBurst)),
-			verdict(b.Missing == 0 && b.LastAfterDueMs <= ms(TargetBurst)))
-		add(StepBurst, "lateness p50", FmtMs(b.P50Ms), "", "")
-		add(StepBurst, "lateness p99", FmtMs(b.P99Ms), "", "")
-		rows = append(rows, countRows(StepBurst, b.Lateness)...)
-		add(StepBurst, "all stored before due", storedValue(b.Stored, b.StoredMarginMs, ""), "", "")
-	}
+	rows = append(rows, burstRows(r.Burst)...)
 	if t := r.TTL; t != nil {
 		label := fmt.Sprintf("%d over %s, %d levels, %s queues", t.N, FmtMs(t.WindowMs), t.Levels, t.QueueType)
 		rows = append(rows, latenessRows(StepTTL, label, t.Lateness, false)...)
 	}
 	if p := r.Rebus; p != nil {
-		rows = append(rows, latenessRows(StepRebus, fmt.Sprintf("%d Rebus deferrals over %s", p.N, FmtMs(p.WindowMs)), p.Lateness, true)...)
-		add(StepRebus, "all stored before first due", storedValue(p.Stored, p.StoredMarginMs, p.Method), "", "")
+		rows = append(rows, punctualityRows(StepRebus, fmt.Sprintf("%d Rebus deferrals over %s", p.N, FmtMs(p.WindowMs)), p)...)
 	}
 	if x := r.NSB; x != nil {
 		label := fmt.Sprintf("%d over %s, from time sent + delay", x.N, FmtMs(x.WindowMs))
@@ -93,40 +63,7 @@ func BuildRows(r *Results) []Row {
 		rows = append(rows, exchangeRows(x)...)
 	}
 	if s := r.Scale; s != nil {
-		add(StepScale, fmt.Sprintf("fill %d pending (due in 30 days), stored/s", s.N), FmtRate(s.FillRate), "", "")
-		if s.FillRateFirst > 0 || s.FillRateLast > 0 {
-			add(StepScale, "fill rate first 10% / last 10%", FmtRate(s.FillRateFirst)+" / "+FmtRate(s.FillRateLast), "", "")
-		}
-		if r.Ceiling != nil && r.Ceiling.Rate > 0 && s.FillRate > 0 {
-			add(StepScale, "fill rate / ceiling", FmtRatio(s.FillRate/r.Ceiling.Rate), "", "")
-		}
-		if p := s.Punctual; p != nil {
-			rows = append(rows, latenessRows(StepScale, fmt.Sprintf("%d over %s with %d pending", p.N, FmtMs(p.WindowMs), s.N), p.Lateness, true)...)
-		}
-		rows = append(rows, scaleTargetRows(r, s)...)
-		if s.HeapAvailable {
-			add(StepScale, "Go heap (HeapAlloc peak during due stream)", FmtBytes(int64(s.HeapPeak)), "≤ "+FmtBytes(int64(TargetHeap)), verdict(s.HeapPeak <= TargetHeap))
-			add(StepScale, "Go heap at end / HeapInuse / Go Sys", FmtBytes(int64(s.HeapAlloc))+" / "+FmtBytes(int64(s.HeapInuse))+" / "+FmtBytes(int64(s.Sys)), "", "")
-			add(StepScale, "Go heap peak while filling", FmtBytes(int64(s.HeapFillPeak)), "", "")
-		} else {
-			add(StepScale, "Go heap", "n/a (no /debug/vars)", "≤ "+FmtBytes(int64(TargetHeap)), "")
-		}
-		if s.VarsMs > 0 {
-			add(StepScale, "slowest GET /debug/vars (sampled 1/s)", FmtMs(s.VarsMs), "", "")
-		}
-		add(StepScale, "RSS (anon + file-backed) / peak RSS", fmt.Sprintf("%s (%s + %s) / %s",
-			FmtBytes(s.RSS), FmtBytes(s.RSSAnon), FmtBytes(s.RSSFile), FmtBytes(s.HWM)), "", "")
-		add(StepScale, "store file / on disk", FmtBytes(s.StoreBytes)+" / "+FmtBytes(s.StoreOnDisk), "", "")
-		if s.StopMs > 0 {
-			add(StepScale, "SIGTERM to exit", FmtMs(s.StopMs), "", "")
-		}
-		if s.RestartReadyMs > 0 {
-			add(StepScale, "restart: process start to ready", FmtMs(s.RestartReadyMs), "≤ "+FmtMs(ms(TargetRestartReady)),
-				verdict(s.RestartReadyMs <= ms(TargetRestartReady)))
-		}
-		if s.PendingRestart >= 0 {
-			add(StepScale, "pending after restart", fmt.Sprint(s.PendingRestart), "", "")
-		}
+		rows = append(rows, scaleRows(r, s)...)
 	}
 	if s := r.ScaleOut; s != nil {
 		rows = append(rows, scaleOutRows(s)...)
@@ -134,19 +71,135 @@ func BuildRows(r *Results) []Row {
 	if s := r.Steady; s != nil {
 		rows = append(rows, steadyRows(s)...)
 	}
-	if m := r.BigMsg; m != nil {
-		label := fmt.Sprintf("%d × %d MiB due over %s", m.N, m.Bytes>>20, FmtMs(m.WindowMs))
-		add(StepBigMsg, "bridge peak RSS (VmHWM), "+label, FmtBytes(m.PeakRSS), "≤ "+FmtBytes(TargetBigMsgRSS),
-			verdict(m.PeakRSS > 0 && m.PeakRSS <= TargetBigMsgRSS))
-		add(StepBigMsg, "highest RSS / RssAnon sampled / Go heap peak", FmtBytes(m.SampledRSS)+" / "+FmtBytes(m.AnonRSS)+" / "+FmtBytes(int64(m.HeapPeak)), "", "")
-		add(StepBigMsg, "missing / duplicates / early", fmt.Sprintf("%d / %d / %d", m.Lateness.Missing, m.Lateness.Duplicates, m.Lateness.Early), "0 / 0 / 0",
-			verdict(m.Lateness.Missing == 0 && m.Lateness.Duplicates == 0 && m.Lateness.Early == 0))
-		add(StepBigMsg, "lateness p50 / p99 / max", FmtMs(m.Lateness.P50Ms)+" / "+FmtMs(m.Lateness.P99Ms)+" / "+FmtMs(m.Lateness.MaxMs), "", "")
-	}
+	rows = append(rows, bigMsgRows(r.BigMsg)...)
 	for _, e := range r.Errors {
-		add(e.Step, "step failed (error below)", "error", "", Miss)
+		rows = append(rows, Row{Step: e.Step, Metric: "step failed (error below)", Value: "error", Result: Miss})
 	}
 	return rows
+}
+
+// stepRows collects the rows of one step.
+type stepRows struct {
+	step string
+	rows []Row
+}
+
+func (s *stepRows) add(metric, value, target, result string) {
+	s.rows = append(s.rows, Row{Step: s.step, Metric: metric, Value: value, Target: target, Result: result})
+}
+
+// ceilingRows are the broker's own rate, the ceiling.
+func ceilingRows(c *Ceiling) []Row {
+	if c == nil {
+		return nil
+	}
+	return []Row{{Step: StepCeiling, Metric: fmt.Sprintf("broker single hop, %d msgs (persistent, confirms, acks), best of %d", c.N, max(len(c.Rounds), 1)), Value: FmtRate(c.Rate)}}
+}
+
+// ingestRows are the stored rate and its ratio to the ceiling.
+func ingestRows(in *Ingest) []Row {
+	if in == nil {
+		return nil
+	}
+	rs := stepRows{step: StepIngest}
+	rs.add(fmt.Sprintf("stored/s, %d msgs due in 1 h, best of %d", in.N, max(len(in.Rounds), 1)), FmtRate(in.Rate), "", "")
+	if in.Ratio > 0 {
+		rs.add("ingest / ceiling", FmtRatio(in.Ratio), "≥ "+FmtRatio(TargetIngestRatio), verdict(in.Ratio >= TargetIngestRatio))
+	} else {
+		rs.add("ingest / ceiling", "n/a (ceiling not run)", "≥ "+FmtRatio(TargetIngestRatio), "")
+	}
+	rs.add("publish rate while ingesting", FmtRate(in.PublishRate), "", "")
+	if in.DrainRate > 0 {
+		rs.add(fmt.Sprintf("drain: %d queued before the bridge started, stored/s", in.N), FmtRate(in.DrainRate), "", "")
+	}
+	rs.add("bridge start to ready (empty store)", FmtMs(in.ReadyMs), "", "")
+	return rs.rows
+}
+
+// punctualityRows are the lateness of a punctuality workload (the plain
+// one, or Rebus's, which has no CPU figures), label naming it, and whether
+// all was stored in time.
+func punctualityRows(step, label string, p *Punctual) []Row {
+	rs := stepRows{step: step, rows: latenessRows(step, label, p.Lateness, true)}
+	rs.add("all stored before first due", storedValue(p.Stored, p.StoredMarginMs, p.Method), "", "")
+	if p.CPU != nil {
+		rs.add("CPU, first due time to last delivery", p.CPU.String(), "", "")
+	}
+	return rs.rows
+}
+
+// burstRows are the time from the burst's due instant to its last delivery
+// and its lateness.
+func burstRows(b *Burst) []Row {
+	if b == nil {
+		return nil
+	}
+	rs := stepRows{step: StepBurst}
+	label := fmt.Sprintf("%d due at once", b.N)
+	rs.add("due instant to last delivered, "+label, FmtMs(b.LastAfterDueMs), "≤ "+FmtMs(ms(TargetBurst)),
+		verdict(b.Missing == 0 && b.LastAfterDueMs <= ms(TargetBurst)))
+	rs.add("lateness p50", FmtMs(b.P50Ms), "", "")
+	rs.add("lateness p99", FmtMs(b.P99Ms), "", "")
+	rs.rows = append(rs.rows, countRows(StepBurst, b.Lateness)...)
+	rs.add("all stored before due", storedValue(b.Stored, b.StoredMarginMs, ""), "", "")
+	return rs.rows
+}
+
+// scaleRows are the fill rate, punctuality and memory with s.N pending.
+func scaleRows(r *Results, s *Scale) []Row {
+	rs := stepRows{step: StepScale}
+	rs.add(fmt.Sprintf("fill %d pending (due in 30 days), stored/s", s.N), FmtRate(s.FillRate), "", "")
+	if s.FillRateFirst > 0 || s.FillRateLast > 0 {
+		rs.add("fill rate first 10% / last 10%", FmtRate(s.FillRateFirst)+" / "+FmtRate(s.FillRateLast), "", "")
+	}
+	if r.Ceiling != nil && r.Ceiling.Rate > 0 && s.FillRate > 0 {
+		rs.add("fill rate / ceiling", FmtRatio(s.FillRate/r.Ceiling.Rate), "", "")
+	}
+	if p := s.Punctual; p != nil {
+		rs.rows = append(rs.rows, latenessRows(StepScale, fmt.Sprintf("%d over %s with %d pending", p.N, FmtMs(p.WindowMs), s.N), p.Lateness, true)...)
+	}
+	rs.rows = append(rs.rows, scaleTargetRows(r, s)...)
+	if s.HeapAvailable {
+		rs.add("Go heap (HeapAlloc peak during due stream)", FmtBytes(int64(s.HeapPeak)), "≤ "+FmtBytes(int64(TargetHeap)), verdict(s.HeapPeak <= TargetHeap))
+		rs.add("Go heap at end / HeapInuse / Go Sys", FmtBytes(int64(s.HeapAlloc))+" / "+FmtBytes(int64(s.HeapInuse))+" / "+FmtBytes(int64(s.Sys)), "", "")
+		rs.add("Go heap peak while filling", FmtBytes(int64(s.HeapFillPeak)), "", "")
+	} else {
+		rs.add("Go heap", "n/a (no /debug/vars)", "≤ "+FmtBytes(int64(TargetHeap)), "")
+	}
+	if s.VarsMs > 0 {
+		rs.add("slowest GET /debug/vars (sampled 1/s)", FmtMs(s.VarsMs), "", "")
+	}
+	rs.add("RSS (anon + file-backed) / peak RSS", fmt.Sprintf("%s (%s + %s) / %s",
+		FmtBytes(s.RSS), FmtBytes(s.RSSAnon), FmtBytes(s.RSSFile), FmtBytes(s.HWM)), "", "")
+	rs.add("store file / on disk", FmtBytes(s.StoreBytes)+" / "+FmtBytes(s.StoreOnDisk), "", "")
+	if s.StopMs > 0 {
+		rs.add("SIGTERM to exit", FmtMs(s.StopMs), "", "")
+	}
+	if s.RestartReadyMs > 0 {
+		rs.add("restart: process start to ready", FmtMs(s.RestartReadyMs), "≤ "+FmtMs(ms(TargetRestartReady)),
+			verdict(s.RestartReadyMs <= ms(TargetRestartReady)))
+	}
+	if s.PendingRestart >= 0 {
+		rs.add("pending after restart", fmt.Sprint(s.PendingRestart), "", "")
+	}
+	return rs.rows
+}
+
+// bigMsgRows are the bridge's memory with large messages due, and their
+// counts and lateness.
+func bigMsgRows(m *BigMsg) []Row {
+	if m == nil {
+		return nil
+	}
+	rs := stepRows{step: StepBigMsg}
+	label := fmt.Sprintf("%d × %d MiB due over %s", m.N, m.Bytes>>20, FmtMs(m.WindowMs))
+	rs.add("bridge peak RSS (VmHWM), "+label, FmtBytes(m.PeakRSS), "≤ "+FmtBytes(TargetBigMsgRSS),
+		verdict(m.PeakRSS > 0 && m.PeakRSS <= TargetBigMsgRSS))
+	rs.add("highest RSS / RssAnon sampled / Go heap peak", FmtBytes(m.SampledRSS)+" / "+FmtBytes(m.AnonRSS)+" / "+FmtBytes(int64(m.HeapPeak)), "", "")
+	rs.add("missing / duplicates / early", fmt.Sprintf("%d / %d / %d", m.Lateness.Missing, m.Lateness.Duplicates, m.Lateness.Early), "0 / 0 / 0",
+		verdict(m.Lateness.Missing == 0 && m.Lateness.Duplicates == 0 && m.Lateness.Early == 0))
+	rs.add("lateness p50 / p99 / max", FmtMs(m.Lateness.P50Ms)+" / "+FmtMs(m.Lateness.P99Ms)+" / "+FmtMs(m.Lateness.MaxMs), "", "")
+	return rs.rows
 }
 
 // latenessRows are the lateness figures of one timed workload; with targets
@@ -349,24 +402,21 @@ func jsonSafe(r *Results) *Results {
 // the same rate on an empty store (steady step), and the fill rate against
 // the empty store's ingest rate (ingest step).
 func scaleTargetRows(r *Results, s *Scale) []Row {
-	var rows []Row
-	add := func(metric, value, target, result string) {
-		rows = append(rows, Row{Step: StepScale, Metric: metric, Value: value, Target: target, Result: result})
-	}
+	rs := stepRows{step: StepScale}
 	if r.Ingest != nil && r.Ingest.Rate > 0 && s.FillRate > 0 {
 		ratio := s.FillRate / r.Ingest.Rate
-		add("fill rate / empty-store ingest rate", FmtRatio(ratio), "≥ "+FmtRatio(TargetScaleFillRatio), verdict(ratio >= TargetScaleFillRatio))
+		rs.add("fill rate / empty-store ingest rate", FmtRatio(ratio), "≥ "+FmtRatio(TargetScaleFillRatio), verdict(ratio >= TargetScaleFillRatio))
 	}
 	if l := s.Steady; l != nil {
-		add(fmt.Sprintf("steady %d/s with %d pending: p50 / p99 / max", s.SteadyRate, s.N),
+		rs.add(fmt.Sprintf("steady %d/s with %d pending: p50 / p99 / max", s.SteadyRate, s.N),
 			FmtMs(l.P50Ms)+" / "+FmtMs(l.P99Ms)+" / "+FmtMs(l.MaxMs), "", "")
-		add("steady: early / duplicates / missing", fmt.Sprintf("%d / %d / %d", l.Early, l.Duplicates, l.Missing), "0", verdict(l.Early+l.Duplicates+l.Missing == 0))
+		rs.add("steady: early / duplicates / missing", fmt.Sprintf("%d / %d / %d", l.Early, l.Duplicates, l.Missing), "0", verdict(l.Early+l.Duplicates+l.Missing == 0))
 		if empty := emptySteadyP99(r, s.SteadyRate); empty > 0 {
 			ratio := l.P99Ms / empty
-			add("steady p99 / empty-store p99 at the same rate", FmtRatio(ratio), "≤ "+FmtRatio(TargetScaleSteadyRatio), verdict(ratio <= TargetScaleSteadyRatio))
+			rs.add("steady p99 / empty-store p99 at the same rate", FmtRatio(ratio), "≤ "+FmtRatio(TargetScaleSteadyRatio), verdict(ratio <= TargetScaleSteadyRatio))
 		}
 	}
-	return rows
+	return rs.rows
 }
 
 // emptySteadyP99 is the steady step's bbolt p99 at rate (0: not run).

@@ -205,19 +205,9 @@ func (b *bencher) resendWorkloads(endpoint, label string, delay time.Duration) (
 // one arrives; then waits for the last sends and counts.
 func (b *bencher) resendLoop(ctx context.Context, ws []*resendWorkload, res *Resend) error {
 	n := int(float64(res.Rate) * res.Seconds)
-	type msgState struct{ due, at []time.Time }
-	var (
-		mu    sync.Mutex
-		state = make(map[*resendWorkload][]msgState, len(ws))
-		errs  []error
-	)
+	t := &resendTally{state: make(map[*resendWorkload][]resendMsg, len(ws))}
 	for _, w := range ws {
-		state[w] = make([]msgState, n)
-	}
-	fail := func(err error) {
-		mu.Lock()
-		errs = append(errs, err)
-		mu.Unlock()
+		t.state[w] = make([]resendMsg, n)
 	}
 	conn, err := b.dial("resend")
 	if err != nil {
@@ -240,92 +230,121 @@ func (b *bencher) resendLoop(ctx context.Context, ws []*resendWorkload, res *Res
 		if err != nil {
 			return fmt.Errorf("consume %s: %w", w.dest, err)
 		}
-		send := func(p *confirmed.Publisher, i, r int) {
-			due, err := w.send(p, i, r)
-			if err != nil {
-				fail(fmt.Errorf("%s: send %d of message %d: %w", w.name, r, i, err))
-				return
-			}
-			mu.Lock()
-			state[w][i].due = append(state[w][i].due, due)
-			mu.Unlock()
-		}
-		wg.Go(func() { // arrivals, and the next sends
-			for {
-				select {
-				case <-lctx.Done():
-					return
-				case d, ok := <-ds:
-					if !ok {
-						return
-					}
-					at := time.Now()
-					i, err := strconv.Atoi(d.MessageId[len(w.name)+1:])
-					if err != nil || i < 0 || i >= n {
-						continue
-					}
-					mu.Lock()
-					s := &state[w][i]
-					s.at = append(s.at, at)
-					r := len(s.at)
-					mu.Unlock()
-					if r < res.Rounds {
-						send(again, i, r)
-					}
-				}
-			}
-		})
+		wg.Go(func() { t.resendOnArrival(lctx, ds, w, again, n, res.Rounds) })
 		first, err := confirmed.NewPublisher(conn)
 		if err != nil {
 			return err
 		}
-		wg.Go(func() { // new messages at the rate
-			start := time.Now()
-			for i := range n {
-				at := start.Add(time.Duration(i) * time.Second / time.Duration(res.Rate))
-				if d := time.Until(at); d > 0 {
-					select {
-					case <-lctx.Done():
-						return
-					case <-time.After(d):
-					}
-				}
-				send(first, i, 0)
-			}
-		})
+		wg.Go(func() { t.sendNew(lctx, w, first, n, res.Rate) })
 	}
 	// Every send arrives within rounds × (delay + a grace) of the last new
 	// message; the loop ends there, or once everything arrived.
 	deadline := time.Now().Add(time.Duration(res.Seconds*float64(time.Second)) + time.Duration(res.Rounds)*(resendDelay+5*time.Second))
-	for time.Now().Before(deadline) && ctx.Err() == nil {
-		mu.Lock()
-		done := 0
-		for _, w := range ws {
-			for _, s := range state[w] {
-				if len(s.at) >= res.Rounds {
-					done++
-				}
-			}
-		}
-		mu.Unlock()
-		if done == n*len(ws) {
-			break
-		}
+	for time.Now().Before(deadline) && ctx.Err() == nil && t.complete(res.Rounds) < n*len(ws) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	time.Sleep(duplicateLinger)
 	stop()
 	wg.Wait()
-	mu.Lock()
-	defer mu.Unlock()
-	for _, w := range ws {
+	return t.count(n, res.Rounds)
+}
+
+// resendTally is what resendLoop records: for each workload's messages the
+// due time of each send and the time of each arrival, and the sends that
+// failed.
+type resendTally struct {
+	mu    sync.Mutex
+	state map[*resendWorkload][]resendMsg
+	errs  []error
+}
+
+type resendMsg struct{ due, at []time.Time }
+
+// send sends message i of w the r-th time, through p.
+func (t *resendTally) send(w *resendWorkload, p *confirmed.Publisher, i, r int) {
+	due, err := w.send(p, i, r)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if err != nil {
+		t.errs = append(t.errs, fmt.Errorf("%s: send %d of message %d: %w", w.name, r, i, err))
+		return
+	}
+	t.state[w][i].due = append(t.state[w][i].due, due)
+}
+
+// sendNew sends w's n new messages, rate a second.
+func (t *resendTally) sendNew(ctx context.Context, w *resendWorkload, p *confirmed.Publisher, n, rate int) {
+	start := time.Now()
+	for i := range n {
+		at := start.Add(time.Duration(i) * time.Second / time.Duration(rate))
+		if d := time.Until(at); d > 0 {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(d):
+			}
+		}
+		t.send(w, p, i, 0)
+	}
+}
+
+// resendOnArrival records the arrivals of w's messages from ds and sends
+// each again through p until it has arrived rounds times.
+func (t *resendTally) resendOnArrival(ctx context.Context, ds <-chan amqp.Delivery, w *resendWorkload, p *confirmed.Publisher, n, rounds int) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case d, ok := <-ds:
+			if !ok {
+				return
+			}
+			at := time.Now()
+			i, err := strconv.Atoi(d.MessageId[len(w.name)+1:])
+			if err != nil || i < 0 || i >= n {
+				continue
+			}
+			t.mu.Lock()
+			s := &t.state[w][i]
+			s.at = append(s.at, at)
+			r := len(s.at)
+			t.mu.Unlock()
+			if r < rounds {
+				t.send(w, p, i, r)
+			}
+		}
+	}
+}
+
+// complete counts the messages, of every workload, that arrived rounds
+// times.
+func (t *resendTally) complete(rounds int) int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	done := 0
+	for _, msgs := range t.state {
+		for _, s := range msgs {
+			if len(s.at) >= rounds {
+				done++
+			}
+		}
+	}
+	return done
+}
+
+// count fills in each workload's figures, n messages sent rounds times
+// each, and returns the failed sends.
+func (t *resendTally) count(n, rounds int) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for w, msgs := range t.state {
 		r := w.state
-		r.Messages, r.Sends = n, n*res.Rounds
+		r.Messages, r.Sends = n, n*rounds
 		var late []time.Duration
-		for _, s := range state[w] {
-			got := min(len(s.at), res.Rounds)
+		for _, s := range msgs {
+			got := min(len(s.at), rounds)
 			r.Delivered += got
-			r.Lost += res.Rounds - got
+			r.Lost += rounds - got
 			r.Duplicates += len(s.at) - got
 			for k := range min(len(s.at), len(s.due)) {
 				l := s.at[k].Sub(s.due[k])
@@ -337,7 +356,7 @@ func (b *bencher) resendLoop(ctx context.Context, ws []*resendWorkload, res *Res
 		}
 		r.Percentiles = summarize(late)
 	}
-	return errors.Join(errs...)
+	return errors.Join(t.errs...)
 }
 
 // resendRows are the step's figures: lost must be 0 in every workload.

@@ -407,17 +407,27 @@ func searchRates(s *SteadySearch, limit int, measure func(r int) (*SteadyLeg, er
 	return nil
 }
 
-// steadyBridge publishes R a second for the step's duration through bridge
-// p, each due U[1 s, 5 s] after its send, to four destination queues, and
-// measures the lateness at their consumer.
-func (b *bencher) steadyBridge(ctx context.Context, p *bridgeProc, st *SteadyStore, pg *scaleOutPg, r int) (*SteadyLeg, error) {
-	label := fmt.Sprintf("%s-%s-%d", StepSteady, st.Store, r)
+// steadyQueues declares the steady workload's destination queues, the
+// step's (label's) dest0 to dest3.
+func (b *bencher) steadyQueues(label string) ([]string, error) {
 	dests := make([]string, steadyDests)
 	for k := range dests {
 		dests[k] = b.name(label, "dest"+strconv.Itoa(k))
 		if err := b.declareQueue(dests[k], nil); err != nil {
 			return nil, err
 		}
+	}
+	return dests, nil
+}
+
+// steadyBridge publishes R a second for the step's duration through bridge
+// p, each due U[1 s, 5 s] after its send, to four destination queues, and
+// measures the lateness at their consumer.
+func (b *bencher) steadyBridge(ctx context.Context, p *bridgeProc, st *SteadyStore, pg *scaleOutPg, r int) (*SteadyLeg, error) {
+	label := fmt.Sprintf("%s-%s-%d", StepSteady, st.Store, r)
+	dests, err := b.steadyQueues(label)
+	if err != nil {
+		return nil, err
 	}
 	n := int(float64(r) * b.opts.SteadyDuration.Seconds())
 	col, err := b.collectQueues(dests, n, nil)

@@ -34,13 +34,10 @@ func fmtBusy(c *LegCPU) string {
 // bridge's lateness, its counts, the publisher's pace, the broker's own hop
 // at R and 2R and the p99 ratio; then the search.
 func steadyRows(s *Steady) []Row {
-	var rows []Row
-	add := func(metric, value, target, result string) {
-		rows = append(rows, Row{Step: StepSteady, Metric: metric, Value: value, Target: target, Result: result})
-	}
+	rs := stepRows{step: StepSteady}
 	for _, st := range s.Stores {
 		if st.Skipped != "" {
-			add(st.Store, "skipped: "+st.Skipped, "", "")
+			rs.add(st.Store, "skipped: "+st.Skipped, "", "")
 			continue
 		}
 		for _, r := range st.Rates {
@@ -56,28 +53,28 @@ func steadyRows(s *Steady) []Row {
 					}
 					result = verdict(ok)
 				}
-				add(head+": bridge lateness p50 / p99 / p99.9 / max", fmtPct(l), target, result)
-				add("  early / duplicates / missing", fmt.Sprintf("%d / %d / %d of %d", l.Early, l.Duplicates, l.Missing, l.Expected),
+				rs.add(head+": bridge lateness p50 / p99 / p99.9 / max", fmtPct(l), target, result)
+				rs.add("  early / duplicates / missing", fmt.Sprintf("%d / %d / %d of %d", l.Early, l.Duplicates, l.Missing, l.Expected),
 					"0", verdict(l.Early+l.Duplicates+l.Missing == 0))
-				add("  publisher (bridge)", fmtPace(l.Pace), "", "")
+				rs.add("  publisher (bridge)", fmtPace(l.Pace), "", "")
 				if l.CPU != nil {
-					add("  CPU, intake and delivery at full rate", l.CPU.String(), "", "")
+					rs.add("  CPU, intake and delivery at full rate", l.CPU.String(), "", "")
 				}
 			}
 			if r.Hop != nil {
-				add(fmt.Sprintf("  broker hop at %s: latency p50 / p99 / p99.9 / max", FmtRate(float64(r.Rate))), fmtPct(r.Hop), "", "")
+				rs.add(fmt.Sprintf("  broker hop at %s: latency p50 / p99 / p99.9 / max", FmtRate(float64(r.Rate))), fmtPct(r.Hop), "", "")
 			}
 			if r.Hop2 != nil {
-				add(fmt.Sprintf("  broker hop at %s: latency p50 / p99 / p99.9 / max", FmtRate(float64(2*r.Rate))), fmtPct(r.Hop2), "", "")
+				rs.add(fmt.Sprintf("  broker hop at %s: latency p50 / p99 / p99.9 / max", FmtRate(float64(2*r.Rate))), fmtPct(r.Hop2), "", "")
 				if r.Hop2.Pace.Behind {
-					add("  publisher (hop at 2R)", fmtPace(r.Hop2.Pace), "", "")
+					rs.add("  publisher (hop at 2R)", fmtPace(r.Hop2.Pace), "", "")
 				}
 				if r.Hop2.CPU != nil {
-					add("  CPU, hop at 2R", r.Hop2.CPU.String(), "", "")
+					rs.add("  CPU, hop at 2R", r.Hop2.CPU.String(), "", "")
 				}
 			}
 			if r.RatioP99 > 0 {
-				add("  bridge p99 / hop p99 at 2R", FmtRatio(r.RatioP99), "≤ "+FmtRatio(steadyMaxRatio), verdict(r.RatioP99 <= steadyMaxRatio))
+				rs.add("  bridge p99 / hop p99 at 2R", FmtRatio(r.RatioP99), "≤ "+FmtRatio(steadyMaxRatio), verdict(r.RatioP99 <= steadyMaxRatio))
 			}
 		}
 		if x := st.Search; x != nil {
@@ -88,15 +85,15 @@ func steadyRows(s *Steady) []Row {
 					v += fmt.Sprintf(" = %s of the ceiling (%s)", FmtRatio(x.Ratio), FmtRate(x.Ceiling))
 				}
 			}
-			add(fmt.Sprintf("%s: highest rate with bridge p99 ≤ %s", st.Store, FmtMs(ms(steadySearchP99))), v, "", "")
+			rs.add(fmt.Sprintf("%s: highest rate with bridge p99 ≤ %s", st.Store, FmtMs(ms(steadySearchP99))), v, "", "")
 			var steps []string
 			for _, p := range x.Steps {
 				steps = append(steps, fmt.Sprintf("%d: %s%s", p.Rate, FmtMs(p.P99Ms), map[bool]string{true: " (behind)"}[p.Behind]))
 			}
-			add("  search: rate: p99", strings.Join(steps, "; "), "", "")
+			rs.add("  search: rate: p99", strings.Join(steps, "; "), "", "")
 		}
 	}
-	return rows
+	return rs.rows
 }
 
 // FormatSteady renders the steady step side by side, one line per store

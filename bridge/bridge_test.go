@@ -446,6 +446,15 @@ func (c *collector) exactlyOnce(t *testing.T, want []string) {
 	}
 }
 
+// deliveredOnce waits up to d until every id arrived, then half a second
+// for late duplicates, and checks that each arrived once and nothing else.
+func (c *collector) deliveredOnce(t *testing.T, want []string, d time.Duration) {
+	t.Helper()
+	c.waitAll(t, want, d)
+	time.Sleep(500 * time.Millisecond)
+	c.exactlyOnce(t, want)
+}
+
 // reopen opens the store file after the bridge closed it.
 func (h *harness) reopen() *boltstore.Store {
 	h.t.Helper()
@@ -498,9 +507,7 @@ func TestStoreWriteFaultNoAckBeforeCommit(t *testing.T) {
 	h.requireRunning("during the store fault")
 
 	h.fs.Heal()
-	c.waitAll(t, want, 15*time.Second)
-	time.Sleep(500 * time.Millisecond) // late duplicates
-	c.exactlyOnce(t, want)
+	c.deliveredOnce(t, want, 15*time.Second)
 	h.requireRunning("after Heal")
 	if n := h.ready(h.timeoutsQueue()); n != 0 {
 		t.Errorf("%s still has %d ready messages after all were delivered", h.timeoutsQueue(), n)
@@ -612,9 +619,7 @@ func TestFetchFaultRecovers(t *testing.T) {
 	}
 
 	h.fs.Heal()
-	c.waitAll(t, []string{"fetchrec-1"}, 10*time.Second)
-	time.Sleep(500 * time.Millisecond)
-	c.exactlyOnce(t, []string{"fetchrec-1"})
+	c.deliveredOnce(t, []string{"fetchrec-1"}, 10*time.Second)
 	h.requireRunning("after Heal")
 }
 
@@ -722,9 +727,7 @@ func TestSlowCommits(t *testing.T) {
 		due[id] = at
 		h.publish(h.dueAt(id, at))
 	}
-	c.waitAll(t, want, 20*time.Second)
-	time.Sleep(500 * time.Millisecond)
-	c.exactlyOnce(t, want)
+	c.deliveredOnce(t, want, 20*time.Second)
 	for _, id := range want {
 		for _, got := range c.arrivals(id) {
 			if got.Before(due[id]) {

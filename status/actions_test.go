@@ -14,6 +14,7 @@ import (
 
 	"github.com/delaybridge/delaybridge/admin"
 	"github.com/delaybridge/delaybridge/storage"
+	"github.com/delaybridge/delaybridge/storage/storetest"
 )
 
 // fakeActions records the calls the forms make.
@@ -91,7 +92,7 @@ func (b *browser) post(target string, form url.Values) *httptest.ResponseRecorde
 var csrfField = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
 
 func actionsHandler(acts *fakeActions, token string) *Handler {
-	now := time.Date(2026, 11, 21, 20, 0, 0, 0, time.UTC)
+	now := t0
 	return New(Options{Token: token, Actions: acts, Now: func() time.Time { return now }, Refresh: 5 * time.Second,
 		List: rows(storage.Timeout{ID: "order-1/a b", Destination: "orders", DueAt: now.Add(time.Hour)}),
 		ErrorQueue: func(context.Context) (ErrorQueue, error) {
@@ -281,7 +282,7 @@ func TestActionsBehindATLSProxy(t *testing.T) {
 // Someone guessing tokens gets one log line a minute, with a count, not one
 // per attempt.
 func TestRefusedLoginsDoNotFloodTheLog(t *testing.T) {
-	c := &clock{t: time.Date(2026, 11, 21, 20, 0, 0, 0, time.UTC)}
+	c := storetest.NewClock(t0)
 	var mu sync.Mutex
 	var lines []string
 	h := New(Options{Token: testToken, Actions: &fakeActions{}, Now: c.Now, Log: func(action, id, outcome string) {

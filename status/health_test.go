@@ -11,13 +11,14 @@ import (
 
 	"github.com/delaybridge/delaybridge/metrics"
 	"github.com/delaybridge/delaybridge/storage"
+	"github.com/delaybridge/delaybridge/storage/storetest"
 	"github.com/delaybridge/delaybridge/wire"
 )
 
 // An incident: every forward to a destination fails, none is
 // dispatched. The page said "healthy" and showed the messages as "waiting".
 func TestFailingDispatchIsAProblemAndRowsAreNotWaiting(t *testing.T) {
-	clk := &clock{t: time.Date(2026, 11, 21, 20, 0, 0, 0, time.UTC)}
+	clk := storetest.NewClock(t0)
 	r := newRegistry()
 	r.setConnected("publish", true)
 	broken := wire.Destination{Key: "billing"}
@@ -59,7 +60,7 @@ func TestFailingDispatchIsAProblemAndRowsAreNotWaiting(t *testing.T) {
 }
 
 func TestAFewFailuresAmongForwardsAreNotFailing(t *testing.T) {
-	clk := &clock{t: time.Date(2026, 11, 21, 20, 0, 0, 0, time.UTC)}
+	clk := storetest.NewClock(t0)
 	r := newRegistry()
 	d := wire.Destination{Key: "orders"}
 	h := New(Options{Gatherer: r.reg, Now: clk.Now})
@@ -84,7 +85,7 @@ func TestAFewFailuresAmongForwardsAreNotFailing(t *testing.T) {
 }
 
 func TestErrorQueueGrowingAndOverdueAreProblems(t *testing.T) {
-	clk := &clock{t: time.Date(2026, 11, 21, 20, 0, 0, 0, time.UTC)}
+	clk := storetest.NewClock(t0)
 	r := newRegistry()
 	h := New(Options{Gatherer: r.reg, Now: clk.Now, OverdueAfter: time.Minute,
 		List: rows(
@@ -100,7 +101,7 @@ func TestErrorQueueGrowingAndOverdueAreProblems(t *testing.T) {
 }
 
 func TestLatenessIsPercentilesNotTheMean(t *testing.T) {
-	clk := &clock{t: time.Date(2026, 11, 21, 20, 0, 0, 0, time.UTC)}
+	clk := storetest.NewClock(t0)
 	r := newRegistry()
 	h := New(Options{Gatherer: r.reg, Now: clk.Now})
 	h.sample(false)
@@ -154,7 +155,7 @@ func TestQuantile(t *testing.T) {
 }
 
 func TestErrorQueueSection(t *testing.T) {
-	clk := &clock{t: time.Date(2026, 11, 21, 20, 0, 0, 0, time.UTC)}
+	clk := storetest.NewClock(t0)
 	reads := 0
 	var newest []ErrorEntry
 	for i := range 15 {
@@ -185,14 +186,14 @@ func TestErrorQueueSection(t *testing.T) {
 }
 
 func TestInstance(t *testing.T) {
-	now := time.Date(2026, 11, 21, 20, 0, 0, 0, time.UTC)
+	now := t0
 	page := get(t, New(Options{Now: func() time.Time { return now }, Instance: Instance{Owner: "host-1-ab12cd34", Hostname: "host-1",
 		Version: "v1.2.3", Revision: "0123456789abcdef", Started: now.Add(-(3*time.Hour + 4*time.Minute))}}))
 	mustContain(t, page, "host-1-ab12cd34", "v1.2.3", "0123456789abcdef", `id="uptime">3h4m<`)
 }
 
 func TestSearchAndPaging(t *testing.T) {
-	now := time.Date(2026, 11, 21, 20, 0, 0, 0, time.UTC)
+	now := t0
 	var ts []storage.Timeout
 	for i := range 60 {
 		dest := "orders"
@@ -242,7 +243,7 @@ func TestSearchAndPaging(t *testing.T) {
 
 // Exchange destinations are searched by exchange, and routing key.
 func TestSearchByExchange(t *testing.T) {
-	now := time.Date(2026, 11, 21, 20, 0, 0, 0, time.UTC)
+	now := t0
 	h := New(Options{Now: func() time.Time { return now }, List: rows(
 		storage.Timeout{ID: "q-1", Destination: "events", DueAt: now.Add(time.Minute)},
 		storage.Timeout{ID: "x-1", Exchange: "events", Destination: "order.created", DueAt: now.Add(2 * time.Minute)},
@@ -274,7 +275,7 @@ func getURL(t *testing.T, h http.Handler, target string) string {
 // its store reads up: the page shows the previous result, or that it is
 // still reading, and the read goes on on its own.
 func TestSlowErrorQueueDoesNotHoldThePage(t *testing.T) {
-	now := time.Date(2026, 11, 21, 20, 0, 0, 0, time.UTC)
+	now := t0
 	release := make(chan struct{})
 	done := make(chan struct{})
 	h := New(Options{Now: func() time.Time { return now },

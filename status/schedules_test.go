@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/delaybridge/delaybridge/storage"
+	"github.com/delaybridge/delaybridge/storage/storetest"
 )
 
 // The schedules section lists each schedule with its state and next fire
@@ -15,7 +16,7 @@ import (
 // shows a store error, says when there are none, and is absent without
 // Options.Schedules.
 func TestSchedulesSection(t *testing.T) {
-	clk := &clock{t: time.Date(2026, 11, 21, 20, 0, 0, 0, time.UTC)}
+	clk := storetest.NewClock(t0)
 	evil := `<script>alert(1)</script>`
 	var next string
 	var fail error

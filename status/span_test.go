@@ -13,7 +13,7 @@ import (
 // holds. The page used to print a saturated Duration, and for year 0000 a
 // negated minimum Duration that overflowed into a negative one.
 func TestFarDueTimesAreWordedInYears(t *testing.T) {
-	now := time.Date(2026, 11, 21, 20, 0, 0, 0, time.UTC)
+	now := t0
 	farPast := time.Date(0, 1, 1, 0, 0, 0, 0, time.UTC)
 	farFuture := storage.MaxDueAt
 	page := get(t, New(Options{Now: func() time.Time { return now },

@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,20 +16,12 @@ import (
 	"github.com/delaybridge/delaybridge/internal/testenv"
 	"github.com/delaybridge/delaybridge/metrics"
 	"github.com/delaybridge/delaybridge/storage"
+	"github.com/delaybridge/delaybridge/storage/storetest"
 	"github.com/delaybridge/delaybridge/wire"
 )
 
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
+// t0 is the tests' fixed time: their clock's start, or their only now.
+var t0 = time.Date(2026, 11, 21, 20, 0, 0, 0, time.UTC)
 
 // registry is a bridge's real metrics (package metrics), so the page is
 // tested against the series the bridge exports, under their real names: a
@@ -95,7 +86,7 @@ func mustContain(t *testing.T, page string, want ...string) {
 }
 
 func TestPageShowsCountsStatesAndEscapes(t *testing.T) {
-	clk := &clock{t: time.Date(2026, 11, 21, 20, 0, 0, 0, time.UTC)}
+	clk := storetest.NewClock(t0)
 	r := newRegistry()
 	r.m.BreakerState("store", circuit.Disarmed)
 	r.m.BreakerState("dispatch", circuit.Triggered)
@@ -156,7 +147,7 @@ func TestBreakersAndConnectionsFromGatherer(t *testing.T) {
 }
 
 func TestThroughputAndLateness(t *testing.T) {
-	clk := &clock{t: time.Date(2026, 11, 21, 20, 0, 0, 0, time.UTC)}
+	clk := storetest.NewClock(t0)
 	r := newRegistry()
 	h := New(Options{Gatherer: r.reg, Now: clk.Now})
 	h.sample(false)
@@ -191,7 +182,7 @@ func TestThroughputAndLateness(t *testing.T) {
 // Messages taken in and not stored show per minute and since start, by
 // reason; a later send of an id pending twice is marked with its number.
 func TestDroppedAndSendsShown(t *testing.T) {
-	clk := &clock{t: time.Date(2026, 11, 21, 20, 0, 0, 0, time.UTC)}
+	clk := storetest.NewClock(t0)
 	r := newRegistry()
 	h := New(Options{Gatherer: r.reg, Now: clk.Now,
 		List: func(context.Context, storage.ListFilter) ([]storage.Timeout, string, error) {
@@ -216,7 +207,7 @@ func TestDroppedAndSendsShown(t *testing.T) {
 }
 
 func TestSamplesAreBoundedAndRateLimited(t *testing.T) {
-	clk := &clock{t: time.Date(2026, 11, 21, 20, 0, 0, 0, time.UTC)}
+	clk := storetest.NewClock(t0)
 	h := New(Options{Gatherer: newRegistry().reg, Now: clk.Now})
 	for range 1000 {
 		h.sample(false)
@@ -260,7 +251,7 @@ func TestEmptyOptionsRender(t *testing.T) {
 }
 
 func TestRetryHoldIsNotOverdue(t *testing.T) {
-	now := time.Date(2026, 11, 21, 20, 0, 0, 0, time.UTC)
+	now := t0
 	page := get(t, New(Options{Now: func() time.Time { return now },
 		List: rows(storage.Timeout{ID: "r", Destination: "d", DueAt: now.Add(-time.Minute), NotBefore: now.Add(4 * time.Second)})}))
 	mustContain(t, page, "retry in 4s")
@@ -272,7 +263,7 @@ func TestRetryHoldIsNotOverdue(t *testing.T) {
 // An exchange destination is shown as one, never as a bare routing key that
 // reads like a queue's name, and escaped like everything else.
 func TestExchangeDestinationsAreShownAsSuch(t *testing.T) {
-	now := time.Date(2026, 11, 21, 20, 0, 0, 0, time.UTC)
+	now := t0
 	page := get(t, New(Options{Now: func() time.Time { return now },
 		List: rows(
 			storage.Timeout{ID: "q-row", Destination: "orders", DueAt: now.Add(time.Minute)},
@@ -291,7 +282,7 @@ func TestExchangeDestinationsAreShownAsSuch(t *testing.T) {
 // A row of a paused destination is shown paused, and its being past due is
 // not flagged: the pause holds it there.
 func TestPausedRowsShowPaused(t *testing.T) {
-	now := time.Date(2026, 11, 21, 20, 0, 0, 0, time.UTC)
+	now := t0
 	page := get(t, New(Options{Now: func() time.Time { return now },
 		List: rows(storage.Timeout{ID: "p", Destination: "d", DueAt: now.Add(-time.Hour), Paused: true})}))
 	mustContain(t, page, `<span class="badge warn">paused</span>`)

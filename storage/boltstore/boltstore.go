@@ -1068,63 +1068,8 @@ func (s *Store) List(ctx context.Context, f storage.ListFilter) ([]storage.Timeo
 			}
 			return err
 		}
-		// A row that is not held sits in ready at its due time; a held one
-		// is listed from held and skipped in ready. Both are keyed by time
-		// and id: merged, they give due order, ties by id.
-		start := func(c *bolt.Cursor) (k, v []byte) {
-			switch {
-			case after != nil:
-				if k, v = c.Seek(after); k != nil && bytes.Equal(k, after) {
-					k, v = c.Next()
-				}
-			case !f.DueFrom.IsZero():
-				k, v = c.Seek(binary.BigEndian.AppendUint64(nil, keyTime(f.DueFrom)))
-			default:
-				k, v = c.First()
-			}
-			return k, v
-		}
-		rc, hc := b.ready.Cursor(), b.held.Cursor()
-		rk, rv := start(rc)
-		hk, hv := start(hc)
-		for rk != nil || hk != nil {
-			k, v, fromHeld := rk, rv, false
-			if hk != nil && (rk == nil || bytes.Compare(hk, rk) < 0) {
-				k, v, fromHeld = hk, hv, true
-				hk, hv = hc.Next()
-			} else {
-				rk, rv = rc.Next()
-			}
-			key := readyKey
-			if fromHeld {
-				key = dueKey
-			}
-			// A header filter reads the message (see storage.ListFilter).
-			r, err := b.indexed(k, v, key, f.HeaderName != "")
-			if err != nil {
-				return err
-			}
-			if !fromHeld && held(&r.Timeout) {
-				continue
-			}
-			if !f.DueTo.IsZero() && !r.DueAt.Before(f.DueTo) {
-				if keyTime(r.DueAt) > keyTime(f.DueTo) {
-					break // past the range (clamped keys may tie; go on within them)
-				}
-				continue
-			}
-			if !f.Selects(&r.Timeout) {
-				continue
-			}
-			r.Message, r.Fingerprint = nil, nil
-			if len(rows) == f.Limit {
-				next = hex.EncodeToString(dueKey(&rows[len(rows)-1]))
-				return nil
-			}
-			r.Paused = fromHeld && b.isPaused(&r.Timeout)
-			rows = append(rows, r.Timeout)
-		}
-		return nil
+		rows, next, err = listDue(b, f, after)
+		return err
 	})
 	if err != nil {
 		return nil, "", fmt.Errorf("boltstore: list: %w", err)
@@ -1137,6 +1082,70 @@ func (s *Store) List(ctx context.Context, f storage.ListFilter) ([]storage.Timeo
 		s.leases.annotate(&rows[i])
 	}
 	return rows, next, nil
+}
+
+// listDue is List for the other filters: a row that is not held sits in
+// ready at its due time; a held one is listed from held and skipped in
+// ready. Both are keyed by time and id: merged, they give due order, ties by
+// id.
+func listDue(b txb, f storage.ListFilter, after []byte) ([]storage.Timeout, string, error) {
+	var rows []storage.Timeout
+	rc, hc := b.ready.Cursor(), b.held.Cursor()
+	rk, rv := seekList(rc, f, after)
+	hk, hv := seekList(hc, f, after)
+	for rk != nil || hk != nil {
+		k, v, fromHeld := rk, rv, false
+		if hk != nil && (rk == nil || bytes.Compare(hk, rk) < 0) {
+			k, v, fromHeld = hk, hv, true
+			hk, hv = hc.Next()
+		} else {
+			rk, rv = rc.Next()
+		}
+		key := readyKey
+		if fromHeld {
+			key = dueKey
+		}
+		// A header filter reads the message (see storage.ListFilter).
+		r, err := b.indexed(k, v, key, f.HeaderName != "")
+		if err != nil {
+			return nil, "", err
+		}
+		if !fromHeld && held(&r.Timeout) {
+			continue
+		}
+		if !f.DueTo.IsZero() && !r.DueAt.Before(f.DueTo) {
+			if keyTime(r.DueAt) > keyTime(f.DueTo) {
+				break // past the range (clamped keys may tie; go on within them)
+			}
+			continue
+		}
+		if !f.Selects(&r.Timeout) {
+			continue
+		}
+		r.Message, r.Fingerprint = nil, nil
+		if len(rows) == f.Limit {
+			return rows, hex.EncodeToString(dueKey(&rows[len(rows)-1])), nil
+		}
+		r.Paused = fromHeld && b.isPaused(&r.Timeout)
+		rows = append(rows, r.Timeout)
+	}
+	return rows, "", nil
+}
+
+// seekList puts c on the first key List reads: the one after the cursor,
+// else the first at or after f.DueFrom, else the first.
+func seekList(c *bolt.Cursor, f storage.ListFilter, after []byte) (k, v []byte) {
+	switch {
+	case after != nil:
+		if k, v = c.Seek(after); k != nil && bytes.Equal(k, after) {
+			k, v = c.Next()
+		}
+	case !f.DueFrom.IsZero():
+		k, v = c.Seek(binary.BigEndian.AppendUint64(nil, keyTime(f.DueFrom)))
+	default:
+		k, v = c.First()
+	}
+	return k, v
 }
 
 // listFew is List for a filter with an ID or a SagaID, over rs, the rows
