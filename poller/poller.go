@@ -37,6 +37,9 @@ type Store interface {
 // closes the rest when Run ends.
 type Publisher interface {
 	Publish(ctx context.Context, msgs []broker.Outgoing) []error
+	// IsClosed reports whether its channel is closed (with its connection,
+	// say): the poller then opens another instead of publishing on it.
+	IsClosed() bool
 	Close() error
 }
 
@@ -269,8 +272,14 @@ func (p *Poller) takePublisher(ctx context.Context) Publisher {
 		return nil
 	case pub = <-p.slots:
 	}
-	if pub != nil {
+	if pub != nil && !pub.IsClosed() {
 		return pub
+	}
+	if pub != nil {
+		// Its channel closed while it waited in its slot (the connection
+		// was lost): a hand-over on it would fail, and its leases be
+		// released, for nothing. The next one waits for the connection.
+		_ = pub.Close()
 	}
 	pub, err := p.newPub(ctx)
 	if err != nil {

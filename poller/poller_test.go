@@ -29,6 +29,22 @@ type fakePublisher struct {
 	modes  []uint8 // each message's delivery mode
 	// attempts counts Publish calls, failed ones too.
 	attempts int
+	// gone: its channel closed (IsClosed); Publish then fails.
+	gone bool
+}
+
+func (p *fakePublisher) IsClosed() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.gone
+}
+
+// lose closes its channel, as a lost connection does.
+func (p *fakePublisher) lose() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.gone = true
+	p.fail = fmt.Errorf("%w: %w", broker.ErrNotConfirmed, broker.ErrChannelClosed)
 }
 
 func (p *fakePublisher) Close() error {
@@ -367,6 +383,43 @@ func TestAFailedPublisherIsClosed(t *testing.T) {
 	defer failing.mu.Unlock()
 	if failing.closed != 1 {
 		t.Fatalf("the failed publisher was closed %d times, want once", failing.closed)
+	}
+}
+
+// A publisher whose channel closed while it waited in its slot (the
+// connection was lost between hand-overs) is replaced before the next
+// hand-over, not published on: that hand-over would fail, its leases be
+// released, and the poller pause, once per such publisher.
+func TestAClosedPublisherIsReplacedBeforeUse(t *testing.T) {
+	store := openStore(t)
+	insert(t, store, "a", time.Now().Add(-time.Second))
+	lost := &fakePublisher{}
+	next := &fakePublisher{}
+	var mu sync.Mutex
+	pubs := []*fakePublisher{lost, next}
+	p := New(store, func(context.Context) (Publisher, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		pub := pubs[0]
+		if len(pubs) > 1 {
+			pubs = pubs[1:]
+		}
+		return pub, nil
+	}, Options{Owner: "o", BatchSize: 10, LeaseDuration: time.Hour, PollInterval: time.Hour, Publishers: 1, Logger: zerolog.Nop()})
+	testenv.Start(t, p.Run)
+	waitFor(t, "the first hand-over", func() bool { return lost.count() == 1 })
+	waitFor(t, "the poller to sleep", func() bool { return p.sleepUntil.Load() < int64(1<<62) })
+	lost.lose()
+	insert(t, store, "b", time.Now().Add(-time.Second))
+	p.Wake(time.Now())
+	waitFor(t, "the new publisher to hand the row over", func() bool { return next.count() == 1 })
+	lost.mu.Lock()
+	defer lost.mu.Unlock()
+	if lost.attempts != 1 {
+		t.Errorf("the closed publisher was published on %d times, want once (before its channel closed)", lost.attempts)
+	}
+	if lost.closed != 1 {
+		t.Errorf("the closed publisher was closed %d times, want once", lost.closed)
 	}
 }
 
