@@ -380,22 +380,28 @@ func (p *Poller) handOver(ctx context.Context, pub Publisher, leases []storage.L
 	began := time.Now()
 	results := pub.Publish(wctx, msgs)
 	var failed error
+	var unsent []storage.Ref
 	for i, err := range results {
 		if err == nil {
 			continue
 		}
 		failed = err
 		for _, l := range groups[i] {
-			rerr := p.store.Release(wctx, l.ID, l.Lock, time.Time{})
-			switch {
-			case rerr == nil:
-			case errors.Is(rerr, storage.ErrConcurrency), errors.Is(rerr, storage.ErrNotFound):
-				// The broker did take the hand-over (only its confirm was
-				// lost) and the dispatcher has settled the row already.
-				p.log.Debug().Str("id", l.ID).Msg("unconfirmed hand-over was handled by the dispatcher anyway")
-			default:
-				p.log.Error().Err(rerr).Str("id", l.ID).Msg("releasing an unpublished lease failed; it returns when the lease expires")
-			}
+			unsent = append(unsent, storage.Ref{ID: l.ID, Lock: l.Lock})
+		}
+	}
+	// Together (storage.ReleaseEach): a lost connection fails the whole
+	// batch, and one commit each would keep its rows from being leased
+	// again for as many commits.
+	for i, rerr := range storage.ReleaseEach(wctx, p.store, unsent, time.Time{}) {
+		switch id := unsent[i].ID; {
+		case rerr == nil:
+		case errors.Is(rerr, storage.ErrConcurrency), errors.Is(rerr, storage.ErrNotFound):
+			// The broker did take the hand-over (only its confirm was
+			// lost) and the dispatcher has settled the row already.
+			p.log.Debug().Str("id", id).Msg("unconfirmed hand-over was handled by the dispatcher anyway")
+		default:
+			p.log.Error().Err(rerr).Str("id", id).Msg("releasing an unpublished lease failed; it returns when the lease expires")
 		}
 	}
 	p.log.Debug().Int("leased", len(leases)).Int("messages", len(msgs)).Msg("handed due timeouts to the dispatcher")

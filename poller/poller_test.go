@@ -423,6 +423,41 @@ func TestAClosedPublisherIsReplacedBeforeUse(t *testing.T) {
 	}
 }
 
+// A hand-over the broker failed under gives its leases back together
+// (storage.ReleaseEach), not one store commit after another: here a store
+// whose every Release takes 100 ms.
+func TestAFailedHandOverReleasesItsLeasesTogether(t *testing.T) {
+	inner := openStore(t)
+	store := faultstore.Wrap(inner)
+	const n = 20
+	for i := range n {
+		insert(t, inner, fmt.Sprint(i), time.Now().Add(-time.Second))
+	}
+	p := New(store, nil, Options{Owner: "o", BatchSize: n, TokensPerMessage: 3, LeaseDuration: time.Hour, Logger: zerolog.Nop()})
+	leases, err := store.Lease(context.Background(), "o", time.Time{}, n, time.Hour)
+	if err != nil || len(leases) != n {
+		t.Fatalf("Lease = %d, %v", len(leases), err)
+	}
+	pub := &fakePublisher{}
+	pub.lose()
+	const each = 100 * time.Millisecond
+	store.Delay(faultstore.Release, each)
+	began := time.Now()
+	if err := p.handOver(context.Background(), pub, leases); !errors.Is(err, broker.ErrChannelClosed) {
+		t.Fatalf("handOver = %v, want the closed channel reported", err)
+	}
+	took := time.Since(began)
+	if c := store.Calls(faultstore.Release); c != n {
+		t.Fatalf("%d releases, want %d", c, n)
+	}
+	if again, err := inner.Lease(context.Background(), "o", time.Time{}, n+1, time.Hour); err != nil || len(again) != n {
+		t.Fatalf("Lease after the failed hand-over = %d rows, %v; want all %d", len(again), err, n)
+	}
+	if took > n*each/4 {
+		t.Errorf("the hand-over's %d releases took %s, want about one release's %s (they are released together)", n, took.Round(time.Millisecond), each)
+	}
+}
+
 // blockingPublisher holds every Publish until release closes.
 type blockingPublisher struct {
 	fakePublisher
