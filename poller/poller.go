@@ -176,6 +176,12 @@ func (p *Poller) Run(ctx context.Context) error {
 			// The publisher's connection failed; its leases were released.
 			p.log.Warn().Err(err).Msg("handing over to the dispatcher failed; resuming on the next broker connection")
 			broker.Sleep(ctx, 200*time.Millisecond+time.Duration(rand.Int64N(int64(300*time.Millisecond))))
+			// The hand-overs in flight with the failed one fail with it,
+			// during the pause: one lost connection, one pause.
+			select {
+			case <-p.failed:
+			default:
+			}
 			continue
 		default:
 		}

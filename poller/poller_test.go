@@ -13,6 +13,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/delaybridge/delaybridge/broker"
+	"github.com/delaybridge/delaybridge/internal/logtest"
 	"github.com/delaybridge/delaybridge/internal/testenv"
 	"github.com/delaybridge/delaybridge/storage"
 	"github.com/delaybridge/delaybridge/storage/boltstore"
@@ -457,6 +458,45 @@ func TestAFailedHandOverReleasesItsLeasesTogether(t *testing.T) {
 		t.Errorf("the hand-over's %d releases took %s, want about one release's %s (they are released together)", n, took.Round(time.Millisecond), each)
 	}
 }
+
+// Hand-overs in flight together when the connection is lost fail
+// together: the poller pauses once for them, not once per hand-over.
+func TestHandOversFailingTogetherPauseOnce(t *testing.T) {
+	store := openStore(t)
+	for i := range 10 {
+		insert(t, store, fmt.Sprint(i), time.Now().Add(-time.Second))
+	}
+	logs := &logtest.Buffer{}
+	failed := fmt.Errorf("%w: %w", broker.ErrNotConfirmed, broker.ErrChannelClosed)
+	first := &blockingPublisher{entered: make(chan struct{}, 1), release: make(chan struct{})}
+	second := &blockingPublisher{entered: make(chan struct{}, 1), release: make(chan struct{})}
+	first.fail, second.fail = failed, failed
+	next := &fakePublisher{}
+	var mu sync.Mutex
+	pubs := []Publisher{first, second, next}
+	p := New(store, func(context.Context) (Publisher, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		pub := pubs[0]
+		if len(pubs) > 1 {
+			pubs = pubs[1:]
+		}
+		return pub, nil
+	}, Options{Owner: "o", BatchSize: 5, LeaseDuration: time.Hour, PollInterval: time.Hour, Publishers: 2,
+		Logger: zerolog.New(logs)})
+	testenv.Start(t, p.Run)
+	<-first.entered
+	<-second.entered
+	close(first.release)
+	waitFor(t, "the first failure's warning", func() bool { return logs.CountMessage(handOverFailed) == 1 })
+	close(second.release) // fails during the pause
+	waitFor(t, "the released rows handed over again", func() bool { return next.count() == 10 })
+	if n := logs.CountMessage(handOverFailed); n != 1 {
+		t.Errorf("%d pauses (warnings) for two hand-overs that failed together, want 1", n)
+	}
+}
+
+const handOverFailed = "handing over to the dispatcher failed; resuming on the next broker connection"
 
 // blockingPublisher holds every Publish until release closes.
 type blockingPublisher struct {
