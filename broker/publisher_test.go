@@ -24,7 +24,12 @@ func testConn(t *testing.T) *amqp.Connection {
 // publisher (window 10) on the test broker; both go when the test ends.
 func tempQueuePublisher(t *testing.T) (*amqp.Channel, amqp.Queue, *Publisher) {
 	t.Helper()
-	conn := testConn(t)
+	return tempQueuePublisherOn(t, testConn(t))
+}
+
+// tempQueuePublisherOn is tempQueuePublisher on conn.
+func tempQueuePublisherOn(t *testing.T, conn *amqp.Connection) (*amqp.Channel, amqp.Queue, *Publisher) {
+	t.Helper()
 	ch := testenv.Channel(t, conn)
 	q, err := ch.QueueDeclare("", false, true, true, false, nil)
 	if err != nil {
@@ -114,16 +119,7 @@ func TestPublishEndsWhenTheChannelCloses(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { _ = conn.Close() })
-			ch := testenv.Channel(t, conn)
-			q, err := ch.QueueDeclare("", false, true, true, false, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			pub, err := NewPublisher(conn, 10)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = pub.Close() })
+			_, q, pub := tempQueuePublisherOn(t, conn)
 
 			first := make(chan struct{})
 			start := time.Now()

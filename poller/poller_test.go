@@ -266,6 +266,20 @@ func source(p Publisher) NewPublisher {
 	return func(context.Context) (Publisher, error) { return p, nil }
 }
 
+// sequence opens pubs in turn, the last one for every later call.
+func sequence(pubs ...Publisher) NewPublisher {
+	var mu sync.Mutex
+	return func(context.Context) (Publisher, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		pub := pubs[0]
+		if len(pubs) > 1 {
+			pubs = pubs[1:]
+		}
+		return pub, nil
+	}
+}
+
 // leaseToTheCap runs a poller with MaxLeased 12 over 40 due rows of inner
 // (served as store) and returns its publisher once the poller stopped at the
 // cap.
@@ -367,17 +381,7 @@ func TestAFailedPublisherIsClosed(t *testing.T) {
 	insert(t, store, "a", time.Now().Add(-time.Second))
 	failing := &fakePublisher{fail: fmt.Errorf("%w: boom", broker.ErrNotConfirmed)}
 	next := &fakePublisher{}
-	var mu sync.Mutex
-	pubs := []*fakePublisher{failing, next}
-	p := New(store, func(context.Context) (Publisher, error) {
-		mu.Lock()
-		defer mu.Unlock()
-		pub := pubs[0]
-		if len(pubs) > 1 {
-			pubs = pubs[1:]
-		}
-		return pub, nil
-	}, Options{Owner: "o", BatchSize: 10, LeaseDuration: time.Hour, PollInterval: time.Hour, Logger: zerolog.Nop()})
+	p := New(store, sequence(failing, next), Options{Owner: "o", BatchSize: 10, LeaseDuration: time.Hour, PollInterval: time.Hour, Logger: zerolog.Nop()})
 	testenv.Start(t, p.Run)
 	waitFor(t, "the next publisher to take the row", func() bool { return next.count() == 1 })
 	failing.mu.Lock()
@@ -396,17 +400,7 @@ func TestAClosedPublisherIsReplacedBeforeUse(t *testing.T) {
 	insert(t, store, "a", time.Now().Add(-time.Second))
 	lost := &fakePublisher{}
 	next := &fakePublisher{}
-	var mu sync.Mutex
-	pubs := []*fakePublisher{lost, next}
-	p := New(store, func(context.Context) (Publisher, error) {
-		mu.Lock()
-		defer mu.Unlock()
-		pub := pubs[0]
-		if len(pubs) > 1 {
-			pubs = pubs[1:]
-		}
-		return pub, nil
-	}, Options{Owner: "o", BatchSize: 10, LeaseDuration: time.Hour, PollInterval: time.Hour, Publishers: 1, Logger: zerolog.Nop()})
+	p := New(store, sequence(lost, next), Options{Owner: "o", BatchSize: 10, LeaseDuration: time.Hour, PollInterval: time.Hour, Publishers: 1, Logger: zerolog.Nop()})
 	testenv.Start(t, p.Run)
 	waitFor(t, "the first hand-over", func() bool { return lost.count() == 1 })
 	waitFor(t, "the poller to sleep", func() bool { return p.sleepUntil.Load() < int64(1<<62) })
@@ -472,17 +466,7 @@ func TestHandOversFailingTogetherPauseOnce(t *testing.T) {
 	second := &blockingPublisher{entered: make(chan struct{}, 1), release: make(chan struct{})}
 	first.fail, second.fail = failed, failed
 	next := &fakePublisher{}
-	var mu sync.Mutex
-	pubs := []Publisher{first, second, next}
-	p := New(store, func(context.Context) (Publisher, error) {
-		mu.Lock()
-		defer mu.Unlock()
-		pub := pubs[0]
-		if len(pubs) > 1 {
-			pubs = pubs[1:]
-		}
-		return pub, nil
-	}, Options{Owner: "o", BatchSize: 5, LeaseDuration: time.Hour, PollInterval: time.Hour, Publishers: 2,
+	p := New(store, sequence(first, second, next), Options{Owner: "o", BatchSize: 5, LeaseDuration: time.Hour, PollInterval: time.Hour, Publishers: 2,
 		Logger: zerolog.New(logs)})
 	testenv.Start(t, p.Run)
 	<-first.entered
