@@ -122,6 +122,11 @@ var (
 	// under every other publish in flight).
 	ErrNoExchange   = errors.New("exchange does not exist")
 	ErrNotConfirmed = errors.New("not confirmed: channel or connection failed")
+	// ErrChannelClosed comes with ErrNotConfirmed when the publish's
+	// channel (or its connection) closed while the publish was held for
+	// its NotBefore or waited for its confirm: it ends then, not when its
+	// context does, so the caller can go on on another channel.
+	ErrChannelClosed = errors.New("channel closed")
 )
 
 // Outgoing is one message to publish.
@@ -154,8 +159,10 @@ type Publisher struct {
 	exchanges map[string]time.Time
 	returns   chan amqp.Return
 	closed    chan *amqp.Error
-	maxBatch  int
-	frameMax  int // the connection's negotiated frame_max; ≤ 0: none
+	// gone is closed once the channel is: every wait of Publish watches it.
+	gone     chan struct{}
+	maxBatch int
+	frameMax int // the connection's negotiated frame_max; ≤ 0: none
 }
 
 // NewPublisher opens a channel in confirm mode. maxBatch caps the publishes
@@ -178,9 +185,18 @@ func NewPublisher(conn *amqp.Connection, maxBatch int) (*Publisher, error) {
 		ch:       ch,
 		returns:  ch.NotifyReturn(make(chan amqp.Return, maxBatch)),
 		closed:   ch.NotifyClose(make(chan *amqp.Error, 1)),
+		gone:     make(chan struct{}),
 		maxBatch: maxBatch,
 		frameMax: conn.Config.FrameSize,
 	}
+	// amqp091-go closes a NotifyClose channel once the channel is closed,
+	// by either side or with its connection.
+	notify := ch.NotifyClose(make(chan *amqp.Error, 1))
+	go func() {
+		for range notify {
+		}
+		close(p.gone)
+	}()
 	return p, nil
 }
 
@@ -189,6 +205,10 @@ func (p *Publisher) Channel() *amqp.Channel { return p.ch }
 
 // Closed is notified when the channel closes.
 func (p *Publisher) Closed() <-chan *amqp.Error { return p.closed }
+
+// IsClosed reports whether the channel is closed: a publisher that is will
+// never publish again.
+func (p *Publisher) IsClosed() bool { return p.ch.IsClosed() }
 
 // Close closes the channel; safe to call twice.
 func (p *Publisher) Close() error {
@@ -202,7 +222,9 @@ func (p *Publisher) Close() error {
 // broker confirmed msgs[i] and did not return it; otherwise it wraps
 // ErrReturned, ErrNacked, ErrUnpublishable (never sent: see Publishable) or
 // ErrNotConfirmed. ctx bounds the wait; a message whose confirm did not
-// arrive in time counts as not confirmed.
+// arrive in time counts as not confirmed. When the channel closes, Publish
+// returns at once: the messages not yet confirmed, those still held for
+// their NotBefore included, are not confirmed (ErrChannelClosed).
 func (p *Publisher) Publish(ctx context.Context, msgs []Outgoing) []error {
 	results := make([]error, len(msgs))
 	for start := 0; start < len(msgs); start += p.maxBatch {
@@ -217,9 +239,15 @@ func (p *Publisher) publishWindow(ctx context.Context, msgs []Outgoing, results 
 	track := newConfirmTracker(msgs, confirms) // nil when nobody asked
 	for i := range msgs {
 		m := &msgs[i]
-		if wait := time.Until(m.NotBefore); wait > 0 && !track.hold(ctx, wait, i) {
-			results[i] = fmt.Errorf("%w: %w", ErrNotConfirmed, ctx.Err())
+		if p.isGone() {
+			results[i] = errChannelClosed
 			continue
+		}
+		if wait := time.Until(m.NotBefore); wait > 0 {
+			if err := track.hold(ctx, p.gone, wait, i); err != nil {
+				results[i] = err
+				continue
+			}
 		}
 		// Checked here, not left to the library: its encoding error would
 		// close the connection under every other publish in flight.
@@ -243,16 +271,16 @@ func (p *Publisher) publishWindow(ctx context.Context, msgs []Outgoing, results 
 		if dc == nil {
 			continue
 		}
-		acked, err := dc.WaitContext(ctx)
+		acked, err := p.waitConfirm(ctx, dc)
 		if err == nil {
 			track.report(i)
 		}
 		switch {
 		case err != nil: // wraps context.DeadlineExceeded when the broker is slow
-			results[i] = fmt.Errorf("%w: %w", ErrNotConfirmed, err)
+			results[i] = err
 		case !acked && p.ch.IsClosed():
 			// The library nacks outstanding confirms when the channel dies.
-			results[i] = fmt.Errorf("%w: channel closed", ErrNotConfirmed)
+			results[i] = errChannelClosed
 		case !acked:
 			results[i] = ErrNacked
 		}
@@ -270,6 +298,36 @@ func (p *Publisher) publishWindow(ctx context.Context, msgs []Outgoing, results 
 		default:
 			return
 		}
+	}
+}
+
+// errChannelClosed is the result of a publish whose channel closed under it.
+var errChannelClosed = fmt.Errorf("%w: %w", ErrNotConfirmed, ErrChannelClosed)
+
+// isGone reports whether the channel is closed.
+func (p *Publisher) isGone() bool {
+	select {
+	case <-p.gone:
+		return true
+	default:
+		return false
+	}
+}
+
+// waitConfirm waits for dc until ctx ends or the channel closes. A confirm
+// that came before the close counts: amqp091-go settles the confirms it
+// read before it closes the channel (and nacks the rest).
+func (p *Publisher) waitConfirm(ctx context.Context, dc *amqp.DeferredConfirmation) (bool, error) {
+	select {
+	case <-dc.Done():
+		return dc.Acked(), nil
+	case <-ctx.Done():
+		return false, fmt.Errorf("%w: %w", ErrNotConfirmed, ctx.Err())
+	case <-p.gone:
+		if dc.Acked() {
+			return true, nil
+		}
+		return false, errChannelClosed
 	}
 }
 
@@ -312,7 +370,7 @@ func (p *Publisher) checkExchange(x string) error {
 }
 
 // confirmTracker calls the Confirmed callbacks of one window. A nil tracker
-// (no message has a callback) does nothing and holds with a plain Sleep.
+// (no message has a callback) reports nothing.
 type confirmTracker struct {
 	msgs     []Outgoing
 	confirms []*amqp.DeferredConfirmation
@@ -338,26 +396,28 @@ func (t *confirmTracker) publishing(i int) {
 
 // hold waits d before message i is published, reporting the confirms of the
 // messages before it as they arrive (in publish order, as the broker sends
-// them). It reports whether d passed before ctx ended.
-func (t *confirmTracker) hold(ctx context.Context, d time.Duration, i int) bool {
-	if t == nil {
-		return Sleep(ctx, d)
-	}
+// them). It returns nil when d passed, and an error wrapping ErrNotConfirmed
+// when ctx ended or gone closed (the channel did) first.
+func (t *confirmTracker) hold(ctx context.Context, gone <-chan struct{}, d time.Duration, i int) error {
 	timer := time.NewTimer(d)
 	defer timer.Stop()
 	for {
-		for t.next < i && t.confirms[t.next] == nil { // never published
-			t.next++
-		}
 		var confirmed <-chan struct{} // nil: nothing to watch
-		if t.next < i {
-			confirmed = t.confirms[t.next].Done()
+		if t != nil {
+			for t.next < i && t.confirms[t.next] == nil { // never published
+				t.next++
+			}
+			if t.next < i {
+				confirmed = t.confirms[t.next].Done()
+			}
 		}
 		select {
 		case <-ctx.Done():
-			return false
+			return fmt.Errorf("%w: %w", ErrNotConfirmed, ctx.Err())
+		case <-gone:
+			return errChannelClosed
 		case <-timer.C:
-			return true
+			return nil
 		case <-confirmed:
 			t.report(t.next)
 		}

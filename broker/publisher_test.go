@@ -2,10 +2,12 @@ package broker
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/delaybridge/delaybridge/internal/testenv"
@@ -22,7 +24,12 @@ func testConn(t *testing.T) *amqp.Connection {
 // publisher (window 10) on the test broker; both go when the test ends.
 func tempQueuePublisher(t *testing.T) (*amqp.Channel, amqp.Queue, *Publisher) {
 	t.Helper()
-	conn := testConn(t)
+	return tempQueuePublisherOn(t, testConn(t))
+}
+
+// tempQueuePublisherOn is tempQueuePublisher on conn.
+func tempQueuePublisherOn(t *testing.T, conn *amqp.Connection) (*amqp.Channel, amqp.Queue, *Publisher) {
+	t.Helper()
 	ch := testenv.Channel(t, conn)
 	q, err := ch.QueueDeclare("", false, true, true, false, nil)
 	if err != nil {
@@ -80,5 +87,82 @@ func TestConfirmedIsCalledBeforeTheWindowEnds(t *testing.T) {
 		if at.Sub(start) >= hold {
 			t.Errorf("message %d: confirm reported %s after the start, not before the held message left (%s)", i, at.Sub(start), hold)
 		}
+	}
+}
+
+// A publish held for its NotBefore ends as soon as its channel closes,
+// whether the broker closes the channel (a channel error) or the connection
+// goes (a node lost), rather than when its hold or context ends: the
+// dispatcher then releases the forward and goes on on a new channel.
+func TestPublishEndsWhenTheChannelCloses(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// confirmed: the messages have Confirmed callbacks (the hold then
+		// reports confirms as they come).
+		confirmed bool
+		// cut closes the publisher's channel mid-publish.
+		cut func(t *testing.T, pub *Publisher, proxyKill func())
+	}{
+		{"channel error", true, func(t *testing.T, pub *Publisher, _ func()) {
+			// A passive declare of a missing queue: the broker closes the channel (404).
+			if _, err := pub.Channel().QueueDeclarePassive("no-such-queue-"+uuid.NewString(), false, false, false, false, nil); err == nil {
+				t.Error("passive declare of a missing queue succeeded")
+			}
+		}},
+		{"connection lost", false, func(_ *testing.T, _ *Publisher, proxyKill func()) { proxyKill() }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_ = testConn(t) // skipped (failed under CI=true) without a broker
+			proxy := startProxy(t, brokerAddr(t))
+			conn, err := amqp.Dial(proxyURL(t, proxy))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = conn.Close() })
+			_, q, pub := tempQueuePublisherOn(t, conn)
+
+			first := make(chan struct{})
+			start := time.Now()
+			hold := start.Add(20 * time.Second)
+			msgs := []Outgoing{
+				{RoutingKey: q.Name, Msg: amqp.Publishing{MessageId: "now"}},
+				{RoutingKey: q.Name, Msg: amqp.Publishing{MessageId: "held"}, NotBefore: hold},
+				{RoutingKey: q.Name, Msg: amqp.Publishing{MessageId: "held too"}, NotBefore: hold},
+			}
+			if tc.confirmed {
+				for i := range msgs {
+					msgs[i].Confirmed = func(time.Duration) {
+						if i == 0 {
+							close(first)
+						}
+					}
+				}
+			} else {
+				close(first)
+			}
+			go func() {
+				<-first
+				time.Sleep(100 * time.Millisecond) // into the hold
+				tc.cut(t, pub, func() { proxy.Kill() })
+			}()
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			results := pub.Publish(ctx, msgs)
+			took := time.Since(start)
+			if took > 5*time.Second {
+				t.Errorf("Publish returned %s after the start, want soon after the channel closed (its held messages were due in 20 s)", took.Round(time.Millisecond))
+			}
+			if tc.confirmed && results[0] != nil {
+				t.Errorf("the first message, confirmed before the close: %v", results[0])
+			}
+			for i := 1; i < len(msgs); i++ {
+				if !errors.Is(results[i], ErrNotConfirmed) || !errors.Is(results[i], ErrChannelClosed) {
+					t.Errorf("held message %d: %v, want ErrNotConfirmed and ErrChannelClosed", i, results[i])
+				}
+			}
+			if !pub.IsClosed() {
+				t.Error("IsClosed is false after the channel closed")
+			}
+		})
 	}
 }

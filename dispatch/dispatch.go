@@ -633,17 +633,18 @@ func (d *Dispatcher) handleGroup(ctx context.Context, toks []wire.Lease, pub Pub
 	var r forwarded
 	d.forward(wctx, ctx, pub, send, &r)
 	if len(held) > 0 {
-		var again []item
+		var again, lost []item
 		for _, it := range held {
 			switch reason, refused := d.dests.refused(it.row.Dest(), d.opts.Now()); {
 			case r.brokerErr != nil:
-				d.release(ctx, it, time.Time{}) // the probe's answer was lost with the connection
+				lost = append(lost, it) // the probe's answer was lost with the connection
 			case refused:
 				blocked = append(blocked, blockedItem{it: it, reason: reason})
 			default:
 				again = append(again, it)
 			}
 		}
+		d.releaseUnsent(ctx, lost)
 		// A deadline of its own: the first round may have used up most of
 		// wctx waiting for its due times and confirms. It still ends while
 		// every lease of the window leaves time for the removal.
@@ -882,6 +883,7 @@ func (d *Dispatcher) forward(wctx, ctx context.Context, pub Publisher, items []i
 	for i, it := range items {
 		d.dests.record(it.row.Dest(), results[i], returnedAt, it.probe)
 	}
+	var unsent []item // the broker failed under them
 	for i, it := range items {
 		err := results[i]
 		switch {
@@ -903,13 +905,14 @@ func (d *Dispatcher) forward(wctx, ctx context.Context, pub Publisher, items []i
 			// The broker failed, not the message: release without
 			// counting a retry.
 			r.brokerErr = err
-			d.release(ctx, it, time.Time{})
+			unsent = append(unsent, it)
 		default:
 			// Returned, nacked, or unpublishable (a routing key or header
 			// AMQP cannot carry): the message's own failure, counted.
 			d.fail(ctx, pub, it, err.Error())
 		}
 	}
+	d.releaseUnsent(ctx, unsent)
 }
 
 // prefetch reads the rows of a batch of tokens in one read (on a shared
@@ -1005,12 +1008,34 @@ func (d *Dispatcher) stale(tok wire.Lease, why string) {
 	d.log.Debug().Str("id", tok.ID).Str("why", why).Msg("stale dispatcher token skipped")
 }
 
+// releaseUnsent releases, without counting a retry, the leases of items
+// whose forwards the broker failed under, all together
+// (storage.ReleaseEach): a lost connection fails a whole window at once, and
+// one commit each would hold the worker, and the rows, for as many commits.
+func (d *Dispatcher) releaseUnsent(ctx context.Context, items []item) {
+	if len(items) == 0 {
+		return
+	}
+	refs := make([]storage.Ref, len(items))
+	for i, it := range items {
+		refs[i] = storage.Ref{ID: it.tok.ID, Lock: it.tok.Lock}
+	}
+	for i, err := range storage.ReleaseEach(ctx, d.store, refs, time.Time{}) {
+		d.releaseFailed(refs[i].ID, err)
+	}
+}
+
 func (d *Dispatcher) release(ctx context.Context, it item, notBefore time.Time) error {
 	err := d.store.Release(ctx, it.tok.ID, it.tok.Lock, notBefore)
-	if err != nil {
-		d.log.Error().Err(err).Str("id", it.tok.ID).Msg("release failed; the timeout returns when its lease expires")
-	}
+	d.releaseFailed(it.tok.ID, err)
 	return err
+}
+
+// releaseFailed logs a release of id that failed (err not nil).
+func (d *Dispatcher) releaseFailed(id string, err error) {
+	if err != nil {
+		d.log.Error().Err(err).Str("id", id).Msg("release failed; the timeout returns when its lease expires")
+	}
 }
 
 // storeFault reports whether err is the store failing, rather than a lost

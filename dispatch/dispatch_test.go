@@ -18,6 +18,7 @@ import (
 	"github.com/delaybridge/delaybridge/message"
 	"github.com/delaybridge/delaybridge/storage"
 	"github.com/delaybridge/delaybridge/storage/boltstore"
+	"github.com/delaybridge/delaybridge/storage/faultstore"
 	"github.com/delaybridge/delaybridge/storage/storetest"
 	"github.com/delaybridge/delaybridge/wire"
 )
@@ -570,5 +571,40 @@ func TestStampers(t *testing.T) {
 	got := Stampers{add("a"), add("b")}.Stamp(amqp.Publishing{Body: []byte(">")}, "row-1", at)
 	if string(got.Body) != ">ab" {
 		t.Fatalf("stamped %q, want >ab", got.Body)
+	}
+}
+
+// A lost connection fails a whole window of forwards: their leases are
+// released together (storage.ReleaseEach), not one store commit after
+// another, so the worker, and the rows, are free again in about the time
+// of one release (here a store whose every Release takes 100 ms).
+func TestBrokerFailureReleasesTheWindowTogether(t *testing.T) {
+	f := newFixture(t, 3)
+	slow := faultstore.Wrap(f.store)
+	f.d.store = slow
+	const n = 20
+	for i := range n {
+		f.insert(fmt.Sprint("m", i), "orders", t0, amqp.Publishing{})
+	}
+	toks := f.lease()
+	f.pub.Outcome = brokertest.Always(fmt.Errorf("%w: %w", broker.ErrNotConfirmed, broker.ErrChannelClosed))
+	const each = 100 * time.Millisecond
+	slow.Delay(faultstore.Release, each)
+	began := time.Now()
+	a, err := f.deliver(toks...)
+	took := time.Since(began)
+	if !errors.Is(err, broker.ErrNotConfirmed) || a != amqptest.Requeued {
+		t.Fatalf("err %v, dispatcher message %s; want the failure reported and the message requeued", err, a)
+	}
+	if c := slow.Calls(faultstore.Release); c != n {
+		t.Fatalf("%d releases, want %d", c, n)
+	}
+	for i := range n {
+		if row, ok := f.pending(fmt.Sprint("m", i)); !ok || row.Lock != "" || row.Attempts != 0 {
+			t.Fatalf("m%d: %+v, want released uncounted", i, row)
+		}
+	}
+	if took > n*each/4 {
+		t.Errorf("the window's %d releases took %s, want about one release's %s (they are released together)", n, took.Round(time.Millisecond), each)
 	}
 }

@@ -37,6 +37,9 @@ type Store interface {
 // closes the rest when Run ends.
 type Publisher interface {
 	Publish(ctx context.Context, msgs []broker.Outgoing) []error
+	// IsClosed reports whether its channel is closed (with its connection,
+	// say): the poller then opens another instead of publishing on it.
+	IsClosed() bool
 	Close() error
 }
 
@@ -173,6 +176,12 @@ func (p *Poller) Run(ctx context.Context) error {
 			// The publisher's connection failed; its leases were released.
 			p.log.Warn().Err(err).Msg("handing over to the dispatcher failed; resuming on the next broker connection")
 			broker.Sleep(ctx, 200*time.Millisecond+time.Duration(rand.Int64N(int64(300*time.Millisecond))))
+			// The hand-overs in flight with the failed one fail with it,
+			// during the pause: one lost connection, one pause.
+			select {
+			case <-p.failed:
+			default:
+			}
 			continue
 		default:
 		}
@@ -269,8 +278,14 @@ func (p *Poller) takePublisher(ctx context.Context) Publisher {
 		return nil
 	case pub = <-p.slots:
 	}
-	if pub != nil {
+	if pub != nil && !pub.IsClosed() {
 		return pub
+	}
+	if pub != nil {
+		// Its channel closed while it waited in its slot (the connection
+		// was lost): a hand-over on it would fail, and its leases be
+		// released, for nothing. The next one waits for the connection.
+		_ = pub.Close()
 	}
 	pub, err := p.newPub(ctx)
 	if err != nil {
@@ -371,22 +386,28 @@ func (p *Poller) handOver(ctx context.Context, pub Publisher, leases []storage.L
 	began := time.Now()
 	results := pub.Publish(wctx, msgs)
 	var failed error
+	var unsent []storage.Ref
 	for i, err := range results {
 		if err == nil {
 			continue
 		}
 		failed = err
 		for _, l := range groups[i] {
-			rerr := p.store.Release(wctx, l.ID, l.Lock, time.Time{})
-			switch {
-			case rerr == nil:
-			case errors.Is(rerr, storage.ErrConcurrency), errors.Is(rerr, storage.ErrNotFound):
-				// The broker did take the hand-over (only its confirm was
-				// lost) and the dispatcher has settled the row already.
-				p.log.Debug().Str("id", l.ID).Msg("unconfirmed hand-over was handled by the dispatcher anyway")
-			default:
-				p.log.Error().Err(rerr).Str("id", l.ID).Msg("releasing an unpublished lease failed; it returns when the lease expires")
-			}
+			unsent = append(unsent, storage.Ref{ID: l.ID, Lock: l.Lock})
+		}
+	}
+	// Together (storage.ReleaseEach): a lost connection fails the whole
+	// batch, and one commit each would keep its rows from being leased
+	// again for as many commits.
+	for i, rerr := range storage.ReleaseEach(wctx, p.store, unsent, time.Time{}) {
+		switch id := unsent[i].ID; {
+		case rerr == nil:
+		case errors.Is(rerr, storage.ErrConcurrency), errors.Is(rerr, storage.ErrNotFound):
+			// The broker did take the hand-over (only its confirm was
+			// lost) and the dispatcher has settled the row already.
+			p.log.Debug().Str("id", id).Msg("unconfirmed hand-over was handled by the dispatcher anyway")
+		default:
+			p.log.Error().Err(rerr).Str("id", id).Msg("releasing an unpublished lease failed; it returns when the lease expires")
 		}
 	}
 	p.log.Debug().Int("leased", len(leases)).Int("messages", len(msgs)).Msg("handed due timeouts to the dispatcher")

@@ -13,6 +13,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/delaybridge/delaybridge/broker"
+	"github.com/delaybridge/delaybridge/internal/logtest"
 	"github.com/delaybridge/delaybridge/internal/testenv"
 	"github.com/delaybridge/delaybridge/storage"
 	"github.com/delaybridge/delaybridge/storage/boltstore"
@@ -29,6 +30,22 @@ type fakePublisher struct {
 	modes  []uint8 // each message's delivery mode
 	// attempts counts Publish calls, failed ones too.
 	attempts int
+	// gone: its channel closed (IsClosed); Publish then fails.
+	gone bool
+}
+
+func (p *fakePublisher) IsClosed() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.gone
+}
+
+// lose closes its channel, as a lost connection does.
+func (p *fakePublisher) lose() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.gone = true
+	p.fail = fmt.Errorf("%w: %w", broker.ErrNotConfirmed, broker.ErrChannelClosed)
 }
 
 func (p *fakePublisher) Close() error {
@@ -249,6 +266,20 @@ func source(p Publisher) NewPublisher {
 	return func(context.Context) (Publisher, error) { return p, nil }
 }
 
+// sequence opens pubs in turn, the last one for every later call.
+func sequence(pubs ...Publisher) NewPublisher {
+	var mu sync.Mutex
+	return func(context.Context) (Publisher, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		pub := pubs[0]
+		if len(pubs) > 1 {
+			pubs = pubs[1:]
+		}
+		return pub, nil
+	}
+}
+
 // leaseToTheCap runs a poller with MaxLeased 12 over 40 due rows of inner
 // (served as store) and returns its publisher once the poller stopped at the
 // cap.
@@ -350,17 +381,7 @@ func TestAFailedPublisherIsClosed(t *testing.T) {
 	insert(t, store, "a", time.Now().Add(-time.Second))
 	failing := &fakePublisher{fail: fmt.Errorf("%w: boom", broker.ErrNotConfirmed)}
 	next := &fakePublisher{}
-	var mu sync.Mutex
-	pubs := []*fakePublisher{failing, next}
-	p := New(store, func(context.Context) (Publisher, error) {
-		mu.Lock()
-		defer mu.Unlock()
-		pub := pubs[0]
-		if len(pubs) > 1 {
-			pubs = pubs[1:]
-		}
-		return pub, nil
-	}, Options{Owner: "o", BatchSize: 10, LeaseDuration: time.Hour, PollInterval: time.Hour, Logger: zerolog.Nop()})
+	p := New(store, sequence(failing, next), Options{Owner: "o", BatchSize: 10, LeaseDuration: time.Hour, PollInterval: time.Hour, Logger: zerolog.Nop()})
 	testenv.Start(t, p.Run)
 	waitFor(t, "the next publisher to take the row", func() bool { return next.count() == 1 })
 	failing.mu.Lock()
@@ -369,6 +390,97 @@ func TestAFailedPublisherIsClosed(t *testing.T) {
 		t.Fatalf("the failed publisher was closed %d times, want once", failing.closed)
 	}
 }
+
+// A publisher whose channel closed while it waited in its slot (the
+// connection was lost between hand-overs) is replaced before the next
+// hand-over, not published on: that hand-over would fail, its leases be
+// released, and the poller pause, once per such publisher.
+func TestAClosedPublisherIsReplacedBeforeUse(t *testing.T) {
+	store := openStore(t)
+	insert(t, store, "a", time.Now().Add(-time.Second))
+	lost := &fakePublisher{}
+	next := &fakePublisher{}
+	p := New(store, sequence(lost, next), Options{Owner: "o", BatchSize: 10, LeaseDuration: time.Hour, PollInterval: time.Hour, Publishers: 1, Logger: zerolog.Nop()})
+	testenv.Start(t, p.Run)
+	waitFor(t, "the first hand-over", func() bool { return lost.count() == 1 })
+	waitFor(t, "the poller to sleep", func() bool { return p.sleepUntil.Load() < int64(1<<62) })
+	lost.lose()
+	insert(t, store, "b", time.Now().Add(-time.Second))
+	p.Wake(time.Now())
+	waitFor(t, "the new publisher to hand the row over", func() bool { return next.count() == 1 })
+	lost.mu.Lock()
+	defer lost.mu.Unlock()
+	if lost.attempts != 1 {
+		t.Errorf("the closed publisher was published on %d times, want once (before its channel closed)", lost.attempts)
+	}
+	if lost.closed != 1 {
+		t.Errorf("the closed publisher was closed %d times, want once", lost.closed)
+	}
+}
+
+// A hand-over the broker failed under gives its leases back together
+// (storage.ReleaseEach), not one store commit after another: here a store
+// whose every Release takes 100 ms.
+func TestAFailedHandOverReleasesItsLeasesTogether(t *testing.T) {
+	inner := openStore(t)
+	store := faultstore.Wrap(inner)
+	const n = 20
+	for i := range n {
+		insert(t, inner, fmt.Sprint(i), time.Now().Add(-time.Second))
+	}
+	p := New(store, nil, Options{Owner: "o", BatchSize: n, TokensPerMessage: 3, LeaseDuration: time.Hour, Logger: zerolog.Nop()})
+	leases, err := store.Lease(context.Background(), "o", time.Time{}, n, time.Hour)
+	if err != nil || len(leases) != n {
+		t.Fatalf("Lease = %d, %v", len(leases), err)
+	}
+	pub := &fakePublisher{}
+	pub.lose()
+	const each = 100 * time.Millisecond
+	store.Delay(faultstore.Release, each)
+	began := time.Now()
+	if err := p.handOver(context.Background(), pub, leases); !errors.Is(err, broker.ErrChannelClosed) {
+		t.Fatalf("handOver = %v, want the closed channel reported", err)
+	}
+	took := time.Since(began)
+	if c := store.Calls(faultstore.Release); c != n {
+		t.Fatalf("%d releases, want %d", c, n)
+	}
+	if again, err := inner.Lease(context.Background(), "o", time.Time{}, n+1, time.Hour); err != nil || len(again) != n {
+		t.Fatalf("Lease after the failed hand-over = %d rows, %v; want all %d", len(again), err, n)
+	}
+	if took > n*each/4 {
+		t.Errorf("the hand-over's %d releases took %s, want about one release's %s (they are released together)", n, took.Round(time.Millisecond), each)
+	}
+}
+
+// Hand-overs in flight together when the connection is lost fail
+// together: the poller pauses once for them, not once per hand-over.
+func TestHandOversFailingTogetherPauseOnce(t *testing.T) {
+	store := openStore(t)
+	for i := range 10 {
+		insert(t, store, fmt.Sprint(i), time.Now().Add(-time.Second))
+	}
+	logs := &logtest.Buffer{}
+	failed := fmt.Errorf("%w: %w", broker.ErrNotConfirmed, broker.ErrChannelClosed)
+	first := &blockingPublisher{entered: make(chan struct{}, 1), release: make(chan struct{})}
+	second := &blockingPublisher{entered: make(chan struct{}, 1), release: make(chan struct{})}
+	first.fail, second.fail = failed, failed
+	next := &fakePublisher{}
+	p := New(store, sequence(first, second, next), Options{Owner: "o", BatchSize: 5, LeaseDuration: time.Hour, PollInterval: time.Hour, Publishers: 2,
+		Logger: zerolog.New(logs)})
+	testenv.Start(t, p.Run)
+	<-first.entered
+	<-second.entered
+	close(first.release)
+	waitFor(t, "the first failure's warning", func() bool { return logs.CountMessage(handOverFailed) == 1 })
+	close(second.release) // fails during the pause
+	waitFor(t, "the released rows handed over again", func() bool { return next.count() == 10 })
+	if n := logs.CountMessage(handOverFailed); n != 1 {
+		t.Errorf("%d pauses (warnings) for two hand-overs that failed together, want 1", n)
+	}
+}
+
+const handOverFailed = "handing over to the dispatcher failed; resuming on the next broker connection"
 
 // blockingPublisher holds every Publish until release closes.
 type blockingPublisher struct {

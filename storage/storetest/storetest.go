@@ -129,6 +129,8 @@ var tests = []struct {
 	{"ReleaseNotBeforeEarlierThanDue", testReleaseNotBeforeEarlierThanDue},
 	{"ReleaseErrors", testReleaseErrors},
 	{"ReleaseUnconditional", testReleaseUnconditional},
+	{"ReleaseEach", testReleaseEach},
+	{"ReleaseEachMany", testReleaseEachMany},
 	{"IncrementFailureCount", testIncrementFailureCount},
 	{"IncrementFailureCountErrors", testIncrementFailureCountErrors},
 	{"NextDue", testNextDue},
@@ -1372,6 +1374,77 @@ func testReleaseUnconditional(e *env) {
 	}
 	e.expectErr("Remove with the lock of the released lease", e.remove(storage.Ref{ID: "u", Lock: l.Lock})[0], storage.ErrConcurrency)
 	e.leaseOne("u", time.Hour)
+}
+
+// testReleaseEach: storage.ReleaseEach answers each ref as Release would,
+// in ref order, and a refused ref spoils none of the others.
+func testReleaseEach(e *env) {
+	e.insertDue("a", "b", "c", "d")
+	lock := map[string]string{}
+	for _, l := range e.lease("o", 10, time.Hour) {
+		lock[l.ID] = l.Lock
+	}
+	notBefore := at(10 * time.Minute)
+	refs := []storage.Ref{
+		{ID: "a", Lock: lock["a"]},
+		{ID: "b", Lock: lock["b"] + "x"},
+		{ID: "missing", Lock: lock["a"]},
+		{ID: "c", Lock: lock["c"]},
+		{ID: "d"}, // unconditional
+	}
+	res := storage.ReleaseEach(e.ctx, e.s, refs, notBefore)
+	if len(res) != len(refs) {
+		e.Fatalf("ReleaseEach returned %d results for %d refs", len(res), len(refs))
+	}
+	for i, want := range []error{nil, storage.ErrConcurrency, storage.ErrNotFound, nil, nil} {
+		if want == nil && res[i] != nil {
+			e.Fatalf("ReleaseEach of %q: %v", refs[i].ID, res[i])
+		}
+		e.expectErr(fmt.Sprintf("ReleaseEach of %q", refs[i].ID), res[i], want)
+	}
+	for _, id := range []string{"a", "c", "d"} {
+		if row := e.get(id); row.Lock != "" || !row.NotBefore.Equal(notBefore) {
+			e.Fatalf("%s after ReleaseEach: Lock %q NotBefore %s; want \"\", %s", id, row.Lock, row.NotBefore, notBefore)
+		}
+	}
+	if row := e.get("b"); row.Lock != lock["b"] {
+		e.Fatalf("b, refused by ReleaseEach: Lock %q, want %q", row.Lock, lock["b"])
+	}
+	e.expectNoLease()
+	e.clock.Set(notBefore)
+	if got := leaseIDs(e.lease("o", 10, time.Hour)); !slices.Equal(got, []string{"a", "c", "d"}) {
+		e.Fatalf("leased %v once the hold ended, want [a c d]", got)
+	}
+	if res := storage.ReleaseEach(e.ctx, e.s, nil, time.Time{}); len(res) != 0 {
+		e.Fatalf("ReleaseEach of no refs = %v", res)
+	}
+}
+
+// testReleaseEachMany: more refs than ReleaseEach runs at once are each
+// released, and leasable again at once without a hold.
+func testReleaseEachMany(e *env) {
+	const n = 150
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("m%03d", i)
+	}
+	e.insertDue(ids...)
+	ls := e.lease("o", n, time.Hour)
+	if len(ls) != n {
+		e.Fatalf("leased %d rows, want %d", len(ls), n)
+	}
+	refs := make([]storage.Ref, n)
+	for i, l := range ls {
+		refs[i] = storage.Ref{ID: l.ID, Lock: l.Lock}
+	}
+	for i, err := range storage.ReleaseEach(e.ctx, e.s, refs, time.Time{}) {
+		if err != nil {
+			e.Fatalf("ReleaseEach of %q: %v", refs[i].ID, err)
+		}
+	}
+	if got := e.lease("o", n+1, time.Hour); len(got) != n {
+		e.Fatalf("leased %d rows after ReleaseEach, want all %d", len(got), n)
+	}
 }
 
 // --- failure count ---

@@ -25,7 +25,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -171,15 +173,20 @@ func deleteClusterQueuesOnCleanup(t *testing.T, url string, qs ...string) {
 // most 1 s after it, whose confirm was lost with the connection);
 // forwarding resumes within 5 s: the first message due after the bridge
 // lost its connections (after stop_app began, when it lost none) arrives
-// within 5 s of that. The lateness of the messages due in the 10 s after
-// stop_app began is logged, as is the time the node took to come back.
+// within 5 s of that, or of the cluster serving again if that came later.
+// What the bridge is held to is its own part: a probe quorum queue, led by
+// the node taken down as the bridge's queues are, which the test publishes
+// to and consumes from through the client's node, tells when the cluster
+// serves such a queue again (the first probe sent after the loss that
+// arrives). Both figures are logged, with the lateness of the messages due
+// in the 10 s after stop_app began and the time the node took to come back.
 //
 // "partition": the node the bridge's connections are on (leading its
 // queues) is cut off from the other two at the same moment and healed 10 s
 // later. pause_minority (scripts/rabbitmq-cluster.sh) pauses it and it
 // closes its client connections; the bridge fails over. The same checks,
-// with forwarding resumed within 10 s of the loss (the majority elects new
-// queue leaders first), and after the heal the cluster is whole again
+// with forwarding resumed within 10 s of the later of the loss and the
+// probe's return, and after the heal the cluster is whole again
 // within 60 s: every node running, no partition recorded.
 func TestClusterNodeLoss(t *testing.T) {
 	testenv.Disruptive(t)
@@ -275,8 +282,8 @@ func runClusterNodeLoss(t *testing.T, nodes []clusterNode, order []int, queuesOn
 	}
 	endpoint := uniqueEndpoint(t)
 	queues := []string{endpoint + ".Timeouts", endpoint + ".TimeoutsDispatcher", endpoint + ".error"}
-	dest := endpoint + ".dst"
-	deleteClusterQueuesOnCleanup(t, client.URL, append(queues, dest)...)
+	dest, probeQ := endpoint+".dst", endpoint+".probe"
+	deleteClusterQueuesOnCleanup(t, client.URL, append(queues, dest, probeQ)...)
 	// The node comes back whatever happens, for the next test.
 	t.Cleanup(func() {
 		began := time.Now()
@@ -294,8 +301,10 @@ func runClusterNodeLoss(t *testing.T, nodes []clusterNode, order []int, queuesOn
 			}
 		})
 	}
-	declareQuorumQueues(t, nodes[queuesOn].URL, queues...)
+	// The probe queue is led by the node the bridge's queues are led by.
+	declareQuorumQueues(t, nodes[queuesOn].URL, append(queues, probeQ)...)
 	declareQuorumQueues(t, client.URL, dest)
+	probe := startClusterProbe(t, client.URL, probeQ)
 
 	b := execBridge(t, bridgeEnv(t, map[string]string{
 		"DELAYBRIDGE_ENDPOINT":           endpoint,
@@ -377,6 +386,16 @@ func runClusterNodeLoss(t *testing.T, nodes []clusterNode, order []int, queuesOn
 			lost = l.At
 		}
 	}
+	// The cluster serves again: the first probe sent after the loss arrives.
+	back, served := probe.servedAfter(lost)
+	if !served {
+		t.Errorf("no probe sent after the loss reached %s through %s: the cluster did not serve the queue again", probeQ, client.Name)
+		back = lost
+	}
+	from := lost // the later of the two
+	if back.After(from) {
+		from = back
+	}
 	// Resumed: the first arrival of a message due after the connections
 	// were lost (or, when they stayed up, after the stop began).
 	var resumed time.Time
@@ -399,12 +418,13 @@ func runClusterNodeLoss(t *testing.T, nodes []clusterNode, order []int, queuesOn
 	slices.Sort(lates)
 	checkDuplicatesExplainedByKills(t, rep, due, []killEvent{{At: lost, Running: resumed}}, restoredAfterConnectionLoss(b.Stderr()))
 	logWaveReport(t, c, due, got, rep)
-	t.Logf("bridge connections lost %s after the node was taken down (stop_app or partition); forwarding resumed %s after that; lateness of the %d messages due in the 10 s after it was taken down: median %s, p99 %s, max %s",
-		lost.Sub(kill).Round(time.Millisecond), resumed.Sub(lost).Round(time.Millisecond), len(lates), lates[len(lates)/2].Round(time.Millisecond),
+	t.Logf("bridge connections lost %s after the node was taken down (stop_app or partition); the cluster served the probe queue again %s after the loss; forwarding resumed %s after the loss, %s after the later of the two; lateness of the %d messages due in the 10 s after it was taken down: median %s, p99 %s, max %s",
+		lost.Sub(kill).Round(time.Millisecond), back.Sub(lost).Round(time.Millisecond), resumed.Sub(lost).Round(time.Millisecond),
+		resumed.Sub(from).Round(time.Millisecond), len(lates), lates[len(lates)/2].Round(time.Millisecond),
 		lates[len(lates)*99/100].Round(time.Millisecond), lates[len(lates)-1].Round(time.Millisecond))
 	t.Logf("bridge connections at the end: %v; /readyz (from the start of publishing): %s", connectedBrokers(t, b), mon.String(start))
-	if r := resumed.Sub(lost); r > resumeWithin {
-		t.Errorf("forwarding resumed %s after the bridge lost the node, want within %s", r.Round(time.Millisecond), resumeWithin)
+	if r := resumed.Sub(from); r > resumeWithin {
+		t.Errorf("forwarding resumed %s after the bridge lost the node and the cluster served again, want within %s", r.Round(time.Millisecond), resumeWithin)
 	}
 	checkReadyAndStop(t, b)
 	conn, err := amqp.Dial(client.URL)
@@ -417,4 +437,118 @@ func runClusterNodeLoss(t *testing.T, nodes []clusterNode, order []int, queuesOn
 			t.Errorf("%s holds %d messages at the end, want 0", q, d)
 		}
 	}
+}
+
+// clusterProbe publishes a message to a quorum queue every probeEvery and
+// consumes it, on a connection to a node that stays up, reconnecting when
+// that fails; it records when each message was sent and when it arrived.
+type clusterProbe struct {
+	mu      sync.Mutex
+	sent    []time.Time       // by sequence number
+	arrived map[int]time.Time // sequence number → first arrival
+}
+
+// probeEvery is the probe's period: the resolution of when it sees the
+// cluster serve again.
+const probeEvery = 50 * time.Millisecond
+
+// startClusterProbe starts probing queue through the node at url until the
+// test ends; it fails the test unless a first probe arrives within 15 s.
+func startClusterProbe(t *testing.T, url, queue string) *clusterProbe {
+	t.Helper()
+	p := &clusterProbe{arrived: map[int]time.Time{}}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ctx.Err() == nil {
+			p.session(ctx, url, queue)
+			select {
+			case <-ctx.Done():
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(probeEvery) {
+		p.mu.Lock()
+		n := len(p.arrived)
+		p.mu.Unlock()
+		if n > 0 {
+			return p
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("probe: nothing arrived on %s within 15 s", queue)
+		}
+	}
+}
+
+// session probes on one connection until it fails or ctx ends.
+func (p *clusterProbe) session(ctx context.Context, url, queue string) {
+	props := amqp.NewConnectionProperties()
+	props.SetClientConnectionName("it-cluster-probe")
+	conn, err := amqp.DialConfig(url, amqp.Config{Properties: props, Dial: amqp.DefaultDial(2 * time.Second)})
+	if err != nil {
+		return
+	}
+	defer conn.Close()
+	closed := conn.NotifyClose(make(chan *amqp.Error, 1))
+	pub, err := conn.Channel()
+	if err != nil {
+		return
+	}
+	sub, err := conn.Channel()
+	if err != nil {
+		return
+	}
+	deliveries, err := sub.Consume(queue, "", true, false, false, false, nil)
+	if err != nil {
+		return
+	}
+	pubClosed := pub.NotifyClose(make(chan *amqp.Error, 1))
+	tick := time.NewTicker(probeEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-closed:
+			return
+		case <-pubClosed:
+			return
+		case d, ok := <-deliveries:
+			if !ok {
+				return // the consumer was cancelled or its channel closed
+			}
+			if seq, err := strconv.Atoi(d.MessageId); err == nil {
+				p.mu.Lock()
+				if _, seen := p.arrived[seq]; !seen {
+					p.arrived[seq] = time.Now()
+				}
+				p.mu.Unlock()
+			}
+		case <-tick.C:
+			p.mu.Lock()
+			seq := len(p.sent)
+			p.sent = append(p.sent, time.Now())
+			p.mu.Unlock()
+			if err := pub.PublishWithContext(ctx, "", queue, false, false, amqp.Publishing{MessageId: strconv.Itoa(seq)}); err != nil {
+				return
+			}
+		}
+	}
+}
+
+// servedAfter is the first arrival of a probe sent at or after at; false
+// when none arrived.
+func (p *clusterProbe) servedAfter(at time.Time) (time.Time, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var first time.Time
+	for seq, got := range p.arrived {
+		if !p.sent[seq].Before(at) && (first.IsZero() || got.Before(first)) {
+			first = got
+		}
+	}
+	return first, !first.IsZero()
 }
