@@ -177,8 +177,9 @@ func TestReplacesShareOneCommit(t *testing.T) {
 }
 
 // A replace whose group an earlier message of the batch belongs to does
-// not fit the batch (it starts the next); any other message fits. A
-// replace does not end its batch; cancels do.
+// not fit the batch (it starts the next), nor does a replace after a
+// cancel, or a cancel after a replace; any other message fits. A replace
+// does not end its batch; a saga's cancel does.
 func TestReplaceFitsAndEndsBatch(t *testing.T) {
 	var woke []time.Time
 	with := newIngester(newReplaceStore(t, nil), nil, &woke)
@@ -196,18 +197,30 @@ func TestReplaceFitsAndEndsBatch(t *testing.T) {
 		{e(intake.OpReplace, "g3"), true}, // a rejection stores nothing
 		{e(intake.OpSchedule, "g1"), true},
 		{e(intake.OpCancelSaga, "g1"), true},
+		{e(intake.OpCancel, ""), false},
 	} {
 		if got := with.fits(batch, &c.e); got != c.fits {
 			t.Errorf("fits(%v %q) = %v, want %v", c.e.intake.Op, c.e.intake.SagaID, got, c.fits)
 		}
 	}
-	if intake.OpReplace.EndsBatch() {
-		t.Error("a replace must not end its batch")
-	}
-	for _, op := range []intake.Op{intake.OpCancel, intake.OpCancelSaga} {
-		if !op.EndsBatch() {
-			t.Errorf("op %v must end its batch", op)
+	cancelled := []entry{e(intake.OpSchedule, "s"), e(intake.OpCancel, ""), e(intake.OpSchedule, "")}
+	for _, c := range []struct {
+		e    entry
+		fits bool
+	}{
+		{e(intake.OpReplace, "g1"), false},
+		{e(intake.OpCancel, ""), true},
+		{e(intake.OpSchedule, "s"), true},
+	} {
+		if got := with.fits(cancelled, &c.e); got != c.fits {
+			t.Errorf("after a cancel: fits(%v %q) = %v, want %v", c.e.intake.Op, c.e.intake.SagaID, got, c.fits)
 		}
+	}
+	if intake.OpReplace.EndsBatch() || intake.OpCancel.EndsBatch() {
+		t.Error("a replace and a cancel must not end their batch")
+	}
+	if !intake.OpCancelSaga.EndsBatch() {
+		t.Error("a saga's cancel must end its batch")
 	}
 }
 
