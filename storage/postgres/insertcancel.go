@@ -86,15 +86,11 @@ func (s *Store) insertCancel(ctx context.Context, c *pgxpool.Conn, in []storage.
 				return err
 			}
 		}
+		if err := readTombstoned(br, dead); err != nil {
+			return err
+		}
 		rows, err := br.Query()
 		if err != nil {
-			return err
-		}
-		var id string
-		if _, err := pgx.ForEachRow(rows, []any{&id}, func() error { dead[id] = true; return nil }); err != nil {
-			return err
-		}
-		if rows, err = br.Query(); err != nil {
 			return err
 		}
 		var r planRow
@@ -189,8 +185,11 @@ func (s *Store) insertCancel(ctx context.Context, c *pgxpool.Conn, in []storage.
 	return p, nil
 }
 
-// sendBatch sends b on c as one pipeline and reads its results with read.
-func sendBatch(ctx context.Context, c *pgxpool.Conn, b *pgx.Batch, read func(pgx.BatchResults) error) (err error) {
+// sendBatch sends b on c (a connection or a transaction) as one pipeline
+// and reads its results with read.
+func sendBatch(ctx context.Context, c interface {
+	SendBatch(context.Context, *pgx.Batch) pgx.BatchResults
+}, b *pgx.Batch, read func(pgx.BatchResults) error) (err error) {
 	br := c.SendBatch(ctx, b)
 	defer func() {
 		if cerr := br.Close(); err == nil {
@@ -198,6 +197,18 @@ func sendBatch(ctx context.Context, c *pgxpool.Conn, b *pgx.Batch, read func(pgx
 		}
 	}()
 	return read(br)
+}
+
+// readTombstoned reads the next result of br, the tombstoned statement's,
+// into dead.
+func readTombstoned(br pgx.BatchResults, dead map[string]bool) error {
+	rows, err := br.Query()
+	if err != nil {
+		return err
+	}
+	var id string
+	_, err = pgx.ForEachRow(rows, []any{&id}, func() error { dead[id] = true; return nil })
+	return err
 }
 
 // distinct sorts ss and drops repeats; never nil (an empty array, not NULL).
