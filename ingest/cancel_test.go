@@ -8,14 +8,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/uuid"
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/delaybridge/delaybridge/broker/brokertest"
-	"github.com/delaybridge/delaybridge/intake"
 	"github.com/delaybridge/delaybridge/internal/amqptest"
 	"github.com/delaybridge/delaybridge/internal/testenv"
-	"github.com/delaybridge/delaybridge/protocol/nsbtimeout"
 	"github.com/delaybridge/delaybridge/storage"
 	"github.com/delaybridge/delaybridge/wire"
 )
@@ -122,15 +119,8 @@ func TestCancelsDoNotEndTheBatch(t *testing.T) {
 	// the test rather than its commit ending it late.
 	for _, hold := range []time.Duration{0, 30 * time.Second} {
 		t.Run("hold "+hold.String(), func(t *testing.T) {
-			ach := testChannel(t)
-			q := "ingest-test-" + uuid.NewString()[:8] + ".Timeouts"
-			declareTestQueues(t, ach, q)
-			store := &fakeStore{}
 			// A long Linger: everything published below arrives within it.
-			stop := runIngester(t, store, &brokertest.Publisher{}, Options{
-				Sources: []intake.Source{nsbtimeout.TimeoutsSource(q)}, Rules: Rules{Reserved: []string{q}},
-				Prefetch: 50, MaxBatch: 50, Linger: 3 * time.Second, Hold: hold, Urgent: time.Second,
-			})
+			ach, q, store, stop := runOnFake(t, Options{Prefetch: 50, MaxBatch: 50, Linger: 3 * time.Second, Hold: hold, Urgent: time.Second})
 			later := amqp.Table{wire.HeaderDestination: "orders", wire.HeaderDelay: int32(3600_000)}
 			msgs := []amqp.Publishing{{MessageId: "a", Headers: later, Body: []byte("b")}, {Headers: cancelOf("a")},
 				{MessageId: "b", Headers: later, Body: []byte("b")}, {Headers: cancelOf("c")}, {MessageId: "c", Headers: later, Body: []byte("b")}}

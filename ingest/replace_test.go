@@ -187,33 +187,25 @@ func TestReplaceFitsAndEndsBatch(t *testing.T) {
 		return entry{intake: intake.Intake{Op: op, SagaID: group}}
 	}
 	batch := []entry{e(intake.OpReplace, "g1"), e(intake.OpSchedule, "s"), e(intake.OpReject, "g3")}
-	for _, c := range []struct {
-		e    entry
-		fits bool
-	}{
-		{e(intake.OpReplace, "g2"), true},
-		{e(intake.OpReplace, "g1"), false},
-		{e(intake.OpReplace, "s"), false},
-		{e(intake.OpReplace, "g3"), true}, // a rejection stores nothing
-		{e(intake.OpSchedule, "g1"), true},
-		{e(intake.OpCancelSaga, "g1"), true},
-		{e(intake.OpCancel, ""), false},
-	} {
-		if got := with.fits(batch, &c.e); got != c.fits {
-			t.Errorf("fits(%v %q) = %v, want %v", c.e.intake.Op, c.e.intake.SagaID, got, c.fits)
-		}
-	}
 	cancelled := []entry{e(intake.OpSchedule, "s"), e(intake.OpCancel, ""), e(intake.OpSchedule, "")}
 	for _, c := range []struct {
-		e    entry
-		fits bool
+		batch []entry
+		e     entry
+		fits  bool
 	}{
-		{e(intake.OpReplace, "g1"), false},
-		{e(intake.OpCancel, ""), true},
-		{e(intake.OpSchedule, "s"), true},
+		{batch, e(intake.OpReplace, "g2"), true},
+		{batch, e(intake.OpReplace, "g1"), false},
+		{batch, e(intake.OpReplace, "s"), false},
+		{batch, e(intake.OpReplace, "g3"), true}, // a rejection stores nothing
+		{batch, e(intake.OpSchedule, "g1"), true},
+		{batch, e(intake.OpCancelSaga, "g1"), true},
+		{batch, e(intake.OpCancel, ""), false},
+		{cancelled, e(intake.OpReplace, "g1"), false},
+		{cancelled, e(intake.OpCancel, ""), true},
+		{cancelled, e(intake.OpSchedule, "s"), true},
 	} {
-		if got := with.fits(cancelled, &c.e); got != c.fits {
-			t.Errorf("after a cancel: fits(%v %q) = %v, want %v", c.e.intake.Op, c.e.intake.SagaID, got, c.fits)
+		if got := with.fits(c.batch, &c.e); got != c.fits {
+			t.Errorf("fits(%v %q) after %d entries = %v, want %v", c.e.intake.Op, c.e.intake.SagaID, len(c.batch), got, c.fits)
 		}
 	}
 	if intake.OpReplace.EndsBatch() || intake.OpCancel.EndsBatch() {
