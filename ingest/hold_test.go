@@ -21,14 +21,19 @@ import (
 // batches of maxBatch and urgent as Urgent.
 func runHolding(t *testing.T, maxBatch int, urgent time.Duration) (*amqp.Channel, string, *fakeStore, func() error) {
 	t.Helper()
+	return runOnFake(t, Options{Prefetch: maxBatch, MaxBatch: maxBatch, Hold: time.Hour, Urgent: urgent})
+}
+
+// runOnFake runs an Ingester with opts on a fresh intake queue of
+// E.Timeouts messages, over a fakeStore.
+func runOnFake(t *testing.T, opts Options) (*amqp.Channel, string, *fakeStore, func() error) {
+	t.Helper()
 	ach := testChannel(t)
 	q := "ingest-test-" + uuid.NewString()[:8] + ".Timeouts"
 	declareTestQueues(t, ach, q)
 	store := &fakeStore{}
-	stop := runIngester(t, store, &brokertest.Publisher{}, Options{
-		Sources: []intake.Source{nsbtimeout.TimeoutsSource(q)}, Rules: Rules{Reserved: []string{q}},
-		Prefetch: maxBatch, MaxBatch: maxBatch, Hold: time.Hour, Urgent: urgent,
-	})
+	opts.Sources, opts.Rules = []intake.Source{nsbtimeout.TimeoutsSource(q)}, Rules{Reserved: []string{q}}
+	stop := runIngester(t, store, &brokertest.Publisher{}, opts)
 	return ach, q, store, stop
 }
 

@@ -30,7 +30,8 @@ import (
 // Store is what ingest needs of the store.
 type Store interface {
 	Insert(ctx context.Context, ts []storage.Timeout) ([]storage.Outcome, error)
-	Cancel(ctx context.Context, id string, mode storage.CancelMode) error
+	// InsertAndCancel commits a batch holding intake.OpCancel.
+	storage.InsertCanceller
 	// CancelSaga applies intake.OpCancelSaga.
 	storage.SagaCanceller
 	// ReplaceGroups commits a batch holding intake.OpReplace.
@@ -194,14 +195,23 @@ func (in *Ingester) patient(e *entry) bool {
 // before its inserts (cancel the groups, then insert every row), so a
 // replace of a group that an earlier message of the batch belongs to must
 // wait for the next batch: it would otherwise spare that message, which
-// it replaces. Messages after a replace, of its group or not, fit.
+// it replaces. Messages after a replace, of its group or not, fit. A
+// batch's cancels are committed in order with its inserts
+// (InsertAndCancel), which has no replaces: a cancel and a replace wait
+// for each other's next batch.
 func (in *Ingester) fits(batch []entry, e *entry) bool {
-	if e.intake.Op != intake.OpReplace {
-		return true
-	}
-	for i := range batch {
-		if batch[i].intake.Op.Stores() && batch[i].intake.SagaID == e.intake.SagaID {
-			return false
+	switch e.intake.Op {
+	case intake.OpReplace:
+		for i := range batch {
+			if batch[i].intake.Op == intake.OpCancel || (batch[i].intake.Op.Stores() && batch[i].intake.SagaID == e.intake.SagaID) {
+				return false
+			}
+		}
+	case intake.OpCancel:
+		for i := range batch {
+			if batch[i].intake.Op == intake.OpReplace {
+				return false
+			}
 		}
 	}
 	return true
@@ -323,8 +333,9 @@ func (in *Ingester) session(ctx context.Context, src intake.Source, s *broker.Se
 			// Group commit: gather what arrives within a short linger. The
 			// library hands deliveries over one at a time, so a
 			// non-blocking drain alone yields batches of one and an fsync
-			// per message. A cancel ends its batch, so everything received
-			// before it is committed first and nothing after it is affected.
+			// per message. A cancel is committed in the batch, in order
+			// (commit); a saga's cancel or a schedule's message or control
+			// ends it, applied after everything received before it.
 			held := in.patient(&batch[0]) // then Hold is longer than Linger
 			wait := in.opts.Linger
 			if held {
@@ -344,8 +355,19 @@ func (in *Ingester) session(ctx context.Context, src intake.Source, s *broker.Se
 						break fill
 					}
 					batch = append(batch, e)
-					if e.intake.Op.EndsBatch() || (held && (!in.patient(&e) || len(batch) >= in.holdBatch())) {
+					if e.intake.Op.EndsBatch() || (held && len(batch) >= in.holdBatch()) {
 						break fill
+					}
+					if held && !in.patient(&e) {
+						if e.intake.Op != intake.OpCancel {
+							break fill
+						}
+						// A cancel ends the hold, not the batch: it takes
+						// what arrives within Linger, as a batch never
+						// held, so that a stream of messages and their
+						// cancels still commits in batches.
+						held = false
+						linger.Reset(in.opts.Linger)
 					}
 				case <-linger.C:
 					break fill
@@ -535,14 +557,15 @@ func (in *Ingester) acceptRecurring(it *intake.Intake, d *amqp.Delivery, now tim
 // exactly once, except the invalid ones whose error copies were refused: it
 // adds those to held, the session's deliveries held for another try, and
 // returns it. Rejections go to the error queue first: they do not depend on
-// the store. Then the messages to schedule are stored in one commit, and a
-// cancel (last in its batch) is applied after them.
+// the store. Then the messages to schedule and the cancels are committed
+// together, in order, and what ends the batch (intake.Op.EndsBatch, last
+// in it) is applied after them.
 func (in *Ingester) handle(ctx context.Context, src intake.Source, pub Publisher, batch, held []entry) ([]entry, error) {
 	connErr := in.reject(ctx, src, pub, batch)
 	var pause time.Duration
 	if committed, p := in.commit(ctx, batch); !committed {
 		pause = p
-	} else if p := in.cancel(ctx, batch); p > 0 {
+	} else if p := in.endBatch(ctx, batch); p > 0 {
 		pause = p
 	}
 	held, err := keepHeld(batch, held, len(held) > 0)
@@ -595,16 +618,21 @@ func settle(batch []entry, heldBefore bool) error {
 	return nil
 }
 
-// commit stores the batch's messages to schedule and its replaces in one
-// commit and marks them acked. The replaces' groups are cancelled in that
-// commit (ReplaceGroups), before the inserts (fits keeps a group's earlier
-// messages out of the batch). It reports false, and the pause before the
-// next attempt, when the store failed: they are then requeued, and so is
-// the batch's cancel.
+// commit stores the batch's messages to schedule, its replaces and its
+// cancels in one commit and marks them acked. The replaces' groups are
+// cancelled in that commit (ReplaceGroups), before the inserts (fits keeps
+// a group's earlier messages out of the batch); the cancels are applied
+// among the inserts, each after the messages received before it
+// (InsertAndCancel; fits keeps replaces out of such a batch). It reports
+// false, and the pause before the next attempt, when the store failed:
+// they are then requeued, and so is what ends the batch.
 func (in *Ingester) commit(ctx context.Context, batch []entry) (bool, time.Duration) {
 	var rows []storage.Timeout
 	var idx []int
 	var groups []string
+	var cancels []storage.OrderedCancel
+	var cidx []int
+	_, schedules := in.store.(storage.Scheduler)
 	for i := range batch {
 		switch it := &batch[i].intake; {
 		case it.Op == intake.OpSchedule:
@@ -612,13 +640,23 @@ func (in *Ingester) commit(ctx context.Context, batch []entry) (bool, time.Durat
 			if !slices.Contains(groups, it.SagaID) {
 				groups = append(groups, it.SagaID)
 			}
+		case it.Op == intake.OpCancel:
+			c := storage.OrderedCancel{At: len(rows), ID: it.CancelID}
+			if schedules {
+				// The AMQP cancel also ends the AMQP schedule of its id
+				// (docs/contract.md §2.11).
+				c.Schedule = storage.ScheduleKey(wire.ScheduleSourceAMQP, it.CancelID)
+			}
+			cancels = append(cancels, c)
+			cidx = append(cidx, i)
+			continue
 		default:
 			continue
 		}
 		rows = append(rows, batch[i].row)
 		idx = append(idx, i)
 	}
-	if len(rows) == 0 {
+	if len(rows) == 0 && len(cancels) == 0 {
 		return true, 0
 	}
 	// Store failures are not the message's fault: requeue and retry. The
@@ -626,17 +664,22 @@ func (in *Ingester) commit(ctx context.Context, batch []entry) (bool, time.Durat
 	// take ctx.
 	began := time.Now()
 	var outcomes []storage.Outcome
+	var results []storage.CancelResult
 	var replaced, leased int
 	var err error
-	if len(groups) > 0 {
+	switch {
+	case len(cancels) > 0:
+		outcomes, results, err = in.store.InsertAndCancel(context.WithoutCancel(ctx), rows, cancels)
+	case len(groups) > 0:
 		outcomes, replaced, leased, err = in.store.ReplaceGroups(context.WithoutCancel(ctx), groups, rows)
-	} else {
+	default:
 		outcomes, err = in.store.Insert(context.WithoutCancel(ctx), rows)
 	}
 	if err != nil {
 		pause := in.opts.StoreBreaker.Failure(err)
-		in.log.Error().Err(err).Int("messages", len(rows)).Int("replaced_groups", len(groups)).Dur("retry_in", pause).Msg("store failed; messages requeued")
-		return false, pause // they, and the cancel after them, stay requeue
+		in.log.Error().Err(err).Int("messages", len(rows)).Int("replaced_groups", len(groups)).Int("cancels", len(cancels)).
+			Dur("retry_in", pause).Msg("store failed; messages requeued")
+		return false, pause // they, and what ends the batch, stay requeue
 	}
 	in.opts.StoreBreaker.Success()
 	in.opts.Metrics.ObserveIngestCommit(time.Since(began))
@@ -645,6 +688,12 @@ func (in *Ingester) commit(ctx context.Context, batch []entry) (bool, time.Durat
 		in.log.Info().Strs("groups", groups).Int("replaced", replaced).Int("leased", leased).Msg("replace: earlier messages of the groups cancelled")
 	}
 	in.dropped(DropReplaced, replaced, "", strings.Join(groups, ","))
+	for j, i := range cidx {
+		in.cancelled(&batch[i], results[j])
+	}
+	if len(rows) == 0 {
+		return true, 0
+	}
 	// Wake for every row, duplicates too: a store that repeated its insert
 	// after a lost connection reports its own rows as duplicates, and a
 	// wake too many costs one poll.
@@ -695,56 +744,42 @@ func (in *Ingester) dropped(reason string, n int, id, dest string) {
 	in.drops.note(reason, n, id, dest, in.opts.Now())
 }
 
-// cancel applies the batch's cancels, after its inserts. It returns the pause
-// to take when the store failed (those cancels stay requeued).
-func (in *Ingester) cancel(ctx context.Context, batch []entry) time.Duration {
+// cancelled logs what the cancel e did (res), committed with its batch,
+// and marks it acked.
+func (in *Ingester) cancelled(e *entry, res storage.CancelResult) {
+	id := e.intake.CancelID
+	if res.ScheduleFound {
+		in.log.Info().Str("id", id).Msg("recurring schedule cancelled over AMQP")
+	}
+	switch err := res.Err; {
+	case err == nil:
+		in.log.Info().Str("id", id).Msg("cancelled over AMQP")
+	case errors.Is(err, storage.ErrNotFound) && res.ScheduleFound:
+	case errors.Is(err, storage.ErrNotFound):
+		in.log.Info().Str("id", id).Msg("cancel: nothing pending with this id (already delivered, or never scheduled)")
+	case errors.Is(err, storage.ErrLeased):
+		in.log.Warn().Str("id", id).Msg("cancel: too late, the message is being dispatched (every pending send of the id)")
+	}
+	e.outcome = ack
+}
+
+// endBatch applies what ended the batch (intake.Op.EndsBatch), after its
+// commit. It returns the pause to take when the store failed (that
+// delivery stays requeued).
+func (in *Ingester) endBatch(ctx context.Context, batch []entry) time.Duration {
 	var pause time.Duration
 	for i := range batch {
 		e := &batch[i]
-		if e.intake.Op == intake.OpCancelSaga {
-			if p := in.cancelSaga(ctx, e); p > 0 {
-				pause = max(pause, p)
-			}
-			continue
+		var p time.Duration
+		switch e.intake.Op {
+		case intake.OpCancelSaga:
+			p = in.cancelSaga(ctx, e)
+		case intake.OpScheduleControl:
+			p = in.controlSchedule(ctx, e)
+		case intake.OpRecur:
+			p = in.putSchedule(ctx, e)
 		}
-		if e.intake.Op == intake.OpScheduleControl {
-			if p := in.controlSchedule(ctx, e); p > 0 {
-				pause = max(pause, p)
-			}
-			continue
-		}
-		if e.intake.Op == intake.OpRecur {
-			if p := in.putSchedule(ctx, e); p > 0 {
-				pause = max(pause, p)
-			}
-			continue
-		}
-		if e.intake.Op != intake.OpCancel {
-			continue
-		}
-		id := e.intake.CancelID
-		ended, err := in.cancelSchedule(ctx, id)
-		if err == nil {
-			if ended {
-				in.log.Info().Str("id", id).Msg("recurring schedule cancelled over AMQP")
-			}
-			err = in.store.Cancel(context.WithoutCancel(ctx), id, storage.CancelOrdered)
-		}
-		switch {
-		case err == nil:
-			in.log.Info().Str("id", id).Msg("cancelled over AMQP")
-		case errors.Is(err, storage.ErrNotFound) && ended:
-		case errors.Is(err, storage.ErrNotFound):
-			in.log.Info().Str("id", id).Msg("cancel: nothing pending with this id (already delivered, or never scheduled)")
-		case errors.Is(err, storage.ErrLeased):
-			in.log.Warn().Str("id", id).Msg("cancel: too late, the message is being dispatched (every pending send of the id)")
-		default:
-			pause = max(pause, in.opts.StoreBreaker.Failure(err))
-			in.log.Error().Err(err).Str("id", id).Dur("retry_in", pause).Msg("cancel failed; requeued")
-			continue
-		}
-		in.opts.StoreBreaker.Success()
-		e.outcome = ack
+		pause = max(pause, p)
 	}
 	return pause
 }
@@ -798,16 +833,6 @@ func (in *Ingester) putSchedule(ctx context.Context, e *entry) time.Duration {
 		in.opts.ScheduleWake()
 	}
 	return 0
-}
-
-// cancelSchedule ends the AMQP schedule named id, if the store keeps
-// schedules: found says whether there was one.
-func (in *Ingester) cancelSchedule(ctx context.Context, id string) (found bool, err error) {
-	sc, ok := in.store.(storage.Scheduler)
-	if !ok {
-		return false, nil
-	}
-	return sc.CancelSchedule(context.WithoutCancel(ctx), storage.ScheduleKey(wire.ScheduleSourceAMQP, id))
 }
 
 // reject copies the batch's invalid deliveries to the error queue, and

@@ -29,16 +29,18 @@ import (
 // a send matching a pending one that is not leased is a duplicate, any
 // other send of a pending id is stored under a later send's key); fail
 // makes every call fail. cancelled ids are refused. It cancels by saga and
-// replaces groups, leaving the rows marked leased; it leaves no tombstones.
+// replaces groups, leaving the rows marked leased, without tombstones; its
+// cancels by id (InsertAndCancel) leave them as Cancel does.
 type fakeStore struct {
 	mu        sync.Mutex
 	rows      map[string]storage.Timeout // by key
 	leased    map[string]bool            // by key
 	cancelled map[string]bool            // by id
 	fail      error
-	calls     int        // Insert calls
-	sagaCalls []string   // CancelSaga calls
-	replaces  [][]string // ReplaceGroups calls
+	calls     int                       // Insert calls
+	sagaCalls []string                  // CancelSaga calls
+	replaces  [][]string                // ReplaceGroups calls
+	batches   [][]storage.OrderedCancel // InsertAndCancel calls
 }
 
 func (s *fakeStore) Insert(_ context.Context, ts []storage.Timeout) ([]storage.Outcome, error) {
@@ -122,13 +124,39 @@ func (s *fakeStore) ReplaceGroups(_ context.Context, groups []string, ts []stora
 	return s.insert(ts), cancelled, leased, nil
 }
 
-// Cancel removes the sends of id that are not marked leased.
-func (s *fakeStore) Cancel(_ context.Context, id string, _ storage.CancelMode) error {
+func (s *fakeStore) InsertAndCancel(_ context.Context, ts []storage.Timeout, cancels []storage.OrderedCancel) ([]storage.Outcome, []storage.CancelResult, error) {
+	return s.insertAndCancel(ts, cancels, nil)
+}
+
+// insertAndCancel applies ts and cancels in order; end, when set, ends a
+// cancel's schedule first.
+func (s *fakeStore) insertAndCancel(ts []storage.Timeout, cancels []storage.OrderedCancel, end func(key string) bool) ([]storage.Outcome, []storage.CancelResult, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.batches = append(s.batches, slices.Clone(cancels))
 	if s.fail != nil {
-		return s.fail
+		return nil, nil, s.fail
 	}
+	if err := storage.CheckCancels(len(ts), cancels); err != nil {
+		return nil, nil, err
+	}
+	out, res := make([]storage.Outcome, len(ts)), make([]storage.CancelResult, len(cancels))
+	next := 0
+	for i, c := range cancels {
+		copy(out[next:c.At], s.insert(ts[next:c.At]))
+		next = c.At
+		if c.Schedule != "" && end != nil {
+			res[i].ScheduleFound = end(c.Schedule)
+		}
+		res[i].Err = s.cancel(c.ID)
+	}
+	copy(out[next:], s.insert(ts[next:]))
+	return out, res, nil
+}
+
+// cancel removes the sends of id that are not marked leased and leaves a
+// tombstone as Cancel (CancelOrdered) does; the caller holds mu.
+func (s *fakeStore) cancel(id string) error {
 	found, removed := 0, 0
 	for k := range s.rows {
 		if !wire.IsKeyOf(k, id) {
@@ -140,13 +168,13 @@ func (s *fakeStore) Cancel(_ context.Context, id string, _ storage.CancelMode) e
 			removed++
 		}
 	}
-	switch {
-	case found == 0:
-		return storage.ErrNotFound
-	case removed == 0:
-		return storage.ErrLeased
+	if removed > 0 || found == 0 {
+		if s.cancelled == nil {
+			s.cancelled = map[string]bool{}
+		}
+		s.cancelled[id] = true
 	}
-	return nil
+	return storage.FoundErr(found, removed)
 }
 
 var now0 = time.Date(2026, 11, 21, 20, 0, 0, 0, time.UTC)
@@ -513,7 +541,7 @@ func TestCancelOverAMQP(t *testing.T) {
 	store, pub, s := &fakeStore{leased: map[string]bool{"busy": true}}, &brokertest.Publisher{}, amqptest.New(t)
 	var woke []time.Time
 	in := newIngester(store, pub, &woke)
-	// A message, then a cancel of it in the same batch (cancels end a batch).
+	// A message, then a cancel of it in the same batch.
 	b := deliveries(s, amqp.Table{wire.HeaderDestination: "a", wire.HeaderDelay: int32(60000)}, amqp.Table{wire.HeaderCancel: "m0"})
 	b[1].Body = nil
 	if err := in.take(pub, b); err != nil {
@@ -592,8 +620,8 @@ func TestWakesEvenWhenEveryRowIsReportedDuplicate(t *testing.T) {
 	}
 }
 
-// A cancel ends its batch. When the messages before it fail to commit, the
-// cancel must be requeued with them: left unsettled, it would be acked by the
+// A cancel commits with its batch. When that commit fails, the cancel must
+// be requeued with the messages: left unsettled, it would be acked by the
 // next batch's multiple ack and lost, and the message it names delivered.
 func TestCancelAfterAFailedCommitIsRequeuedNotLost(t *testing.T) {
 	store, pub := &fakeStore{fail: errors.New("disk full")}, &brokertest.Publisher{}
@@ -698,8 +726,8 @@ func TestClearTimeoutsOverAMQP(t *testing.T) {
 	if len(pub.Sent()) != 0 {
 		t.Fatalf("%d on the error queue, want none", len(pub.Sent()))
 	}
-	if !intake.OpCancelSaga.EndsBatch() || !intake.OpCancel.EndsBatch() || intake.OpSchedule.EndsBatch() {
-		t.Fatal("a saga cancel must end its batch as a cancel does, and only cancels do")
+	if !intake.OpCancelSaga.EndsBatch() || intake.OpCancel.EndsBatch() || intake.OpSchedule.EndsBatch() {
+		t.Fatal("a saga cancel must end its batch; a cancel (committed in it) and a message must not")
 	}
 
 	// A store failure requeues it.

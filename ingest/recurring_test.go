@@ -45,6 +45,13 @@ func (s *schedStore) CancelSchedule(_ context.Context, key string) (bool, error)
 	return false, nil
 }
 
+func (s *schedStore) InsertAndCancel(ctx context.Context, ts []storage.Timeout, cancels []storage.OrderedCancel) ([]storage.Outcome, []storage.CancelResult, error) {
+	return s.insertAndCancel(ts, cancels, func(key string) bool {
+		found, _ := s.CancelSchedule(ctx, key)
+		return found
+	})
+}
+
 func (s *schedStore) PauseSchedule(context.Context, string) (bool, error)  { return false, errUnused }
 func (s *schedStore) ResumeSchedule(context.Context, string) (bool, error) { return false, errUnused }
 func (s *schedStore) GetSchedule(context.Context, string) (storage.Schedule, error) {

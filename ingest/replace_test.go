@@ -177,8 +177,9 @@ func TestReplacesShareOneCommit(t *testing.T) {
 }
 
 // A replace whose group an earlier message of the batch belongs to does
-// not fit the batch (it starts the next); any other message fits. A
-// replace does not end its batch; cancels do.
+// not fit the batch (it starts the next), nor does a replace after a
+// cancel, or a cancel after a replace; any other message fits. A replace
+// does not end its batch; a saga's cancel does.
 func TestReplaceFitsAndEndsBatch(t *testing.T) {
 	var woke []time.Time
 	with := newIngester(newReplaceStore(t, nil), nil, &woke)
@@ -186,28 +187,32 @@ func TestReplaceFitsAndEndsBatch(t *testing.T) {
 		return entry{intake: intake.Intake{Op: op, SagaID: group}}
 	}
 	batch := []entry{e(intake.OpReplace, "g1"), e(intake.OpSchedule, "s"), e(intake.OpReject, "g3")}
+	cancelled := []entry{e(intake.OpSchedule, "s"), e(intake.OpCancel, ""), e(intake.OpSchedule, "")}
 	for _, c := range []struct {
-		e    entry
-		fits bool
+		batch []entry
+		e     entry
+		fits  bool
 	}{
-		{e(intake.OpReplace, "g2"), true},
-		{e(intake.OpReplace, "g1"), false},
-		{e(intake.OpReplace, "s"), false},
-		{e(intake.OpReplace, "g3"), true}, // a rejection stores nothing
-		{e(intake.OpSchedule, "g1"), true},
-		{e(intake.OpCancelSaga, "g1"), true},
+		{batch, e(intake.OpReplace, "g2"), true},
+		{batch, e(intake.OpReplace, "g1"), false},
+		{batch, e(intake.OpReplace, "s"), false},
+		{batch, e(intake.OpReplace, "g3"), true}, // a rejection stores nothing
+		{batch, e(intake.OpSchedule, "g1"), true},
+		{batch, e(intake.OpCancelSaga, "g1"), true},
+		{batch, e(intake.OpCancel, ""), false},
+		{cancelled, e(intake.OpReplace, "g1"), false},
+		{cancelled, e(intake.OpCancel, ""), true},
+		{cancelled, e(intake.OpSchedule, "s"), true},
 	} {
-		if got := with.fits(batch, &c.e); got != c.fits {
-			t.Errorf("fits(%v %q) = %v, want %v", c.e.intake.Op, c.e.intake.SagaID, got, c.fits)
+		if got := with.fits(c.batch, &c.e); got != c.fits {
+			t.Errorf("fits(%v %q) after %d entries = %v, want %v", c.e.intake.Op, c.e.intake.SagaID, len(c.batch), got, c.fits)
 		}
 	}
-	if intake.OpReplace.EndsBatch() {
-		t.Error("a replace must not end its batch")
+	if intake.OpReplace.EndsBatch() || intake.OpCancel.EndsBatch() {
+		t.Error("a replace and a cancel must not end their batch")
 	}
-	for _, op := range []intake.Op{intake.OpCancel, intake.OpCancelSaga} {
-		if !op.EndsBatch() {
-			t.Errorf("op %v must end its batch", op)
-		}
+	if !intake.OpCancelSaga.EndsBatch() {
+		t.Error("a saga's cancel must end its batch")
 	}
 }
 

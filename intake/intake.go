@@ -103,11 +103,12 @@ const (
 	OpReject Op = iota
 	// OpSchedule: store Msg for Destination at DueAt.
 	OpSchedule
-	// OpCancel: cancel the pending message CancelID. A cancel ends its
-	// batch, so it applies to everything received before it.
+	// OpCancel: cancel the pending message CancelID. A cancel is committed
+	// with its batch, in order (storage.InsertCanceller): it applies to
+	// everything received before it and to nothing after it.
 	OpCancel
 	// OpCancelSaga: cancel every pending timeout of saga SagaID. It ends
-	// its batch as OpCancel does.
+	// its batch, and so applies to everything received before it.
 	OpCancelSaga
 	// OpReplace: cancel every pending timeout of saga SagaID, then store
 	// Msg as OpSchedule does, with that saga id: the message replaces the
@@ -116,22 +117,24 @@ const (
 	// redelivery that reuses an id would find it cancelled). The replaces
 	// of a batch, of distinct groups, are one commit with its other
 	// messages (storage.GroupReplacer); a replace of a group that an
-	// earlier message of the batch belongs to starts the next batch.
+	// earlier message of the batch belongs to starts the next batch, and
+	// so does a replace after a cancel, or a cancel after a replace.
 	OpReplace
 	// OpRecur: create or replace the recurring schedule named by ID
 	// (Recur says when it fires; Msg, Destination and Exchange what each
-	// fire forwards). It ends its batch as OpCancel does.
+	// fire forwards). It ends its batch as OpCancelSaga does.
 	OpRecur
 	// OpScheduleControl: cancel, pause or resume (Control) the recurring
 	// schedule ScheduleKey; a missing one is no error. It ends its batch
-	// as OpCancel does.
+	// as OpCancelSaga does.
 	OpScheduleControl
 )
 
-// EndsBatch reports whether op ends its batch: a cancel applies to
-// everything received before it and to nothing after it.
+// EndsBatch reports whether op ends its batch, applied after the batch's
+// commit, so that it applies to everything received before it and to
+// nothing after it. OpCancel does not: its batch commits it in order.
 func (op Op) EndsBatch() bool {
-	return op == OpCancel || op == OpCancelSaga || op == OpRecur || op == OpScheduleControl
+	return op == OpCancelSaga || op == OpRecur || op == OpScheduleControl
 }
 
 // Stores reports whether op stores a message.

@@ -378,6 +378,7 @@ type Store interface {
 	MultiGetter
 	SagaCanceller
 	GroupReplacer
+	InsertCanceller
 	Bulker
 	DestinationCounter
 	Pauser
@@ -502,6 +503,71 @@ func Spared(groups []string, ts []Timeout) map[string]bool {
 		}
 	}
 	return spared
+}
+
+// InsertCanceller commits inserts and AMQP cancels together, in their
+// order: ingest commits a batch that holds cancels (docs/contract.md §2.5)
+// with one call instead of a commit per cancel, which on a shared store
+// serialises against every instance's inserts.
+type InsertCanceller interface {
+	// InsertAndCancel does in one commit what Insert of each row of ts and
+	// each cancel would do one by one, in order: a cancel comes after the
+	// first At rows of ts (and after the cancels before it in cancels,
+	// whose At are in ascending order). A cancel does what CancelSchedule
+	// of Schedule (storage.Scheduler), when set, then Cancel of ID with
+	// CancelOrdered would do. So a cancel removes the pending sends of its
+	// id that are not being dispatched, rows stored earlier in the call
+	// included, and leaves its tombstone as Cancel does; a later row of
+	// the id is Cancelled. outcomes is Insert's answer for ts: a row
+	// stored and then removed by a later cancel of the call is Stored
+	// (and never written). results[i] is cancels[i]'s. An id or At that
+	// Cancel or Insert could not take fails the call before it changes
+	// anything (CheckCancels). No cancels is an Insert.
+	InsertAndCancel(ctx context.Context, ts []Timeout, cancels []OrderedCancel) (outcomes []Outcome, results []CancelResult, err error)
+}
+
+// OrderedCancel is one cancel of an InsertAndCancel call: ingest's AMQP
+// cancel (docs/contract.md §2.5, and §2.11 for the schedule it ends).
+type OrderedCancel struct {
+	// At places the cancel after the first At rows of the call.
+	At int
+	// ID is the message id cancelled (Cancel's id).
+	ID string
+	// Schedule, when set, is the key of a recurring schedule to end first,
+	// as CancelSchedule does: the schedule and its pending fires that are
+	// not being dispatched.
+	Schedule string
+}
+
+// CancelResult is what one cancel of InsertAndCancel did.
+type CancelResult struct {
+	// Err is Cancel's answer: nil, ErrNotFound or ErrLeased.
+	Err error
+	// ScheduleFound is CancelSchedule's found: Schedule named a schedule.
+	ScheduleFound bool
+}
+
+// CheckCancels refuses the cancels of an InsertAndCancel of n rows that no
+// store can apply, naming the first one: an At outside 0..n or before the
+// previous cancel's, an id CheckInsert would refuse, or a schedule key
+// holding a NUL.
+func CheckCancels(n int, cancels []OrderedCancel) error {
+	prev := 0
+	for i := range cancels {
+		switch c := &cancels[i]; {
+		case c.At < prev || c.At > n:
+			return fmt.Errorf("cancel %d: at %d, want %d to %d", i, c.At, prev, n)
+		case CheckMessageID(c.ID) != nil:
+			return fmt.Errorf("cancel %d: %w", i, CheckMessageID(c.ID))
+		case len(c.ID) > MaxStoredIDBytes:
+			return fmt.Errorf("cancel %d: id is %d bytes, longer than %d", i, len(c.ID), MaxStoredIDBytes)
+		case strings.IndexByte(c.Schedule, 0) >= 0:
+			return fmt.Errorf("cancel %d: schedule key holds a NUL", i)
+		default:
+			prev = c.At
+		}
+	}
+	return nil
 }
 
 // BulkChunk is how many rows a Bulker changes per commit at most: a match

@@ -1180,28 +1180,9 @@ func listFew(b txb, rs []*row, f storage.ListFilter, after []byte) ([]storage.Ti
 func (s *Store) Cancel(ctx context.Context, id string, mode storage.CancelMode) error {
 	var found, removed int
 	err := s.pinnedWrite(ctx, func(_ *bolt.Tx, b txb, pins *pinSet, now time.Time) error {
-		found, removed = 0, 0
-		rs, err := b.family(id, false)
-		if err != nil {
-			return err
-		}
-		found = len(rs)
-		for _, r := range rs {
-			if pins.pin(r.ID, now) != nil {
-				continue // leased: too late for this send
-			}
-			if err := b.forget(r); err != nil {
-				return err
-			}
-			removed++
-		}
-		switch {
-		case found > 0 && removed == 0:
-			return nil // every send is being dispatched: no tombstone
-		case found == 0 && (mode == storage.CancelFound || len(id) == 0 || len(id) > maxIDLen):
-			return nil // nothing to remember
-		}
-		return s.tombstone(b, id, now)
+		var err error
+		found, removed, err = s.cancel(b, pins, id, mode, now)
+		return err
 	})
 	if err == nil {
 		err = storage.FoundErr(found, removed)
@@ -1210,6 +1191,82 @@ func (s *Store) Cancel(ctx context.Context, id string, mode storage.CancelMode) 
 		return fmt.Errorf("boltstore: cancel %q: %w", id, err)
 	}
 	return nil
+}
+
+// cancel is Cancel within a write: it removes the sends of id that are not
+// leased, pinning them, leaves the tombstone, and counts what it found and
+// removed.
+func (s *Store) cancel(b txb, pins *pinSet, id string, mode storage.CancelMode, now time.Time) (found, removed int, err error) {
+	rs, err := b.family(id, false)
+	if err != nil {
+		return 0, 0, err
+	}
+	found = len(rs)
+	for _, r := range rs {
+		if pins.pin(r.ID, now) != nil {
+			continue // leased: too late for this send
+		}
+		if err := b.forget(r); err != nil {
+			return 0, 0, err
+		}
+		removed++
+	}
+	switch {
+	case found > 0 && removed == 0:
+		return found, 0, nil // every send is being dispatched: no tombstone
+	case found == 0 && (mode == storage.CancelFound || len(id) == 0 || len(id) > maxIDLen):
+		return 0, 0, nil // nothing to remember
+	}
+	return found, removed, s.tombstone(b, id, now)
+}
+
+// InsertAndCancel applies ts and cancels in their order in one write
+// transaction; see storage.InsertCanceller.
+func (s *Store) InsertAndCancel(ctx context.Context, ts []storage.Timeout, cancels []storage.OrderedCancel) ([]storage.Outcome, []storage.CancelResult, error) {
+	if len(cancels) == 0 {
+		outcomes, err := s.Insert(ctx, ts)
+		return outcomes, nil, err
+	}
+	if err := storage.CheckInsert(ts); err != nil {
+		return nil, nil, fmt.Errorf("boltstore: insert and cancel: %w", err)
+	}
+	if err := storage.CheckCancels(len(ts), cancels); err != nil {
+		return nil, nil, fmt.Errorf("boltstore: insert and cancel: %w", err)
+	}
+	outcomes, keys := make([]storage.Outcome, len(ts)), make([]string, len(ts))
+	results := make([]storage.CancelResult, len(cancels))
+	err := s.pinnedWrite(ctx, func(tx *bolt.Tx, b txb, pins *pinSet, now time.Time) error {
+		clear(outcomes)
+		clear(keys)
+		clear(results)
+		sb, err := scheduleBuckets(tx)
+		if err != nil {
+			return err
+		}
+		next := 0 // the first row not yet inserted
+		for i, c := range cancels {
+			if err := s.insert(b, ts[next:c.At], outcomes[next:c.At], keys[next:c.At], now); err != nil {
+				return err
+			}
+			next = c.At
+			if c.Schedule != "" {
+				if results[i].ScheduleFound, err = s.cancelSchedule(b, sb, pins, c.Schedule, now); err != nil {
+					return err
+				}
+			}
+			found, removed, err := s.cancel(b, pins, c.ID, storage.CancelOrdered, now)
+			if err != nil {
+				return err
+			}
+			results[i].Err = storage.FoundErr(found, removed)
+		}
+		return s.insert(b, ts[next:], outcomes[next:], keys[next:], now)
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("boltstore: insert and cancel: %w", err)
+	}
+	setKeys(ts, outcomes, keys)
+	return outcomes, results, nil
 }
 
 // CancelSaga removes the rows of saga sagaID that are not leased and leaves

@@ -153,21 +153,26 @@ func (s *Store) PutSchedule(ctx context.Context, in storage.Schedule) (storage.S
 func (s *Store) CancelSchedule(ctx context.Context, key string) (bool, error) {
 	found := false
 	err := s.schedWrite(ctx, "cancel schedule "+key, func(b txb, sb schedBuckets, pins *pinSet, now time.Time) error {
-		found = false
-		old, err := sb.get(key)
-		if err != nil {
-			return err
-		}
-		if _, _, err := s.cancelSaga(b, pins, key, nil, now); err != nil {
-			return err
-		}
-		if old == nil {
-			return nil
-		}
-		found = true
-		return sb.del(old)
+		var err error
+		found, err = s.cancelSchedule(b, sb, pins, key, now)
+		return err
 	})
 	return found, err
+}
+
+// cancelSchedule is CancelSchedule within a write.
+func (s *Store) cancelSchedule(b txb, sb schedBuckets, pins *pinSet, key string, now time.Time) (found bool, err error) {
+	old, err := sb.get(key)
+	if err != nil {
+		return false, err
+	}
+	if _, _, err := s.cancelSaga(b, pins, key, nil, now); err != nil {
+		return false, err
+	}
+	if old == nil {
+		return false, nil
+	}
+	return true, sb.del(old)
 }
 
 // PauseSchedule holds a schedule; see storage.Scheduler.

@@ -10,9 +10,9 @@
 //
 // It forwards every method of storage.Store, so that code under test runs
 // the paths it runs on the wrapped store, each with faults of its own.
-// ReplaceGroups, an insert of replacing rows, also fails and waits with
-// Insert's faults, so that a test failing inserts fails every commit of
-// new rows.
+// ReplaceGroups, an insert of replacing rows, and InsertAndCancel, an
+// insert with cancels among its rows, also fail and wait with Insert's
+// faults, so that a test failing inserts fails every commit of new rows.
 //
 // All controls are safe for concurrent use with the store's methods.
 package faultstore
@@ -59,6 +59,7 @@ const (
 	ChangeSchedule     // storage.Scheduler: CancelSchedule, PauseSchedule, ResumeSchedule
 	ReadSchedules      // storage.Scheduler: GetSchedule, ListSchedules, NextScheduleDue
 	Fire               // storage.Scheduler: FireDue, FireNow
+	InsertAndCancel    // storage.InsertCanceller; Insert's faults apply too
 	Close
 	numOps
 )
@@ -70,6 +71,7 @@ var opNames = [...]string{
 	CancelSaga: "CancelSaga", Bulk: "Bulk", CountByDestination: "CountByDestination",
 	Pause: "Pause", Resume: "Resume", Paused: "Paused", ReplaceGroups: "ReplaceGroups",
 	PutSchedule: "PutSchedule", ChangeSchedule: "ChangeSchedule", ReadSchedules: "ReadSchedules", Fire: "Fire",
+	InsertAndCancel: "InsertAndCancel",
 }
 
 func (op Op) String() string {
@@ -333,6 +335,19 @@ func (s *Store) ReplaceGroups(ctx context.Context, groups []string, ts []storage
 		return nil, 0, 0, err
 	}
 	return s.inner.ReplaceGroups(ctx, groups, ts)
+}
+
+// InsertAndCancel implements storage.InsertCanceller. Insert's faults
+// apply too, after its own, as for ReplaceGroups: it commits the new rows
+// of a batch that holds cancels.
+func (s *Store) InsertAndCancel(ctx context.Context, ts []storage.Timeout, cancels []storage.OrderedCancel) ([]storage.Outcome, []storage.CancelResult, error) {
+	if err := s.enter(ctx, InsertAndCancel); err != nil {
+		return nil, nil, err
+	}
+	if err := s.fault(ctx, Insert); err != nil {
+		return nil, nil, err
+	}
+	return s.inner.InsertAndCancel(ctx, ts, cancels)
 }
 
 // Bulk implements storage.Bulker.

@@ -503,6 +503,11 @@ func (f *fullStore) ReplaceGroups(ctx context.Context, groups []string, ts []sto
 	return f.Store.ReplaceGroups(ctx, groups, ts)
 }
 
+func (f *fullStore) InsertAndCancel(ctx context.Context, ts []storage.Timeout, cancels []storage.OrderedCancel) ([]storage.Outcome, []storage.CancelResult, error) {
+	f.calls[InsertAndCancel]++
+	return f.Store.InsertAndCancel(ctx, ts, cancels)
+}
+
 func (f *fullStore) Bulk(ctx context.Context, fl storage.ListFilter, a storage.BulkAction) (storage.BulkResult, error) {
 	f.calls[Bulk]++
 	return f.Store.Bulk(ctx, fl, a)
@@ -569,6 +574,11 @@ func TestPartMethods(t *testing.T) {
 			o, c, l, err := s.ReplaceGroups(ctx, []string{"saga-2"}, []storage.Timeout{r})
 			return fmt.Sprint(o, c, l), err
 		}, fmt.Sprint([]storage.Outcome{storage.Stored}, 0, 0)},
+		{InsertAndCancel, func(ctx context.Context) (any, error) {
+			o, res, err := s.InsertAndCancel(ctx, []storage.Timeout{row("e", clock.Now().Add(time.Hour))},
+				[]storage.OrderedCancel{{At: 0, ID: "e"}, {At: 1, ID: "f"}})
+			return fmt.Sprint(o, res), err
+		}, fmt.Sprint([]storage.Outcome{storage.Cancelled}, []storage.CancelResult{{Err: storage.ErrNotFound}, {Err: storage.ErrNotFound}})},
 		{Bulk, func(ctx context.Context) (any, error) {
 			return s.Bulk(ctx, storage.ListFilter{IDPrefix: "b"}, storage.BulkAction{Kind: storage.BulkShift, Shift: time.Minute})
 		}, storage.BulkResult{Changed: 1}},
@@ -616,28 +626,44 @@ func TestPartMethods(t *testing.T) {
 	}
 }
 
-// ReplaceGroups commits new rows as Insert does: Insert's fault and delay
-// apply to it too, without counting an Insert or reaching the wrapped store.
-func TestReplaceGroupsTakesInsertFaults(t *testing.T) {
-	clock, inner, s := openFull(t)
-	r := row("a", clock.Now().Add(time.Hour))
-	r.SagaID = "g"
-	s.FailInsert(errBoom)
-	_, _, _, err := s.ReplaceGroups(ctx, []string{"g"}, []storage.Timeout{r})
-	wantInjected(t, "ReplaceGroups", err)
-	s.Heal()
-	s.Delay(Insert, time.Hour)
-	cctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
-	defer cancel()
-	if _, _, _, err := s.ReplaceGroups(cctx, []string{"g"}, []storage.Timeout{r}); !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("ReplaceGroups with Insert delayed past its context: %v, want DeadlineExceeded", err)
-	}
-	if inner.calls[ReplaceGroups] != 0 || s.Calls(Insert) != 0 || s.Calls(ReplaceGroups) != 2 {
-		t.Fatalf("wrapped store had %d ReplaceGroups; Calls(Insert) %d, Calls(ReplaceGroups) %d; want 0, 0, 2",
-			inner.calls[ReplaceGroups], s.Calls(Insert), s.Calls(ReplaceGroups))
-	}
-	if _, err := inner.Store.Get(ctx, "a"); !errors.Is(err, storage.ErrNotFound) {
-		t.Fatalf("a failed ReplaceGroups stored its row: %v", err)
+// ReplaceGroups and InsertAndCancel commit new rows as Insert does:
+// Insert's fault and delay apply to them too, without counting an Insert
+// or reaching the wrapped store.
+func TestCommitsOfNewRowsTakeInsertFaults(t *testing.T) {
+	for _, tc := range []struct {
+		op   Op
+		call func(s *Store, ctx context.Context, r storage.Timeout) error
+	}{
+		{ReplaceGroups, func(s *Store, ctx context.Context, r storage.Timeout) error {
+			_, _, _, err := s.ReplaceGroups(ctx, []string{"g"}, []storage.Timeout{r})
+			return err
+		}},
+		{InsertAndCancel, func(s *Store, ctx context.Context, r storage.Timeout) error {
+			_, _, err := s.InsertAndCancel(ctx, []storage.Timeout{r}, []storage.OrderedCancel{{At: 1, ID: "x"}})
+			return err
+		}},
+	} {
+		t.Run(tc.op.String(), func(t *testing.T) {
+			clock, inner, s := openFull(t)
+			r := row("a", clock.Now().Add(time.Hour))
+			r.SagaID = "g"
+			s.FailInsert(errBoom)
+			wantInjected(t, tc.op.String(), tc.call(s, ctx, r))
+			s.Heal()
+			s.Delay(Insert, time.Hour)
+			cctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+			defer cancel()
+			if err := tc.call(s, cctx, r); !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("%v with Insert delayed past its context: %v, want DeadlineExceeded", tc.op, err)
+			}
+			if inner.calls[tc.op] != 0 || s.Calls(Insert) != 0 || s.Calls(tc.op) != 2 {
+				t.Fatalf("wrapped store had %d %v; Calls(Insert) %d, Calls(%v) %d; want 0, 0, 2",
+					inner.calls[tc.op], tc.op, s.Calls(Insert), tc.op, s.Calls(tc.op))
+			}
+			if _, err := inner.Store.Get(ctx, "a"); !errors.Is(err, storage.ErrNotFound) {
+				t.Fatalf("a failed %v stored its row: %v", tc.op, err)
+			}
+		})
 	}
 }
 

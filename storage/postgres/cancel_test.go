@@ -28,6 +28,14 @@ func TestCancelAcrossInstancesOfAPendingRow(t *testing.T) {
 	storetest.RaceCancelReinsert(t, openSchema(t, schema, nil), openSchema(t, schema, nil), 300)
 }
 
+// TestBatchCancelAcrossInstances: as TestCancelAcrossInstances, each
+// cancel committed by InsertAndCancel with a row beside it, as ingest
+// commits a batch holding cancels.
+func TestBatchCancelAcrossInstances(t *testing.T) {
+	schema := pgtest.Schema(t)
+	storetest.RaceBatchCancelInsert(t, openSchema(t, schema, nil), openSchema(t, schema, nil), 300)
+}
+
 // TestReapPurgesExpiredTombstones: tombstones are rows of their own table,
 // deleted by Reap once expired, not before.
 func TestReapPurgesExpiredTombstones(t *testing.T) {

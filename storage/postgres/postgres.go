@@ -668,24 +668,15 @@ func (s *Store) place(ctx context.Context, tx pgx.Tx, in []storage.Timeout, rest
 	b.Queue(s.q.family, ids, now)
 	dead := make(map[string]bool)
 	pending := make(map[string][]storage.PendingSend)
-	err := func() (err error) {
-		br := tx.SendBatch(ctx, b)
-		defer func() {
-			if cerr := br.Close(); err == nil {
-				err = cerr
-			}
-		}()
+	err := sendBatch(ctx, tx, b, func(br pgx.BatchResults) error {
+		if err := readTombstoned(br, dead); err != nil {
+			return err
+		}
 		rows, err := br.Query()
 		if err != nil {
 			return err
 		}
 		var id string
-		if _, err := pgx.ForEachRow(rows, []any{&id}, func() error { dead[id] = true; return nil }); err != nil {
-			return err
-		}
-		if rows, err = br.Query(); err != nil {
-			return err
-		}
 		var p storage.PendingSend
 		_, err = pgx.ForEachRow(rows, []any{&id, &p.Key, &p.Fingerprint, &p.Leased}, func() error {
 			pending[id] = append(pending[id], p)
@@ -693,7 +684,7 @@ func (s *Store) place(ctx context.Context, tx pgx.Tx, in []storage.Timeout, rest
 			return nil
 		})
 		return err
-	}()
+	})
 	if err != nil {
 		return 0, nil, err
 	}

@@ -7,6 +7,7 @@ type queries struct {
 	insert, insertNew, insertAt, family, tombstoned                                   string
 	lease, unlease, getMany, remove, release, incr, nextDue, reap, cancel, reschedule string
 	purgeCancels, cancelSaga                                                          string
+	batchRows, tombstone, delKeys, delScheds                                          string
 	takeOver, anyDead, handBack                                                       string
 	countLeased, countBoth, estimate, countLeasedBy                                   string
 	listCols, table                                                                   string
@@ -42,7 +43,7 @@ ON CONFLICT (id) DO NOTHING`
 
 // newQueries names the schema qs in every statement.
 func newQueries(qs string) queries {
-	r := strings.NewReplacer("{{t}}", qs+".timeouts", "{{c}}", qs+".cancelled", "{{p}}", qs+".paused", "{{seq}}", quoteLiteral(qs+".lock_seq"),
+	r := strings.NewReplacer("{{t}}", qs+".timeouts", "{{c}}", qs+".cancelled", "{{p}}", qs+".paused", "{{s}}", qs+".schedules", "{{seq}}", quoteLiteral(qs+".lock_seq"),
 		"{{i}}", qs+".instances", "{{family $1}}", familySQL("$1"), "{{message id}}", messageIDSQL("id"))
 	insert := func(family, conflict string) string {
 		return r.Replace(strings.NewReplacer("{{family}}", family, "{{conflict}}", conflict).Replace(insertSQL))
@@ -67,6 +68,10 @@ func newQueries(qs string) queries {
 		cancel:        r.Replace(cancelSQL),
 		cancelSaga:    r.Replace(cancelSagaSQL),
 		purgeCancels:  r.Replace(purgeCancelsSQL),
+		batchRows:     r.Replace(batchRowsSQL),
+		tombstone:     r.Replace(tombstoneSQL),
+		delKeys:       r.Replace(delKeysSQL),
+		delScheds:     r.Replace(delSchedsSQL),
 		reschedule:    r.Replace(rescheduleSQL),
 		countLeased:   r.Replace(countLeasedSQL),
 		countBoth:     r.Replace(countBothSQL),
@@ -291,6 +296,42 @@ WITH cur AS (
 	ON CONFLICT (id) DO UPDATE SET expires_at = greatest(c.expires_at, EXCLUDED.expires_at)
 )
 SELECT (SELECT count(*) FROM del), (SELECT count(*) FROM cur WHERE busy)`
+
+// batchRowsSQL is the statement of queries.batchRows, InsertAndCancel's
+// read: $1 message ids, $2 saga ids (schedule keys), $3 now. Every send of
+// the ids (two probes of the primary key each, as family) and every row of
+// the sagas (index timeouts_saga_due), locked in id order, each with its
+// saga id, fingerprint and whether a live lease holds it.
+const batchRowsSQL = `
+SELECT t.id, coalesce(t.saga_id, ''), t.fingerprint, coalesce(t.lock_token IS NOT NULL AND t.lock_expires_at > $3, false)
+FROM {{t}} t
+WHERE t.id IN (
+	SELECT f.id FROM unnest($1::text[]) AS q(id)
+	CROSS JOIN LATERAL (
+		SELECT x.id FROM {{t}} x WHERE x.id = q.id COLLATE "C"
+		UNION ALL
+		SELECT x.id FROM {{t}} x WHERE x.id > (q.id || E'\x1f') COLLATE "C" AND x.id < (q.id || ' ') COLLATE "C"
+	) f
+	UNION ALL
+	SELECT x.id FROM {{t}} x WHERE x.saga_id = ANY($2::text[])
+)
+ORDER BY t.id
+FOR UPDATE`
+
+// tombstoneSQL is the statement of queries.tombstone: $1 message ids
+// (distinct, in order), $2 expiry. A live tombstone keeps the later
+// expiry, as Cancel's.
+const tombstoneSQL = `
+INSERT INTO {{c}} AS c (id, expires_at) SELECT u.id, $2::timestamptz FROM unnest($1::text[]) AS u(id) ORDER BY 1
+ON CONFLICT (id) DO UPDATE SET expires_at = greatest(c.expires_at, EXCLUDED.expires_at)`
+
+// delKeysSQL is the statement of queries.delKeys: $1 keys of rows
+// the caller holds locked.
+const delKeysSQL = `DELETE FROM {{t}} WHERE id = ANY($1::text[])`
+
+// delSchedsSQL is the statement of queries.delScheds: $1
+// schedule keys; answers those it deleted.
+const delSchedsSQL = `DELETE FROM {{s}} WHERE key = ANY($1::text[]) RETURNING key`
 
 // purgeCancelsSQL is the statement of queries.purgeCancels:
 // $1 now.
