@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -59,6 +60,30 @@ func (s *Store) insertCancel(ctx context.Context, c *pgxpool.Conn, in []storage.
 		}
 	}()
 	now := ts(s.now())
+	dead, found, err := s.readBatch(ctx, c, in, cancels, now)
+	if err != nil {
+		return nil, err
+	}
+	p = planBatch(in, cancels, dead, found)
+	ended, err := s.writeBatch(ctx, c, in, p, now)
+	if err != nil {
+		return nil, err
+	}
+	// The first cancel of a schedule ended it; later ones found none.
+	for i, cn := range cancels {
+		if cn.Schedule != "" && ended[cn.Schedule] {
+			p.results[i].ScheduleFound = true
+			delete(ended, cn.Schedule)
+		}
+	}
+	return p, nil
+}
+
+// readBatch is InsertAndCancel's first round trip: it opens the
+// transaction, takes the cancel lock exclusively, and reads the live
+// tombstones of the rows' ids (dead) and, locked, every send of the call's
+// ids and every row of its schedules (found).
+func (s *Store) readBatch(ctx context.Context, c *pgxpool.Conn, in []storage.Timeout, cancels []storage.OrderedCancel, now time.Time) (dead map[string]bool, found []planRow, err error) {
 	var rowIDs, ids, sagas []string
 	for i := range in {
 		rowIDs = append(rowIDs, in[i].ID)
@@ -78,8 +103,7 @@ func (s *Store) insertCancel(ctx context.Context, c *pgxpool.Conn, in []storage.
 	b.Queue(`SELECT pg_advisory_xact_lock($1)`, s.cancelKey)
 	b.Queue(s.q.tombstoned, rowIDs, now)
 	b.Queue(s.q.batchRows, ids, sagas, now)
-	dead := make(map[string]bool)
-	var found []planRow
+	dead = make(map[string]bool)
 	err = sendBatch(ctx, c, b, func(br pgx.BatchResults) error {
 		for range 3 {
 			if _, err := br.Exec(); err != nil {
@@ -102,12 +126,14 @@ func (s *Store) insertCancel(ctx context.Context, c *pgxpool.Conn, in []storage.
 		})
 		return err
 	})
-	if err != nil {
-		return nil, err
-	}
+	return dead, found, err
+}
 
-	p = planBatch(in, cancels, dead, found)
-	b = &pgx.Batch{}
+// writeBatch is InsertAndCancel's second round trip: it deletes, inserts
+// and records tombstones as p says, and commits. ended holds the schedule
+// keys whose rows it deleted.
+func (s *Store) writeBatch(ctx context.Context, c *pgxpool.Conn, in []storage.Timeout, p *batchPlan, now time.Time) (ended map[string]bool, err error) {
+	b := &pgx.Batch{}
 	if len(p.deletes) > 0 {
 		b.Queue(s.q.delKeys, p.deletes)
 	}
@@ -125,7 +151,7 @@ func (s *Store) insertCancel(ctx context.Context, c *pgxpool.Conn, in []storage.
 		b.Queue(s.q.tombstone, p.tombs, tsUp(now.Add(s.window)))
 	}
 	b.Queue(`COMMIT`)
-	ended := make(map[string]bool)
+	ended = make(map[string]bool)
 	err = sendBatch(ctx, c, b, func(br pgx.BatchResults) error {
 		if len(p.deletes) > 0 {
 			tag, err := br.Exec()
@@ -172,17 +198,7 @@ func (s *Store) insertCancel(ctx context.Context, c *pgxpool.Conn, in []storage.
 		}
 		return err
 	})
-	if err != nil {
-		return nil, err
-	}
-	// The first cancel of a schedule ended it; later ones found none.
-	for i, cn := range cancels {
-		if cn.Schedule != "" && ended[cn.Schedule] {
-			p.results[i].ScheduleFound = true
-			delete(ended, cn.Schedule)
-		}
-	}
-	return p, nil
+	return ended, err
 }
 
 // sendBatch sends b on c (a connection or a transaction) as one pipeline
