@@ -627,36 +627,8 @@ func settle(batch []entry, heldBefore bool) error {
 // false, and the pause before the next attempt, when the store failed:
 // they are then requeued, and so is what ends the batch.
 func (in *Ingester) commit(ctx context.Context, batch []entry) (bool, time.Duration) {
-	var rows []storage.Timeout
-	var idx []int
-	var groups []string
-	var cancels []storage.OrderedCancel
-	var cidx []int
-	_, schedules := in.store.(storage.Scheduler)
-	for i := range batch {
-		switch it := &batch[i].intake; {
-		case it.Op == intake.OpSchedule:
-		case it.Op == intake.OpReplace:
-			if !slices.Contains(groups, it.SagaID) {
-				groups = append(groups, it.SagaID)
-			}
-		case it.Op == intake.OpCancel:
-			c := storage.OrderedCancel{At: len(rows), ID: it.CancelID}
-			if schedules {
-				// The AMQP cancel also ends the AMQP schedule of its id
-				// (docs/contract.md §2.11).
-				c.Schedule = storage.ScheduleKey(wire.ScheduleSourceAMQP, it.CancelID)
-			}
-			cancels = append(cancels, c)
-			cidx = append(cidx, i)
-			continue
-		default:
-			continue
-		}
-		rows = append(rows, batch[i].row)
-		idx = append(idx, i)
-	}
-	if len(rows) == 0 && len(cancels) == 0 {
+	c := in.collect(batch)
+	if len(c.rows) == 0 && len(c.cancels) == 0 {
 		return true, 0
 	}
 	// Store failures are not the message's fault: requeue and retry. The
@@ -668,16 +640,16 @@ func (in *Ingester) commit(ctx context.Context, batch []entry) (bool, time.Durat
 	var replaced, leased int
 	var err error
 	switch {
-	case len(cancels) > 0:
-		outcomes, results, err = in.store.InsertAndCancel(context.WithoutCancel(ctx), rows, cancels)
-	case len(groups) > 0:
-		outcomes, replaced, leased, err = in.store.ReplaceGroups(context.WithoutCancel(ctx), groups, rows)
+	case len(c.cancels) > 0:
+		outcomes, results, err = in.store.InsertAndCancel(context.WithoutCancel(ctx), c.rows, c.cancels)
+	case len(c.groups) > 0:
+		outcomes, replaced, leased, err = in.store.ReplaceGroups(context.WithoutCancel(ctx), c.groups, c.rows)
 	default:
-		outcomes, err = in.store.Insert(context.WithoutCancel(ctx), rows)
+		outcomes, err = in.store.Insert(context.WithoutCancel(ctx), c.rows)
 	}
 	if err != nil {
 		pause := in.opts.StoreBreaker.Failure(err)
-		in.log.Error().Err(err).Int("messages", len(rows)).Int("replaced_groups", len(groups)).Int("cancels", len(cancels)).
+		in.log.Error().Err(err).Int("messages", len(c.rows)).Int("replaced_groups", len(c.groups)).Int("cancels", len(c.cancels)).
 			Dur("retry_in", pause).Msg("store failed; messages requeued")
 		return false, pause // they, and what ends the batch, stay requeue
 	}
@@ -685,23 +657,69 @@ func (in *Ingester) commit(ctx context.Context, batch []entry) (bool, time.Durat
 	in.opts.Metrics.ObserveIngestCommit(time.Since(began))
 	if replaced > 0 || leased > 0 {
 		// leased: too late to replace, being dispatched; both are delivered.
-		in.log.Info().Strs("groups", groups).Int("replaced", replaced).Int("leased", leased).Msg("replace: earlier messages of the groups cancelled")
+		in.log.Info().Strs("groups", c.groups).Int("replaced", replaced).Int("leased", leased).Msg("replace: earlier messages of the groups cancelled")
 	}
-	in.dropped(DropReplaced, replaced, "", strings.Join(groups, ","))
-	for j, i := range cidx {
+	in.dropped(DropReplaced, replaced, "", strings.Join(c.groups, ","))
+	for j, i := range c.cidx {
 		in.cancelled(&batch[i], results[j])
 	}
-	if len(rows) == 0 {
-		return true, 0
+	if len(c.rows) > 0 {
+		in.settleRows(batch, &c, outcomes)
 	}
+	return true, 0
+}
+
+// commitSet is what one commit of a batch stores: its rows, its replaced
+// groups and its cancels, each with the index of its entry in the batch.
+type commitSet struct {
+	rows    []storage.Timeout
+	idx     []int
+	groups  []string
+	cancels []storage.OrderedCancel
+	cidx    []int
+}
+
+// collect picks out of batch what its commit stores, in batch order.
+func (in *Ingester) collect(batch []entry) commitSet {
+	var c commitSet
+	_, schedules := in.store.(storage.Scheduler)
+	for i := range batch {
+		switch it := &batch[i].intake; {
+		case it.Op == intake.OpSchedule:
+		case it.Op == intake.OpReplace:
+			if !slices.Contains(c.groups, it.SagaID) {
+				c.groups = append(c.groups, it.SagaID)
+			}
+		case it.Op == intake.OpCancel:
+			oc := storage.OrderedCancel{At: len(c.rows), ID: it.CancelID}
+			if schedules {
+				// The AMQP cancel also ends the AMQP schedule of its id
+				// (docs/contract.md §2.11).
+				oc.Schedule = storage.ScheduleKey(wire.ScheduleSourceAMQP, it.CancelID)
+			}
+			c.cancels = append(c.cancels, oc)
+			c.cidx = append(c.cidx, i)
+			continue
+		default:
+			continue
+		}
+		c.rows = append(c.rows, batch[i].row)
+		c.idx = append(c.idx, i)
+	}
+	return c
+}
+
+// settleRows marks the rows of c for acknowledgement, counts and logs those
+// not stored, and wakes the poller for the earliest.
+func (in *Ingester) settleRows(batch []entry, c *commitSet, outcomes []storage.Outcome) {
 	// Wake for every row, duplicates too: a store that repeated its insert
 	// after a lost connection reports its own rows as duplicates, and a
 	// wake too many costs one poll.
-	earliest := rows[0].DueAt
+	earliest := c.rows[0].DueAt
 	var dup, cancelled int
-	for j := range rows {
-		r := &rows[j]
-		batch[idx[j]].outcome = ack
+	for j := range c.rows {
+		r := &c.rows[j]
+		batch[c.idx[j]].outcome = ack
 		if r.DueAt.Before(earliest) {
 			earliest = r.DueAt
 		}
@@ -711,12 +729,12 @@ func (in *Ingester) commit(ctx context.Context, batch []entry) (bool, time.Durat
 		case storage.Duplicate:
 			dup++
 			in.dropped(DropDuplicate, 1, id, r.Dest().String())
-			in.log.Debug().Str("id", id).Bool("redelivered", batch[idx[j]].d.Redelivered).Msg("not stored: " + dropWhy[DropDuplicate])
+			in.log.Debug().Str("id", id).Bool("redelivered", batch[c.idx[j]].d.Redelivered).Msg("not stored: " + dropWhy[DropDuplicate])
 			continue
 		default:
 			cancelled++
 			in.dropped(DropCancelled, 1, id, r.Dest().String())
-			in.log.Debug().Str("id", id).Bool("redelivered", batch[idx[j]].d.Redelivered).Msg("not stored: " + dropWhy[DropCancelled])
+			in.log.Debug().Str("id", id).Bool("redelivered", batch[c.idx[j]].d.Redelivered).Msg("not stored: " + dropWhy[DropCancelled])
 			continue
 		}
 		// redelivered: taken in again after a crash or a lost connection.
@@ -724,14 +742,13 @@ func (in *Ingester) commit(ctx context.Context, batch []entry) (bool, time.Durat
 		// second copy (docs/contract.md §3.3); the debug log shows it. send
 		// above 1: another send of the id was pending (§2.4).
 		in.log.Debug().Str("id", id).Int("send", send).Stringer("destination", r.Dest()).Time("due_at", r.DueAt).
-			Bool("redelivered", batch[idx[j]].d.Redelivered).Msg("stored")
+			Bool("redelivered", batch[c.idx[j]].d.Redelivered).Msg("stored")
 	}
-	in.opts.Metrics.Ingested(len(rows) - dup - cancelled)
+	in.opts.Metrics.Ingested(len(c.rows) - dup - cancelled)
 	in.opts.Metrics.DuplicatesSuppressed(dup + cancelled)
 	if in.opts.Wake != nil {
 		in.opts.Wake(earliest)
 	}
-	return true, 0
 }
 
 // dropped counts n messages of reason taken in and not to be delivered,
