@@ -330,50 +330,7 @@ func (in *Ingester) session(ctx context.Context, src intake.Source, s *broker.Se
 			}
 		}
 		if !batch[0].intake.Op.EndsBatch() {
-			// Group commit: gather what arrives within a short linger. The
-			// library hands deliveries over one at a time, so a
-			// non-blocking drain alone yields batches of one and an fsync
-			// per message. A cancel is committed in the batch, in order
-			// (commit); a saga's cancel or a schedule's message or control
-			// ends it, applied after everything received before it.
-			held := in.patient(&batch[0]) // then Hold is longer than Linger
-			wait := in.opts.Linger
-			if held {
-				wait = in.opts.Hold
-			}
-			linger.Reset(wait)
-		fill:
-			for len(batch) < in.opts.MaxBatch {
-				select {
-				case d, ok := <-s.Deliveries:
-					if !ok {
-						break fill
-					}
-					e := in.classify(src, d)
-					if !in.fits(batch, &e) {
-						carry = &e
-						break fill
-					}
-					batch = append(batch, e)
-					if e.intake.Op.EndsBatch() || (held && len(batch) >= in.holdBatch()) {
-						break fill
-					}
-					if held && !in.patient(&e) {
-						if e.intake.Op != intake.OpCancel {
-							break fill
-						}
-						// A cancel ends the hold, not the batch: it takes
-						// what arrives within Linger, as a batch never
-						// held, so that a stream of messages and their
-						// cancels still commits in batches.
-						held = false
-						linger.Reset(in.opts.Linger)
-					}
-				case <-linger.C:
-					break fill
-				}
-			}
-			linger.Stop()
+			batch, carry = in.gather(src, s, batch, linger)
 		}
 		if ctx.Err() != nil {
 			// Not taken in: back to the queue.
@@ -386,6 +343,55 @@ func (in *Ingester) session(ctx context.Context, src intake.Source, s *broker.Se
 		}
 		in.armRetry(retry, held)
 	}
+}
+
+// gather fills batch, which holds its first delivery, with what arrives
+// within the linger: a group commit. The library hands deliveries over one
+// at a time, so a non-blocking drain alone yields batches of one and an
+// fsync per message. A cancel is committed in the batch, in order
+// (commit); a saga's cancel or a schedule's message or control ends it,
+// applied after everything received before it. carry is a delivery that
+// did not fit (see fits): it starts the next batch.
+func (in *Ingester) gather(src intake.Source, s *broker.Session, batch []entry, linger *time.Timer) (_ []entry, carry *entry) {
+	held := in.patient(&batch[0]) // then Hold is longer than Linger
+	wait := in.opts.Linger
+	if held {
+		wait = in.opts.Hold
+	}
+	linger.Reset(wait)
+fill:
+	for len(batch) < in.opts.MaxBatch {
+		select {
+		case d, ok := <-s.Deliveries:
+			if !ok {
+				break fill
+			}
+			e := in.classify(src, d)
+			if !in.fits(batch, &e) {
+				carry = &e
+				break fill
+			}
+			batch = append(batch, e)
+			if e.intake.Op.EndsBatch() || (held && len(batch) >= in.holdBatch()) {
+				break fill
+			}
+			if held && !in.patient(&e) {
+				if e.intake.Op != intake.OpCancel {
+					break fill
+				}
+				// A cancel ends the hold, not the batch: it takes
+				// what arrives within Linger, as a batch never
+				// held, so that a stream of messages and their
+				// cancels still commits in batches.
+				held = false
+				linger.Reset(in.opts.Linger)
+			}
+		case <-linger.C:
+			break fill
+		}
+	}
+	linger.Stop()
+	return batch, carry
 }
 
 // heldCheck is how often held deliveries look whether the error gate
