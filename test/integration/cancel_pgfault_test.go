@@ -20,7 +20,7 @@ type ingestOutcomes struct {
 	stored, notStored map[string]string    // id → instance label
 	storedAt          map[string]time.Time // id → its latest "stored" line
 	cancel            map[string]string    // id → the cancel's outcome line
-	storeFailures     int                  // "store failed" and "cancel failed" lines
+	storeFailures     int                  // "store failed" lines (a commit holds its cancels, §2.5)
 	last              time.Time            // of the latest outcome line
 	firstForward      map[string]time.Time // id → its earliest "forwarding" line
 }
@@ -39,7 +39,7 @@ func readIngestOutcomes(insts map[string]*bridgeProc) ingestOutcomes {
 		for _, l := range bridgeLogLines(b.Stderr()) {
 			id, _ := l.Fields["id"].(string)
 			switch {
-			case l.Message == "store failed; messages requeued", l.Message == "cancel failed; requeued":
+			case l.Message == "store failed; messages requeued":
 				o.storeFailures++
 			case l.Message == "forwarding":
 				ids, _ := l.Fields["ids"].([]any)
