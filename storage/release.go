@@ -26,7 +26,10 @@ const releaseEachParallel = 64
 // commit per lease.
 func ReleaseEach(ctx context.Context, s Releaser, refs []Ref, notBefore time.Time) []error {
 	results := make([]error, len(refs))
-	if len(refs) == 1 {
+	switch len(refs) {
+	case 0:
+		return results
+	case 1:
 		results[0] = s.Release(ctx, refs[0].ID, refs[0].Lock, notBefore)
 		return results
 	}
