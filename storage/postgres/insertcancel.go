@@ -150,6 +150,11 @@ func (s *Store) writeBatch(ctx context.Context, c *pgxpool.Conn, in []storage.Ti
 	if len(p.tombs) > 0 {
 		b.Queue(s.q.tombstone, p.tombs, tsUp(now.Add(s.window)))
 	}
+	// COMMIT travels in the pipeline, so the row counts checked below are
+	// read after the server committed: a mismatch (a bug, as nothing else
+	// changes the locked rows) is reported, not undone. The caller then
+	// requeues the batch, and the redelivered rows find their own copies
+	// (Duplicate) or tombstones (Cancelled): reported twice, never lost.
 	b.Queue(`COMMIT`)
 	ended = make(map[string]bool)
 	err = sendBatch(ctx, c, b, func(br pgx.BatchResults) error {
